@@ -1,0 +1,1 @@
+"""Ready-made pipeline configurations (TOML), one per paper setting."""

@@ -1,0 +1,1 @@
+"""classify_images.pipeline"""
