@@ -1,1 +1,31 @@
-"""classify_images.classifiers"""
+"""Classifiers: PmSVM (+LUT), MBKL, HIK nSVM and a linear quadratic-hinge SVM (L-BFGS).
+
+Every classifier is a scikit-learn estimator built on
+:class:`~classify_images.classifiers.base.OneVsRestClassifierBase`; the command
+line knows them by the names of :data:`~classify_images.classifiers.registry.CLASSIFIERS`.
+Estimator classes are imported lazily: ``from classify_images.classifiers import PmSVM``.
+"""
+
+from .base import OneVsRestClassifierBase
+from .persistence import ModelFileError, load_model, save_model
+from .registry import CLASSIFIERS, classifier_class, make_classifier
+
+_LAZY = {target.rpartition(":")[2]: name for name, target in CLASSIFIERS.items()}
+
+
+def __getattr__(attribute: str):
+    if attribute in _LAZY:
+        return classifier_class(_LAZY[attribute])
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
+
+
+__all__ = [
+    "OneVsRestClassifierBase",
+    "ModelFileError",
+    "load_model",
+    "save_model",
+    "CLASSIFIERS",
+    "classifier_class",
+    "make_classifier",
+    *_LAZY,
+]

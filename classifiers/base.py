@@ -1,0 +1,199 @@
+"""Shared one-vs-rest machinery for every classifier of the package.
+
+Each classifier of :mod:`classify_images.classifiers` learns ``C`` binary
+problems, one per class ("one-vs-all"), and predicts the class whose binary
+decision value is the largest.  With two classes a single binary problem is
+learnt, whose positive side is ``classes_[1]``; its decision function then has
+shape ``(n_samples,)``, as scikit-learn's linear models do.
+
+A subclass implements two hooks:
+
+``_fit_ovr(X, Y)``
+    ``X`` is the validated input (``np.ndarray`` float32/float64 or
+    ``scipy.sparse.csr_matrix``), ``Y`` an ``int8`` array of shape
+    ``(n_samples, n_problems)`` with entries in ``{-1, +1}``.  It stores its
+    fitted attributes (names ending in ``_``).
+``_decision_ovr(X)``
+    returns the decision values, shape ``(n_samples, n_problems)``.
+
+and lists in ``_fitted_arrays`` the fitted attributes that make up the model,
+which :mod:`classify_images.classifiers.persistence` saves to ``.npz`` and
+restores without pickle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from joblib import Parallel, delayed
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
+
+__all__ = ["OneVsRestClassifierBase", "ovr_targets"]
+
+
+def ovr_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:
+    """One-vs-rest targets in ``{-1, +1}``.
+
+    Parameters
+    ----------
+    y_index : ndarray of int, shape (n_samples,)
+        Class index of each sample, in ``[0, n_classes)``.
+    n_classes : int
+        Number of classes, at least 2.
+
+    Returns
+    -------
+    Y : ndarray of int8, shape (n_samples, n_problems)
+        ``Y[i, c] = +1`` if sample ``i`` belongs to class ``c`` else ``-1``.
+        With two classes there is a single problem (``n_problems = 1``) whose
+        positive class is class 1.
+    """
+    y_index = np.asarray(y_index)
+    if n_classes == 2:
+        return np.where(y_index == 1, 1, -1).astype(np.int8)[:, None]
+    Y = -np.ones((y_index.shape[0], n_classes), dtype=np.int8)
+    Y[np.arange(y_index.shape[0]), y_index] = 1
+    return Y
+
+
+class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
+    """Base class: label encoding, validation, one-vs-rest prediction.
+
+    Subclasses declare their constructor parameters explicitly (scikit-learn
+    convention) and set the class attributes below.
+
+    Attributes (class level)
+    ------------------------
+    _requires_non_negative : bool
+        The classifier is defined on non-negative features only (additive
+        kernels on histograms); negative input is rejected with scikit-learn's
+        ``"Negative values in data"`` error and the ``positive_only`` input tag
+        is declared.
+    _accept_sparse : bool
+        Whether CSR input is supported (other sparse formats are converted).
+    _fitted_arrays : tuple of str
+        Fitted attributes saved in model files, besides ``classes_`` and
+        ``n_features_in_``.
+    """
+
+    _requires_non_negative: bool = False
+    _accept_sparse: bool = True
+    _fitted_arrays: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ tags
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = self._accept_sparse
+        tags.input_tags.positive_only = self._requires_non_negative
+        return tags
+
+    # ------------------------------------------------------------ validation
+    def _validate_X(self, X: Any, *, reset: bool, y: Any = None):
+        kwargs = dict(
+            accept_sparse=["csr"] if self._accept_sparse else False,
+            dtype=[np.float64, np.float32],
+            reset=reset,
+        )
+        if y is None:
+            X = validate_data(self, X, **kwargs)
+        else:
+            X, y = validate_data(self, X, y, **kwargs)
+        if self._requires_non_negative:
+            check_non_negative(X, f"{type(self).__name__} (X)")
+        if sp.issparse(X):
+            X = sp.csr_matrix(X)
+            X.sort_indices()
+        return X if y is None else (X, y)
+
+    # ------------------------------------------------------------------ API
+    def fit(self, X: Any, y: Any) -> "OneVsRestClassifierBase":
+        """Fit one binary classifier per class (one-vs-rest).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training vectors.
+        y : array-like of shape (n_samples,)
+            Class labels (any hashable, sortable values).
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        X, y = self._validate_X(X, reset=True, y=y)
+        check_classification_targets(y)
+        self.classes_, y_index = np.unique(y, return_inverse=True)
+        if self.classes_.shape[0] < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs samples of at least 2 classes; "
+                f"got 1 class ({self.classes_[0]!r})."
+            )
+        self._fit_ovr(X, ovr_targets(y_index, self.classes_.shape[0]))
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Decision values of the one-vs-rest problems.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples, n_classes), or (n_samples,) with
+            two classes (positive values favour ``classes_[1]``).
+        """
+        check_is_fitted(self, "classes_")
+        X = self._validate_X(X, reset=False)
+        scores = np.asarray(self._decision_ovr(X), dtype=np.float64)
+        return scores[:, 0] if scores.shape[1] == 1 else scores
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class of largest decision value for each sample."""
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            index = (scores > 0).astype(np.intp)
+        else:
+            index = np.argmax(scores, axis=1)
+        return self.classes_[index]
+
+    # ------------------------------------------------------------- helpers
+    def _map_problems(self, solve: Callable[[int], Any], n_problems: int) -> list:
+        """Run ``solve(k)`` for every binary problem ``k``.
+
+        Problems run in joblib threads (``n_jobs`` parameter of the estimator,
+        default 1): the solvers are numba ``nogil`` kernels or release the GIL
+        in BLAS, so threads avoid copying the training data to processes.
+        """
+        n_jobs = getattr(self, "n_jobs", None)
+        if n_jobs in (None, 1) or n_problems == 1:
+            return [solve(k) for k in range(n_problems)]
+        return Parallel(n_jobs=n_jobs, prefer="threads")(
+            delayed(solve)(k) for k in range(n_problems)
+        )
+
+    # ------------------------------------------------------------- hooks
+    def _fit_ovr(self, X, Y: np.ndarray) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _decision_ovr(self, X) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # --------------------------------------------------------- persistence
+    def _model_arrays(self) -> dict[str, np.ndarray]:
+        """The fitted state as a dict of plain (non-object) NumPy arrays."""
+        check_is_fitted(self, "classes_")
+        arrays = {"n_features_in_": np.asarray(self.n_features_in_)}
+        for name in self._fitted_arrays:
+            arrays[name] = np.asarray(getattr(self, name))
+        return arrays
+
+    def _restore_model_arrays(self, arrays: dict[str, np.ndarray], classes: Sequence) -> None:
+        """Inverse of :meth:`_model_arrays` (used when loading a model file)."""
+        self.classes_ = np.asarray(classes)
+        self.n_features_in_ = int(arrays["n_features_in_"])
+        for name in self._fitted_arrays:
+            value = arrays[name]
+            setattr(self, name, value.item() if value.ndim == 0 else value)
