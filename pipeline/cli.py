@@ -1,0 +1,280 @@
+"""The ``classify-images`` command line.
+
+Sub-commands::
+
+    classify-images build-features DATASET [--config FILE] [--out DIR] ...
+    classify-images train FEATURESET --classifier NAME [--param key=value ...] [--out FILE]
+    classify-images evaluate FEATURESET MODEL [--out DIR]
+    classify-images experiment FEATURESET --classifier NAME --repeats R [--param ...]
+    classify-images predict MODEL IMAGE... [--top-k K]
+    classify-images demo [--workdir DIR]
+
+A user's mistake (missing folder, bad config key, model for another feature
+set, …) ends with one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..classifiers.persistence import ModelFileError, check_model_matches, load_model, save_model
+from ..classifiers.registry import CLASSIFIERS, parse_param
+from .config import ConfigError, load_config, named_configs
+from .dataset import DatasetError
+from .feature_store import FeatureSetError, load_feature_set
+
+__all__ = ["main", "build_parser"]
+
+USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError)
+
+
+class UsageError(ValueError):
+    """A bad command-line value (one-line error)."""
+
+
+def _tqdm_progress(enabled: bool):
+    def progress(iterable, desc, total=None):
+        if not enabled:
+            return iterable
+        from tqdm import tqdm
+
+        return tqdm(iterable, desc=desc, total=total, unit="img", dynamic_ncols=True, leave=False)
+
+    return progress
+
+
+def _params(pairs: list[str] | None) -> dict[str, Any]:
+    try:
+        return dict(parse_param(pair) for pair in pairs or [])
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _default_feature_out(dataset: Path, config_name: str) -> Path:
+    return Path("feature-sets") / f"{dataset.resolve().name}-{config_name}"
+
+
+def cmd_build_features(args: argparse.Namespace) -> int:
+    from .build import build_feature_set, default_cache_dir
+
+    overrides = {
+        "dataset": {
+            "train_per_class": args.train_per_class,
+            "test_per_class": args.test_per_class,
+            "seed": args.seed,
+            "keep_background": True if args.keep_background else None,
+        }
+    }
+    config = load_config(args.config, overrides)
+    config_name = Path(args.config).stem if args.config else "default"
+    out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
+    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    result = build_feature_set(
+        args.dataset, out, config, n_jobs=args.n_jobs, cache_dir=cache_dir,
+        progress=_tqdm_progress(not args.quiet), log=lambda m: print(m, file=sys.stderr) if not args.quiet else None,
+    )
+    manifest = load_feature_set(result.path).manifest
+    print(f"feature set: {result.path}{'  (reused: already up to date)' if result.reused else ''}")
+    print(f"  classes: {result.n_classes}   images: {result.n_images}   train: {result.n_train}   "
+          f"test: {result.n_test}   skipped: {result.n_skipped}   dimensions: {result.n_features}")
+    for entry in manifest["skipped"][:10]:
+        print(f"  skipped {entry['path']}: {entry['reason']}")
+    if len(manifest["skipped"]) > 10:
+        print(f"  … {len(manifest['skipped']) - 10} more skipped files listed in {result.path / 'manifest.json'}")
+    timings = result.timings if result.reused else manifest["timings"]
+    print("  time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    return 0
+
+
+def _default_model_out(feature_set: Path, classifier: str) -> Path:
+    return feature_set.parent / f"{feature_set.name}-{classifier}.npz"
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .evaluation import train_classifier
+
+    feature_set = load_feature_set(args.featureset)
+    params = _params(args.param)
+    try:
+        model, seconds = train_classifier(args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train)
+    except ValueError as exc:
+        if "parameter" in str(exc) or "unknown classifier" in str(exc):
+            raise UsageError(str(exc)) from None
+        raise
+    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
+    identity = {**feature_set.identity(), "train_seconds": round(seconds, 4)}
+    path = save_model(out, model, feature_set=identity)
+    print(f"trained {args.classifier} on {feature_set.X_train.shape[0]} images × {feature_set.n_features} dims "
+          f"in {seconds:.2f} s -> {path}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate_model, write_report
+
+    feature_set = load_feature_set(args.featureset)
+    model, meta = load_model(args.model)
+    meta = {**meta, "train_seconds": meta.get("feature_set", {}).get("train_seconds")}
+    report = evaluate_model(model, meta, feature_set)
+    out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
+    write_report(report, out)
+    print(f"{report['classifier']}: mean per-class accuracy {100 * report['mean_per_class_accuracy']:.2f} % "
+          f"on {report['n_test']} test images ({len(report['class_names'])} classes)")
+    width = max(len(name) for name in report["class_names"])
+    for name, rate in report["per_class_accuracy"].items():
+        print(f"  {name:<{width}}  {100 * rate:6.2f} %")
+    print(f"  training {report['train_seconds']} s, testing {report['test_seconds']} s; report: {out}/report.md")
+    return 0
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from .evaluation import run_experiment
+    from .feature_store import write_json_atomic
+
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.classifier not in CLASSIFIERS:
+        raise UsageError(f"unknown classifier {args.classifier!r}; choose one of: {', '.join(sorted(CLASSIFIERS))}")
+    feature_set = load_feature_set(args.featureset)
+    result = run_experiment(feature_set, args.classifier, _params(args.param), args.repeats, first_seed=args.seed)
+    for run in result["runs"]:
+        print(f"  seed {run['seed']}: {100 * run['mean_per_class_accuracy']:.2f} %  "
+              f"(train {run['train_seconds']:.2f} s, test {run['test_seconds']:.2f} s)")
+    print(f"{args.classifier}: {100 * result['mean']:.2f} ± {100 * result['std']:.2f} % mean per-class accuracy "
+          f"over {args.repeats} splits ({result['note']})")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(Path(args.out) / "experiment.json", result)
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .build import featurize_images
+
+    model, meta = load_model(args.model)
+    fs_path = args.feature_set or meta.get("feature_set", {}).get("path")
+    if not fs_path:
+        raise UsageError("the model does not record its feature set: pass --feature-set DIR")
+    feature_set = load_feature_set(fs_path)
+    check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features)
+    X, status = featurize_images(args.images, feature_set)
+    scores = model.decision_function(X) if X.shape[0] else np.zeros((0, len(model.classes_)))
+    if scores.ndim == 1:
+        scores = np.stack([-scores, scores], axis=1)
+    names = feature_set.class_names
+    row = 0
+    for entry in status:
+        if not entry["ok"]:
+            print(f"{entry['path']}: skipped ({entry['reason']})")
+            continue
+        order = np.argsort(-scores[row])[: args.top_k]
+        ranked = ", ".join(f"{names[int(model.classes_[k])]} ({scores[row, k]:+.3f})" for k in order)
+        print(f"{entry['path']}: {ranked}")
+        row += 1
+    return 0 if row else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(Path(args.workdir), n_jobs=args.n_jobs, quiet=args.quiet)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="classify-images",
+        description="Classic image classification: dense SIFT -> codebook -> spatial pyramid -> "
+        "PmSVM / MBKL / HIK nSVM / linear L-BFGS SVM.",
+        epilog="Run 'classify-images demo' for a complete example on bundled data.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    b = sub.add_parser("build-features", help="folder of class folders -> cached feature set",
+                       description="Build a feature set (dense SIFT, codebook, spatial pyramid, normalisation) "
+                       "from a folder of class folders. Every stage is cached: re-running recomputes nothing, "
+                       "changing only pooling or normalisation reuses the codes.")
+    b.add_argument("dataset", help="folder with one sub-folder of images per class")
+    b.add_argument("--config", help="TOML config file, or a ready-made one by name: " + ", ".join(sorted(named_configs())))
+    b.add_argument("--out", help="feature-set folder (default: feature-sets/<dataset>-<config>)")
+    b.add_argument("--train-per-class", type=int, metavar="N", help="training images per class (overrides the config)")
+    b.add_argument("--test-per-class", type=int, metavar="M", help="cap on test images per class (0: all the rest)")
+    b.add_argument("--seed", type=int, help="seed of the train/test split")
+    b.add_argument("--keep-background", action="store_true", help="keep Caltech-101's BACKGROUND_Google class")
+    b.add_argument("--n-jobs", type=int, default=1, metavar="J", help="parallel workers for per-image stages (-1: all cores)")
+    b.add_argument("--cache-dir", help="cache folder (default: $CLASSIFY_IMAGES_CACHE or ~/.cache/classify-images)")
+    b.add_argument("--no-cache", action="store_true", help="do not cache intermediate stages")
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=cmd_build_features)
+
+    t = sub.add_parser("train", help="train a classifier on a feature set",
+                       description="Train a classifier on the training rows of a feature set and save it "
+                       "(.npz + JSON header, no pickle).")
+    t.add_argument("featureset")
+    t.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
+    t.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
+    t.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("evaluate", help="mean per-class accuracy, confusion, timings",
+                       description="Evaluate a model on the test rows of its feature set; writes report.json, "
+                       "report.md and confusion.png.")
+    e.add_argument("featureset")
+    e.add_argument("model")
+    e.add_argument("--out", help="report folder (default: <model>-report)")
+    e.set_defaults(func=cmd_evaluate)
+
+    x = sub.add_parser("experiment", help="mean ± std over random re-splits",
+                       description="Re-split the stored rows with R seeds under the feature set's protocol, "
+                       "train and test each time, and report mean ± std of the mean per-class accuracy.")
+    x.add_argument("featureset")
+    x.add_argument("--classifier", required=True)
+    x.add_argument("--repeats", type=int, default=5, metavar="R")
+    x.add_argument("--seed", type=int, default=0, help="first split seed")
+    x.add_argument("--param", action="append", metavar="KEY=VALUE")
+    x.add_argument("--out", help="folder for experiment.json")
+    x.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser("predict", help="top-k classes of new images",
+                       description="Classify new images with a model, using the preprocessing and codebook "
+                       "recorded with its feature set.")
+    p.add_argument("model")
+    p.add_argument("images", nargs="+", metavar="IMAGE")
+    p.add_argument("--feature-set", help="feature set the model was trained on (default: the path it recorded)")
+    p.add_argument("--top-k", type=int, default=3)
+    p.set_defaults(func=cmd_predict)
+
+    d = sub.add_parser("demo", help="build, train and evaluate on scikit-learn's bundled digits",
+                       description="Write scikit-learn's handwritten digits as an image folder and run "
+                       "build-features -> train -> evaluate on it (about a minute).")
+    d.add_argument("--workdir", default="classify-images-demo", help="where to write images, features, model, report")
+    d.add_argument("--n-jobs", type=int, default=2)
+    d.add_argument("-q", "--quiet", action="store_true")
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``classify-images`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (*USER_ERRORS, UsageError) as exc:
+        print(f"classify-images {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"classify-images {args.command}: interrupted (completed stages are cached; re-run to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

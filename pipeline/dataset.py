@@ -1,0 +1,168 @@
+"""Datasets as folders of class folders, and the seeded train/test split.
+
+Protocols (DESIGN.md §3): a dataset is a folder whose sub-folders are the
+classes (Caltech-101: 102 folders; ``BACKGROUND_Google`` is excluded unless
+asked for; ``Faces`` and ``Faces_easy`` are separate classes).  The split draws
+``n_train`` random images per class for training and keeps the rest for
+testing, capped at ``n_test`` per class when given (Caltech-101: 15 or 30
+training images, at most 50 test images; 15-Scenes: 100 training images, all the
+rest for testing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "BACKGROUND_CLASSES",
+    "DatasetError",
+    "Dataset",
+    "discover_dataset",
+    "split_indices",
+    "file_fingerprint",
+]
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp"})
+BACKGROUND_CLASSES = frozenset({"BACKGROUND_Google"})
+
+
+class DatasetError(ValueError):
+    """The dataset folder or the split request is not usable (user error)."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Images of a folder of class folders.
+
+    Attributes
+    ----------
+    root : Path
+    class_names : list of str
+        Sorted class folder names.
+    paths : list of str
+        Image paths relative to ``root`` (``class/file``), sorted.
+    labels : ndarray of int64
+        Index into ``class_names`` of each path.
+    """
+
+    root: Path
+    class_names: list[str]
+    paths: list[str]
+    labels: np.ndarray
+
+    def absolute(self, relative: str) -> Path:
+        """Absolute path of an image given relative to the dataset root."""
+        return self.root / relative
+
+
+def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) -> Dataset:
+    """List the classes and images of ``root``.
+
+    Image files are recognised by extension, case-insensitively
+    (:data:`IMAGE_EXTENSIONS`); hidden files and folders are ignored.
+
+    Raises
+    ------
+    DatasetError
+        ``root`` missing or not a folder, no class folder, fewer than two classes
+        with images.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise DatasetError(f"dataset folder {root} does not exist")
+    if not root.is_dir():
+        raise DatasetError(f"dataset {root} is not a folder (expected a folder of class folders)")
+    class_dirs = sorted(
+        entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith(".")
+    )
+    if not keep_background:
+        class_dirs = [d for d in class_dirs if d.name not in BACKGROUND_CLASSES]
+    class_names, paths, labels = [], [], []
+    empty = []
+    for class_dir in class_dirs:
+        files = sorted(
+            f.name
+            for f in class_dir.iterdir()
+            if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTENSIONS
+        )
+        if not files:
+            empty.append(class_dir.name)
+            continue
+        label = len(class_names)
+        class_names.append(class_dir.name)
+        paths.extend(f"{class_dir.name}/{name}" for name in files)
+        labels.extend([label] * len(files))
+    if not class_dirs:
+        raise DatasetError(f"dataset folder {root} has no class folders (expected one sub-folder per class)")
+    if empty:
+        raise DatasetError(
+            f"class folder(s) with no images in {root}: {', '.join(empty)} "
+            "(remove them or add images; extensions: " + ", ".join(sorted(IMAGE_EXTENSIONS)) + ")"
+        )
+    if len(class_names) < 2:
+        raise DatasetError(f"dataset {root} has a single class ({class_names[0]}): classification needs at least two")
+    return Dataset(root=root, class_names=class_names, paths=paths, labels=np.asarray(labels, dtype=np.int64))
+
+
+def split_indices(
+    labels: np.ndarray, n_train: int, n_test: int | None = None, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded per-class split: ``n_train`` images per class for training, the rest (≤ ``n_test``) for testing.
+
+    Parameters
+    ----------
+    labels : ndarray of int (n,)
+        Class index of each item.
+    n_train : int
+        Training items per class.
+    n_test : int or None
+        Cap on test items per class (None: all the rest).
+    seed : int
+        Seed of the permutation (``numpy.random.default_rng``).
+
+    Returns
+    -------
+    train_index, test_index : ndarray of int64, sorted
+
+    Raises
+    ------
+    DatasetError
+        A class with fewer than ``n_train + 1`` items (it would have no test item).
+    """
+    labels = np.asarray(labels)
+    if n_train < 1:
+        raise DatasetError(f"--train-per-class must be at least 1, got {n_train}")
+    if n_test is not None and n_test < 1:
+        raise DatasetError(f"--test-per-class must be at least 1 (or omitted for all the rest), got {n_test}")
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    classes, counts = np.unique(labels, return_counts=True)
+    too_small = [(int(c), int(k)) for c, k in zip(classes, counts) if k < n_train + 1]
+    if too_small:
+        smallest = min(k for _, k in too_small)
+        raise DatasetError(
+            f"{len(too_small)} class(es) have fewer than {n_train + 1} images (smallest: {smallest}); "
+            f"lower --train-per-class to at most {smallest - 1}"
+        )
+    for c in classes:
+        members = np.flatnonzero(labels == c)
+        order = rng.permutation(members)
+        train.append(order[:n_train])
+        rest = order[n_train:]
+        test.append(rest if n_test is None else rest[:n_test])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+def file_fingerprint(path: str | os.PathLike) -> str:
+    """SHA-1 of a file's bytes: the cache key of everything computed from it."""
+    digest = hashlib.sha1()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,192 @@
+"""Per-image stages of the feature pipeline, as pure functions that joblib caches.
+
+Each function takes the image path *and its content fingerprint* (SHA-1 of the
+bytes) together with the parameters of its own stage and of every stage
+upstream.  :class:`StageCache` wraps them in :class:`joblib.Memory`, so the cache
+key is the image content plus all upstream parameters: a changed image or an
+upstream change can never return a stale result, and a downstream change
+(pooling, normalisation, classifier) recomputes nothing here.  joblib writes
+each result under a temporary name and renames it, so an interrupted run never
+leaves a half-written entry.
+
+What is cached per image is compact (DESIGN.md §1):
+
+* ``check_image``      — readable?, its size after resizing, or the reason it is not;
+* ``image_descriptors`` — dense SIFT as uint8 (VLFeat's 512·v convention) + grid
+  positions (only when ``sift.cache_descriptors`` is true: at ~40 000 descriptors
+  per image it would be 5 MB an image, and recomputing is cheap);
+* ``descriptor_sample`` — the few descriptors of a training image that feed the codebook;
+* ``image_codes``       — VQ indices (int16) or sparse codes (CSR float32) + positions.
+
+The codebook itself is learnt by :func:`learn_codebook`, cached on the content of
+the descriptor sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..coding.codebook import learn_kmeans_codebook, learn_sparse_dictionary, sample_rows
+from ..coding.encode import SparseCoder, vq_encode
+from ..features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
+from ..features.preprocess import ImageReadError, load_grayscale
+
+__all__ = [
+    "check_image",
+    "compute_descriptors",
+    "image_descriptors",
+    "descriptor_sample",
+    "learn_codebook",
+    "image_codes",
+    "codes_matrix",
+    "StageCache",
+]
+
+
+def check_image(path: str, fingerprint: str, max_side: int, min_side: int) -> dict[str, Any]:
+    """Decode an image once: ``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}``.
+
+    ``min_side`` is the largest patch size: an image smaller than one patch has
+    no descriptor and is skipped.
+    """
+    try:
+        image = load_grayscale(path, max_side=max_side)
+    except ImageReadError as exc:
+        return {"ok": False, "reason": str(exc)}
+    except OSError as exc:
+        return {"ok": False, "reason": f"cannot read file ({exc.strerror or exc})"}
+    height, width = image.shape
+    if min(height, width) < min_side:
+        return {"ok": False, "reason": f"image smaller than one patch ({width}x{height} px < {min_side} px)"}
+    return {"ok": True, "shape": (int(height), int(width))}
+
+
+def compute_descriptors(path: str, max_side: int, sift: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Dense SIFT of one image: ``descriptors`` (uint8, n×128), ``x``, ``y`` (float32), ``shape``."""
+    image = load_grayscale(path, max_side=max_side)
+    result = dense_sift(
+        image,
+        patch_sizes=tuple(sift["patch_sizes"]),
+        step=sift["step"],
+        smooth=sift["smooth"],
+        contrast_threshold=sift["contrast_threshold"],
+    )
+    return {
+        "descriptors": quantize_descriptors(result.descriptors),
+        "x": np.asarray(result.x, dtype=np.float32),
+        "y": np.asarray(result.y, dtype=np.float32),
+        "shape": np.asarray(image.shape, dtype=np.int32),
+    }
+
+
+def image_descriptors(path: str, fingerprint: str, max_side: int, sift: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Cached form of :func:`compute_descriptors` (the fingerprint keys the cache)."""
+    return compute_descriptors(path, max_side, sift)
+
+
+def _descriptors(path, fingerprint, max_side, sift, descriptors_fn) -> dict[str, np.ndarray]:
+    if descriptors_fn is None:
+        return compute_descriptors(path, max_side, sift)
+    return descriptors_fn(path, fingerprint, max_side, sift)
+
+
+def _image_seed(seed: int, fingerprint: str) -> int:
+    return int.from_bytes(hashlib.sha1(f"{seed}:{fingerprint}".encode()).digest()[:8], "little")
+
+
+def descriptor_sample(
+    path: str, fingerprint: str, max_side: int, sift: dict[str, Any], n_samples: int, seed: int, descriptors_fn=None
+) -> np.ndarray:
+    """``n_samples`` random descriptors (uint8) of one training image, seeded by image content."""
+    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
+    rows = sample_rows(data["descriptors"].shape[0], n_samples, np.random.default_rng(_image_seed(seed, fingerprint)))
+    return data["descriptors"][rows]
+
+
+def learn_codebook(sample: np.ndarray, codebook: dict[str, Any]) -> np.ndarray:
+    """Codebook (K × 128 float32) from a uint8 descriptor sample, by ``codebook["kind"]``."""
+    descriptors = dequantize_descriptors(sample)
+    if codebook["kind"] == "kmeans":
+        return learn_kmeans_codebook(
+            descriptors, codebook["size"], max_iter=codebook["n_iter"], random_state=codebook["seed"]
+        )
+    return learn_sparse_dictionary(
+        descriptors,
+        codebook["size"],
+        lambda1=codebook["lambda"],
+        n_iter=codebook["n_iter"],
+        random_state=codebook["seed"],
+    )
+
+
+_CODERS: dict[str, SparseCoder] = {}
+
+
+def image_codes(
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    sift: dict[str, Any],
+    codebook_params: dict[str, Any],
+    codebook_digest: str,
+    codebook: np.ndarray,
+    descriptors_fn=None,
+) -> dict[str, np.ndarray]:
+    """Codes of one image over the codebook (keyed by ``codebook_digest``, not the array).
+
+    Returns ``x``, ``y``, ``shape`` and either ``index`` (VQ, int16) or the CSR
+    parts ``data``, ``indices``, ``indptr`` (sparse codes, float32).
+    """
+    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
+    descriptors = dequantize_descriptors(data["descriptors"])
+    out = {"x": data["x"], "y": data["y"], "shape": data["shape"]}
+    if codebook_params["kind"] == "kmeans":
+        out["index"] = vq_encode(descriptors, codebook)
+        return out
+    coder = _CODERS.get(codebook_digest)
+    if coder is None:
+        _CODERS.clear()
+        coder = _CODERS[codebook_digest] = SparseCoder(codebook, codebook_params["lambda"])
+    codes = coder.encode(descriptors)
+    out.update(data=codes.data.astype(np.float32), indices=codes.indices.astype(np.int16), indptr=codes.indptr.astype(np.int32))
+    return out
+
+
+def codes_matrix(codes: dict[str, np.ndarray], n_words: int):
+    """The codes of :func:`image_codes` as VQ indices or a CSR matrix (n × K)."""
+    if "index" in codes:
+        return codes["index"]
+    n = codes["indptr"].shape[0] - 1
+    return sp.csr_matrix((codes["data"], codes["indices"].astype(np.int32), codes["indptr"]), shape=(n, n_words))
+
+
+class StageCache:
+    """The per-image stages, memoised in ``cache_dir`` by :class:`joblib.Memory`.
+
+    With ``cache_dir=None`` nothing is cached (every call recomputes).
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike | None, *, cache_descriptors: bool = True) -> None:
+        from joblib import Memory
+
+        self.memory = Memory(None if cache_dir is None else os.fspath(cache_dir), verbose=0)
+        # Keys are image *content* (fingerprint) and parameters; the path is not
+        # part of the key, so moving a dataset keeps its cache.
+        self.check_image = self.memory.cache(check_image, ignore=["path"])
+        self.learn_codebook = self.memory.cache(learn_codebook)
+        self._descriptors = self.memory.cache(image_descriptors, ignore=["path"]) if cache_descriptors else None
+        self._sample = self.memory.cache(descriptor_sample, ignore=["path", "descriptors_fn"])
+        self._codes = self.memory.cache(image_codes, ignore=["path", "codebook", "descriptors_fn"])
+
+    def descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
+        return self._sample(path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors)
+
+    def image_codes(self, path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook):
+        return self._codes(
+            path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook, descriptors_fn=self._descriptors
+        )
