@@ -172,6 +172,16 @@ def build_feature_set(
         raise DatasetError(f"no readable image in {dataset.root} ({len(skipped)} skipped)")
 
     ds_cfg = config["dataset"]
+    readable_per_class = np.bincount(dataset.labels[readable], minlength=len(dataset.class_names))
+    short = [n for n, k in zip(dataset.class_names, readable_per_class) if k < ds_cfg["train_per_class"] + 1]
+    if short:
+        smallest = int(readable_per_class.min())
+        raise DatasetError(
+            f"class(es) {', '.join(short[:5])}{' …' if len(short) > 5 else ''} have fewer than "
+            f"{ds_cfg['train_per_class'] + 1} readable images (smallest: {smallest}); "
+            f"lower --train-per-class to at most {smallest - 1}"
+            + (" or remove the classes whose images are all unreadable" if smallest == 0 else "")
+        )
     train_local, test_local = split_indices(
         dataset.labels[readable], ds_cfg["train_per_class"], ds_cfg["test_per_class"], ds_cfg["seed"]
     )

@@ -1,0 +1,111 @@
+"""train / evaluate / experiment / predict on caltech101-mini through the command line."""
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from classify_images.pipeline.cli import main
+
+from .conftest import SMALL_CONFIG
+
+
+@pytest.fixture(scope="module")
+def feature_set(tmp_path_factory, caltech_mini):
+    root = tmp_path_factory.mktemp("cli")
+    config = root / "small.toml"
+    lines = []
+    for table, values in SMALL_CONFIG.items():
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {json.dumps(v) if not isinstance(v, bool) else str(v).lower()}" for k, v in values.items()]
+    config.write_text("\n".join(lines) + "\n")
+    out = root / "fs"
+    assert main(["build-features", str(caltech_mini), "--config", str(config), "--out", str(out),
+                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    return out
+
+
+def test_train_evaluate_report(tmp_path, feature_set, capsys):
+    model = tmp_path / "m.npz"
+    assert main(["train", str(feature_set), "--classifier", "linear", "--param", "C=10", "--out", str(model)]) == 0
+    assert main(["evaluate", str(feature_set), str(model), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "mean per-class accuracy" in out
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    confusion = np.array(report["confusion"])
+    assert confusion.shape == (4, 4) and confusion.sum() == 20
+    expected = np.mean(np.diag(confusion) / confusion.sum(1))
+    assert report["mean_per_class_accuracy"] == pytest.approx(expected)
+    assert report["mean_per_class_accuracy"] > 0.5  # four easy Caltech classes: far above chance (0.25)
+    assert (tmp_path / "rep" / "report.md").read_text().startswith("# Evaluation")
+    assert (tmp_path / "rep" / "confusion.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_predict_new_images(tmp_path, feature_set, caltech_mini, capsys):
+    model = tmp_path / "m.npz"
+    main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)])
+    capsys.readouterr()
+    image = caltech_mini / "car_side" / "image_0020.jpg"
+    assert main(["predict", str(model), str(image), str(tmp_path / "missing.jpg"), "--top-k", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith(str(image) + ": ") and lines[0].count("(") == 2
+    assert "skipped (file does not exist)" in lines[1]
+
+
+def test_experiment_repeats(tmp_path, feature_set, capsys):
+    assert main(["experiment", str(feature_set), "--classifier", "linear", "--repeats", "3", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "experiment.json").read_text())
+    assert len(result["runs"]) == 3 and len({r["seed"] for r in result["runs"]}) == 3
+    accs = [r["mean_per_class_accuracy"] for r in result["runs"]]
+    assert result["mean"] == pytest.approx(np.mean(accs)) and result["std"] == pytest.approx(np.std(accs, ddof=1))
+    assert "±" in capsys.readouterr().out
+
+
+def test_model_for_another_feature_set_is_refused(tmp_path, feature_set, caltech_mini, capsys):
+    model = tmp_path / "m.npz"
+    main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)])
+    other = tmp_path / "other"
+    config = tmp_path / "o.toml"
+    config.write_text("[dataset]\ntrain_per_class = 5\ntest_per_class = 5\nseed = 7\n[image]\nmax_side = 96\n"
+                      "[codebook]\nsize = 16\nn_samples = 3000\nn_iter = 20\n[pooling]\nlevels = [1, 2]\n")
+    main(["build-features", str(caltech_mini), "--config", str(config), "--out", str(other), "-q", "--no-cache"])
+    capsys.readouterr()
+    assert main(["evaluate", str(other), str(model)]) == 2
+    err = capsys.readouterr().err
+    assert "re-train the model on this feature set" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "no-header"])
+def test_damaged_model_file_is_a_clear_error(tmp_path, feature_set, capsys, damage):
+    model = tmp_path / "m.npz"
+    main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)])
+    data = model.read_bytes()
+    if damage == "truncate":
+        model.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        model.write_bytes(b"\x80\x04not a model at all")
+    else:
+        with zipfile.ZipFile(model, "w") as archive:
+            archive.writestr("model/coef_.npy", b"junk")
+    capsys.readouterr()
+    assert main(["evaluate", str(feature_set), str(model)]) == 2
+    err = capsys.readouterr().err
+    assert "not a valid classify-images model" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "{fs}", "--classifier", "linear", "--param", "nonsense=1"], "has no parameter 'nonsense'"),
+        (["train", "{fs}", "--classifier", "linear", "--param", "C"], "expected key=value"),
+        (["train", "/no/such/featureset", "--classifier", "linear"], "does not exist"),
+        (["evaluate", "{fs}", "/no/such/model.npz"], "does not exist"),
+        (["experiment", "{fs}", "--classifier", "linear", "--repeats", "0"], "--repeats must be at least 1"),
+    ],
+)
+def test_user_errors_one_line(feature_set, capsys, argv, message):
+    argv = [a.replace("{fs}", str(feature_set)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
