@@ -1,1 +1,55 @@
-"""classify_images.features"""
+"""classify_images.features — image preprocessing and fast dense SIFT.
+
+Typical use::
+
+    from classify_images.features import load_grayscale, check_min_size, dense_sift
+
+    img = load_grayscale(path, max_side=300)          # float32 in [0, 1]
+    check_min_size(img, 16)                           # ImageReadError if too small
+    ds = dense_sift(img, patch_sizes=(16,), step=6)   # ScSPM setting
+    ds.descriptors                                    # (N, 128) float32
+"""
+
+from .dsift import (
+    DESCRIPTOR_SIZE,
+    DenseSIFT,
+    dense_sift,
+    dequantize_descriptors,
+    gaussian_kernel,
+    grid_frames,
+    grid_origins,
+    normalize_sift,
+    opencv_keypoint_size,
+    quantize_descriptors,
+    smooth_image,
+    smoothing_sigma,
+    triangular_kernel,
+)
+from .preprocess import (
+    ImageReadError,
+    check_min_size,
+    decode_grayscale,
+    load_grayscale,
+    resize_max_side,
+)
+
+__all__ = [
+    "DESCRIPTOR_SIZE",
+    "DenseSIFT",
+    "ImageReadError",
+    "check_min_size",
+    "decode_grayscale",
+    "dense_sift",
+    "dequantize_descriptors",
+    "gaussian_kernel",
+    "grid_frames",
+    "grid_origins",
+    "load_grayscale",
+    "normalize_sift",
+    "opencv_keypoint_size",
+    "quantize_descriptors",
+    "resize_max_side",
+    "smooth_image",
+    "smoothing_sigma",
+    "triangular_kernel",
+]

@@ -1,0 +1,781 @@
+"""Fast dense SIFT descriptors (VLFeat ``dsift`` style, flat window).
+
+This module computes SIFT descriptors on a dense regular grid directly from
+gradient orientation maps, without OpenCV's per-keypoint ``SIFT.compute``.
+
+Geometry and notation
+---------------------
+Pixel ``(row y, column x)`` has its centre at integer coordinates ``(x, y)``;
+the y axis points down.  A *patch* of size ``P`` (a multiple of 4) with
+top-left corner ``(x0, y0)`` covers the pixels ``x0 .. x0+P-1`` and
+``y0 .. y0+P-1``.  It is divided into 4 x 4 spatial bins of ``s = P / 4``
+pixels; spatial bin ``b`` (``b = 0..3``) along an axis covers the pixels
+``x0 + b*s .. x0 + (b+1)*s - 1`` and its centre is at
+``c_b = x0 + b*s + (s - 1)/2`` (a half-integer when ``s`` is even).  The frame
+of a patch is its centre ``(x0 + (P-1)/2, y0 + (P-1)/2)`` and its size ``P``.
+
+Grid
+    Patch corners are at ``0, step, 2*step, ...`` along each axis while the
+    patch fits inside the image (``x0 + P <= W``).  Each patch size has its
+    own grid, all starting at 0.  Descriptors are returned size after size (in
+    the order the sizes are given) and, within a size, in row-major grid order
+    (``y0`` outer, ``x0`` inner).
+
+Smoothing
+    The image is first smoothed with a Gaussian of standard deviation
+    ``sigma = sqrt(max((s / magnif)**2 - 0.25, 0))`` (``magnif = 6``), as
+    VLFeat's ``vl_phow`` does (``s`` is the bin size; the 0.25 accounts for an
+    assumed pre-existing blur of 0.5 px).  Each patch size therefore has its
+    own smoothed image.  The Gaussian is sampled on ``[-ceil(4 sigma),
+    ceil(4 sigma)]``, normalised to sum 1, applied separably, and the image is
+    extended by replicating its border pixels.
+
+Gradient
+    Central differences ``gx = (I[y, x+1] - I[y, x-1]) / 2`` and
+    ``gy = (I[y+1, x] - I[y-1, x]) / 2``, with the one-sided differences
+    ``I[.,1] - I[.,0]`` and ``I[.,W-1] - I[.,W-2]`` on the first and last
+    column (rows likewise), exactly as :func:`numpy.gradient`.  Magnitude
+    ``m = sqrt(gx**2 + gy**2)``; angle ``theta = atan2(gy, gx)`` taken in
+    ``[0, 2 pi)`` (counter-clockwise from +x in array coordinates, i.e.
+    clockwise on screen because y points down).
+
+Orientation maps
+    With ``t = theta / (2 pi / 8)`` in ``[0, 8)``, ``k0 = floor(t)``,
+    ``k1 = (k0 + 1) mod 8`` and ``f = t - k0``, each pixel adds
+    ``m * (1 - f)`` to orientation map ``k0`` and ``m * f`` to map ``k1``
+    (linear interpolation between the two nearest of 8 orientation bins
+    centred at ``0, 45, ..., 315`` degrees).
+
+Spatial binning (flat window, VLFeat's "fast" dense SIFT)
+    A pixel at ``(x, y)`` contributes to spatial bin ``(by, bx)`` of a patch
+    with the bilinear (separable triangular) weight
+    ``w(x - c_bx) * w(y - c_by)`` where ``w(d) = max(0, 1 - |d| / s)``.  No
+    Gaussian window is applied over the patch.  The support of a patch is
+    therefore the patch itself plus a margin of ``floor(s / 2)`` pixels on
+    each side (the pixels with ``|x - c_0| < s`` ... ``|x - c_3| < s``);
+    pixels outside the image contribute nothing.  Descriptor entry
+
+    ``D[by, bx, k] = sum_{x, y} w(x - c_bx) w(y - c_by) O_k[y, x]``
+
+    is computed for all patches at once by filtering each orientation map
+    with the triangular kernel (separably, and only at the rows and columns
+    where bin centres fall) and reading the result at the bin centres.
+
+Descriptor layout
+    128 values, index ``(by * 4 + bx) * 8 + k``: spatial y bin (top to
+    bottom) slowest, then spatial x bin (left to right), then orientation
+    ``k`` (angle ``k * 45`` degrees) fastest, i.e. ``D.reshape(4, 4, 8)``.
+
+Normalisation (ScSPM reference ``sp_normalize_sift``)
+    With the raw norm ``r = ||D||_2``: if ``r > contrast_threshold`` the
+    descriptor is divided by ``r``, clipped at ``clip`` (0.2) and divided by
+    its new norm (unit length); otherwise the raw, small descriptor is kept
+    as is (a low-contrast patch is *not* blown up to unit length).  For an
+    image in ``[0, 1]`` the raw entries are sums of gradient magnitudes
+    (intensity per pixel) times weights that sum to about one per pixel, so
+    a textured 16 x 16 patch has ``r`` of a few units and a flat or nearly
+    flat patch has ``r`` well below 1: the default threshold 1.0 is
+    meaningful on that scale.
+
+Implementation notes
+    Per patch size: the image is smoothed (OpenCV ``sepFilter2D``), then one
+    numba kernel walks the rows: it computes the gradient orientation ``t``
+    and magnitude of the row (vectorised), scatters each pixel's two
+    orientation values with their triangular column weights into a row
+    buffer holding only the columns where bin centres fall (a precomputed
+    pixel -> bin-centre table), and adds that buffer with its triangular row
+    weights into the rows where bin centres fall.  A second kernel gathers
+    the 4 x 4 x 8 values of every patch and normalises them.  There is no
+    Python loop over patches or pixels.  Angles use an odd minimax
+    polynomial for ``atan`` on ``[0, 1]`` (absolute error < 2e-7 rad in
+    float32), which changes the orientation weights by less than 3e-7.
+    The kernels release the GIL (``nogil``) but are single-threaded; call
+    :func:`dense_sift` from several threads to use several cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+import cv2
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "DESCRIPTOR_SIZE",
+    "DenseSIFT",
+    "dense_sift",
+    "dequantize_descriptors",
+    "gaussian_kernel",
+    "grid_frames",
+    "grid_origins",
+    "normalize_sift",
+    "opencv_keypoint_size",
+    "quantize_descriptors",
+    "smooth_image",
+    "smoothing_sigma",
+    "triangular_kernel",
+]
+
+N_SPATIAL_BINS: int = 4
+N_ORIENTATIONS: int = 8
+DESCRIPTOR_SIZE: int = N_SPATIAL_BINS * N_SPATIAL_BINS * N_ORIENTATIONS  # 128
+DEFAULT_MAGNIF: float = 6.0
+QUANTIZATION_SCALE: float = 512.0
+
+# Odd polynomial p(r) = r * sum_i ATAN_COEFFS[i] * r**(2i) ~= atan(r) on
+# [0, 1]; fitted here by iteratively reweighted least squares (Lawson's
+# minimax iteration) on Chebyshev nodes; max abs error 3.8e-8 in float64.
+_ATAN_COEFFS = (
+    0.9999993356,
+    -0.3332986078,
+    0.1994656565,
+    -0.1390862955,
+    0.09642197328,
+    -0.05591232676,
+    0.02186295786,
+    -0.004054567209,
+)
+
+
+# --------------------------------------------------------------------------
+# Result container
+# --------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class DenseSIFT:
+    """Dense SIFT descriptors of one image.
+
+    Attributes
+    ----------
+    descriptors : ndarray of float32, shape (N, 128)
+        Descriptors, layout ``(y bin, x bin, orientation)`` (see module
+        docstring).  Contrasted patches have unit L2 norm; low-contrast
+        patches keep their raw values (norm ``<= contrast_threshold``).
+    x, y : ndarray of float32, shape (N,)
+        Patch centres in pixel coordinates of the input image
+        (``x0 + (P - 1) / 2``).
+    patch_size : ndarray of int16, shape (N,)
+        Patch width ``P`` in pixels (4 bins of ``P / 4`` pixels).
+    image_shape : tuple of int
+        ``(height, width)`` of the image the descriptors were computed on.
+    raw_norm : ndarray of float32, shape (N,), optional
+        L2 norm of each raw (un-normalised) descriptor; the patch is
+        low-contrast when ``raw_norm <= contrast_threshold``.
+    """
+
+    descriptors: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    patch_size: np.ndarray
+    image_shape: tuple[int, int]
+    raw_norm: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.descriptors.shape[0])
+
+    def low_contrast(self, contrast_threshold: float = 1.0) -> np.ndarray:
+        """Boolean mask of the low-contrast descriptors (needs ``raw_norm``)."""
+        if self.raw_norm is None:
+            raise ValueError("raw_norm is not available on this DenseSIFT")
+        return self.raw_norm <= contrast_threshold
+
+
+# --------------------------------------------------------------------------
+# Small pure helpers
+# --------------------------------------------------------------------------
+def smoothing_sigma(patch_size: int, magnif: float = DEFAULT_MAGNIF) -> float:
+    """Gaussian smoothing used for a patch size, as VLFeat's ``vl_phow``.
+
+    ``sigma = sqrt(max((s / magnif)**2 - 0.25, 0))`` with bin size
+    ``s = patch_size / 4``; e.g. 0.44 px for 16-px patches, 1.59 px for 40.
+    """
+    s = patch_size / N_SPATIAL_BINS
+    return math.sqrt(max((s / magnif) ** 2 - 0.25, 0.0))
+
+
+def gaussian_kernel(sigma: float) -> np.ndarray:
+    """Sampled 1-D Gaussian ``exp(-u**2 / (2 sigma**2))``, ``|u| <= ceil(4 sigma)``.
+
+    Normalised to sum 1, float32.  ``sigma <= 0`` gives the identity ``[1]``.
+    """
+    return _gaussian_kernel_cached(float(sigma)).copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_kernel_cached(sigma: float) -> np.ndarray:
+    if sigma <= 0:
+        return np.ones(1, dtype=np.float32)
+    radius = int(math.ceil(4.0 * sigma))
+    u = np.arange(-radius, radius + 1, dtype=np.float64)
+    k = np.exp(-(u * u) / (2.0 * sigma * sigma))
+    k = (k / k.sum()).astype(np.float32)
+    k.setflags(write=False)
+    return k
+
+
+def smooth_image(image: np.ndarray, sigma: float) -> np.ndarray:
+    """Separable Gaussian smoothing with replicated borders (float32).
+
+    ``sigma <= 0`` returns the image unchanged (as float32, C-contiguous).
+    """
+    img = np.ascontiguousarray(image, dtype=np.float32)
+    if sigma <= 0:
+        return img
+    k = _gaussian_kernel_cached(float(sigma))
+    return cv2.sepFilter2D(img, cv2.CV_32F, k, k, borderType=cv2.BORDER_REPLICATE)
+
+
+def triangular_kernel(bin_size: int) -> tuple[np.ndarray, int]:
+    """Bilinear spatial weights of one bin, sampled at pixel offsets.
+
+    Returns ``(weights, first_offset)``: pixel ``anchor + first_offset + j``
+    gets weight ``weights[j]``.  For odd ``s`` the anchor is the bin centre
+    and ``weights[j] = 1 - |u| / s`` for ``u = -(s-1) .. s-1``; for even ``s``
+    the bin centre is ``anchor + 1/2`` and ``weights[j] = 1 - |u - 1/2| / s``
+    for ``u = -(s-1) .. s`` (2s taps).  Either way the weights are
+    ``max(0, 1 - |x - centre| / s)`` and each pixel's weights to consecutive
+    bins sum to 1.
+    """
+    s = int(bin_size)
+    delta = 0.5 if s % 2 == 0 else 0.0
+    lo = -(s - 1)
+    hi = s - 1 + (1 if s % 2 == 0 else 0)
+    u = np.arange(lo, hi + 1, dtype=np.float64)
+    w = 1.0 - np.abs(u - delta) / s
+    return w.astype(np.float32), lo
+
+
+def _anchor_offset(bin_size: int) -> int:
+    """Anchor of bin 0 relative to the patch corner: ``(s - 1) // 2``."""
+    return (int(bin_size) - 1) // 2
+
+
+def grid_origins(length: int, patch_size: int, step: int) -> np.ndarray:
+    """Patch corners ``0, step, 2 step, ...`` with ``corner + patch_size <= length``.
+
+    Returns an int64 array (empty when the patch does not fit).
+    """
+    if length < patch_size:
+        return np.zeros(0, dtype=np.int64)
+    return np.arange(0, length - patch_size + 1, step, dtype=np.int64)
+
+
+def grid_frames(
+    image_shape: tuple[int, int], patch_sizes: Iterable[int] = (16,), step: int = 6
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Frames ``(x, y, patch_size)`` that :func:`dense_sift` returns, in order.
+
+    Useful to know the number of descriptors of an image without computing
+    them: ``len(grid_frames(shape, sizes, step)[0])``.
+    """
+    sizes = _validate_patch_sizes(patch_sizes)
+    step = _validate_step(step)
+    h, w = int(image_shape[0]), int(image_shape[1])
+    xs, ys, ps = [], [], []
+    for p in sizes:
+        g = _geometry(h, w, p, step)
+        xs.append(g.frame_x)
+        ys.append(g.frame_y)
+        ps.append(np.full(g.frame_x.shape[0], p, dtype=np.int16))
+    return (
+        np.concatenate(xs).astype(np.float32, copy=False),
+        np.concatenate(ys).astype(np.float32, copy=False),
+        np.concatenate(ps),
+    )
+
+
+def opencv_keypoint_size(patch_size: float) -> float:
+    """``cv2.KeyPoint.size`` whose SIFT descriptor covers a ``patch_size`` patch.
+
+    OpenCV's descriptor (octave 0) uses spatial bins of
+    ``hist_width = SIFT_DESCR_SCL_FCTR * size / 2 = 1.5 * size`` pixels, 4 x 4
+    bins.  A patch of ``P`` pixels has bins of ``P / 4`` pixels, so
+    ``size = (P / 4) / 1.5 = P / 6`` (2.67 for a 16-px patch).  Passing
+    ``size = P`` instead gives 24-px bins, i.e. a ~96-px window (DESIGN.md
+    section 4).  Use ``angle=0`` (``-1`` means a 1 degree rotation in OpenCV).
+    """
+    return float(patch_size) / 6.0
+
+
+# --------------------------------------------------------------------------
+# Quantisation
+# --------------------------------------------------------------------------
+def quantize_descriptors(descriptors: np.ndarray) -> np.ndarray:
+    """Quantise descriptors to uint8: ``min(round(512 v), 255)`` (and ``>= 0``).
+
+    For ``0 <= v <= 255.5 / 512`` (~0.499) the round trip through
+    :func:`dequantize_descriptors` has absolute error ``<= 1/1024``; larger
+    values (rare: a unit-length, 0.2-clipped SIFT only exceeds it when fewer
+    than ~5 entries carry the energy) saturate at ``255/512``.  This is
+    VLFeat's convention except that VLFeat truncates (error ``< 1/512``)
+    where this rounds.
+    """
+    d = np.asarray(descriptors, dtype=np.float32)
+    q = np.rint(d * np.float32(QUANTIZATION_SCALE))
+    np.clip(q, 0.0, 255.0, out=q)
+    return q.astype(np.uint8)
+
+
+def dequantize_descriptors(quantized: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`quantize_descriptors`: ``q / 512`` as float32."""
+    q = np.asarray(quantized)
+    return q.astype(np.float32) * np.float32(1.0 / QUANTIZATION_SCALE)
+
+
+# --------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------
+def _validate_image(image: np.ndarray) -> np.ndarray:
+    if not isinstance(image, np.ndarray):
+        raise ValueError(f"image must be a numpy array, got {type(image).__name__}")
+    if image.ndim != 2:
+        raise ValueError(
+            f"image must be 2-D (grayscale), got shape {image.shape}; "
+            "use features.load_grayscale or cv2.cvtColor first"
+        )
+    if not np.issubdtype(image.dtype, np.floating):
+        raise ValueError(
+            f"image must be a float array with values in [0, 1], got dtype {image.dtype}; "
+            "convert with image.astype(np.float32) / 255"
+        )
+    img = np.ascontiguousarray(image, dtype=np.float32)
+    if img.size and not np.isfinite(img).all():
+        raise ValueError("image contains NaN or infinite values")
+    return img
+
+
+def _validate_patch_sizes(patch_sizes: Iterable[int] | int) -> tuple[int, ...]:
+    if isinstance(patch_sizes, (Integral, np.integer)):
+        patch_sizes = (patch_sizes,)
+    try:
+        sizes = tuple(patch_sizes)
+    except TypeError:
+        raise ValueError(f"patch_sizes must be an int or a sequence of ints, got {patch_sizes!r}")
+    if not sizes:
+        raise ValueError("patch_sizes must not be empty")
+    out = []
+    for p in sizes:
+        if isinstance(p, bool) or not isinstance(p, (Integral, np.integer)):
+            raise ValueError(f"patch sizes must be integers, got {p!r}")
+        p = int(p)
+        if p < 8 or p % 4 != 0:
+            raise ValueError(
+                f"patch size {p} is invalid: patch sizes must be multiples of 4 and >= 8 "
+                "(4 x 4 spatial bins of at least 2 pixels)"
+            )
+        out.append(p)
+    if len(set(out)) != len(out):
+        raise ValueError(f"patch_sizes contains duplicates: {tuple(out)}")
+    return tuple(out)
+
+
+def _validate_step(step: int) -> int:
+    if isinstance(step, bool) or not isinstance(step, (Integral, np.integer)) or step < 1:
+        raise ValueError(f"step must be an integer >= 1, got {step!r}")
+    return int(step)
+
+
+def _validate_nonneg(name: str, value: float, *, allow_inf: bool, strictly: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    bad = math.isnan(v) or (v <= 0 if strictly else v < 0) or (math.isinf(v) and not allow_inf)
+    if bad:
+        cond = "> 0" if strictly else ">= 0"
+        raise ValueError(f"{name} must be {cond}{'' if allow_inf else ' and finite'}, got {value!r}")
+    return v
+
+
+def _as_f32_threshold(value: float) -> np.float32:
+    """float32 version of a threshold; values beyond float32's range -> inf."""
+    return np.float32(value) if value <= float(np.finfo(np.float32).max) else np.float32(np.inf)
+
+
+# --------------------------------------------------------------------------
+# Grid geometry (cached per image size / patch size / step)
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _AxisTable:
+    """Scatter table of one axis: pixel -> (anchor index, triangular weight)."""
+
+    ptr: np.ndarray  # int64 (length + 1,) CSR row pointer per pixel
+    idx: np.ndarray  # int64 anchor index (into the unique anchors)
+    idx8: np.ndarray  # uint64 8 * idx (offset of the anchor's 8 channels)
+    weight: np.ndarray  # float32 weight
+    n_anchors: int
+    patch_idx: np.ndarray  # int64 (n_patches, 4) anchor index per patch / bin
+
+
+def _axis_table(length: int, patch_size: int, step: int) -> _AxisTable:
+    """Anchors of the 4 bins of every patch along one axis, and per-pixel weights.
+
+    Bin ``b`` of the patch at corner ``o`` has anchor ``o + b*s + (s-1)//2``;
+    pixel ``anchor + k_lo + u`` receives weight ``kernel[u]`` (see
+    :func:`triangular_kernel`).  Pixels outside ``[0, length)`` are dropped.
+    """
+    s = patch_size // N_SPATIAL_BINS
+    kernel, k_lo = triangular_kernel(s)
+    origins = grid_origins(length, patch_size, step)
+    anchors = (
+        origins[:, None]
+        + np.arange(N_SPATIAL_BINS, dtype=np.int64)[None, :] * s
+        + _anchor_offset(s)
+    )
+    uniq, inv = np.unique(anchors.ravel(), return_inverse=True)
+    patch_idx = inv.reshape(anchors.shape).astype(np.int64)
+    # every (anchor, tap) pair, kept if the pixel lies inside the image
+    pix = uniq[:, None] + k_lo + np.arange(kernel.shape[0], dtype=np.int64)[None, :]
+    aidx = np.broadcast_to(np.arange(uniq.shape[0], dtype=np.int64)[:, None], pix.shape)
+    wts = np.broadcast_to(kernel[None, :], pix.shape)
+    keep = (pix >= 0) & (pix < length) & (wts > 0)
+    pix, aidx, wts = pix[keep], aidx[keep], wts[keep]
+    order = np.lexsort((aidx, pix))
+    pix, aidx, wts = pix[order], aidx[order], wts[order]
+    ptr = np.zeros(length + 1, dtype=np.int64)
+    np.add.at(ptr, pix + 1, 1)
+    ptr = np.cumsum(ptr)
+    aidx = aidx.astype(np.int64)
+    return _AxisTable(
+        ptr,
+        aidx,
+        (aidx * 8).astype(np.uint64),
+        wts.astype(np.float32),
+        int(uniq.shape[0]),
+        patch_idx,
+    )
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    cols: _AxisTable
+    rows: _AxisTable
+    frame_x: np.ndarray  # float32 (ny*nx,)
+    frame_y: np.ndarray  # float32 (ny*nx,)
+
+
+@functools.lru_cache(maxsize=256)
+def _geometry(height: int, width: int, patch_size: int, step: int) -> _Geometry:
+    cols = _axis_table(width, patch_size, step)
+    rows = _axis_table(height, patch_size, step)
+    c = (patch_size - 1) / 2.0
+    x0 = grid_origins(width, patch_size, step).astype(np.float32) + np.float32(c)
+    y0 = grid_origins(height, patch_size, step).astype(np.float32) + np.float32(c)
+    fy, fx = np.meshgrid(y0, x0, indexing="ij")
+    fx = np.ascontiguousarray(fx.ravel(), dtype=np.float32)
+    fy = np.ascontiguousarray(fy.ravel(), dtype=np.float32)
+    for t in (cols, rows):
+        for arr in (t.ptr, t.idx, t.idx8, t.weight, t.patch_idx):
+            arr.setflags(write=False)
+    fx.setflags(write=False)
+    fy.setflags(write=False)
+    return _Geometry(cols, rows, fx, fy)
+
+
+# --------------------------------------------------------------------------
+# numba kernels
+# --------------------------------------------------------------------------
+_C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7 = (np.float32(c) for c in _ATAN_COEFFS)
+_FOUR_OVER_PI = np.float32(4.0 / math.pi)
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy", inline="always")
+def _octant_angle(gx, gy):
+    """atan2(gy, gx) in units of pi/4, in [0, 8); branch-free polynomial atan."""
+    ax = abs(gx)
+    ay = abs(gy)
+    mx = max(ax, ay)
+    mn = min(ax, ay)
+    q = mn / (mx + np.float32(1e-30))
+    q2 = q * q
+    p = _C7
+    p = p * q2 + _C6
+    p = p * q2 + _C5
+    p = p * q2 + _C4
+    p = p * q2 + _C3
+    p = p * q2 + _C2
+    p = p * q2 + _C1
+    p = p * q2 + _C0
+    a = p * q * _FOUR_OVER_PI  # atan(min / max) / (pi / 4), in [0, 1]
+    a = np.float32(2.0) - a if ay > ax else a
+    a = np.float32(4.0) - a if gx < 0 else a
+    a = np.float32(8.0) - a if gy < 0 else a
+    a = a - np.float32(8.0) if a >= np.float32(8.0) else a
+    return a
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _orientation_row(img, y, t_buf, m_buf):
+    """Orientation coordinate t in [0, 8) and gradient magnitude of row y."""
+    H, W = img.shape
+    if y == 0:
+        ym, yp, sy = 0, 1, np.float32(1.0)
+    elif y == H - 1:
+        ym, yp, sy = H - 2, H - 1, np.float32(1.0)
+    else:
+        ym, yp, sy = y - 1, y + 1, np.float32(0.5)
+    r = img[y]
+    rm = img[ym]
+    rp = img[yp]
+    half = np.float32(0.5)
+    # borders: one-sided differences
+    gx = r[1] - r[0]
+    gy = sy * (rp[0] - rm[0])
+    t_buf[0] = _octant_angle(gx, gy)
+    m_buf[0] = math.sqrt(gx * gx + gy * gy)
+    gx = r[W - 1] - r[W - 2]
+    gy = sy * (rp[W - 1] - rm[W - 1])
+    t_buf[W - 1] = _octant_angle(gx, gy)
+    m_buf[W - 1] = math.sqrt(gx * gx + gy * gy)
+    for x in range(1, W - 1):
+        gx = half * (r[x + 1] - r[x - 1])
+        gy = sy * (rp[x] - rm[x])
+        t_buf[x] = _octant_angle(gx, gy)
+        m_buf[x] = math.sqrt(gx * gx + gy * gy)
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _binned_maps(img, col_ptr, col_j8, col_w, row_ptr, row_i, row_w, n_cols, n_rows):
+    """Orientation maps filtered by the triangular kernel, at anchor rows/cols.
+
+    ``col_ptr/col_j8/col_w`` list, for each image column x, the anchor
+    columns it reaches (as ``8 * anchor index``, uint64) and its triangular
+    weight (CSR); ``row_*`` likewise for rows.  Returns G of shape
+    (n_rows, n_cols, 8) with
+    ``G[i, j, k] = sum_{y, x} w_row(y, i) w_col(x, j) O_k[y, x]``.
+    Each row is scattered horizontally into a row buffer (two orientation
+    channels per pixel and reached anchor column), then added with its
+    vertical weights to the anchor rows it reaches.
+    """
+    H, W = img.shape
+    n8 = n_cols * 8
+    F = np.empty(n8, dtype=np.float32)
+    G = np.zeros((n_rows, n8), dtype=np.float32)
+    t_buf = np.empty(W, dtype=np.float32)
+    m_buf = np.empty(W, dtype=np.float32)
+    seven = np.uint64(7)
+    for y in range(H):
+        r0 = row_ptr[y]
+        r1 = row_ptr[y + 1]
+        if r1 == r0:
+            continue
+        _orientation_row(img, y, t_buf, m_buf)
+        F[:] = 0.0
+        for x in range(W):
+            t = t_buf[x]
+            m = m_buf[x]
+            kf = np.uint64(int(t))  # floor(t) as t >= 0
+            f = t - np.float32(kf)
+            k0 = kf & seven
+            k1 = (kf + np.uint64(1)) & seven
+            m1 = m * f
+            m0 = m - m1
+            for e in range(col_ptr[x], col_ptr[x + 1]):
+                b = col_j8[e]
+                w = col_w[e]
+                F[b + k0] += w * m0
+                F[b + k1] += w * m1
+        for e in range(r0, r1):
+            Gi = G[row_i[e]]
+            w = row_w[e]
+            for q in range(n8):
+                Gi[q] += w * F[q]
+    return G.reshape((n_rows, n_cols, 8))
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _normalize_row(d, contrast_threshold, clip):
+    """ScSPM normalisation of one descriptor in place; returns its raw norm."""
+    n = d.shape[0]
+    s = np.float32(0.0)
+    for i in range(n):
+        s += d[i] * d[i]
+    r = math.sqrt(s)
+    if r > contrast_threshold:
+        inv = np.float32(1.0) / np.float32(r)
+        s2 = np.float32(0.0)
+        for i in range(n):
+            v = min(d[i] * inv, clip)
+            d[i] = v
+            s2 += v * v
+        inv2 = np.float32(1.0) / np.float32(math.sqrt(s2))
+        for i in range(n):
+            d[i] *= inv2
+    return r
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _gather(G, row_idx, col_idx, out, raw_norm, offset, normalize, contrast_threshold, clip):
+    ny = row_idx.shape[0]
+    nx = col_idx.shape[0]
+    thr = np.float32(contrast_threshold)
+    cl = np.float32(clip)
+    for py in range(ny):
+        for px in range(nx):
+            n = offset + py * nx + px
+            d = out[n]
+            for by in range(4):
+                gr = G[row_idx[py, by]]
+                for bx in range(4):
+                    src = gr[col_idx[px, bx]]
+                    b = (by * 4 + bx) * 8
+                    for k in range(8):
+                        d[b + k] = src[k]
+            if normalize:
+                raw_norm[n] = _normalize_row(d, thr, cl)
+            else:
+                s = np.float32(0.0)
+                for i in range(d.shape[0]):
+                    s += d[i] * d[i]
+                raw_norm[n] = math.sqrt(s)
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def _normalize_all(D, raw_norm, contrast_threshold, clip):
+    thr = np.float32(contrast_threshold)
+    cl = np.float32(clip)
+    for n in range(D.shape[0]):
+        raw_norm[n] = _normalize_row(D[n], thr, cl)
+
+
+# --------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------
+def normalize_sift(
+    descriptors: np.ndarray, contrast_threshold: float = 1.0, clip: float = 0.2
+) -> tuple[np.ndarray, np.ndarray]:
+    """ScSPM normalisation of raw SIFT descriptors (``sp_normalize_sift``).
+
+    For each row ``v`` with ``r = ||v||_2``: if ``r > contrast_threshold``,
+    ``v <- v / r``; ``v <- min(v, clip)``; ``v <- v / ||v||_2`` (unit length,
+    every entry ``<= clip / ||min(v / r, clip)||``).  Rows with
+    ``r <= contrast_threshold`` (low contrast) are returned unchanged.
+
+    Parameters
+    ----------
+    descriptors : array_like, shape (N, D)
+        Raw, non-negative descriptors (not modified).
+    contrast_threshold : float, default 1.0
+        Threshold on the raw norm (``inf`` normalises nothing).
+    clip : float, default 0.2
+        Upper bound applied to the unit-normalised values.
+
+    Returns
+    -------
+    normalized : ndarray of float32, shape (N, D)
+    raw_norm : ndarray of float32, shape (N,)
+    """
+    thr = _validate_nonneg("contrast_threshold", contrast_threshold, allow_inf=True, strictly=False)
+    cl = _validate_nonneg("clip", clip, allow_inf=False, strictly=True)
+    D = np.array(descriptors, dtype=np.float32, order="C", copy=True)
+    if D.ndim != 2:
+        raise ValueError(f"descriptors must be 2-D (N, D), got shape {D.shape}")
+    raw = np.empty(D.shape[0], dtype=np.float32)
+    _normalize_all(D, raw, _as_f32_threshold(thr), np.float32(cl))
+    return D, raw
+
+
+def dense_sift(
+    image: np.ndarray,
+    patch_sizes: Iterable[int] | int = (16,),
+    step: int = 6,
+    *,
+    smooth: bool | float = True,
+    magnif: float = DEFAULT_MAGNIF,
+    contrast_threshold: float = 1.0,
+    clip: float = 0.2,
+    normalize: bool = True,
+) -> DenseSIFT:
+    """Dense SIFT descriptors of a grayscale image on a regular grid.
+
+    See the module docstring for the exact mathematics (grid, smoothing,
+    gradients, orientation and spatial binning, layout, normalisation).
+
+    Parameters
+    ----------
+    image : ndarray, shape (H, W), floating dtype
+        Grayscale image with values in [0, 1] (as returned by
+        :func:`classify_images.features.load_grayscale`).  Converted to float32.
+    patch_sizes : int or sequence of int, default (16,)
+        Patch widths ``P`` in pixels: multiples of 4, ``>= 8``, no duplicates.
+        Each patch has 4 x 4 spatial bins of ``P / 4`` pixels.  Sizes that do
+        not fit in the image produce no descriptors (use
+        :func:`classify_images.features.check_min_size` to reject such
+        images).  ``(16,)`` with step 6 is the ScSPM setting;
+        ``(16, 24, 32, 40)`` with step 3 the HIK nSVM / vl_phow setting.
+    step : int, default 6
+        Grid step in pixels (the same for every size).
+    smooth : bool or float, default True
+        ``True``: smooth per patch size with ``sigma = sqrt((P / 4 /
+        magnif)**2 - 0.25)`` (vl_phow).  ``False``: no smoothing.  A number
+        ``>= 0``: that fixed sigma (pixels) for every size.
+    magnif : float, default 6.0
+        vl_phow magnification factor used when ``smooth is True``.
+    contrast_threshold : float, default 1.0
+        Raw-norm threshold below which (``<=``) a patch is low-contrast and
+        left un-normalised; ``inf`` keeps every descriptor raw.
+    clip : float, default 0.2
+        Clipping value of the unit-normalised descriptor before renormalising.
+    normalize : bool, default True
+        If False, return the raw descriptors (no normalisation at all).
+
+    Returns
+    -------
+    DenseSIFT
+        Descriptors (float32, N x 128), centres ``x``, ``y`` (float32),
+        ``patch_size`` (int16), ``image_shape`` and ``raw_norm``.
+
+    Raises
+    ------
+    ValueError
+        Non-2-D or non-float image, non-finite values, bad patch sizes, step,
+        smoothing, threshold or clip values.
+    """
+    img = _validate_image(image)
+    sizes = _validate_patch_sizes(patch_sizes)
+    step = _validate_step(step)
+    thr = _validate_nonneg("contrast_threshold", contrast_threshold, allow_inf=True, strictly=False)
+    cl = _validate_nonneg("clip", clip, allow_inf=False, strictly=True)
+    if isinstance(smooth, (bool, np.bool_)):
+        magnif = _validate_nonneg("magnif", magnif, allow_inf=False, strictly=True)
+        sigmas = [smoothing_sigma(p, magnif) if smooth else 0.0 for p in sizes]
+    else:
+        sig = _validate_nonneg("smooth (sigma)", smooth, allow_inf=False, strictly=False)
+        sigmas = [sig] * len(sizes)
+
+    h, w = img.shape
+    geoms = [_geometry(h, w, p, step) for p in sizes]
+    counts = [g.frame_x.shape[0] for g in geoms]
+    total = int(sum(counts))
+    out = np.empty((total, DESCRIPTOR_SIZE), dtype=np.float32)
+    raw = np.empty(total, dtype=np.float32)
+    thr32 = _as_f32_threshold(thr)
+
+    smoothed_cache: dict[float, np.ndarray] = {}
+    offset = 0
+    for g, sigma, cnt in zip(geoms, sigmas, counts):
+        if cnt == 0:
+            continue
+        sm = smoothed_cache.get(sigma)
+        if sm is None:
+            sm = smooth_image(img, sigma)
+            smoothed_cache[sigma] = sm
+        c, r = g.cols, g.rows
+        G = _binned_maps(
+            sm, c.ptr, c.idx8, c.weight, r.ptr, r.idx, r.weight, c.n_anchors, r.n_anchors
+        )
+        _gather(G, r.patch_idx, c.patch_idx, out, raw, offset, bool(normalize), thr32, np.float32(cl))
+        offset += cnt
+
+    if total:
+        fx = np.concatenate([g.frame_x for g in geoms])
+        fy = np.concatenate([g.frame_y for g in geoms])
+        ps = np.repeat(np.asarray(sizes, dtype=np.int16), counts)
+    else:
+        fx = np.zeros(0, np.float32)
+        fy = np.zeros(0, np.float32)
+        ps = np.zeros(0, np.int16)
+    return DenseSIFT(out, fx, fy, ps, (int(h), int(w)), raw)

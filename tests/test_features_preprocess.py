@@ -1,0 +1,166 @@
+"""Tests of classify_images.features.preprocess (loading and resizing images)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from classify_images.features import (
+    ImageReadError,
+    check_min_size,
+    decode_grayscale,
+    load_grayscale,
+    resize_max_side,
+)
+
+DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+if not DATASETS.is_dir():  # repository checked out elsewhere
+    DATASETS = Path("/work/shared/datasets")
+CALTECH_DIR = DATASETS / "caltech101-mini" / "accordion"
+CALTECH_IMAGE = CALTECH_DIR / "image_0001.jpg"
+
+
+def _write_png(path: Path, image: np.ndarray) -> Path:
+    ok, buf = cv2.imencode(".png", image)
+    assert ok
+    buf.tofile(str(path))
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Bad files
+# ---------------------------------------------------------------------------
+def test_zero_byte_file(tmp_path):
+    p = tmp_path / "empty.jpg"
+    p.write_bytes(b"")
+    with pytest.raises(ImageReadError, match="^empty file$") as info:
+        load_grayscale(p)
+    assert info.value.path == str(p)
+    assert isinstance(info.value, ValueError)
+
+
+def test_text_file_named_jpg(tmp_path):
+    p = tmp_path / "notes.jpg"
+    p.write_text("this is not an image\n" * 10)
+    with pytest.raises(ImageReadError, match="not an image or unsupported format"):
+        load_grayscale(p)
+
+
+def test_truncated_jpeg(tmp_path, capfd):
+    data = CALTECH_IMAGE.read_bytes()
+    p = tmp_path / "truncated.jpg"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImageReadError, match="truncated or corrupt image"):
+        load_grayscale(p)
+    # rejected before decoding: no libjpeg "Premature end of JPEG file" noise
+    assert "Premature end" not in capfd.readouterr().err
+
+
+def test_jpeg_with_trailing_bytes_is_fine(tmp_path):
+    p = tmp_path / "trailing.jpg"
+    p.write_bytes(CALTECH_IMAGE.read_bytes() + b"\x00" * 16)
+    img = load_grayscale(p)
+    np.testing.assert_array_equal(img, load_grayscale(CALTECH_IMAGE))
+
+
+def test_truncated_png(tmp_path):
+    full = _write_png(tmp_path / "full.png", (np.arange(64 * 64) % 251).astype(np.uint8).reshape(64, 64))
+    p = tmp_path / "truncated.png"
+    data = full.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImageReadError, match="truncated or corrupt image"):
+        load_grayscale(p)
+
+
+def test_missing_file_is_not_an_image_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_grayscale(tmp_path / "does-not-exist.jpg")
+
+
+def test_tiny_image(tmp_path):
+    p = _write_png(tmp_path / "tiny.png", np.full((10, 30), 128, np.uint8))
+    img = load_grayscale(p)
+    assert img.shape == (10, 30)
+    with pytest.raises(ImageReadError, match=r"image smaller than one patch \(30x10 < 16\)"):
+        check_min_size(img, 16)
+    with pytest.raises(ImageReadError, match=r"\(30x10 < 40\)"):
+        check_min_size(img, (16, 24, 32, 40))
+    check_min_size(np.zeros((16, 16), np.float32), 16)  # fits exactly: no error
+
+
+# ---------------------------------------------------------------------------
+# Good files
+# ---------------------------------------------------------------------------
+def test_colour_image_to_grayscale(tmp_path):
+    bgr = np.zeros((20, 30, 3), np.uint8)
+    bgr[:, :10] = (0, 0, 255)  # red
+    bgr[:, 10:20] = (0, 255, 0)  # green
+    bgr[:, 20:] = (255, 0, 0)  # blue
+    img = load_grayscale(_write_png(tmp_path / "colour.png", bgr))
+    assert img.shape == (20, 30) and img.dtype == np.float32
+    np.testing.assert_allclose(img[0, [0, 15, 25]], np.array([0.299, 0.587, 0.114]), atol=1.5 / 255)
+
+
+def test_value_range_and_no_max_normalisation(tmp_path):
+    arr = np.full((20, 20), 100, np.uint8)
+    arr[5, 5] = 150
+    img = load_grayscale(_write_png(tmp_path / "dim.png", arr))
+    assert img.dtype == np.float32 and img.flags["C_CONTIGUOUS"]
+    assert img.max() == pytest.approx(150 / 255)  # not stretched to 1
+    assert img[0, 0] == pytest.approx(100 / 255)
+
+
+def test_resize_longer_side(tmp_path):
+    arr = (np.random.default_rng(0).random((400, 1000)) * 255).astype(np.uint8)
+    p = _write_png(tmp_path / "wide.png", arr)
+    assert load_grayscale(p, max_side=300).shape == (120, 300)
+    assert load_grayscale(p.as_posix(), max_side=250).shape == (100, 250)
+    assert load_grayscale(p, max_side=None).shape == (400, 1000)
+    tall = _write_png(tmp_path / "tall.png", np.ascontiguousarray(arr.T))
+    assert load_grayscale(tall, max_side=300).shape == (300, 120)
+    # area averaging: a constant image stays constant
+    const = _write_png(tmp_path / "const.png", np.full((600, 500), 77, np.uint8))
+    np.testing.assert_allclose(load_grayscale(const, 300), 77 / 255, atol=1e-6)
+
+
+def test_never_upscale(tmp_path):
+    p = _write_png(tmp_path / "small.png", np.full((50, 80), 10, np.uint8))
+    assert load_grayscale(p, max_side=300).shape == (50, 80)
+    small = np.zeros((50, 80), np.uint8)
+    assert resize_max_side(small, 300) is small
+
+
+def test_bad_max_side(tmp_path):
+    p = _write_png(tmp_path / "x.png", np.zeros((20, 20), np.uint8))
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="max_side"):
+            load_grayscale(p, max_side=bad)
+
+
+def test_non_ascii_path(tmp_path):
+    d = tmp_path / "données ✓ 图像"
+    d.mkdir()
+    p = _write_png(d / "éàü.png", np.full((30, 40), 200, np.uint8))
+    img = load_grayscale(p)
+    assert img.shape == (30, 40)
+
+
+def test_real_caltech_image_loads():
+    img = load_grayscale(CALTECH_IMAGE)
+    assert img.ndim == 2 and img.dtype == np.float32 and img.flags["C_CONTIGUOUS"]
+    assert max(img.shape) <= 300
+    assert 0.0 <= img.min() and img.max() <= 1.0 and img.std() > 0.05
+    raw = cv2.imread(str(CALTECH_IMAGE), cv2.IMREAD_GRAYSCALE)
+    if max(raw.shape) <= 300:
+        np.testing.assert_allclose(img, raw / 255.0, atol=1e-6)
+    check_min_size(img, (16, 24, 32, 40))
+
+
+def test_decode_grayscale_from_bytes():
+    data = CALTECH_IMAGE.read_bytes()
+    np.testing.assert_array_equal(decode_grayscale(data), load_grayscale(CALTECH_IMAGE))
+    with pytest.raises(ImageReadError, match="empty file"):
+        decode_grayscale(b"")
