@@ -5,13 +5,16 @@
   the code is the one-hot vector of :math:`k^*`, stored as the index alone.
 * :func:`sparse_encode` — sparse coding (ScSPM, Eq. 3 with the dictionary fixed):
   :math:`u = \\arg\\min_u \\tfrac12\\lVert x - V^\\top u\\rVert_2^2 + \\lambda\\lVert u\\rVert_1`,
-  solved exactly by LARS (``spams.lasso``, mode 2), stored as a CSR matrix.
+  solved exactly by the LARS-lasso homotopy (:func:`classify_images.coding.lars.lasso_lars_codes`,
+  numba; the same problem and solution as ``spams.lasso`` mode 2), stored as a CSR matrix.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
+from .lars import lasso_lars_codes
 
 __all__ = ["vq_encode", "sparse_encode", "SparseCoder"]
 
@@ -48,9 +51,10 @@ def vq_encode(descriptors: np.ndarray, centres: np.ndarray) -> np.ndarray:
 class SparseCoder:
     """Sparse coding over a fixed dictionary (ScSPM Eq. 3, :math:`V` fixed).
 
-    The Gram matrix :math:`V V^\\top` is computed once and handed to SPAMS'
-    LARS with every batch, so encoding an image costs one product
-    :math:`V X` plus the LARS steps.
+    The Gram matrix :math:`V V^\\top` is computed once and shared by every
+    call, so encoding an image costs one product :math:`X V^\\top` plus the
+    LARS-lasso steps of :func:`~classify_images.coding.lars.lasso_lars_codes`
+    (exact solutions, equal to ``spams.lasso(..., mode=2)``'s).
 
     Parameters
     ----------
@@ -61,22 +65,13 @@ class SparseCoder:
     """
 
     def __init__(self, dictionary: np.ndarray, lambda1: float = 0.15) -> None:
-        self.dictionary = np.asfortranarray(np.asarray(dictionary, dtype=np.float64).T)
-        self.gram = np.asfortranarray(self.dictionary.T @ self.dictionary)
+        self.dictionary = np.ascontiguousarray(np.asarray(dictionary, dtype=np.float64))
+        self.gram = self.dictionary @ self.dictionary.T
         self.lambda1 = float(lambda1)
 
     def encode(self, descriptors: np.ndarray) -> sp.csr_matrix:
         """Sparse codes, CSR float32 of shape (n, K)."""
-        import spams
-
-        K = self.gram.shape[0]
-        descriptors = np.asarray(descriptors)
-        if descriptors.shape[0] == 0:
-            return sp.csr_matrix((0, K), dtype=np.float32)
-        X = np.asfortranarray(descriptors.T, dtype=np.float64)
-        correlations = np.asfortranarray(self.dictionary.T @ X)
-        codes = spams.lasso(X, Q=self.gram, q=correlations, lambda1=self.lambda1, mode=2, numThreads=1)
-        return sp.csr_matrix(codes.T, dtype=np.float32)
+        return lasso_lars_codes(np.asarray(descriptors), self.dictionary, self.lambda1, gram=self.gram)
 
 
 def sparse_encode(descriptors: np.ndarray, dictionary: np.ndarray, lambda1: float = 0.15) -> sp.csr_matrix:

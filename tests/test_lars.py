@@ -1,0 +1,152 @@
+"""The numba LARS-lasso encoder against spams.lasso (mode 2) and the lasso KKT conditions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from classify_images.coding import SparseCoder
+from classify_images.coding.lars import lasso_lars_codes, lasso_objective
+
+from .conftest import SCENE15, require
+
+spams = pytest.importorskip("spams")
+
+LAM = 0.15
+
+
+def _spams_codes(X, D, lam):
+    X = np.asarray(X, dtype=np.float64)
+    D = np.asarray(D, dtype=np.float64)
+    G = np.asfortranarray(D @ D.T)
+    q = np.asfortranarray(D @ X.T)
+    codes = spams.lasso(np.asfortranarray(X.T), Q=G, q=q, lambda1=lam, mode=2, numThreads=1)
+    return np.asarray(codes.T.todense())
+
+
+def _check_kkt(X, D, U, lam, tol):
+    corr = (np.asarray(X, np.float64) - U @ D) @ D.T
+    assert np.all(np.abs(corr) <= lam + tol)
+    support = U != 0
+    np.testing.assert_allclose(corr[support], lam * np.sign(U[support]), atol=tol)
+
+
+def _compare(X, D, lam, *, correlation_dtype, atol, kkt_tol, same_support=True):
+    D = np.asarray(D, dtype=np.float64)
+    U = lasso_lars_codes(X, D, lam, correlation_dtype=correlation_dtype)
+    assert sp.isspmatrix_csr(U) and U.dtype == np.float32 and U.shape == (X.shape[0], D.shape[0])
+    assert U.has_sorted_indices
+    A = U.toarray().astype(np.float64)
+    R = _spams_codes(X, D, lam)
+    np.testing.assert_allclose(A, R, atol=atol, rtol=0)
+    if same_support:
+        assert np.array_equal(A != 0, R != 0)
+    else:  # supports may differ only on coefficients below atol
+        assert np.all(np.abs(A[(A != 0) != (R != 0)]) <= atol)
+        assert np.all(np.abs(R[(A != 0) != (R != 0)]) <= atol)
+    fo, fr = lasso_objective(X, D, A, lam), lasso_objective(X, D, R, lam)
+    np.testing.assert_allclose(fo, fr, rtol=1e-6, atol=1e-12)
+    _check_kkt(X, D, A, lam, kkt_tol)
+    return A
+
+
+@pytest.mark.parametrize("K,d", [(40, 32), (256, 64), (300, 20)])
+def test_random_dictionaries_match_spams(K, d):
+    rng = np.random.default_rng(K + d)
+    D = rng.normal(size=(K, d))
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    X = rng.normal(size=(300, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    X[:100] *= rng.uniform(0.1, 3.0, size=(100, 1))
+    A = _compare(X, D, LAM, correlation_dtype=np.float64, atol=1e-6, kkt_tol=1e-6)
+    assert (A != 0).sum(1).mean() > 3
+
+
+@pytest.fixture(scope="module")
+def sift_data():
+    from classify_images.features.dsift import dense_sift
+    from classify_images.features.preprocess import load_grayscale
+
+    paths = sorted(require(SCENE15).glob("*/*.jpg"))
+    rng = np.random.default_rng(0)
+    pick = [paths[i] for i in rng.choice(len(paths), 6, replace=False)]
+    X = np.concatenate([dense_sift(load_grayscale(p), 16, 8).descriptors for p in pick])
+    train, test = X[: len(X) // 2], X[len(X) // 2 :]
+    norms = np.linalg.norm(train, axis=1)
+    atoms = train[rng.choice(np.flatnonzero(norms > 0.5), 512, replace=False)].astype(np.float64)
+    atoms /= np.linalg.norm(atoms, axis=1, keepdims=True)
+    return test[:1500], atoms
+
+
+def test_dense_sift_matches_spams_float64(sift_data):
+    X, D = sift_data
+    A = _compare(X, D, LAM, correlation_dtype=np.float64, atol=1e-6, kkt_tol=1e-6)
+    nnz = (A != 0).sum(1)
+    assert 3 < nnz[nnz > 0].mean() < 40
+
+
+def test_dense_sift_matches_spams_float32_correlations(sift_data):
+    X, D = sift_data
+    _compare(X, D, LAM, correlation_dtype=np.float32, atol=1e-4, kkt_tol=1e-5, same_support=False)
+
+
+def test_zero_and_tiny_descriptors_give_empty_codes():
+    rng = np.random.default_rng(5)
+    D = rng.normal(size=(50, 16))
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    X = np.zeros((4, 16))
+    X[1] = 1e-3 * rng.normal(size=16)  # max |Dx| < λ
+    X[2] = rng.normal(size=16)
+    U = lasso_lars_codes(X, D, LAM)
+    assert U.getnnz(1).tolist()[:2] == [0, 0] and U.getnnz(1)[3] == 0 and U.getnnz(1)[2] > 0
+    empty = lasso_lars_codes(np.zeros((0, 16)), D, LAM)
+    assert empty.shape == (0, 50) and empty.dtype == np.float32
+
+
+def test_degenerate_dictionary_duplicate_and_zero_atoms():
+    """Duplicated atoms (singular Gram) and an all-zero atom: still a lasso solution."""
+    rng = np.random.default_rng(6)
+    D = rng.normal(size=(30, 12))
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    D = np.vstack([D, D[:5], np.zeros((1, 12))])
+    X = rng.normal(size=(200, 12))
+    U = lasso_lars_codes(X, D, LAM, correlation_dtype=np.float64).toarray().astype(np.float64)
+    _check_kkt(X, D, U, LAM, 1e-6)
+    assert not U[:, -1].any()
+    # KKT ⇒ optimal (convex problem).  spams' LARS is no reference here: on this
+    # singular Gram it returns NaNs and sub-optimal codes for some descriptors.
+    R = _spams_codes(X, D, LAM)
+    fo, fr = lasso_objective(X, D, U, LAM), lasso_objective(X, D, R, LAM)
+    ok = np.isfinite(fr)
+    assert np.all(fo[ok] <= fr[ok] * (1 + 1e-6) + 1e-12)
+
+
+def test_max_steps_caps_the_path():
+    rng = np.random.default_rng(7)
+    D = rng.normal(size=(64, 32))
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    X = rng.normal(size=(20, 32))
+    U = lasso_lars_codes(X, D, 0.01, max_steps=2)
+    assert U.getnnz(1).max() <= 3
+
+
+def test_sparse_coder_uses_lars_and_precomputed_gram():
+    rng = np.random.default_rng(8)
+    D = rng.normal(size=(60, 24))
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    X = rng.normal(size=(50, 24)).astype(np.float32)
+    coder = SparseCoder(D, LAM)
+    np.testing.assert_allclose(coder.gram, D @ D.T, atol=1e-12)
+    U = coder.encode(X)
+    assert sp.isspmatrix_csr(U) and U.dtype == np.float32 and U.shape == (50, 60)
+    np.testing.assert_allclose(U.toarray(), _spams_codes(X, D, LAM), atol=1e-4)
+    assert coder.encode(np.zeros((0, 24), np.float32)).shape == (0, 60)
+
+
+def test_bad_arguments():
+    D = np.eye(4)
+    with pytest.raises(ValueError, match="match the dictionary"):
+        lasso_lars_codes(np.zeros((2, 3)), D, LAM)
+    with pytest.raises(ValueError, match="lambda1"):
+        lasso_lars_codes(np.zeros((2, 4)), D, -1.0)
