@@ -67,11 +67,15 @@ def learn_kmeans_codebook(
     centres : ndarray of float32, shape (n_words, n_dims)
     """
     from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
 
     descriptors = _check_descriptors(descriptors, n_words, "k-means codebook")
-    kmeans = KMeans(
-        n_clusters=n_words, n_init=1, max_iter=max_iter, tol=1e-4, random_state=random_state
-    ).fit(descriptors)
+    # One thread: k-means++ makes thousands of small BLAS calls whose worker
+    # threads spin-wait; on a loaded machine that was 6-7x slower than one thread.
+    with threadpool_limits(limits=1):
+        kmeans = KMeans(
+            n_clusters=n_words, n_init=1, max_iter=max_iter, tol=1e-4, random_state=random_state
+        ).fit(descriptors)
     return np.ascontiguousarray(kmeans.cluster_centers_, dtype=np.float32)
 
 
