@@ -126,6 +126,8 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         self : object
             The fitted estimator.
         """
+        if y is None:  # sklearn's check_requires_y_none expects this message
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         X, y = self._validate_X(X, reset=True, y=y)
         check_classification_targets(y)
         self.classes_, y_index = np.unique(y, return_inverse=True)

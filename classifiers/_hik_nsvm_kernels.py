@@ -1,0 +1,332 @@
+"""Numba kernels of the HIK nSVM (Sharma & Jurie): scoring and the SGD of Algorithm 1.
+
+All kernels are ``@njit(cache=True, nogil=True)`` so that the one-vs-rest problems can run
+in threads.  Feature vectors are non-negative.  A row is processed through its non-zero
+entries only: a zero feature contributes ``min(0, |w_d|) = 0`` to Eq. 7b and receives no
+update (``|w_d| < 0`` never holds), so dense rows are first gathered into
+``(index, value)`` buffers and both storage formats then share the same code (and give
+identical numbers: the indices are visited in the same increasing order).
+
+The decision function, for one problem, is Eq. 7b plus an optional bias ``b``::
+
+    f(w, x) = b + sum_d sign(w_d) min(x_d, |w_d|)
+
+The successive relaxation of §2.2 replaces, for a feature value ``x`` (0 < x < 1) and a
+smoothing level ``t``, ``h(|w|) = min(x, |w|)`` by the piecewise-linear, concave
+``h_t`` with ``tau = max(t, x)``::
+
+    h_t(a) = x a / tau                     if a <= tau
+    h_t(a) = x + s (a - tau),              s = x (tau - x) / (1 - x),   otherwise
+
+and the term by ``sign(w) h_t(|w|)``.  ``t <= x`` (in particular ``t = 0``) gives the
+intersection term exactly; ``t = 1`` gives ``x w``, the linear SVM's term (the convex
+relaxation of Fig. 2).  The paper's Eq. 10 is only partly legible in our copy; this is our
+reconstruction of a relaxation with the properties the text states (piecewise linear, odd,
+exact at ``t = x``, linear at ``t = 1``, ``t`` replaced by ``max(t, x_d)``).
+:class:`~classify_images.classifiers.hik_nsvm.HIKnSVM` always runs ``t = 0`` (Algorithm 1);
+the relaxed levels serve ``scripts/study_hik_nsvm_relaxation.py``, which measured no gain in
+accuracy or convergence from the relaxation start (BENCHMARKS_hik_nsvm.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "sgd_dense",
+    "sgd_csr",
+    "objective_dense",
+    "objective_csr",
+    "decision_dense",
+    "decision_csr",
+    "intersection_gram",
+    "epoch_orders",
+]
+
+
+# --------------------------------------------------------------------------- scalar pieces
+@njit(cache=True, nogil=True)
+def _hik_term(wd, x):
+    """``sign(w_d) min(x, |w_d|)`` (one term of Eq. 7b)."""
+    a = abs(wd)
+    v = a if a < x else x
+    return v if wd >= 0.0 else -v
+
+
+@njit(cache=True, nogil=True)
+def _relaxed_term(wd, x, t):
+    """``sign(w_d) h_t(|w_d|)``: the term of the relaxation at level ``t`` (exact if t <= x)."""
+    if t <= x:
+        return _hik_term(wd, x)
+    a = abs(wd)
+    if a <= t:
+        v = x * a / t
+    else:
+        v = x + x * (t - x) / (1.0 - x) * (a - t)
+    return v if wd >= 0.0 else -v
+
+
+@njit(cache=True, nogil=True)
+def _relaxed_slope(wd, x, t):
+    """``d/dw_d`` of :func:`_relaxed_term`; for ``t <= x`` the indicator ``[|w_d| < x]`` of Eq. 9."""
+    a = abs(wd)
+    if t <= x:
+        return 1.0 if a < x else 0.0
+    if a < t:
+        return x / t
+    return x * (t - x) / (1.0 - x)
+
+
+@njit(cache=True, nogil=True)
+def _shrink(wd, amount):
+    """``sign(w_d) max(0, |w_d| - amount)`` (Algorithm 1, line 6)."""
+    a = abs(wd) - amount
+    if a <= 0.0:
+        return 0.0
+    return a if wd > 0.0 else -a
+
+
+@njit(cache=True, nogil=True)
+def _gather(row, idx, val):
+    """Non-zero entries of a dense row into ``idx``/``val``; returns their number."""
+    nnz = 0
+    for d in range(row.shape[0]):
+        x = row[d]
+        if x != 0.0:
+            idx[nnz] = d
+            val[nnz] = x
+            nnz += 1
+    return nnz
+
+
+@njit(cache=True, nogil=True)
+def _row_score(idx, val, nnz, w, b):
+    """Eq. 7b (+ bias) for one row given by its non-zeros."""
+    f = b
+    for k in range(nnz):
+        f += _hik_term(w[idx[k]], val[k])
+    return f
+
+
+# --------------------------------------------------------------------------- one SGD step
+@njit(cache=True, nogil=True)
+def _sgd_step(idx, val, nnz, y, c, w, last, cum, b, r, margin, t, fit_intercept):
+    """One example of Algorithm 1 (lines 5-6), with the l1 shrink applied lazily.
+
+    Every shrink ``w_d <- sign(w_d) max(0, |w_d| - r lambda)`` moves ``w_d`` towards 0 and
+    stops there, so k successive shrinks equal one shrink by their total.  ``cum`` is the
+    total shrink of the epoch so far and ``last[d]`` the part of it already applied to
+    ``w_d``: the coordinates of the example are brought up to date before they are read,
+    the others when the epoch ends.  The result is the same as the eager update.
+
+    Returns the (possibly updated) bias.
+    """
+    f = b
+    for k in range(nnz):
+        d = idx[k]
+        pending = cum - last[d]
+        if pending > 0.0:
+            w[d] = _shrink(w[d], pending)
+            last[d] = cum
+        f += _relaxed_term(w[d], val[k], t)
+    if y * f < margin:
+        step = r * c * y
+        if t <= 0.0:  # Algorithm 1, line 5 (fast path of the t = 0 slope below)
+            for k in range(nnz):
+                d = idx[k]
+                if abs(w[d]) < val[k]:
+                    w[d] += step
+        else:
+            for k in range(nnz):
+                d = idx[k]
+                w[d] += step * _relaxed_slope(w[d], val[k], t)
+        if fit_intercept:
+            b += step
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _flush(w, last, cum):
+    for d in range(w.shape[0]):
+        pending = cum - last[d]
+        if pending > 0.0:
+            w[d] = _shrink(w[d], pending)
+        last[d] = 0.0
+
+
+# --------------------------------------------------------------------------- SGD drivers
+@njit(cache=True, nogil=True)
+def epoch_orders(n, n_epochs, seed):
+    """The example orders the SGD drivers visit for ``seed``: (n_epochs, n) int64.
+
+    Same calls to numba's (thread-local) generator as :func:`sgd_dense`/:func:`sgd_csr`:
+    seeded once, then one in-place shuffle of the previous order per epoch.
+    """
+    np.random.seed(seed)
+    order = np.arange(n)
+    out = np.empty((n_epochs, n), dtype=np.int64)
+    for e in range(n_epochs):
+        np.random.shuffle(order)
+        out[e] = order
+    return out
+
+
+@njit(cache=True, nogil=True)
+def sgd_dense(X, y, sw, rates, ts, seed, w, b, alpha, margin, fit_intercept, curve):
+    """Run the SGD epochs of Algorithm 1 on dense rows, in place on ``w``.
+
+    Parameters
+    ----------
+    X : (n, D) float32/float64 array, non-negative.
+    y : (n,) labels in {-1, +1}.
+    sw : (n,) float64 per-example weight ``c_i`` of the hinge loss.
+    rates, ts : (E,) float64 learning rate ``r`` and relaxation level ``t`` of each epoch
+        (``t = 0`` is Algorithm 1 on the exact Eq. 7b).
+    seed : int seeding the per-epoch shuffles (numba's thread-local generator).
+    w : (D,) float64, initial weights, updated in place.
+    b : float, initial bias.
+    alpha, margin : lambda and m of Eq. 7a.
+    fit_intercept : bool.
+    curve : (E,) float64 receiving the exact objective (Eq. 7a) after each epoch, or an
+        empty array to skip that (it costs one scoring pass per epoch).
+
+    Returns
+    -------
+    b : float, the final bias.
+    """
+    n, D = X.shape
+    idx = np.empty(D, dtype=np.int64)
+    val = np.empty(D, dtype=np.float64)
+    last = np.zeros(D, dtype=np.float64)
+    np.random.seed(seed)
+    order = np.arange(n)
+    for e in range(rates.shape[0]):
+        np.random.shuffle(order)
+        r = rates[e]
+        t = ts[e]
+        cum = 0.0
+        for j in range(n):
+            i = order[j]
+            nnz = _gather(X[i], idx, val)
+            b = _sgd_step(idx, val, nnz, y[i], sw[i], w, last, cum, b, r, margin, t, fit_intercept)
+            cum += r * alpha
+        _flush(w, last, cum)
+        if curve.shape[0] > 0:
+            curve[e] = objective_dense(X, y, sw, w, b, alpha, margin)
+    return b
+
+
+@njit(cache=True, nogil=True)
+def sgd_csr(indptr, indices, data, y, sw, rates, ts, seed, w, b, alpha, margin, fit_intercept, curve):
+    """:func:`sgd_dense` for CSR rows (sorted indices); same numbers for the same matrix."""
+    n = indptr.shape[0] - 1
+    D = w.shape[0]
+    last = np.zeros(D, dtype=np.float64)
+    np.random.seed(seed)
+    order = np.arange(n)
+    for e in range(rates.shape[0]):
+        np.random.shuffle(order)
+        r = rates[e]
+        t = ts[e]
+        cum = 0.0
+        for j in range(n):
+            i = order[j]
+            lo = indptr[i]
+            hi = indptr[i + 1]
+            b = _sgd_step(indices[lo:hi], data[lo:hi], hi - lo, y[i], sw[i], w, last, cum, b,
+                          r, margin, t, fit_intercept)
+            cum += r * alpha
+        _flush(w, last, cum)
+        if curve.shape[0] > 0:
+            curve[e] = objective_csr(indptr, indices, data, y, sw, w, b, alpha, margin)
+    return b
+
+
+# --------------------------------------------------------------------------- objective
+@njit(cache=True, nogil=True)
+def _objective_tail(w, alpha, loss_sum, n):
+    reg = 0.0
+    for d in range(w.shape[0]):
+        reg += abs(w[d])
+    return alpha * reg + loss_sum / n
+
+
+@njit(cache=True, nogil=True)
+def objective_dense(X, y, sw, w, b, alpha, margin):
+    """Eq. 7a: ``alpha ||w||_1 + (1/n) sum_i c_i max(0, m - y_i f(w, x_i))``."""
+    n, D = X.shape
+    idx = np.empty(D, dtype=np.int64)
+    val = np.empty(D, dtype=np.float64)
+    loss = 0.0
+    for i in range(n):
+        nnz = _gather(X[i], idx, val)
+        z = margin - y[i] * _row_score(idx, val, nnz, w, b)
+        if z > 0.0:
+            loss += sw[i] * z
+    return _objective_tail(w, alpha, loss, n)
+
+
+@njit(cache=True, nogil=True)
+def objective_csr(indptr, indices, data, y, sw, w, b, alpha, margin):
+    """:func:`objective_dense` for CSR rows."""
+    n = indptr.shape[0] - 1
+    loss = 0.0
+    for i in range(n):
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        z = margin - y[i] * _row_score(indices[lo:hi], data[lo:hi], hi - lo, w, b)
+        if z > 0.0:
+            loss += sw[i] * z
+    return _objective_tail(w, alpha, loss, n)
+
+
+# --------------------------------------------------------------------------- prediction
+@njit(cache=True, nogil=True)
+def _add_terms(out_row, Wt, d, x):
+    for p in range(Wt.shape[1]):
+        out_row[p] += _hik_term(Wt[d, p], x)
+
+
+@njit(cache=True, nogil=True)
+def decision_dense(X, Wt, intercept, out):
+    """Eq. 7b for every row and problem: ``out[i, p] = b_p + sum_d sign(W_dp) min(X_id, |W_dp|)``.
+
+    ``Wt`` is the (D, P) transposed weight matrix, so that the P weights of a feature are
+    contiguous.  Zero features are skipped (their term is 0): O(D + nnz P) per row.
+    """
+    n, D = X.shape
+    for i in range(n):
+        out[i, :] = intercept
+        for d in range(D):
+            x = X[i, d]
+            if x != 0.0:
+                _add_terms(out[i], Wt, d, x)
+
+
+@njit(cache=True, nogil=True)
+def decision_csr(indptr, indices, data, Wt, intercept, out):
+    """:func:`decision_dense` for CSR rows: O(nnz P) per row (a zero feature adds 0)."""
+    for i in range(indptr.shape[0] - 1):
+        out[i, :] = intercept
+        for k in range(indptr[i], indptr[i + 1]):
+            _add_terms(out[i], Wt, indices[k], data[k])
+
+
+# --------------------------------------------------------------------------- exact kernel
+@njit(cache=True, nogil=True)
+def intersection_gram(indptr, indices, data, B, out):
+    """Histogram intersection kernel ``out[i, j] = sum_d min(A_id, B_jd)`` (Eq. 5).
+
+    ``A`` is given in CSR form (non-negative) and ``B`` dense (m, D): O(nnz(A_i)) per entry.
+    """
+    for i in range(indptr.shape[0] - 1):
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        for j in range(B.shape[0]):
+            s = 0.0
+            for k in range(lo, hi):
+                a = data[k]
+                v = B[j, indices[k]]
+                s += a if a < v else v
+            out[i, j] = s

@@ -1,0 +1,521 @@
+"""Numba kernels of :mod:`classify_images.classifiers.pmsvm` (PmSVM and PmSVM-LUT).
+
+Every kernel is ``@njit(cache=True, nogil=True)`` and reads the training or test
+matrix through the three CSR arrays ``indptr, indices, data``.  Dense input uses
+the same kernels with ``dense=True``: ``data`` is the C-ordered matrix flattened,
+``indptr[i] = i * d`` and the column of entry ``k`` of row ``i`` is
+``k - indptr[i]`` (``indices`` is then unused).  Dense and CSR input therefore go
+through the same arithmetic in the same order and give identical numbers.
+
+Notation (Wu, CVPR 2012; Yang & Wu, JMLR W&CP 2012) shared with ``pmsvm.py``:
+
+* ``x_hat = min(x / max_j, 1)`` is a feature scaled into [0, 1] by the training
+  maximum of its dimension; ``x_tilde = max(x_hat, eps)`` replaces zeros by
+  ``eps`` in the kernel maths (CVPR Sec. 3.1).
+* ``phi(x) = (1, t, ..., t^m)`` with ``t = ln(x_tilde + 0.05)`` is the basis of
+  the polynomial ``g_j(x) ~ a_j . phi(x)`` (CVPR Eq. 9).
+* ``u(x) = X^-1 M_p(c, x_tilde)`` is the coefficient increment of CVPR Eq. 11
+  (``X`` the Vandermonde matrix of the nodes ``c`` in ``t``).
+* ``phi0 = phi(0)`` and ``v0 = u(0)``: the basis and increment of a zero entry.
+
+A *delta row* of a value ``x`` is ``[phi(x)[1:] - phi0[1:], u(x) - v0]`` (``2m+1``
+numbers; ``phi(x)[0] - phi0[0] = 0``).  Zero entries have a zero delta row, so
+every loop below runs over the stored non-zeros only (see :func:`dcd_solve`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "LOG_SHIFT",
+    "power_mean",
+    "power_mean_gram_csr",
+    "power_mean_gram_dense",
+    "column_max",
+    "row_constants",
+    "delta_rows_values",
+    "delta_rows_csr",
+    "dcd_solve",
+    "decision_values",
+]
+
+LOG_SHIFT = 0.05
+"""The shift of the polynomial's variable ``t = ln(x + 0.05)`` (CVPR Algorithm 2)."""
+
+BIN_ROUNDING = 1e-9
+"""Added to ``b x_hat`` before ``floor``: ``x = max_j`` gives ``b (1 - 1e-16)``, not ``b - 1``."""
+
+
+# --------------------------------------------------------------------- M_p
+@njit(cache=True, nogil=True)
+def power_mean(x: float, y: float, p: float) -> float:
+    """Scalar power mean ``M_p(x, y) = ((x^p + y^p) / 2)^(1/p)`` (CVPR Eq. 1), ``p <= 0``.
+
+    Evaluated as ``lo * ((1 + (lo/hi)^|p|) / 2)^(1/p)`` with ``lo = min(x, y)``,
+    ``hi = max(x, y)`` (``expm1``/``log1p``), which neither overflows for very
+    negative ``p`` nor loses precision as ``p -> 0``.  Limits: ``p = 0`` gives
+    ``sqrt(x y)`` (Hellinger), ``p = -inf`` gives ``min(x, y)`` (HIK),
+    ``p = -1`` gives ``2xy / (x + y)`` (chi-square).  ``M_p(x, 0) = 0``.
+    Integer ``-64 <= p <= -2`` with ``min(x, y) >= 1e-4`` (no overflow) use the
+    direct formula with integer powers: two transcendentals instead of four.
+    """
+    lo = min(x, y)
+    hi = max(x, y)
+    if lo <= 0.0:
+        return 0.0
+    if p == -1.0:
+        return 2.0 * x * y / (x + y)
+    if p == 0.0:
+        return np.sqrt(x * y)
+    if p == -np.inf:
+        return lo
+    if p >= -64.0 and p == np.floor(p) and lo >= 1e-4:
+        # integer p (e.g. -8): x^p by multiplications, no overflow ((1e-4)^-64 = 1e256)
+        n = int(-p)
+        return np.exp(np.log(0.5 * (1.0 / lo**n + 1.0 / hi**n)) / p)
+    log_ratio = np.log(lo / hi)  # <= 0
+    return lo * np.exp(np.log1p(0.5 * np.expm1(-p * log_ratio)) / p)
+
+
+@njit(cache=True, nogil=True)
+def _row_offsets(indptr, data, p, eps, n_rows):
+    """``sum_{j in nz(x)} [M_p(x~_j, eps) - eps]`` for every row (zero-entry correction)."""
+    out = np.zeros(n_rows)
+    for i in range(n_rows):
+        s = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            s += power_mean(max(data[k], eps), eps, p) - eps
+        out[i] = s
+    return out
+
+
+@njit(cache=True, nogil=True)
+def power_mean_gram_csr(
+    xptr, xind, xdat, yptr, yind, ydat, n_features, p, eps
+):
+    """Power-mean kernel matrix ``K[a, b] = sum_j M_p(x~_aj, y~_bj)`` of two CSR matrices.
+
+    With ``x~ = max(x, eps)`` every one of the ``d`` dimensions contributes;
+    splitting off the zero entries,
+
+    ``K[a, b] = d eps + r_x[a] + r_y[b] + sum_{j in nz(x_a) & nz(y_b)}
+    [M(x~,y~) - M(x~,eps) - M(eps,y~) + eps]``
+
+    with ``r_x[a] = sum_{j in nz(x_a)} [M(x~_j, eps) - eps]`` (``M(eps, eps) = eps``),
+    so the cost is that of merging the sorted index lists of each pair.
+    """
+    nx = xptr.shape[0] - 1
+    ny = yptr.shape[0] - 1
+    rx = _row_offsets(xptr, xdat, p, eps, nx)
+    ry = _row_offsets(yptr, ydat, p, eps, ny)
+    K = np.empty((nx, ny))
+    base = n_features * eps
+    for a in range(nx):
+        a0 = xptr[a]
+        a1 = xptr[a + 1]
+        for b in range(ny):
+            s = 0.0
+            ka = a0
+            kb = yptr[b]
+            b1 = yptr[b + 1]
+            while ka < a1 and kb < b1:
+                ja = xind[ka]
+                jb = yind[kb]
+                if ja < jb:
+                    ka += 1
+                elif jb < ja:
+                    kb += 1
+                else:
+                    u = max(xdat[ka], eps)
+                    v = max(ydat[kb], eps)
+                    s += power_mean(u, v, p) - power_mean(u, eps, p) - power_mean(eps, v, p) + eps
+                    ka += 1
+                    kb += 1
+            K[a, b] = base + rx[a] + ry[b] + s
+    return K
+
+
+@njit(cache=True, nogil=True)
+def power_mean_gram_dense(X, Y, p, eps):
+    """Power-mean kernel matrix of two dense matrices (``sum_j M_p(max(x,eps), max(y,eps))``)."""
+    nx, d = X.shape
+    ny = Y.shape[0]
+    K = np.empty((nx, ny))
+    for a in range(nx):
+        for b in range(ny):
+            s = 0.0
+            for j in range(d):
+                s += power_mean(max(X[a, j], eps), max(Y[b, j], eps), p)
+            K[a, b] = s
+    return K
+
+
+# ------------------------------------------------------------ preparation
+@njit(cache=True, nogil=True)
+def column_max(indptr, indices, data, dense, n_features):
+    """Largest value of every column (0 for a column without stored entries)."""
+    out = np.zeros(n_features)
+    n = indptr.shape[0] - 1
+    for i in range(n):
+        start = indptr[i]
+        for k in range(start, indptr[i + 1]):
+            j = k - start if dense else indices[k]
+            if data[k] > out[j]:
+                out[j] = data[k]
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _delta_row(x_hat, p, eps, node_values, vinv, phi0, m_zero, out, i, scratch):
+    """Write the delta row of the scaled value ``x_hat`` into ``out[i]`` (``2m+1`` floats).
+
+    ``out[i, q-1] = t^q - t0^q`` (q = 1..m) and
+    ``out[i, m:] = X^-1 (M_p(c, x~) - M_p(c, eps))`` (CVPR Eq. 11 minus its zero
+    part); ``scratch`` holds ``m+1`` floats.
+    """
+    m = phi0.shape[0] - 1
+    x_tilde = max(min(x_hat, 1.0), eps)
+    t = np.log(x_tilde + LOG_SHIFT)
+    power = 1.0
+    for q in range(1, m + 1):
+        power *= t
+        out[i, q - 1] = power - phi0[q]
+    for k in range(m + 1):
+        scratch[k] = power_mean(node_values[k], x_tilde, p) - m_zero[k]
+    for r in range(m + 1):
+        s = 0.0
+        for k in range(m + 1):
+            s += vinv[r, k] * scratch[k]
+        out[i, m + r] = s
+
+
+@njit(cache=True, nogil=True)
+def delta_rows_values(values, p, eps, node_values, vinv, phi0, m_zero):
+    """Delta rows of scaled values (the look-up table T1/T2 of the LUT paper, Eqs. 18-19)."""
+    m = phi0.shape[0] - 1
+    out = np.empty((values.shape[0], 2 * m + 1), dtype=np.float32)
+    scratch = np.empty(m + 1)
+    for i in range(values.shape[0]):
+        _delta_row(values[i], p, eps, node_values, vinv, phi0, m_zero, out, i, scratch)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def delta_rows_csr(indptr, indices, data, inv_max, p, eps, node_values, vinv, phi0, m_zero):
+    """Delta rows of every stored entry of a CSR matrix (PmSVM's pre-computation, CVPR Sec. 4.4)."""
+    m = phi0.shape[0] - 1
+    out = np.empty((data.shape[0], 2 * m + 1), dtype=np.float32)
+    scratch = np.empty(m + 1)
+    for k in range(data.shape[0]):
+        _delta_row(data[k] * inv_max[indices[k]], p, eps, node_values, vinv, phi0, m_zero, out, k, scratch)
+    return out
+
+
+# ------------------------------------------------------------- training
+@njit(cache=True, nogil=True, inline="always")
+def _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins):
+    """Column ``j`` of entry ``k`` and the row of ``table`` holding its delta row.
+
+    LUT mode: the row is the bin ``h = floor(b x_hat)`` of the LUT paper
+    (``x_hat * b = x * bin_scale[j]``), capped at ``b``; ``BIN_ROUNDING`` makes
+    a value equal to the training maximum land in bin ``b`` despite rounding.  Otherwise the table
+    holds one pre-computed row per stored entry and the row is ``k``.
+    """
+    j = k - start if dense else indices[k]
+    if use_lut:
+        h = int(data[k] * bin_scale[j] + BIN_ROUNDING)
+        if h > n_bins:
+            h = n_bins
+        return j, h
+    return j, k
+
+
+@njit(cache=True, nogil=True)
+def row_constants(indptr, indices, data, dense, use_lut, bin_scale, n_bins, table, inv_max, eps, v0, phi0, n_features):
+    """Per-example numbers shared by all classes (computed once before training).
+
+    Returns ``q_kernel, r, z`` with
+
+    * ``q_kernel[i] = M_p(x_i, x_i) = sum_j x~_ij`` (CVPR Algorithm 3, line 2):
+      ``M_p(x, x) = x``, so for any ``p`` the diagonal is the L1 norm of the
+      scaled features with zeros counted as ``eps``;
+    * ``r[i] = sum_{j in nz(x_i)} v0 . (phi(x_ij) - phi0)``;
+    * ``z[i] = sum_{j in nz(x_i)} phi0 . (u(x_ij) - v0)``
+
+    (see :func:`dcd_solve` for their use).
+    """
+    n = indptr.shape[0] - 1
+    m = phi0.shape[0] - 1
+    q_kernel = np.empty(n)
+    r = np.empty(n)
+    z = np.empty(n)
+    for i in range(n):
+        start = indptr[i]
+        end = indptr[i + 1]
+        sq = 0.0
+        sr = 0.0
+        sz = 0.0
+        n_zero = n_features - (end - start)
+        for k in range(start, end):
+            if data[k] == 0.0:
+                n_zero += 1
+                continue
+            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
+            sq += max(min(data[k] * inv_max[j], 1.0), eps)
+            for q in range(m):
+                sr += v0[q + 1] * table[row, q]
+            for q in range(m + 1):
+                sz += phi0[q] * table[row, m + q]
+        q_kernel[i] = sq + n_zero * eps
+        r[i] = sr
+        z[i] = sz
+    return q_kernel, r, z
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rows_gradient(start, end, dense, indices, data, use_lut, bin_scale, n_bins, table, b, rows, acc):
+    """``acc[c] = sum_{j in nz(x_i)} b[j, 1:, c] . (phi(x_ij) - phi0)[1:]`` for every class ``c``.
+
+    Pre-computed mode (CSR only): entry ``k`` reads table row ``k``.  LUT mode:
+    the bin of each entry is kept in ``rows`` for :func:`_rows_update` (``-1``
+    for a zero entry, whose delta row is zero).
+    """
+    m = b.shape[1] - 1
+    n_classes = b.shape[2]
+    acc[:] = 0.0
+    for k in range(start, end):
+        if use_lut:
+            if data[k] == 0.0:
+                rows[k - start] = -1
+                continue
+            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
+            rows[k - start] = row
+        else:
+            j = indices[k]
+            row = k
+        for q in range(m):
+            dphi = table[row, q]
+            for c in range(n_classes):
+                acc[c] += b[j, q + 1, c] * dphi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rows_update(start, end, dense, indices, use_lut, table, b, rows, delta):
+    """``b[j, :, c] += delta[c] (u(x_ij) - v0)`` for the non-zeros of row ``i`` (all classes)."""
+    m = b.shape[1] - 1
+    n_classes = b.shape[2]
+    for k in range(start, end):
+        if use_lut:
+            row = rows[k - start]
+            if row < 0:
+                continue
+        else:
+            row = k
+        j = k - start if dense else indices[k]
+        for q in range(m + 1):
+            du = table[row, m + q]
+            for c in range(n_classes):
+                b[j, q, c] += delta[c] * du
+
+
+@njit(cache=True, nogil=True)
+def dcd_solve(
+    indptr, indices, data, dense, use_lut, bin_scale, n_bins, table,
+    Y, q_kernel, r, z, zero_value, l2_loss, C, tol, max_iter, seed, b, S, n_iter,
+):
+    """Dual coordinate descent of PmSVM (CVPR Algorithm 3; LUT paper Algorithm 3).
+
+    Solves, for every column ``c`` of ``Y`` (a one-vs-rest problem, labels in
+    {-1, +1}), ``min_a 1/2 a^T (Q + D) a - e^T a`` s.t. ``0 <= a_i <= U`` with
+    ``Q_it = y_i y_t M_p(x_i, x_t)`` (CVPR Eq. 3); ``D = 0, U = C`` for the hinge
+    (``l2_loss=False``), ``D = I/(2C), U = inf`` for the squared hinge, following
+    LIBLINEAR's ``solve_l2r_l1l2_svc``: a random permutation every outer
+    iteration, shrinking, and the stopping rule ``max PG - min PG <= tol`` on
+    the projected gradient (all per problem).
+
+    The gradient needs ``g(x_i) = sum_j a_j . phi(x_ij)`` (CVPR Eq. 9) and the
+    update ``a_j += delta u(x_ij)`` for every ``j`` (Eq. 11, ``delta = y_i
+    Delta alpha_i``), both over all ``d`` dimensions.  The zero entries share
+    the increment ``v0``, so the coefficients are kept as ``a_j = b_j + S v0``
+    with ``S = sum_i alpha_i y_i`` and ``b_j += delta (u(x_ij) - v0)`` on the
+    non-zeros of ``x_i`` only.  Then, with ``beta = phi0 . sum_j b_j``,
+
+    ``g(x_i) = sum_{j in nz} b_j . (phi(x_ij) - phi0) + S (r_i + zero_value) + beta``
+
+    (``r_i``, ``z_i`` from :func:`row_constants`, ``zero_value = d v0 . phi0``),
+    and an update changes ``beta`` by ``delta z_i``: O(nnz_i m) per step.
+
+    The problems of the group share the examples' order (one permutation of all
+    ``n`` examples per outer iteration, skipping those a problem has shrunk), so
+    each visit of ``x_i`` serves all of them: its entries and table rows are
+    read once and ``b[j, :, :]`` is contiguous over the problems.  A problem's
+    numbers do not depend on the others in its group (same seed, same
+    permutations), so any grouping (threads) gives the same model.
+
+    Writes ``b`` (d, m+1, n_problems), ``S`` and ``n_iter`` (outer iterations
+    until each problem stopped).
+    """
+    n, n_classes = Y.shape
+    if l2_loss:
+        diag = 0.5 / C
+        upper = np.inf
+    else:
+        diag = 0.0
+        upper = C
+    alpha = np.zeros((n, n_classes))
+    shrunk = np.zeros((n, n_classes), dtype=np.bool_)
+    n_shrunk = np.zeros(n_classes, dtype=np.int64)
+    done = np.zeros(n_classes, dtype=np.bool_)
+    beta = np.zeros(n_classes)
+    acc = np.empty(n_classes)
+    delta = np.zeros(n_classes)
+    pg_max_old = np.full(n_classes, np.inf)
+    pg_min_old = np.full(n_classes, -np.inf)
+    pg_max_new = np.empty(n_classes)
+    pg_min_new = np.empty(n_classes)
+    S[:] = 0.0
+    n_iter[:] = 0
+    b[:, :, :] = 0.0
+    longest = 0
+    for i in range(n):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    rows = np.empty(longest if use_lut else 0, dtype=np.int64)
+    index = np.arange(n)
+    np.random.seed(seed)
+    n_done = 0
+    it = 0
+    while it < max_iter and n_done < n_classes:
+        pg_max_new[:] = -np.inf
+        pg_min_new[:] = np.inf
+        for s in range(n):
+            swap = s + np.random.randint(0, n - s)
+            tmp = index[s]
+            index[s] = index[swap]
+            index[swap] = tmp
+        for s in range(n):
+            i = index[s]
+            needed = False
+            for c in range(n_classes):
+                if not done[c] and not shrunk[i, c]:
+                    needed = True
+                    break
+            if not needed:
+                continue
+            start = indptr[i]
+            end = indptr[i + 1]
+            _rows_gradient(start, end, dense, indices, data, use_lut, bin_scale, n_bins, table, b, rows, acc)
+            any_delta = False
+            for c in range(n_classes):
+                delta[c] = 0.0
+                if done[c] or shrunk[i, c]:
+                    continue
+                yi = float(Y[i, c])
+                a = alpha[i, c]
+                G = yi * (acc[c] + S[c] * (r[i] + zero_value) + beta[c]) - 1.0 + diag * a
+                PG = 0.0
+                if a == 0.0:
+                    if G > pg_max_old[c]:
+                        shrunk[i, c] = True
+                        n_shrunk[c] += 1
+                        continue
+                    elif G < 0.0:
+                        PG = G
+                elif a == upper:
+                    if G < pg_min_old[c]:
+                        shrunk[i, c] = True
+                        n_shrunk[c] += 1
+                        continue
+                    elif G > 0.0:
+                        PG = G
+                else:
+                    PG = G
+                pg_max_new[c] = max(pg_max_new[c], PG)
+                pg_min_new[c] = min(pg_min_new[c], PG)
+                if abs(PG) > 1.0e-12:
+                    new = min(max(a - G / (q_kernel[i] + diag), 0.0), upper)
+                    alpha[i, c] = new
+                    delta[c] = (new - a) * yi
+                    if delta[c] != 0.0:
+                        any_delta = True
+                        beta[c] += delta[c] * z[i]
+                        S[c] += delta[c]
+            if any_delta:
+                _rows_update(start, end, dense, indices, use_lut, table, b, rows, delta)
+        it += 1
+        for c in range(n_classes):
+            if done[c]:
+                continue
+            n_iter[c] = it
+            if pg_max_new[c] - pg_min_new[c] <= tol:
+                if n_shrunk[c] == 0:
+                    done[c] = True
+                    n_done += 1
+                    continue
+                for i in range(n):
+                    shrunk[i, c] = False
+                n_shrunk[c] = 0
+                pg_max_old[c] = np.inf
+                pg_min_old[c] = -np.inf
+                continue
+            pg_max_old[c] = pg_max_new[c]
+            pg_min_old[c] = pg_min_new[c]
+            if pg_max_old[c] <= 0.0:
+                pg_max_old[c] = np.inf
+            if pg_min_old[c] >= 0.0:
+                pg_min_old[c] = -np.inf
+
+
+# ------------------------------------------------------------ prediction
+@njit(cache=True, nogil=True)
+def decision_values(
+    indptr,
+    indices,
+    data,
+    dense,
+    use_lut,
+    bin_scale,
+    n_bins,
+    table,
+    inv_max,
+    eps,
+    coef,
+    zero_scores,
+    phi0,
+):
+    """Decision values ``g(q) = sum_j a_j . phi(q_j)`` (CVPR Eq. 10; LUT paper Eq. 20).
+
+    ``coef[j, q, c]`` is ``a_{j,q}`` of problem ``c`` (its ``q = 0`` term cancels in
+    ``phi(q_j) - phi0``); ``zero_scores[c] =
+    sum_j a_cj . phi0`` is the score of the all-zero vector, so that
+    ``g(q) = zero_scores + sum_{j in nz(q)} a_j . (phi(q_j) - phi0)``: O(nnz m)
+    per problem.  LUT mode reads ``phi(q_j) - phi0`` from the table's bin of
+    ``q_j``; otherwise ``t = ln(min(q_j / max_j, 1) ~ + 0.05)`` is computed.
+    """
+    n = indptr.shape[0] - 1
+    m = coef.shape[1] - 1
+    n_problems = coef.shape[2]
+    out = np.empty((n, n_problems))
+    dphi = np.empty(m)
+    for i in range(n):
+        for c in range(n_problems):
+            out[i, c] = zero_scores[c]
+        start = indptr[i]
+        for k in range(start, indptr[i + 1]):
+            if data[k] == 0.0:
+                continue
+            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
+            if use_lut:
+                for q in range(m):
+                    dphi[q] = table[row, q]
+            else:
+                t = np.log(max(min(data[k] * inv_max[j], 1.0), eps) + LOG_SHIFT)
+                power = 1.0
+                for q in range(m):
+                    power *= t
+                    dphi[q] = power - phi0[q + 1]
+            for q in range(m):
+                for c in range(n_problems):
+                    out[i, c] += coef[j, q + 1, c] * dphi[q]
+    return out

@@ -1,0 +1,292 @@
+"""Linear one-vs-all SVM with the squared ("quadratic") hinge, trained by L-BFGS.
+
+This is the classifier of ScSPM (Yang, Yu, Gong & Huang, CVPR 2009, section 4.2).
+For each class ``c`` the paper solves (its Eq. 13, with the differentiable loss
+below it)
+
+.. math::
+
+    \\min_{w_c} \\; \\|w_c\\|^2 + C_{paper} \\sum_{i=1}^n
+        \\max(0,\\, 1 - y_i^c\\, w_c^\\top z_i)^2 ,
+
+with the bias folded into ``w_c`` (footnote 2), and predicts the class of the
+largest ``w_c^T z`` (Eq. 12).  The released reference code
+(``li2nsvm_multiclass_lbfgs``) writes the same problem as
+``lambda * w'w + sum_i max(0, 1 - y_i (w'z_i + b))^2`` with ``lambda = 0.1`` and an
+*unregularised* bias ``b``.
+
+Here the regularisation follows scikit-learn's convention (``LinearSVC``):
+
+.. math::
+
+    f(W, b) = \\tfrac12 \\|W\\|_F^2
+        + C \\sum_{c=1}^{P} \\sum_{i=1}^{n} s_{ic}\\,
+          \\max\\bigl(0,\\, 1 - y_{ic} (x_i^\\top w_c + b_c)\\bigr)^2
+        \\;[\\, + \\tfrac{1}{2 s^2} \\|b\\|^2 \\text{ if the intercept is penalised} ] ,
+
+which is, per class, the reference objective divided by ``2 lambda`` (and the
+paper's Eq. 13 divided by 2 with ``C_paper = 2 C``): the minimisers agree when
+``C = 1 / (2 lambda)``, so the reference ``lambda = 0.1`` is ``C = 5``
+(:func:`paper_lambda_to_C`).  ``s_ic`` are class weights (LIBLINEAR's
+one-vs-rest semantics: the positive samples of problem ``c`` cost
+``C * class_weight[c]``, the negatives ``C``).  The bias is unregularised by
+default, as in the reference code; ``penalize_intercept=True`` gives
+LIBLINEAR's (``LinearSVC``'s) objective instead.
+
+All ``P`` one-vs-rest problems are separable sums, so they are optimised
+*together*: one vector ``theta = [vec(W), b]`` (``W`` is ``d x P``), one call of
+:func:`scipy.optimize.minimize` (``method="L-BFGS-B"``, ``jac=True``).  Writing
+``Z = X W + 1 b^T`` and ``M = max(0, 1 - Y * Z)`` (element-wise), the gradient is
+
+.. math::
+
+    G = -2 C\, s * Y * M, \qquad
+    \nabla_W f = W + X^\top G, \qquad
+    \nabla_b f = G^\top 1 \;[ + b / s^2 ] ,
+
+so one evaluation costs the two products ``X W`` and ``X^T G`` (only rows with
+an active margin enter the second).  When the training vectors are fewer than
+the dimensions (1 500 images x 21 504 ScSPM dimensions), the same L-BFGS runs
+in an orthonormal basis of their span, where these products are ``n x n``
+(:mod:`~classify_images.classifiers.squared_hinge` has the objective, the
+reduction and the proof that the iterates are the same).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.class_weight import compute_class_weight
+
+from .base import OneVsRestClassifierBase, ovr_targets
+from .squared_hinge import RowSpaceBasis, SquaredHingeObjective, minimize_lbfgs
+
+__all__ = ["QuadraticHingeSVC", "paper_lambda_to_C"]
+
+#: ``solver="auto"`` works in the span of the training vectors when
+#: ``2 n <= d`` and ``n`` is at most this (Gram matrix ``n x n`` in memory,
+#: eigendecomposition ``O(n^3)``).
+SPAN_MAX_SAMPLES = 6000
+
+
+def paper_lambda_to_C(lam: float) -> float:
+    """``C`` of this module equivalent to the ScSPM reference code's ``lambda``.
+
+    The reference minimises ``lambda ||w||^2 + sum_i sq-hinge_i``; dividing by
+    ``2 lambda`` gives ``1/2 ||w||^2 + 1/(2 lambda) sum_i sq-hinge_i``, hence
+    ``C = 1 / (2 lambda)`` (``lambda = 0.1`` -> ``C = 5``).
+    """
+    if lam <= 0:
+        raise ValueError(f"lambda must be > 0, got {lam}")
+    return 1.0 / (2.0 * lam)
+
+
+class QuadraticHingeSVC(OneVsRestClassifierBase):
+    """Linear one-vs-rest SVM, squared hinge, all classes trained together by L-BFGS.
+
+    Minimises, over the ``d x P`` weight matrix and the ``P`` biases at once,
+
+    ``1/2 ||W||_F^2 + C sum_{i,c} s_ic max(0, 1 - y_ic (x_i^T w_c + b_c))^2``
+
+    (ScSPM, Yang et al. 2009, Eq. 13 with the quadratic hinge; predictions by
+    Eq. 12, the largest ``w_c^T x + b_c``).  The reference code's
+    ``lambda ||w||^2 + sum sq-hinge`` is the same problem with
+    ``C = 1 / (2 lambda)``; its ``lambda = 0.1`` is ``C = 5``
+    (:func:`paper_lambda_to_C`).
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Loss weight (scikit-learn convention, as ``LinearSVC(C=...)``).
+    class_weight : dict, "balanced" or None, default=None
+        Multiply ``C`` for the positive samples of each one-vs-rest problem by
+        the weight of its class (LIBLINEAR's semantics, the negatives keep
+        ``C``; with two classes each sample's ``C`` is scaled by the weight of
+        its own class).
+    fit_intercept : bool, default=True
+        Learn one bias per class.
+    penalize_intercept : bool, default=False
+        False (default): the bias is not regularised, as in the ScSPM reference
+        code.  True: LIBLINEAR's convention, the bias is the weight of a
+        constant feature of value ``intercept_scaling``, regularised like the
+        other weights: the objective gains ``||b||^2 / (2 intercept_scaling^2)``
+        (exactly ``LinearSVC``'s objective).
+    intercept_scaling : float, default=1.0
+        Used only with ``penalize_intercept=True`` (see above).
+    solver : {"auto", "features", "span"}, default="auto"
+        Where L-BFGS runs.  ``"features"``: on ``W`` itself (two products with
+        ``X`` per evaluation).  ``"span"``: on the coordinates of ``W`` in an
+        orthonormal basis of the span of the training vectors (one Gram matrix
+        and eigendecomposition up front, then ``n x r`` products); the same
+        L-BFGS iterates in exact arithmetic, see
+        :mod:`~classify_images.classifiers.squared_hinge`.  ``"auto"``: ``"span"``
+        when ``2 n_samples <= n_features`` and ``n_samples <= 6000``.
+    tol : float, default=1e-4
+        Stop when ``||grad f||_2 <= tol * ||grad f(0)||_2`` (relative gradient
+        norm, the same in both solver spaces).
+    max_iter : int, default=1000
+        Maximum number of L-BFGS iterations; a :class:`ConvergenceWarning` is
+        raised when ``tol`` is not reached.
+    verbose : int, default=0
+        Print the objective every 10 iterations (1) or every iteration (>= 2).
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_problems, n_features), float64
+        Weights ``w_c``, one row per class (a single row with two classes).
+    intercept_ : ndarray of shape (n_problems,), float64
+        Biases ``b_c`` (zeros when ``fit_intercept=False``).
+    n_iter_ : int
+        L-BFGS iterations run.
+    objective_ : float
+        Final value of the objective above (scikit-learn's scale).
+    classes_ : ndarray of shape (n_classes,)
+    n_features_in_ : int
+
+    Notes
+    -----
+    Dense float32 input is multiplied in float32 (reading ``X`` dominates the
+    cost); the objective and gradient are accumulated in float64, and so is the
+    Gram matrix of the ``"span"`` solver.  Sparse input must be CSR (other
+    formats are converted).
+    """
+
+    _requires_non_negative = False
+    _accept_sparse = True
+    _fitted_arrays = ("coef_", "intercept_", "n_iter_", "objective_")
+
+    _parameter_constraints: dict = {
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+        "fit_intercept": ["boolean"],
+        "penalize_intercept": ["boolean"],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
+        "solver": [StrOptions({"auto", "features", "span"})],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        C: float = 1.0,
+        *,
+        class_weight: dict | str | None = None,
+        fit_intercept: bool = True,
+        penalize_intercept: bool = False,
+        intercept_scaling: float = 1.0,
+        solver: str = "auto",
+        tol: float = 1e-4,
+        max_iter: int = 1000,
+        verbose: int = 0,
+    ) -> None:
+        self.C = C
+        self.class_weight = class_weight
+        self.fit_intercept = fit_intercept
+        self.penalize_intercept = penalize_intercept
+        self.intercept_scaling = intercept_scaling
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X: Any, y: Any) -> "QuadraticHingeSVC":
+        """Fit the one-vs-rest problems together (see the class docstring).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+
+        Returns
+        -------
+        self : QuadraticHingeSVC
+        """
+        self._validate_params()
+        return super().fit(X, y)
+
+    def _costs(self, Y: np.ndarray) -> float | np.ndarray:
+        """Loss weights ``C * s_ic`` per (sample, problem), or the scalar ``C``."""
+        C = float(self.C)
+        if self.class_weight is None:
+            return C
+        y_index = (Y[:, 0] > 0).astype(np.intp) if Y.shape[1] == 1 else np.argmax(Y, axis=1)
+        weights = compute_class_weight(self.class_weight, classes=self.classes_, y=self.classes_[y_index])
+        if Y.shape[1] == 1:  # two classes: each sample weighted by its own class
+            return (C * weights[y_index])[:, None]
+        return np.where(Y > 0, C * weights[None, :], C)
+
+    def _problem(self, X, Y: np.ndarray) -> SquaredHingeObjective:
+        penalty = float(self.intercept_scaling) ** -2 if self.penalize_intercept else 0.0
+        return SquaredHingeObjective(
+            X, Y, self._costs(Y), fit_intercept=self.fit_intercept, intercept_penalty=penalty
+        )
+
+    def _use_span(self, X) -> bool:
+        if self.solver != "auto":
+            return self.solver == "span"
+        n, d = X.shape
+        return 2 * n <= d and n <= SPAN_MAX_SAMPLES
+
+    def _fit_ovr(self, X, Y: np.ndarray) -> None:
+        start = time.perf_counter()
+        basis = RowSpaceBasis(X) if self._use_span(X) else None
+        problem = self._problem(X if basis is None else basis.Z, Y)
+        result, converged = minimize_lbfgs(
+            problem, tol=float(self.tol), max_iter=int(self.max_iter), verbose=int(self.verbose)
+        )
+        W, b = problem.unpack(result.x)
+        if basis is not None:
+            W = basis.weights(X, W)
+        self.coef_ = np.ascontiguousarray(W.T, dtype=np.float64)
+        self.intercept_ = np.array(b, dtype=np.float64)
+        self.n_iter_ = int(result.nit)
+        self.objective_ = float(result.fun)
+        if self.verbose:
+            space = f"span of the training vectors (rank {basis.rank})" if basis else "feature space"
+            print(
+                f"[QuadraticHingeSVC] L-BFGS in the {space}: {result.nit} iterations, "
+                f"{problem.n_evaluations} evaluations, objective {self.objective_:.10g}, "
+                f"{time.perf_counter() - start:.2f} s"
+            )
+        if not converged:
+            warnings.warn(
+                f"QuadraticHingeSVC did not reach tol={self.tol} in {result.nit} L-BFGS "
+                f"iterations ({result.message}); increase max_iter or tol",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+    def objective(self, X: Any, y: Any) -> float:
+        """Value of the training objective of the fitted model on ``(X, y)``.
+
+        Useful to compare solvers: any ``coef_``/``intercept_`` (e.g. copied
+        from ``LinearSVC``) is evaluated with this estimator's ``C``,
+        ``class_weight`` and intercept penalty, with float64 products.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), labels among ``classes_``
+
+        Returns
+        -------
+        value : float
+        """
+        X, y = self._validate_X(X, reset=False, y=y)
+        Y = ovr_targets(np.searchsorted(self.classes_, y), self.classes_.shape[0])
+        problem = self._problem(X, Y)
+        problem.exact = True  # float64 products, whatever the dtype of X
+        return problem.value(self.coef_.T, self.intercept_)
+
+    # ------------------------------------------------------------- predict
+    def _decision_ovr(self, X) -> np.ndarray:
+        coef = self.coef_.T.astype(X.dtype, copy=False)
+        return np.asarray(X @ coef, dtype=np.float64) + self.intercept_

@@ -1,0 +1,447 @@
+"""PmSVM and PmSVM-LUT: power mean kernel SVM by dual coordinate descent.
+
+Wu, "Power Mean SVM for Large Scale Visual Classification", CVPR 2012 (here
+"CVPR"), and Yang & Wu, "Practical Large Scale Classification with Additive
+Kernels", JMLR W&CP 2012 (here "LUT").
+
+The power mean kernel (CVPR Eq. 2) of two non-negative vectors is
+
+.. math::  M_p(x, y) = \\sum_{j=1}^d \\Bigl(\\frac{x_j^p + y_j^p}{2}\\Bigr)^{1/p},
+
+``p = -1`` is the chi-square kernel ``2xy/(x+y)``, ``p -> -inf`` the histogram
+intersection ``min(x, y)`` (``p = -8`` in practice), ``p -> 0`` Hellinger's
+``sqrt(xy)``.  Zeros are replaced by ``eps`` (CVPR Sec. 3.1: ``0^p := eps^p``,
+``eps = 0.001``); here every value below ``eps`` is raised to ``eps``, which
+keeps the kernel monotone in each argument.
+
+Each one-vs-rest problem is the bias-free SVM dual (CVPR Eq. 3), solved by dual
+coordinate descent (CVPR Algorithm 3).  Its gradient needs
+``g(x) = sum_t alpha_t y_t M_p(x, x_t) = sum_j g_j(x_j)`` (Eqs. 4-5); each
+``g_j`` is replaced by the polynomial of degree ``m`` in ``t = ln(x + 0.05)``
+interpolating it at ``m + 1`` nodes ``c`` (Eqs. 6-7, Algorithm 2):
+``g_j(x) ~ a_j . (1, t, ..., t^m)`` with ``a_j = X^-1 g_j(c)``, ``X`` the
+Vandermonde matrix ``X_kt = ln(c_k + 0.05)^t``.  A change ``Delta alpha_i``
+changes ``a_j`` by ``Delta alpha_i y_i X^-1 M_p(c, x_ij)`` (Eq. 11), and a test
+vector is scored by ``sum_j a_j . (1, t_j, ..., t_j^m)`` (Eq. 10): the
+training set is not kept, the model is the ``d x (m+1)`` coefficients per class.
+
+PmSVM pre-computes ``ln(x_ij + 0.05)`` and ``X^-1 M_p(c, x_ij)`` for every
+stored training value (CVPR Sec. 4.4).  PmSVM-LUT (``lut_bins=b``, LUT
+Algorithm 3) reads both from two tables over ``[0, 1]`` indexed by
+``floor(b x)`` (LUT Eqs. 18-19), so it stores nothing per training value
+beyond the input itself.
+
+Implementation choices (see :class:`PmSVM` for the parameters):
+
+* Features are scaled by the training maximum of each dimension; test values
+  are scaled alike and clipped to ``[0, 1]``.
+* The zero entries of a vector all share the increment ``X^-1 M_p(c, eps)`` and
+  the basis value ``phi(eps)``: training keeps ``a_j`` as ``b_j + S v0`` and
+  prediction adds the precomputed score of the all-zero vector, so both cost
+  O(m) per stored non-zero (details in :mod:`._pmsvm_kernels`).
+* ``M_p(c_k, x)`` is computed exactly; the CVPR code's shortcut
+  ``M_p(c_0, x) ~ c_0`` is not used.
+* The LUT tables sample each bin at its centre ``(h + 1/2)/b`` (the last entry,
+  ``h = b``, at ``x = 1``) rather than at its left edge ``h/b`` (LUT Eq. 18),
+  which halves the table error at no cost.
+* ``nodes="chebyshev"`` places the Chebyshev nodes of degree ``m + 1``
+  (LUT Eq. 16) on the interval of the polynomial's variable,
+  ``t in [ln 0.05, ln 1.05]`` (the image of ``x in [0, 1]``), where the
+  interpolation-error bound of LUT Eqs. 11-15 applies.  For ``m = 2`` they are
+  ``x = 0.0114, 0.179, 0.806`` -- close to the CVPR's ad hoc ``0.01, 0.06, 0.75``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from joblib import effective_n_jobs
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_array, check_non_negative
+
+from . import _pmsvm_kernels as _k
+from .base import OneVsRestClassifierBase
+
+__all__ = [
+    "ADHOC_NODES",
+    "PolynomialApproximation",
+    "PmSVM",
+    "interpolation_nodes",
+    "lut_bin_values",
+    "power_mean_kernel",
+]
+
+_GROUP_BYTES = 3 * 2**19
+"""Coefficient bytes of the problems solved together (1.5 MiB: within a core's L2 cache)."""
+
+ADHOC_NODES = (0.01, 0.06, 0.75)
+"""The CVPR paper's interpolation nodes for ``m = 2`` (Algorithm 2, line 1)."""
+
+
+# ------------------------------------------------------------------ kernel
+def power_mean_kernel(X: Any, Y: Any = None, p: float = -1.0, eps: float = 1e-3) -> np.ndarray:
+    """Power mean kernel matrix ``K[a, b] = sum_j M_p(x~_aj, y~_bj)`` (CVPR Eq. 2).
+
+    ``x~ = max(x, eps)`` replaces zeros (CVPR Sec. 3.1); ``eps = 0`` gives the
+    kernels of the limit ``M_p(x, 0) = 0`` (the textbook chi-square and
+    intersection kernels).  No feature scaling is applied.
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n_x, d), non-negative
+    Y : {array-like, sparse matrix} of shape (n_y, d), default=None (``Y = X``)
+    p : float, default=-1.0
+        ``p <= 0``; ``-1`` chi-square, ``-inf`` intersection (``min``), ``0``
+        Hellinger (``sqrt(xy)``).
+    eps : float, default=1e-3
+        Floor replacing zero entries.
+
+    Returns
+    -------
+    K : ndarray of float64, shape (n_x, n_y)
+    """
+    if not p <= 0:
+        raise ValueError(f"power_mean_kernel: p must be <= 0 (a positive definite kernel); got {p}")
+    if not eps >= 0:
+        raise ValueError(f"power_mean_kernel: eps must be >= 0; got {eps}")
+    X = check_array(X, accept_sparse="csr", dtype=np.float64)
+    Y = X if Y is None else check_array(Y, accept_sparse="csr", dtype=np.float64)
+    check_non_negative(X, "power_mean_kernel (X)")
+    check_non_negative(Y, "power_mean_kernel (Y)")
+    if X.shape[1] != Y.shape[1]:
+        raise ValueError(f"power_mean_kernel: X has {X.shape[1]} features but Y has {Y.shape[1]}")
+    if sp.issparse(X) or sp.issparse(Y):
+        X, Y = sp.csr_matrix(X), sp.csr_matrix(Y)
+        X.sort_indices()
+        Y.sort_indices()
+        return _k.power_mean_gram_csr(
+            X.indptr, X.indices, X.data, Y.indptr, Y.indices, Y.data, X.shape[1], float(p), float(eps)
+        )
+    return _k.power_mean_gram_dense(X, Y, float(p), float(eps))
+
+
+# ------------------------------------------------------- approximation
+def interpolation_nodes(nodes: str, m: int) -> np.ndarray:
+    """The ``m + 1`` interpolation nodes ``c`` (feature values in ``(0, 1)``).
+
+    ``"adhoc"``: CVPR Algorithm 2's ``0.01, 0.06, 0.75`` (``m = 2`` only).
+    ``"chebyshev"``: the roots of ``T_{m+1}`` (LUT Eq. 13) mapped affinely
+    (LUT Eq. 16) onto ``t in [ln 0.05, ln 1.05]``, returned as ``x = e^t - 0.05``.
+    """
+    if nodes == "adhoc":
+        if m != 2:
+            raise ValueError(f"nodes='adhoc' are the CVPR paper's 3 nodes, for m=2 only; got m={m} (use 'chebyshev')")
+        return np.array(ADHOC_NODES, dtype=np.float64)
+    if nodes == "chebyshev":
+        lo, hi = np.log(_k.LOG_SHIFT), np.log(1.0 + _k.LOG_SHIFT)
+        i = np.arange(1, m + 2, dtype=np.float64)
+        t = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos((2.0 * i - 1.0) / (2.0 * (m + 1)) * np.pi)
+        return np.sort(np.exp(t) - _k.LOG_SHIFT)
+    raise ValueError(f"nodes must be 'adhoc' or 'chebyshev'; got {nodes!r}")
+
+
+@dataclass(frozen=True)
+class PolynomialApproximation:
+    """Everything of the gradient approximation that depends on (p, m, nodes, eps) only.
+
+    Attributes
+    ----------
+    node_values : ndarray (m+1,)
+        Nodes ``c_k`` (feature values).
+    vinv : ndarray (m+1, m+1)
+        ``X^-1``, ``X_kt = ln(c_k + 0.05)^t`` (CVPR Algorithm 2, line 3).
+    phi0 : ndarray (m+1,)
+        ``phi(eps) = (1, t0, ..., t0^m)``, ``t0 = ln(eps + 0.05)``: the basis at a zero entry.
+    m_zero : ndarray (m+1,)
+        ``M_p(c_k, eps)``.
+    v0 : ndarray (m+1,)
+        ``X^-1 M_p(c, eps)``: the coefficient increment of a zero entry (Eq. 11).
+    """
+
+    p: float
+    m: int
+    eps: float
+    node_values: np.ndarray
+    vinv: np.ndarray
+    phi0: np.ndarray
+    m_zero: np.ndarray
+    v0: np.ndarray
+
+    @classmethod
+    def build(cls, p: float, m: int, nodes: str, eps: float) -> "PolynomialApproximation":
+        c = interpolation_nodes(nodes, m)
+        t = np.log(c + _k.LOG_SHIFT)
+        vinv = np.linalg.inv(np.vander(t, m + 1, increasing=True))
+        phi0 = np.log(eps + _k.LOG_SHIFT) ** np.arange(m + 1, dtype=np.float64)
+        m_zero = np.array([_k.power_mean(ck, eps, float(p)) for ck in c])
+        return cls(float(p), int(m), float(eps), c, vinv, phi0, m_zero, vinv @ m_zero)
+
+    def delta_rows(self, x_hat: np.ndarray) -> np.ndarray:
+        """Rows ``[phi(x)[1:] - phi0[1:], X^-1 (M_p(c, x~) - M_p(c, eps))]`` of scaled values."""
+        return _k.delta_rows_values(
+            np.asarray(x_hat, dtype=np.float64), self.p, self.eps, self.node_values, self.vinv, self.phi0, self.m_zero
+        )
+
+    def polynomial(self, coef: np.ndarray, x_hat: np.ndarray) -> np.ndarray:
+        """Evaluate ``coef . phi(x)`` (CVPR Eq. 9 for one dimension) at scaled values ``x_hat``."""
+        t = np.log(np.maximum(np.minimum(np.asarray(x_hat, dtype=np.float64), 1.0), self.eps) + _k.LOG_SHIFT)
+        return np.polynomial.polynomial.polyval(t, np.asarray(coef, dtype=np.float64))
+
+    def interpolate(self, g_at_nodes: np.ndarray) -> np.ndarray:
+        """Coefficients ``a = X^-1 g(c)`` (CVPR Eq. 7) of the interpolant of ``g``."""
+        return self.vinv @ np.asarray(g_at_nodes, dtype=np.float64)
+
+
+def lut_bin_values(n_bins: int) -> np.ndarray:
+    """The feature value each LUT entry ``h = 0..b`` stands for: ``(h + 1/2)/b``, and ``1`` for ``h = b``."""
+    values = (np.arange(n_bins + 1, dtype=np.float64) + 0.5) / n_bins
+    values[-1] = 1.0
+    return values
+
+
+def _matrix_arrays(X) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``indptr, indices, data, dense`` of a validated matrix (see :mod:`._pmsvm_kernels`)."""
+    if sp.issparse(X):
+        return X.indptr, X.indices, X.data, False
+    X = np.ascontiguousarray(X)
+    n, d = X.shape
+    indptr = np.arange(0, n * d + 1, max(d, 1), dtype=np.int64)[: n + 1]
+    return indptr, np.empty(0, dtype=np.int32), X.reshape(-1), True
+
+
+# -------------------------------------------------------------- estimator
+class PmSVM(OneVsRestClassifierBase):
+    """Power mean kernel SVM (PmSVM, and PmSVM-LUT with ``lut_bins``), one-vs-rest.
+
+    Per class, dual coordinate descent on the bias-free SVM dual with the power
+    mean kernel ``M_p`` (CVPR Eq. 3, Algorithm 3), the gradient approximated by
+    a degree-``m`` polynomial in ``ln(x + 0.05)`` per dimension (Eqs. 6-11);
+    see the module docstring for the maths.
+
+    Parameters
+    ----------
+    p : float, default=-1.0
+        Power of the kernel, ``p <= 0``: ``-1`` chi-square (fastest), ``-8``
+        approximates histogram intersection (most accurate, CVPR Sec. 5.5),
+        ``-inf`` is intersection exactly, ``0`` Hellinger.
+    C : float, default=0.01
+        Loss weight (CVPR Sec. 5.1 and LUT Sec. 6: ``C = 0.01``).
+    loss : {"l2", "l1"}, default="l2"
+        ``"l1"``: hinge loss, box ``0 <= alpha_i <= C`` (the papers' Eq. 3 /
+        Eq. 5).  ``"l2"``: squared hinge, ``alpha_i >= 0`` and ``1/(2C)``
+        added to ``Q_ii`` (LIBLINEAR's L2-loss dual).  The default follows the
+        authors' released PmSVM code, which solves the L2-loss dual by default.
+    m : int, default=2
+        Degree of the polynomial approximating each ``g_j`` (``m + 1`` nodes).
+    nodes : {"chebyshev", "adhoc"}, default="chebyshev"
+        Interpolation nodes: the LUT paper's Chebyshev nodes (Sec. 4.2) or the
+        CVPR paper's ``0.01, 0.06, 0.75`` (``m = 2`` only).
+    lut_bins : int or None, default=None
+        ``None``: PmSVM (per-value pre-computation, CVPR Sec. 4.4).  An integer
+        ``b`` (the LUT paper uses 1000): PmSVM-LUT, tables of ``b + 1`` entries.
+    eps : float, default=1e-3
+        Zero entries (and values below ``eps``) count as ``eps`` in ``M_p``.
+    tol : float, default=0.1
+        Stop when the projected gradient's spread ``max PG - min PG <= tol``
+        (LIBLINEAR's dual stopping rule and default ``eps``).
+    max_iter : int, default=1000
+        Maximum outer iterations (passes over the active examples) per class.
+    n_jobs : int or None, default=None
+        Threads: the one-vs-rest problems are split into ``n_jobs`` groups
+        trained in parallel (prediction splits the rows).  The model does not
+        depend on ``n_jobs``.
+    random_state : int, RandomState or None, default=None
+        Seeds the random permutation of every outer iteration (shared by all
+        problems).
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features, m + 1, n_problems)
+        Polynomial coefficients: ``coef_[j, k, c]`` is ``a_{j,k}`` of problem ``c``
+        (CVPR Algorithm 3's output), laid out as the solver and prediction use it.
+    feature_max_ : ndarray of shape (n_features,)
+        Training maximum of each dimension (the scale into ``[0, 1]``).
+    n_iter_ : ndarray of int of shape (n_problems,)
+        Outer iterations run for each class.
+    classes_ : ndarray of shape (n_classes,)
+    n_features_in_ : int
+
+    Notes
+    -----
+    Memory during training, per stored training value: the input (value and
+    column index) plus, without LUT, ``2m + 1`` float32 pre-computed numbers;
+    with LUT nothing more.  Per class: ``d (m+1)`` float64 coefficients, ``n``
+    dual variables and ``n`` shrinking flags.
+
+    Problems are solved in groups whose coefficients fit in a core's cache
+    (one pass over an example serves the whole group,
+    :func:`._pmsvm_kernels.dcd_solve`); each problem's iterations, shrinking
+    and stopping are its own, and the model does not depend on the grouping
+    or on ``n_jobs``.  Training and prediction cost O(m) per stored
+    non-zero and problem, independent of ``d``, for CSR input; dense input is
+    scanned entry by entry (zeros skipped).
+    """
+
+    _requires_non_negative = True
+    _accept_sparse = True
+    _fitted_arrays = ("coef_", "feature_max_", "n_iter_")
+
+    _parameter_constraints: dict = {
+        "p": [Interval(Real, None, 0, closed="right")],
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "loss": [StrOptions({"l1", "l2"})],
+        "m": [Interval(Integral, 1, 12, closed="both")],
+        "nodes": [StrOptions({"chebyshev", "adhoc"})],
+        "lut_bins": [Interval(Integral, 1, None, closed="left"), None],
+        "eps": [Interval(Real, 0, 1, closed="neither")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "n_jobs": [Integral, None],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        p: float = -1.0,
+        C: float = 0.01,
+        *,
+        loss: str = "l2",
+        m: int = 2,
+        nodes: str = "chebyshev",
+        lut_bins: int | None = None,
+        eps: float = 1e-3,
+        tol: float = 0.1,
+        max_iter: int = 1000,
+        n_jobs: int | None = None,
+        random_state: Any = None,
+    ) -> None:
+        self.p = p
+        self.C = C
+        self.loss = loss
+        self.m = m
+        self.nodes = nodes
+        self.lut_bins = lut_bins
+        self.eps = eps
+        self.tol = tol
+        self.max_iter = max_iter
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    # ------------------------------------------------------------- helpers
+    def fit(self, X: Any, y: Any) -> "PmSVM":
+        """Fit one PmSVM per class (one-vs-rest); see the class docstring."""
+        self._validate_params()
+        self.approximation()  # rejects nodes="adhoc" with m != 2 before any work
+        return super().fit(X, y)
+
+    def approximation(self) -> PolynomialApproximation:
+        """The :class:`PolynomialApproximation` of the current parameters."""
+        return PolynomialApproximation.build(float(self.p), int(self.m), self.nodes, float(self.eps))
+
+    def lut_table(self, approx: PolynomialApproximation | None = None) -> np.ndarray:
+        """Tables T1 and T2 of the LUT paper (Eqs. 18-19) side by side, in delta form.
+
+        Row ``h`` (``h = 0..b``) is ``[T1_h^q - t0^q (q=1..m), T2_h - v0]``: the
+        powers of ``T1_h = ln(x_h + 0.05)`` and ``T2_h = X^-1 M_p(c, x_h)`` at the
+        bin value ``x_h`` (:func:`lut_bin_values`), relative to a zero entry.
+        """
+        approx = approx or self.approximation()
+        return approx.delta_rows(lut_bin_values(int(self.lut_bins)))
+
+    def _scales(self) -> tuple[np.ndarray, np.ndarray]:
+        """``1 / max_j`` (1 for an all-zero training column) and ``b / max_j`` for the LUT bins."""
+        fmax = np.asarray(self.feature_max_, dtype=np.float64)
+        inv_max = np.divide(1.0, fmax, out=np.ones_like(fmax), where=fmax > 0)
+        bin_scale = inv_max * float(self.lut_bins) if self.lut_bins is not None else np.empty(0)
+        return inv_max, bin_scale
+
+    # ------------------------------------------------------------------ fit
+    def _fit_ovr(self, X, Y: np.ndarray) -> None:
+        approx = self.approximation()
+        n, d = X.shape
+        use_lut = self.lut_bins is not None
+        indptr, indices, data, dense = _matrix_arrays(X)
+        self.feature_max_ = _k.column_max(indptr, indices, data, dense, d)
+        inv_max, bin_scale = self._scales()
+        if use_lut:
+            table = self.lut_table(approx)
+            n_bins = int(self.lut_bins)
+        else:
+            if dense:  # the pre-computation is per stored non-zero (CVPR Sec. 4.4)
+                Xs = sp.csr_matrix(X)
+                indptr, indices, data, dense = Xs.indptr, Xs.indices, Xs.data, False
+            table = _k.delta_rows_csr(
+                indptr, indices, data, inv_max, approx.p, approx.eps, approx.node_values, approx.vinv,
+                approx.phi0, approx.m_zero,
+            )
+            n_bins = 0
+        q_kernel, r, z = _k.row_constants(
+            indptr, indices, data, dense, use_lut, bin_scale, n_bins, table, inv_max, approx.eps,
+            approx.v0, approx.phi0, d,
+        )
+        zero_value = d * float(approx.v0 @ approx.phi0)
+        n_problems = Y.shape[1]
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        # problems solved together share each pass over the data; their
+        # coefficients (d (m+1) float64 each) should stay within a core's cache
+        per_group = max(1, _GROUP_BYTES // (d * (approx.m + 1) * 8))
+        n_threads = 1 if self.n_jobs in (None, 1) else effective_n_jobs(self.n_jobs)
+        n_groups = min(n_problems, max(-(-n_problems // per_group), n_threads))
+        bounds = np.linspace(0, n_problems, n_groups + 1).astype(np.int64)
+        coef = np.empty((d, approx.m + 1, n_problems))
+        n_iter = np.empty(n_problems, dtype=np.int64)
+
+        def solve(group: int) -> None:
+            lo, hi = bounds[group], bounds[group + 1]
+            b = coef[:, :, lo:hi] if n_groups == 1 else np.empty((d, approx.m + 1, hi - lo))
+            S = np.empty(hi - lo)
+            _k.dcd_solve(
+                indptr, indices, data, dense, use_lut, bin_scale, n_bins, table,
+                np.ascontiguousarray(Y[:, lo:hi]), q_kernel, r, z, zero_value,
+                self.loss == "l2", float(self.C), float(self.tol), int(self.max_iter), seed, b, S, n_iter[lo:hi],
+            )
+            b += approx.v0[None, :, None] * S[None, None, :]  # a_j = b_j + S v0
+            if n_groups > 1:
+                coef[:, :, lo:hi] = b
+
+        self._map_problems(solve, n_groups)
+        self.coef_ = coef
+        self.n_iter_ = n_iter
+        if np.any(self.n_iter_ >= self.max_iter):
+            warnings.warn(
+                f"PmSVM reached max_iter={self.max_iter} before tol={self.tol} for "
+                f"{int(np.sum(self.n_iter_ >= self.max_iter))} of {n_problems} problems; increase max_iter",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+    # ------------------------------------------------------------- predict
+    def _decision_ovr(self, X) -> np.ndarray:
+        approx = self.approximation()
+        use_lut = self.lut_bins is not None
+        inv_max, bin_scale = self._scales()
+        table = self.lut_table(approx) if use_lut else np.empty((0, 2 * approx.m + 1), dtype=np.float32)
+        coef = np.ascontiguousarray(self.coef_, dtype=np.float64)
+        zero_scores = np.einsum("jqc,q->c", coef, approx.phi0)
+        indptr, indices, data, dense = _matrix_arrays(X)
+        n = X.shape[0]
+        n_blocks = 1 if self.n_jobs in (None, 1) else min(n, 4 * abs(int(self.n_jobs)))
+        bounds = np.linspace(0, n, max(n_blocks, 1) + 1).astype(np.int64)
+
+        def block(k: int) -> np.ndarray:
+            lo, hi = bounds[k], bounds[k + 1]
+            base = indptr[lo]
+            return _k.decision_values(
+                indptr[lo : hi + 1] - base, indices[base : indptr[hi]] if not dense else indices,
+                data[base : indptr[hi]], dense, use_lut, bin_scale, int(self.lut_bins or 0), table,
+                inv_max, approx.eps, coef, zero_scores, approx.phi0,
+            )
+
+        return np.concatenate(self._map_problems(block, len(bounds) - 1), axis=0)
