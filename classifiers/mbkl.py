@@ -60,8 +60,8 @@ Deviations and choices, each for a stated reason
   ``a = +1`` when the stump fires on at least half of the positives and on less
   than half of the negatives, ``a = -1`` in the converse case, ``a = 0`` when
   both fractions are on the same side of 0.5 (the two ``a = 0`` cells are as
-  printed).  ``tests/test_mbkl.py`` shows that the printed signs give
-  ``theta = 0`` on a separable problem.
+  printed).  ``tests/test_mbkl.py`` shows that the printed signs leave no
+  ``theta > 0`` on a 3-class problem where ours keep at least 10.
 * **Step 1's loss.**  Eq. 10 has the l1 (hinge) loss.  LIBLINEAR, which the
   paper uses, has no l1-regularised hinge-loss solver (its l1-regularised
   solvers are the squared hinge, ``-s 5``, and logistic regression, ``-s 6``),
@@ -74,8 +74,9 @@ Deviations and choices, each for a stated reason
   than ``LinearSVC`` because it reads ``s`` on the fly from one byte per
   (stump, sample): ``LinearSVC`` needs the matrix as float64 plus LIBLINEAR's
   row and column copies (about 40 bytes per non-zero), i.e. ~40 GB for the
-  215 040 stumps x 4 500 rows of 15-Scenes BoF-SPM.  The test-suite checks that
-  both reach the same objective.
+  215 040 stumps x 4 500 rows of 15-Scenes BoF-SPM.  The rows are grouped by
+  problem, so a column skips the problems for which its Step-0 sign is 0.
+  The test-suite checks that both solvers reach the same objective.
 * **Step 2 on half the columns.**  Because ``sigma + bar sigma = 1``, a linear
   SVM on ``phi`` with a free bias has its optimum at ``c^0_k = -c^1_k`` (any
   ``c^1 + c^0`` only adds a constant, which the bias absorbs at no norm cost),
@@ -87,6 +88,11 @@ Deviations and choices, each for a stated reason
   Eq. 5.  ``psi`` is scaled to unit norm (``sum_k theta_k`` is divided out), so
   that ``C`` keeps its meaning whatever the number of stumps and the scale of
   ``theta``; the stored ``c`` are in the unscaled Eq. 4 map.
+* **Optional Step-0 rule** ``init_rule="balanced"`` (not in the paper, off by
+  default): ``a = sign(p/t_p - n/t_n)``.  On sparse histograms the stump
+  thresholds, uniform over ``[min, max]`` of heavy-tailed bins, lie above most
+  values, so few stumps fire for half of any class and Table 1 drops nearly
+  all of them (15-Scenes BoF-SPM: 1 465 of 215 040 kept); see BENCHMARKS_mbkl.md.
 * The paper's Step-2 paragraph writes ``theta_k sigma_k(x)``; Eq. 4 (and the
   kernel ``K``) need ``sqrt(theta_k)``, which we use.
 
@@ -390,7 +396,9 @@ class MBKL(OneVsRestClassifierBase):
             self.n_stumps_step0_ = n_stumps
 
         start = time.perf_counter()
-        self._fit_step2(bits, selected, theta, y_index)
+        psi = self._signed_map(bits, selected, theta)
+        del bits  # the SVM needs only psi
+        self._fit_step2(psi, float(theta.sum()), selected.size, y_index)
         timings["step2"] = time.perf_counter() - start
         self._log(f"Step 2: linear SVM on {selected.size} stumps in {timings['step2']:.2f} s")
 
@@ -449,17 +457,19 @@ class MBKL(OneVsRestClassifierBase):
         )
         return active[keep], theta[keep]
 
-    def _fit_step2(self, bits, selected: np.ndarray, theta: np.ndarray, y_index: np.ndarray) -> None:
-        """Step 2 on ``psi = sqrt(theta / sum theta) (2 sigma - 1)``; stores ``coef_`` in Eq. 5's coordinates."""
-        total = float(theta.sum())
-        if selected.size:
-            psi = kern.signed_stump_matrix(bits, selected.astype(np.int64), np.sqrt(theta / total))
-        else:  # no stump survived: a bias-only classifier
-            psi = np.zeros((bits.shape[1], 1), dtype=np.float32)
+    @staticmethod
+    def _signed_map(bits: np.ndarray, selected: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """``psi = sqrt(theta / sum theta) (2 sigma - 1)`` on the training samples, float32 (n, n_selected)."""
+        if not selected.size:  # no stump survived: a bias-only classifier (one zero column)
+            return np.zeros((bits.shape[1], 1), dtype=np.float32)
+        return kern.signed_stump_matrix(bits, selected.astype(np.int64), np.sqrt(theta / theta.sum()))
+
+    def _fit_step2(self, psi: np.ndarray, total: float, n_selected: int, y_index: np.ndarray) -> None:
+        """Step 2: linear SVM on ``psi``; stores ``coef_`` in Eq. 5's coordinates (module docstring)."""
         svm = QuadraticHingeSVC(C=self.C, tol=self.tol, max_iter=self.max_iter, fit_intercept=True)
         svm.fit(psi, y_index)
-        c1 = svm.coef_[:, : selected.size] / np.sqrt(total) if selected.size else svm.coef_[:, :0]
-        coef = np.empty((c1.shape[0], 2 * selected.size), dtype=np.float64)
+        c1 = svm.coef_[:, :n_selected] / np.sqrt(total) if n_selected else svm.coef_[:, :0]
+        coef = np.empty((c1.shape[0], 2 * n_selected), dtype=np.float64)
         coef[:, 0::2] = c1
         coef[:, 1::2] = -c1
         self.coef_ = coef

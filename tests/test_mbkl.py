@@ -245,3 +245,13 @@ def test_two_classes_decision_shape():
 
 def test_check_estimator():
     check_estimator(MBKL(random_state=0))
+
+
+def test_no_stump_selected_gives_a_bias_only_model(tmp_path):
+    X, y = _blobs(seed=9)
+    model = MBKL(C_kernel=1e-6, random_state=0).fit(X, y)  # the l1 term wins: theta = 0
+    assert model.theta_.size == 0 and model.coef_.shape == (3, 0)
+    scores = model.decision_function(X)
+    np.testing.assert_allclose(scores, np.broadcast_to(model.intercept_, scores.shape))
+    loaded, _ = load_model(save_model(tmp_path / "empty", model))
+    np.testing.assert_array_equal(loaded.decision_function(X), scores)
