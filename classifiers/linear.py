@@ -45,11 +45,13 @@ All ``P`` one-vs-rest problems are separable sums, so they are optimised
     \nabla_b f = G^\top 1 \;[ + b / s^2 ] ,
 
 so one evaluation costs the two products ``X W`` and ``X^T G`` (only rows with
-an active margin enter the second).  When the training vectors are fewer than
-the dimensions (1 500 images x 21 504 ScSPM dimensions), the same L-BFGS runs
-in an orthonormal basis of their span, where these products are ``n x n``
-(:mod:`~classify_images.classifiers.squared_hinge` has the objective, the
-reduction and the proof that the iterates are the same).
+an active margin enter the second): ``solver="features"``.  ``solver="eigen"``
+(the default for problems of moderate size) solves the same problem in an
+orthonormal eigenbasis of the span of the training vectors, where these
+products are ``n x r`` (``r <= min(n, d)``: 14 times cheaper for 1 500 images x
+21 504 ScSPM dimensions) and a diagonal preconditioner makes L-BFGS converge
+in tens of iterations instead of hundreds
+(:mod:`~classify_images.classifiers.eigenbasis`).
 """
 
 from __future__ import annotations
@@ -65,14 +67,16 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 
 from .base import OneVsRestClassifierBase, ovr_targets
-from .squared_hinge import RowSpaceBasis, SquaredHingeObjective, minimize_lbfgs
+from .eigenbasis import EigenBasis
+from .squared_hinge import SquaredHingeObjective, column_squared_norms, jacobi_scale, minimize_lbfgs
 
 __all__ = ["QuadraticHingeSVC", "paper_lambda_to_C"]
 
-#: ``solver="auto"`` works in the span of the training vectors when
-#: ``2 n <= d`` and ``n`` is at most this (Gram matrix ``n x n`` in memory,
-#: eigendecomposition ``O(n^3)``).
-SPAN_MAX_SAMPLES = 6000
+#: ``solver="auto"`` uses the eigenbasis when ``min(n, d)`` is at most this
+#: (eigendecomposition of a ``min(n, d)`` square matrix, ``O(min(n, d)^3)``) ...
+EIGEN_MAX_RANK = 6000
+#: ... and the coordinates ``Z`` (``n x min(n, d)`` float64) take at most this.
+EIGEN_MAX_BYTES = 1 << 30
 
 
 def paper_lambda_to_C(lam: float) -> float:
@@ -119,17 +123,22 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         (exactly ``LinearSVC``'s objective).
     intercept_scaling : float, default=1.0
         Used only with ``penalize_intercept=True`` (see above).
-    solver : {"auto", "features", "span"}, default="auto"
-        Where L-BFGS runs.  ``"features"``: on ``W`` itself (two products with
-        ``X`` per evaluation).  ``"span"``: on the coordinates of ``W`` in an
-        orthonormal basis of the span of the training vectors (one Gram matrix
-        and eigendecomposition up front, then ``n x r`` products); the same
-        L-BFGS iterates in exact arithmetic, see
-        :mod:`~classify_images.classifiers.squared_hinge`.  ``"auto"``: ``"span"``
-        when ``2 n_samples <= n_features`` and ``n_samples <= 6000``.
+    solver : {"auto", "features", "eigen"}, default="auto"
+        Where L-BFGS runs (same objective, same stopping rule).
+        ``"features"``: on ``(W, b)`` themselves (Jacobi-preconditioned), two
+        products with ``X`` per evaluation.  ``"eigen"``: on preconditioned
+        coordinates of ``W`` in an
+        orthonormal eigenbasis of the span of the training vectors (one
+        eigendecomposition of ``X X^T`` or ``X^T X`` up front, then ``n x r``
+        products; :mod:`~classify_images.classifiers.eigenbasis`).  ``"auto"``:
+        ``"eigen"`` when ``min(n_samples, n_features) <= 6000`` and the
+        ``n_samples x min(n_samples, n_features)`` float64 coordinates fit in
+        1 GiB, else ``"features"``.
     tol : float, default=1e-4
         Stop when ``||grad f||_2 <= tol * ||grad f(0)||_2`` (relative gradient
-        norm, the same in both solver spaces).
+        norm of the objective in ``(W, b)``, the same rule for both solvers).
+        On 15-Scenes ScSPM features (``C = 5``) ``1e-4`` ends within 3e-4 of the
+        optimal objective and ``1e-5`` within 1e-5 (test accuracy unchanged).
     max_iter : int, default=1000
         Maximum number of L-BFGS iterations; a :class:`ConvergenceWarning` is
         raised when ``tol`` is not reached.
@@ -151,10 +160,11 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
 
     Notes
     -----
-    Dense float32 input is multiplied in float32 (reading ``X`` dominates the
-    cost); the objective and gradient are accumulated in float64, and so is the
-    Gram matrix of the ``"span"`` solver.  Sparse input must be CSR (other
-    formats are converted).
+    ``solver="features"`` multiplies dense float32 input in float32 (reading
+    ``X`` dominates the cost) and finishes with float64 products if float32
+    rounding stalls the line search; objective and gradient are accumulated in
+    float64.  ``solver="eigen"`` builds its matrices and coordinates in float64.
+    Sparse input must be CSR (other formats are converted).
     """
 
     _requires_non_negative = False
@@ -167,7 +177,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         "fit_intercept": ["boolean"],
         "penalize_intercept": ["boolean"],
         "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
-        "solver": [StrOptions({"auto", "features", "span"})],
+        "solver": [StrOptions({"auto", "features", "eigen"})],
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "verbose": ["verbose"],
@@ -223,22 +233,32 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             return (C * weights[y_index])[:, None]
         return np.where(Y > 0, C * weights[None, :], C)
 
-    def _problem(self, X, Y: np.ndarray) -> SquaredHingeObjective:
+    def _problem(self, X, Y: np.ndarray, basis: EigenBasis | None = None) -> SquaredHingeObjective:
+        """Objective (1) on ``X``, or on the coordinates ``basis.Z``, preconditioned by (3)."""
         penalty = float(self.intercept_scaling) ** -2 if self.penalize_intercept else 0.0
+        cost = self._costs(Y)
+        if basis is not None:
+            X, diagonal = basis.Z, basis.eigenvalues
+        else:
+            diagonal = column_squared_norms(X)
+        scale = jacobi_scale(
+            diagonal, cost, n_samples=Y.shape[0], n_problems=Y.shape[1],
+            fit_intercept=self.fit_intercept, intercept_penalty=penalty,
+        )
         return SquaredHingeObjective(
-            X, Y, self._costs(Y), fit_intercept=self.fit_intercept, intercept_penalty=penalty
+            X, Y, cost, fit_intercept=self.fit_intercept, intercept_penalty=penalty, scale=scale
         )
 
-    def _use_span(self, X) -> bool:
+    def _use_eigenbasis(self, X) -> bool:
         if self.solver != "auto":
-            return self.solver == "span"
+            return self.solver == "eigen"
         n, d = X.shape
-        return 2 * n <= d and n <= SPAN_MAX_SAMPLES
+        return min(n, d) <= EIGEN_MAX_RANK and 8 * n * min(n, d) <= EIGEN_MAX_BYTES
 
     def _fit_ovr(self, X, Y: np.ndarray) -> None:
         start = time.perf_counter()
-        basis = RowSpaceBasis(X) if self._use_span(X) else None
-        problem = self._problem(X if basis is None else basis.Z, Y)
+        basis = EigenBasis(X) if self._use_eigenbasis(X) else None
+        problem = self._problem(X, Y, basis)
         result, converged = minimize_lbfgs(
             problem, tol=float(self.tol), max_iter=int(self.max_iter), verbose=int(self.verbose)
         )
@@ -250,7 +270,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         self.n_iter_ = int(result.nit)
         self.objective_ = float(result.fun)
         if self.verbose:
-            space = f"span of the training vectors (rank {basis.rank})" if basis else "feature space"
+            space = f"preconditioned eigenbasis (rank {basis.rank})" if basis else "feature space"
             print(
                 f"[QuadraticHingeSVC] L-BFGS in the {space}: {result.nit} iterations, "
                 f"{problem.n_evaluations} evaluations, objective {self.objective_:.10g}, "
@@ -281,6 +301,9 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         value : float
         """
         X, y = self._validate_X(X, reset=False, y=y)
+        unknown = np.setdiff1d(y, self.classes_)
+        if unknown.size:
+            raise ValueError(f"labels {unknown[:5].tolist()} are not among the fitted classes_")
         Y = ovr_targets(np.searchsorted(self.classes_, y), self.classes_.shape[0])
         problem = self._problem(X, Y)
         problem.exact = True  # float64 products, whatever the dtype of X

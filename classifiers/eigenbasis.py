@@ -1,0 +1,127 @@
+"""Orthonormal eigenbasis of the span of the training vectors, for the squared-hinge solver.
+
+Used by ``QuadraticHingeSVC(solver="eigen")``.  Let ``X`` be ``n x d``.
+
+**Basis.**  With the eigendecomposition of the smaller of the two second-moment
+matrices, ``K = X X^T = U diag(lambda) U^T`` when ``n <= d`` or
+``X^T X = V diag(lambda) V^T`` when ``n > d``, keeping the ``r`` eigenpairs
+with ``lambda_k > max(n, d) * eps * lambda_max`` (the ``pinv`` rule),
+
+* ``V = X^T U diag(lambda)^{-1/2}`` (first case) is an orthonormal basis
+  (``d x r``) of the span of the training vectors,
+* ``Z = X V = U diag(lambda)^{1/2}`` (``n x r``) are the training vectors in
+  that basis, and ``Z^T Z = diag(lambda)``.
+
+The objective (1) of :mod:`~classify_images.classifiers.squared_hinge` only
+sees ``W`` through ``||W||^2`` and ``X W``; the component of ``W`` orthogonal
+to the span adds to ``||W||^2`` and nothing else, so the minimiser lies in the
+span, and ``W = V B`` turns (1) in ``W`` into (1) in ``B`` with ``X`` replaced
+by ``Z``: the same problem, with ``n x r`` instead of ``n x d`` products when
+``n < d`` (1 500 images x 21 504 ScSPM dimensions: 14 times fewer).
+
+**Preconditioning.**  If every margin were active, the Hessian of (1) in ``B``
+for class ``c`` would be ``I + 2 Z^T diag(S_c) Z``, i.e. ``I + 2 s_c diag(lambda)``
+when the loss weights of class ``c`` equal their mean ``s_c``: diagonal in this
+basis, so the diagonal scaling of
+:func:`~classify_images.classifiers.squared_hinge.jacobi_scale` (with
+``diag(Z^T Z) = lambda``) turns it into the identity.  With ``d > n`` the
+classes are separable and most training vectors sit on the margin (active),
+so the approximation is close: on 15-Scenes histograms (L1-normalised, large
+``C``) L-BFGS needs ~60 iterations instead of ~700 in the feature space.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as la
+import scipy.sparse as sp
+
+__all__ = ["EigenBasis", "gram_matrix", "second_moment_matrix"]
+
+#: Columns (Gram matrix) or rows (second-moment matrix, coordinates) of a
+#: float32 ``X`` converted to float64 at a time.
+_BLOCK = 2048
+
+
+def gram_matrix(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
+    """``K = X X^T`` (n x n) accumulated in float64."""
+    if sp.issparse(X):
+        X64 = X.astype(np.float64)
+        return np.asarray((X64 @ X64.T).toarray())
+    if X.dtype == np.float64:
+        return X @ X.T
+    n, d = X.shape
+    K = np.zeros((n, n))
+    for start in range(0, d, _BLOCK):
+        block = X[:, start : start + _BLOCK].astype(np.float64)
+        K += block @ block.T  # numpy dispatches A @ A.T to syrk
+    return K
+
+
+def second_moment_matrix(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
+    """``X^T X`` (d x d) accumulated in float64."""
+    if sp.issparse(X):
+        X64 = X.astype(np.float64)
+        return np.asarray((X64.T @ X64).toarray())
+    if X.dtype == np.float64:
+        return X.T @ X
+    n, d = X.shape
+    S = np.zeros((d, d))
+    for start in range(0, n, _BLOCK):
+        block = X[start : start + _BLOCK].astype(np.float64)
+        S += block.T @ block
+    return S
+
+
+def _times(X: np.ndarray | sp.csr_matrix, V: np.ndarray) -> np.ndarray:
+    """``X V`` in float64 (float32 ``X`` converted by blocks of rows)."""
+    if sp.issparse(X) or X.dtype == np.float64:
+        return np.asarray(X.astype(np.float64) @ V)
+    return np.concatenate([X[s : s + _BLOCK].astype(np.float64) @ V for s in range(0, X.shape[0], _BLOCK)])
+
+
+class EigenBasis:
+    """Orthonormal eigenbasis ``V`` of the span of the rows of ``X`` (module docstring).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d) or CSR matrix
+        Training vectors.
+
+    Attributes
+    ----------
+    Z : ndarray of shape (n, r), float64
+        Training vectors in the basis (``Z^T Z = diag(eigenvalues)``).
+    eigenvalues : ndarray of shape (r,), float64
+        The kept eigenvalues ``lambda_k > 0``.
+    rank : int
+        ``r``.
+    """
+
+    def __init__(self, X: np.ndarray | sp.csr_matrix) -> None:
+        n, d = X.shape
+        from_gram = n <= d
+        lam, vectors = la.eigh(gram_matrix(X) if from_gram else second_moment_matrix(X), check_finite=False)
+        keep = lam > max(n, d) * np.finfo(np.float64).eps * max(float(lam[-1]), 0.0)
+        if not np.any(keep):  # X = 0: W = 0 is the only direction; keep one null coordinate
+            self.eigenvalues, self.rank = np.zeros(1), 1
+            self.Z, self._V = np.zeros((n, 1)), np.eye(d, 1)
+            return
+        self.eigenvalues = lam[keep]
+        self.rank = int(self.eigenvalues.size)
+        root = np.sqrt(self.eigenvalues)
+        if from_gram:
+            U = vectors[:, keep]
+            self.Z = U * root
+            self._row_coefficients, self._V = U / root, None  # V = X^T U diag(lambda)^{-1/2}
+        else:
+            self._V = np.ascontiguousarray(vectors[:, keep])
+            self.Z = _times(X, self._V)
+
+    def weights(self, X: np.ndarray | sp.csr_matrix, B: np.ndarray) -> np.ndarray:
+        """``W = V B`` of shape (d, P), float64 (``X``: the matrix the basis was built from)."""
+        if self._V is not None:
+            return self._V @ B
+        A = self._row_coefficients @ B
+        dtype = np.float32 if X.dtype == np.float32 else np.float64
+        return np.asarray(X.T @ A.astype(dtype), dtype=np.float64)
