@@ -11,7 +11,11 @@ import ast
 import importlib
 from typing import Any
 
-__all__ = ["CLASSIFIERS", "classifier_class", "classifier_name", "make_classifier", "parse_param"]
+__all__ = ["ClassifierParameterError", "CLASSIFIERS", "classifier_class", "classifier_name", "make_classifier", "parse_param"]
+
+class ClassifierParameterError(ValueError):
+    """Unknown classifier name or parameter (a user error: one-line message)."""
+
 
 CLASSIFIERS: dict[str, str] = {
     "linear": "classify_images.classifiers.linear:QuadraticHingeSVC",
@@ -33,7 +37,7 @@ def classifier_class(name: str) -> type:
         target = CLASSIFIERS[name]
     except KeyError:
         known = ", ".join(sorted(CLASSIFIERS))
-        raise ValueError(f"unknown classifier {name!r}; choose one of: {known}") from None
+        raise ClassifierParameterError(f"unknown classifier {name!r}; choose one of: {known}") from None
     module_name, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module_name), attribute)
 
@@ -57,7 +61,7 @@ def parse_param(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ValueError(f"--param {text!r}: expected key=value, e.g. --param C=0.01")
+        raise ClassifierParameterError(f"--param {text!r}: expected key=value, e.g. --param C=0.01")
     raw = raw.strip()
     lowered = {"true": True, "false": False, "none": None}
     if raw.lower() in lowered:
@@ -82,7 +86,7 @@ def make_classifier(name: str, params: dict[str, Any] | None = None):
     valid = estimator.get_params(deep=False)
     for key in params:
         if key not in valid:
-            raise ValueError(
+            raise ClassifierParameterError(
                 f"classifier {name!r} has no parameter {key!r}; valid parameters: "
                 + ", ".join(sorted(valid))
             )

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from ..classifiers.persistence import ModelFileError, check_model_matches, load_model, save_model
-from ..classifiers.registry import CLASSIFIERS, parse_param
+from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
 from .config import ConfigError, load_config, named_configs
 from .dataset import DatasetError
 from .feature_store import FeatureSetError, load_feature_set
 
 __all__ = ["main", "build_parser"]
 
-USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError)
+USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, ClassifierParameterError)
 
 
 class UsageError(ValueError):
@@ -48,10 +48,7 @@ def _tqdm_progress(enabled: bool):
 
 
 def _params(pairs: list[str] | None) -> dict[str, Any]:
-    try:
-        return dict(parse_param(pair) for pair in pairs or [])
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    return dict(parse_param(pair) for pair in pairs or [])
 
 
 def _default_feature_out(dataset: Path, config_name: str) -> Path:
@@ -96,6 +93,7 @@ def _default_model_out(feature_set: Path, classifier: str) -> Path:
 
 def cmd_train(args: argparse.Namespace) -> int:
     import numpy as np
+    from sklearn.utils._param_validation import InvalidParameterError
 
     from .evaluation import train_classifier
 
@@ -103,10 +101,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     params = _params(args.param)
     try:
         model, seconds = train_classifier(args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train)
-    except ValueError as exc:
-        if "parameter" in str(exc) or "unknown classifier" in str(exc):
-            raise UsageError(str(exc)) from None
-        raise
+    except InvalidParameterError as exc:  # a --param value outside the estimator's constraints
+        raise UsageError(str(exc).splitlines()[0]) from None
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     identity = {**feature_set.identity(), "train_seconds": round(seconds, 4)}
     path = save_model(out, model, feature_set=identity)
@@ -139,8 +135,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
-    if args.classifier not in CLASSIFIERS:
-        raise UsageError(f"unknown classifier {args.classifier!r}; choose one of: {', '.join(sorted(CLASSIFIERS))}")
     feature_set = load_feature_set(args.featureset)
     result = run_experiment(feature_set, args.classifier, _params(args.param), args.repeats, first_seed=args.seed)
     for run in result["runs"]:
@@ -236,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Re-split the stored rows with R seeds under the feature set's protocol, "
                        "train and test each time, and report mean ± std of the mean per-class accuracy.")
     x.add_argument("featureset")
-    x.add_argument("--classifier", required=True)
+    x.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
     x.add_argument("--repeats", type=int, default=5, metavar="R")
     x.add_argument("--seed", type=int, default=0, help="first split seed")
     x.add_argument("--param", action="append", metavar="KEY=VALUE")

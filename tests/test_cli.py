@@ -99,6 +99,7 @@ def test_damaged_model_file_is_a_clear_error(tmp_path, feature_set, capsys, dama
     [
         (["train", "{fs}", "--classifier", "linear", "--param", "nonsense=1"], "has no parameter 'nonsense'"),
         (["train", "{fs}", "--classifier", "linear", "--param", "C"], "expected key=value"),
+        (["train", "{fs}", "--classifier", "linear", "--param", "C=-1"], "The 'C' parameter"),
         (["train", "/no/such/featureset", "--classifier", "linear"], "does not exist"),
         (["evaluate", "{fs}", "/no/such/model.npz"], "does not exist"),
         (["experiment", "{fs}", "--classifier", "linear", "--repeats", "0"], "--repeats must be at least 1"),
