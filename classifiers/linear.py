@@ -40,9 +40,9 @@ All ``P`` one-vs-rest problems are separable sums, so they are optimised
 
 .. math::
 
-    G = -2 C\, s * Y * M, \qquad
-    \nabla_W f = W + X^\top G, \qquad
-    \nabla_b f = G^\top 1 \;[ + b / s^2 ] ,
+    G = -2 C\\, s * Y * M, \\qquad
+    \\nabla_W f = W + X^\\top G, \\qquad
+    \\nabla_b f = G^\\top 1 \\;[ + b / s^2 ] ,
 
 so one evaluation costs the two products ``X W`` and ``X^T G`` (only rows with
 an active margin enter the second): ``solver="features"``.  ``solver="eigen"``
