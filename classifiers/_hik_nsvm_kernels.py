@@ -30,6 +30,8 @@ accuracy or convergence from the relaxation start (BENCHMARKS_hik_nsvm.md).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -48,10 +50,8 @@ __all__ = [
 # --------------------------------------------------------------------------- scalar pieces
 @njit(cache=True, nogil=True)
 def _hik_term(wd, x):
-    """``sign(w_d) min(x, |w_d|)`` (one term of Eq. 7b)."""
-    a = abs(wd)
-    v = a if a < x else x
-    return v if wd >= 0.0 else -v
+    """``sign(w_d) min(x, |w_d|)`` (one term of Eq. 7b), branch-free."""
+    return math.copysign(min(abs(wd), np.float64(x)), wd)
 
 
 @njit(cache=True, nogil=True)
@@ -283,9 +283,10 @@ def objective_csr(indptr, indices, data, y, sw, w, b, alpha, margin):
 
 # --------------------------------------------------------------------------- prediction
 @njit(cache=True, nogil=True)
-def _add_terms(out_row, Wt, d, x):
-    for p in range(Wt.shape[1]):
-        out_row[p] += _hik_term(Wt[d, p], x)
+def _add_terms(acc, Wt, d, x):
+    """``acc[p] += sign(W_dp) min(x, |W_dp|)`` for every problem p (contiguous row of Wt)."""
+    for p in range(acc.shape[0]):
+        acc[p] += _hik_term(Wt[d, p], x)
 
 
 @njit(cache=True, nogil=True)
@@ -296,21 +297,25 @@ def decision_dense(X, Wt, intercept, out):
     contiguous.  Zero features are skipped (their term is 0): O(D + nnz P) per row.
     """
     n, D = X.shape
+    acc = np.empty(Wt.shape[1], dtype=np.float64)
     for i in range(n):
-        out[i, :] = intercept
+        acc[:] = intercept
         for d in range(D):
             x = X[i, d]
             if x != 0.0:
-                _add_terms(out[i], Wt, d, x)
+                _add_terms(acc, Wt, d, x)
+        out[i, :] = acc
 
 
 @njit(cache=True, nogil=True)
 def decision_csr(indptr, indices, data, Wt, intercept, out):
     """:func:`decision_dense` for CSR rows: O(nnz P) per row (a zero feature adds 0)."""
+    acc = np.empty(Wt.shape[1], dtype=np.float64)
     for i in range(indptr.shape[0] - 1):
-        out[i, :] = intercept
+        acc[:] = intercept
         for k in range(indptr[i], indptr[i + 1]):
-            _add_terms(out[i], Wt, indices[k], data[k])
+            _add_terms(acc, Wt, indices[k], data[k])
+        out[i, :] = acc
 
 
 # --------------------------------------------------------------------------- exact kernel

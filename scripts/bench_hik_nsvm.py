@@ -195,7 +195,7 @@ def timed(fn, *args):
 def run_nsvm(params: dict, Xtr, ytr, Xte, yte) -> dict:
     clf, fit_s = timed(HIKnSVM(**params).fit, Xtr, ytr)
     pred, test_s = timed(clf.predict, Xte)
-    return {"acc": mpca(yte, pred), "fit_s": fit_s, "test_s": test_s, "model": clf}
+    return {"acc": mpca(yte, pred), "fit_s": fit_s, "test_s": test_s, "model": clf, "rate": clf.learning_rate_}
 
 
 def run_svc(C: float, G: np.ndarray, tr, te, y) -> dict:
@@ -269,7 +269,7 @@ def learning_rate_study(Atr, ytr, grid) -> dict:
         clf = HIKnSVM(learning_rate=lr, random_state=0).fit(Atr, ytr)
         objective = np.mean([hik_nsvm_objective(Atr, Y[:, k], clf.coef_[k], 0.0, clf.alpha, clf.margin)
                              for k in range(Y.shape[1])])
-        study[lr] = {"cv_acc": float(np.mean(accs)), "objective": float(objective),
+        study[lr] = {"cv_acc": float(np.mean(accs)), "objective": float(objective), "rate": clf.learning_rate_,
                      "nonzero_weights": float(np.count_nonzero(clf.coef_) / clf.coef_.size)}
         print(f"  nsvm learning_rate={lr}: {json.dumps(study[lr])}", flush=True)
     return study
@@ -311,6 +311,10 @@ def speed_and_size(nsvm: HIKnSVM, lin, fmap, X_dense: np.ndarray, A: sp.csr_matr
 
 
 # ============================================================================ main
+def _rate(text: str) -> float | str:
+    return text if text == "auto" else float(text)
+
+
 def summarise(values: list[float]) -> str:
     return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
 
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="random splits (seeds 0..repeats-1)")
     parser.add_argument("--n-train", type=int, default=100)
     parser.add_argument("--wait-minutes", type=float, default=60.0)
-    parser.add_argument("--lr-grid", type=float, nargs="*", default=[],
+    parser.add_argument("--lr-grid", type=_rate, nargs="*", default=[],
                         help="report nSVM's CV accuracy and objective for these learning rates (split 0 training rows)")
     parser.add_argument("--ablations", action="store_true", help="also run nSVM's options on every split")
     parser.add_argument("--skip", nargs="*", default=[], choices=["hik-svc", "pmsvm-hi", "map+linear"])
@@ -373,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
             if name == "nsvm" and seed == 0:
                 nsvm0 = r["model"]
             results.setdefault(name, []).append({k: v for k, v in r.items() if k != "model"})
-            print(seed, name, f"{r['acc']:.2f}", f"fit {r['fit_s']:.1f}s", flush=True)
+            print(seed, name, f"{r['acc']:.2f}", f"fit {r['fit_s']:.1f}s", f"r {r['rate']:.3g}", flush=True)
         if G is not None:
             r = run_svc(selection["svc_C"], G, tr, te, y)
             results.setdefault("hik-svc", []).append(r)

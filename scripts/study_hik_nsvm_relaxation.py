@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
                                                      epochs_per_level=budget_level, n_epochs=E - budget_level * n_levels),
         "relaxation, rescaled, same budget": dict(levels=args.levels, rescale=True,
                                                   epochs_per_level=budget_level, n_epochs=E - budget_level * n_levels),
-        "Algorithm 1, same budget as the rescaled run": dict(levels=[], rescale=False, epochs_per_level=L,
+        "Algorithm 1 alone, only the previous row's exact-stage epochs": dict(levels=[], rescale=False, epochs_per_level=L,
                                                              n_epochs=E - budget_level * n_levels),
     }
     Y = ovr_targets(ytr, n_classes).astype(np.float64)

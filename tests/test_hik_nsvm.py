@@ -81,7 +81,7 @@ def test_sgd_matches_literal_algorithm1(monkeypatch, sparse):
     y = np.where(y01 == 1, 1.0, -1.0)
     clf = HIKnSVM(learning_rate=2e-3, alpha=1e-2, n_epochs=12, random_state=3)
     clf.fit(sp.csr_matrix(X) if sparse else X, y01)
-    rates, ts = clf._schedule()
+    rates, ts = clf._schedule(clf.learning_rate_)
     assert not ts.any()
     assert_allclose(rates, [2e-3] * 6 + [2e-4] * 6)  # r / 10 after half the epochs
     orders = K.epoch_orders(X.shape[0], clf.n_epochs, clf._shuffle_seed())
@@ -155,6 +155,15 @@ def test_balanced_weights():
     y[:15] = 1  # 5 negatives : 35 positives
     assert not np.array_equal(HIKnSVM(balanced=True, **params).fit(X, y).coef_,
                               HIKnSVM(**params).fit(X, y).coef_)
+
+
+def test_auto_learning_rate():
+    X, y = histograms(13)
+    clf = HIKnSVM(n_epochs=2, random_state=0).fit(X, y)
+    assert clf.learning_rate_ == pytest.approx(np.median(X[X > 0]) / 40.0)
+    assert HIKnSVM(n_epochs=2).fit(sp.csr_matrix(X), y).learning_rate_ == clf.learning_rate_
+    assert HIKnSVM(n_epochs=2).fit(4.0 * X, y).learning_rate_ == pytest.approx(4.0 * clf.learning_rate_)
+    assert HIKnSVM(n_epochs=2, learning_rate=0.5).fit(X, y).learning_rate_ == 0.5
 
 
 def test_relaxed_term_limits():
