@@ -25,7 +25,7 @@ reconstruction of a relaxation with the properties the text states (piecewise li
 exact at ``t = x``, linear at ``t = 1``, ``t`` replaced by ``max(t, x_d)``).
 :class:`~classify_images.classifiers.hik_nsvm.HIKnSVM` always runs ``t = 0`` (Algorithm 1);
 the relaxed levels serve ``scripts/study_hik_nsvm_relaxation.py``, which measured no gain in
-accuracy or convergence from the relaxation start (BENCHMARKS_hik_nsvm.md).
+accuracy or convergence from the relaxation start (BENCHMARKS.md, HIK nSVM).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ Deviations and choices, each for a stated reason
   default): ``a = sign(p/t_p - n/t_n)``.  On sparse histograms the stump
   thresholds, uniform over ``[min, max]`` of heavy-tailed bins, lie above most
   values, so few stumps fire for half of any class and Table 1 drops nearly
-  all of them (15-Scenes BoF-SPM: 1 465 of 215 040 kept); see BENCHMARKS_mbkl.md.
+  all of them (15-Scenes BoF-SPM: 1 465 of 215 040 kept); see BENCHMARKS.md, MBKL.
 * The paper's Step-2 paragraph writes ``theta_k sigma_k(x)``; Eq. 4 (and the
   kernel ``K``) need ``sqrt(theta_k)``, which we use.
 

@@ -16,7 +16,14 @@ import scipy.sparse as sp
 
 from .lars import lasso_lars_codes
 
-__all__ = ["vq_encode", "sparse_encode", "SparseCoder"]
+__all__ = ["IMPLEMENTATION_VERSION", "vq_encode", "sparse_encode", "SparseCoder"]
+
+#: Version of this module's numerical output.  Bump it whenever a change alters the
+#: numbers it produces: it is part of the stage-cache keys and of the feature sets'
+#: config hash, so results computed by the old code are not reused.  It covers the
+#: LARS-lasso solver of :mod:`.lars` as well.
+IMPLEMENTATION_VERSION = 1
+
 
 _VQ_CHUNK = 8192
 

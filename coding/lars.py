@@ -63,6 +63,8 @@ from numba import njit
 
 __all__ = ["lasso_lars_codes", "lasso_objective"]
 
+# A change to the solutions computed here must bump ``encode.IMPLEMENTATION_VERSION``.
+
 #: Rows of the correlation product ``X Dᵀ`` computed per BLAS call.
 _CHUNK = 4096
 

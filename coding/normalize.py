@@ -16,7 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NORMALIZATIONS", "normalize_rows", "fit_minmax", "apply_minmax"]
+__all__ = ["IMPLEMENTATION_VERSION", "NORMALIZATIONS", "normalize_rows", "fit_minmax", "apply_minmax"]
+
+#: Version of this module's numerical output.  Bump it whenever a change alters the
+#: numbers it produces: it is part of the stage-cache keys and of the feature sets'
+#: config hash, so results computed by the old code are not reused.
+IMPLEMENTATION_VERSION = 1
+
 
 NORMALIZATIONS = ("l2", "l1", "power", "minmax", "none")
 

@@ -25,7 +25,13 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["POOLING_METHODS", "pyramid_cells", "spatial_pyramid_pool", "pooled_dimension"]
+__all__ = ["IMPLEMENTATION_VERSION", "POOLING_METHODS", "pyramid_cells", "spatial_pyramid_pool", "pooled_dimension"]
+
+#: Version of this module's numerical output.  Bump it whenever a change alters the
+#: numbers it produces: it is part of the stage-cache keys and of the feature sets'
+#: config hash, so results computed by the old code are not reused.
+IMPLEMENTATION_VERSION = 1
+
 
 POOLING_METHODS = ("average", "max", "sqrt", "abs")
 

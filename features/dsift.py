@@ -106,6 +106,7 @@ import numpy as np
 from numba import njit
 
 __all__ = [
+    "IMPLEMENTATION_VERSION",
     "DESCRIPTOR_SIZE",
     "DenseSIFT",
     "dense_sift",
@@ -120,6 +121,12 @@ __all__ = [
     "smoothing_sigma",
     "triangular_kernel",
 ]
+
+#: Version of this module's numerical output.  Bump it whenever a change alters the
+#: numbers it produces: it is part of the stage-cache keys and of the feature sets'
+#: config hash, so results computed by the old code are not reused.
+IMPLEMENTATION_VERSION = 1
+
 
 N_SPATIAL_BINS: int = 4
 N_ORIENTATIONS: int = 8

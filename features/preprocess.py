@@ -41,12 +41,19 @@ import cv2
 import numpy as np
 
 __all__ = [
+    "IMPLEMENTATION_VERSION",
     "ImageReadError",
     "check_min_size",
     "decode_grayscale",
     "load_grayscale",
     "resize_max_side",
 ]
+
+#: Version of this module's numerical output.  Bump it whenever a change alters the
+#: numbers it produces: it is part of the stage-cache keys and of the feature sets'
+#: config hash, so results computed by the old code are not reused.
+IMPLEMENTATION_VERSION = 1
+
 
 
 class ImageReadError(ValueError):

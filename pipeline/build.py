@@ -37,7 +37,7 @@ from ..coding.pooling import pooled_dimension, spatial_pyramid_pool
 from .config import stage_hash
 from .dataset import DatasetError, discover_dataset, file_fingerprint, split_indices
 from .feature_store import FeatureSetWriter, load_feature_set
-from .stages import StageCache, codes_matrix
+from .stages import StageCache, codes_matrix, implementation_versions
 
 __all__ = ["BuildResult", "build_feature_set", "featurize_images", "default_cache_dir"]
 
@@ -138,7 +138,7 @@ def build_feature_set(
     paths = [str(dataset.absolute(p)) for p in dataset.paths]
     fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(delayed(file_fingerprint)(p) for p in paths)
     dataset_digest = hashlib.sha1("\n".join(f"{r}:{f}" for r, f in zip(dataset.paths, fingerprints)).encode()).hexdigest()
-    config_hash = stage_hash(config, list(config), dataset_digest)
+    config_hash = stage_hash(config, list(config), dataset_digest, implementation_versions())
     lap("discover")
 
     out = Path(out)
@@ -259,6 +259,7 @@ def build_feature_set(
             "codebook": {"kind": cb_cfg["kind"], "size": int(codebook.shape[0]), "n_training_descriptors": int(sample.shape[0]), "digest": digest},
             "timings": timings,
             "versions": library_versions(),
+            "implementation_versions": implementation_versions(),
         }
         writer.commit(manifest)
     return BuildResult(

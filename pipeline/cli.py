@@ -189,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
         "PmSVM / MBKL / HIK nSVM / linear L-BFGS SVM.",
         epilog="Run 'classify-images demo' for a complete example on bundled data.",
     )
+    parser.add_argument(
+        "--threads", type=int, metavar="T",
+        help="threads of the BLAS / OpenMP pools of this process (default: the libraries' own; "
+        "1 is often fastest on a machine busy with other jobs). Parallel workers: --n-jobs, --param n_jobs=",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -256,12 +261,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _thread_limits(threads: int | None):
+    """Context limiting the BLAS / OpenMP thread pools to ``threads`` (no limit: ``None``)."""
+    import contextlib
+
+    if threads is None:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``classify-images`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        print(f"classify-images: error: --threads must be at least 1, not {args.threads}", file=sys.stderr)
+        return 2
     try:
-        return int(args.func(args) or 0)
+        with _thread_limits(args.threads):
+            return int(args.func(args) or 0)
     except (*USER_ERRORS, UsageError) as exc:
         print(f"classify-images {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ the descriptor sample.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from typing import Any
@@ -31,12 +32,19 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..coding import codebook as codebook_module
+from ..coding import encode as encode_module
+from ..coding import normalize as normalize_module
+from ..coding import pooling as pooling_module
 from ..coding.codebook import learn_kmeans_codebook, learn_sparse_dictionary, sample_rows
 from ..coding.encode import SparseCoder, vq_encode
+from ..features import dsift as dsift_module
+from ..features import preprocess as preprocess_module
 from ..features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
 from ..features.preprocess import ImageReadError, load_grayscale
 
 __all__ = [
+    "implementation_versions",
     "check_image",
     "compute_descriptors",
     "image_descriptors",
@@ -48,7 +56,40 @@ __all__ = [
 ]
 
 
-def check_image(path: str, fingerprint: str, max_side: int, min_side: int) -> dict[str, Any]:
+def implementation_versions() -> dict[str, int]:
+    """``IMPLEMENTATION_VERSION`` of every module whose numbers end up in a feature set.
+
+    Stage-cache keys hold the versions of the modules upstream of their stage, and the
+    feature set's config hash holds them all: bumping a module's version after a change
+    to its numerical output invalidates exactly what that module produced.  (joblib's own
+    key covers the cached function's source only, not the code it calls.)
+    """
+    return {
+        "preprocess": preprocess_module.IMPLEMENTATION_VERSION,
+        "dense_sift": dsift_module.IMPLEMENTATION_VERSION,
+        "codebook": codebook_module.IMPLEMENTATION_VERSION,
+        "encode": encode_module.IMPLEMENTATION_VERSION,
+        "pooling": pooling_module.IMPLEMENTATION_VERSION,
+        "normalize": normalize_module.IMPLEMENTATION_VERSION,
+    }
+
+
+#: The modules each cached stage depends on (the keys of :func:`implementation_versions`).
+_STAGE_MODULES = {
+    "check_image": ("preprocess",),
+    "image_descriptors": ("preprocess", "dense_sift"),
+    "descriptor_sample": ("preprocess", "dense_sift"),
+    "learn_codebook": ("codebook",),
+    "image_codes": ("preprocess", "dense_sift", "encode"),
+}
+
+
+def _stage_versions(stage: str) -> tuple[tuple[str, int], ...]:
+    versions = implementation_versions()
+    return tuple((module, versions[module]) for module in _STAGE_MODULES[stage])
+
+
+def check_image(path: str, fingerprint: str, max_side: int, min_side: int, implementation: tuple = ()) -> dict[str, Any]:
     """Decode an image once: ``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}``.
 
     ``min_side`` is the largest patch size: an image smaller than one patch has
@@ -84,7 +125,9 @@ def compute_descriptors(path: str, max_side: int, sift: dict[str, Any]) -> dict[
     }
 
 
-def image_descriptors(path: str, fingerprint: str, max_side: int, sift: dict[str, Any]) -> dict[str, np.ndarray]:
+def image_descriptors(
+    path: str, fingerprint: str, max_side: int, sift: dict[str, Any], implementation: tuple = ()
+) -> dict[str, np.ndarray]:
     """Cached form of :func:`compute_descriptors` (the fingerprint keys the cache)."""
     return compute_descriptors(path, max_side, sift)
 
@@ -100,7 +143,14 @@ def _image_seed(seed: int, fingerprint: str) -> int:
 
 
 def descriptor_sample(
-    path: str, fingerprint: str, max_side: int, sift: dict[str, Any], n_samples: int, seed: int, descriptors_fn=None
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    sift: dict[str, Any],
+    n_samples: int,
+    seed: int,
+    descriptors_fn=None,
+    implementation: tuple = (),
 ) -> np.ndarray:
     """``n_samples`` random descriptors (uint8) of one training image, seeded by image content."""
     data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
@@ -108,7 +158,7 @@ def descriptor_sample(
     return data["descriptors"][rows]
 
 
-def learn_codebook(sample: np.ndarray, codebook: dict[str, Any]) -> np.ndarray:
+def learn_codebook(sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()) -> np.ndarray:
     """Codebook (K × 128 float32) from a uint8 descriptor sample, by ``codebook["kind"]``."""
     descriptors = dequantize_descriptors(sample)
     if codebook["kind"] == "kmeans":
@@ -136,6 +186,7 @@ def image_codes(
     codebook_digest: str,
     codebook: np.ndarray,
     descriptors_fn=None,
+    implementation: tuple = (),
 ) -> dict[str, np.ndarray]:
     """Codes of one image over the codebook (keyed by ``codebook_digest``, not the array).
 
@@ -168,7 +219,10 @@ def codes_matrix(codes: dict[str, np.ndarray], n_words: int):
 class StageCache:
     """The per-image stages, memoised in ``cache_dir`` by :class:`joblib.Memory`.
 
-    With ``cache_dir=None`` nothing is cached (every call recomputes).
+    With ``cache_dir=None`` nothing is cached (every call recomputes).  Every stage
+    function takes an ``implementation`` argument that it does not use: the cache passes
+    the ``IMPLEMENTATION_VERSION`` of the modules upstream of the stage, so that it is
+    part of the key.
     """
 
     def __init__(self, cache_dir: str | os.PathLike | None, *, cache_descriptors: bool = True) -> None:
@@ -177,11 +231,15 @@ class StageCache:
         self.memory = Memory(None if cache_dir is None else os.fspath(cache_dir), verbose=0)
         # Keys are image *content* (fingerprint) and parameters; the path is not
         # part of the key, so moving a dataset keeps its cache.
-        self.check_image = self.memory.cache(check_image, ignore=["path"])
-        self.learn_codebook = self.memory.cache(learn_codebook)
-        self._descriptors = self.memory.cache(image_descriptors, ignore=["path"]) if cache_descriptors else None
-        self._sample = self.memory.cache(descriptor_sample, ignore=["path", "descriptors_fn"])
-        self._codes = self.memory.cache(image_codes, ignore=["path", "codebook", "descriptors_fn"])
+        self.check_image = self._cached(check_image, ["path"])
+        self.learn_codebook = self._cached(learn_codebook, [])
+        self._descriptors = self._cached(image_descriptors, ["path"]) if cache_descriptors else None
+        self._sample = self._cached(descriptor_sample, ["path", "descriptors_fn"])
+        self._codes = self._cached(image_codes, ["path", "codebook", "descriptors_fn"])
+
+    def _cached(self, stage, ignore: list[str]):
+        """``stage`` memoised, with its modules' implementation versions bound (and keyed)."""
+        return functools.partial(self.memory.cache(stage, ignore=ignore), implementation=_stage_versions(stage.__name__))
 
     def descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
         return self._sample(path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors)

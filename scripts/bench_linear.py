@@ -25,7 +25,7 @@ import argparse
 import time
 import warnings
 
-import _linear_bench_utils as U  # first: pins BLAS threads before NumPy loads
+import _bench_utils as U  # first: pins BLAS threads before NumPy loads
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning

@@ -42,6 +42,9 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench_utils as U  # noqa: E402
+
 from sklearn import datasets
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
@@ -150,18 +153,10 @@ def attributes_table(results: dict) -> str:
 
 # ============================================================================ part 2
 def load_scenes(folder: Path, wait_minutes: float):
-    deadline = time.time() + 60.0 * wait_minutes
-    while not (folder / "manifest.json").exists():
-        if time.time() > deadline:
-            sys.exit(f"{folder}/manifest.json did not appear within {wait_minutes} min")
-        print(f"waiting for {folder}/manifest.json ...", flush=True)
-        time.sleep(60)
-    from classify_images.pipeline.feature_store import load_feature_set
-
-    fs = load_feature_set(folder)
+    fs = U.load_features(folder, wait_minutes)
     Xtr = np.ascontiguousarray(fs.X_train, dtype=np.float32)
     Xte = np.ascontiguousarray(fs.X_test, dtype=np.float32)
-    return Xtr, np.asarray(fs.y_train), Xte, np.asarray(fs.y_test), fs
+    return Xtr, fs.y_train, Xte, fs.y_test, fs
 
 
 def scene_methods() -> dict[str, tuple[object, dict]]:

@@ -43,6 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench_utils as U  # noqa: E402
+
 METHODS = {
     # name: (description, kind, params)
     "pmsvm-chi2": ("PmSVM p=-1 (chi2), C=0.01", "pmsvm", {"p": -1.0}),
@@ -54,6 +57,7 @@ METHODS = {
     "fm-chi2": ("AdditiveChi2Sampler(2) + LinearSVC C=0.01", "fm", {"C": 0.01}),
     "svc-chi2": ("SVC precomputed exact chi2", "svc", {"p": -1.0}),
     "svc-hik": ("SVC precomputed exact HIK", "svc", {"p": -np.inf}),
+    "svc-hik-ovr": ("SVC precomputed exact HIK, one-vs-rest", "svc", {"p": -np.inf, "one_vs_rest": True}),
 }
 SVC_C = (0.01, 1.0)
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
@@ -74,15 +78,8 @@ def load_split(folder: str):
     """Scaled float32 CSR train/test matrices and labels of a feature set."""
     import scipy.sparse as sp
 
-    try:
-        from classify_images.pipeline.feature_store import load_feature_set
-
-        fs = load_feature_set(folder)
-        X_train, X_test, y_train, y_test = fs.X_train, fs.X_test, fs.y_train, fs.y_test
-    except Exception as exc:  # loader module missing, or a bare folder of .npy arrays
-        print(f"load_feature_set({folder}) failed ({exc}); reading the .npy arrays directly", file=sys.stderr)
-        load = lambda name: np.load(Path(folder) / f"{name}.npy", mmap_mode="r")  # noqa: E731
-        X_train, X_test, y_train, y_test = (load(n) for n in ("X_train", "X_test", "y_train", "y_test"))
+    fs = U.load_features(folder)
+    X_train, X_test, y_train, y_test = fs.X_train, fs.X_test, fs.y_train, fs.y_test
     X_train = np.asarray(X_train, dtype=np.float32)
     X_test = np.asarray(X_test, dtype=np.float32)
     fmax = X_train.max(axis=0)
@@ -102,18 +99,26 @@ def _csr_bytes(X) -> int:
 
 
 class KernelSVC:
-    """``SVC(kernel="precomputed")`` on the exact power mean kernel (Gram computed in ``fit``)."""
+    """``SVC(kernel="precomputed")`` on the exact power mean kernel (Gram computed in ``fit``).
 
-    def __init__(self, p: float, C: float):
-        self.p, self.C = p, C
+    libsvm's multi-class scheme is one-vs-one; ``one_vs_rest=True`` trains one SVC per
+    class against the rest instead, as PmSVM does.
+    """
+
+    def __init__(self, p: float, C: float, one_vs_rest: bool = False):
+        self.p, self.C, self.one_vs_rest = p, C, one_vs_rest
 
     def fit(self, X, y):
+        from sklearn.multiclass import OneVsRestClassifier
         from sklearn.svm import SVC
 
         from classify_images.classifiers.pmsvm import power_mean_kernel
 
         self.X_ = X
-        self.svc_ = SVC(kernel="precomputed", C=self.C).fit(power_mean_kernel(X, X, p=self.p, eps=0.0), y)
+        svc = SVC(kernel="precomputed", C=self.C)
+        self.svc_ = (OneVsRestClassifier(svc) if self.one_vs_rest else svc).fit(
+            power_mean_kernel(X, X, p=self.p, eps=0.0), y
+        )
         return self
 
     def predict(self, X):
@@ -122,8 +127,10 @@ class KernelSVC:
         return self.svc_.predict(power_mean_kernel(X, self.X_, p=self.p, eps=0.0))
 
     def model_bytes(self) -> int:
-        sv = self.X_[self.svc_.support_]
-        return _csr_bytes(sv) + self.svc_.dual_coef_.nbytes + self.svc_.intercept_.nbytes
+        svcs = self.svc_.estimators_ if self.one_vs_rest else [self.svc_]
+        support = np.unique(np.concatenate([svc.support_ for svc in svcs]))
+        coefs = sum(svc.dual_coef_.nbytes + svc.intercept_.nbytes for svc in svcs)
+        return _csr_bytes(self.X_[support]) + coefs
 
 
 def make_estimator(kind: str, params: dict, C: float | None = None):
@@ -146,7 +153,7 @@ def make_estimator(kind: str, params: dict, C: float | None = None):
         svm = LinearSVC(loss="squared_hinge", dual=True, tol=0.1, max_iter=1000, random_state=0, **params)
         return make_pipeline(AdditiveChi2Sampler(sample_steps=2), svm)
     if kind == "svc":
-        return KernelSVC(params["p"], C)
+        return KernelSVC(params["p"], C, params.get("one_vs_rest", False))
     raise ValueError(kind)
 
 
@@ -220,16 +227,6 @@ def run_worker(folder: str, method: str, repeats: int) -> list[dict]:
 
 
 # --------------------------------------------------------------- parent side
-def wait_for(folder: str, minutes: float) -> None:
-    manifest = Path(folder) / "manifest.json"
-    deadline = time.time() + 60 * minutes
-    while not manifest.exists():
-        if time.time() > deadline:
-            raise SystemExit(f"{manifest} did not appear within {minutes} min")
-        print(f"waiting for {manifest} ...", file=sys.stderr, flush=True)
-        time.sleep(60)
-
-
 def run_method(folder: str, method: str, repeats: int) -> list[dict]:
     env = dict(os.environ, **{name: "1" for name in THREAD_ENV})
     # every allocation above 64 KiB is a fresh mmap (no dynamic threshold), so that
@@ -278,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     everything = {}
     for folder in args.features:
-        wait_for(folder, args.wait_minutes)
+        U.wait_for(folder, args.wait_minutes)
         rows = []
         for method in args.methods.split(","):
             rows.extend(run_method(folder, method, args.repeats))

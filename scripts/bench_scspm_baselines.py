@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import _linear_bench_utils as U  # first: pins BLAS threads before NumPy loads
+import _bench_utils as U  # first: pins BLAS threads before NumPy loads
 
 import numpy as np
 import scipy.sparse as sp

@@ -69,6 +69,30 @@ def test_rebuild_is_cached_and_pooling_change_reuses_codes(tmp_path, small_datas
     np.testing.assert_array_equal(np.asarray(load_feature_set(tmp_path / "fs3").X_test), X1)
 
 
+def test_implementation_version_invalidates_its_stage_only(tmp_path, small_dataset, monkeypatch):
+    from classify_images.coding import pooling
+    from classify_images.features import dsift
+
+    cache, config = tmp_path / "cache", _config()
+    first = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=cache)
+    manifest = load_feature_set(tmp_path / "fs").manifest
+    assert manifest["implementation_versions"] == stages.implementation_versions()
+    calls = []
+    compute = stages.compute_descriptors
+    monkeypatch.setattr(stages, "compute_descriptors", lambda *a: calls.append(1) or compute(*a))
+
+    # A new pooling implementation: the feature set is rebuilt, from cached codes.
+    monkeypatch.setattr(pooling, "IMPLEMENTATION_VERSION", pooling.IMPLEMENTATION_VERSION + 1)
+    rebuilt = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=cache)
+    assert not rebuilt.reused and calls == []
+    assert load_feature_set(tmp_path / "fs").config_hash != manifest["config_hash"]
+
+    # A new dense SIFT implementation: the descriptors are recomputed, not read from the cache.
+    monkeypatch.setattr(dsift, "IMPLEMENTATION_VERSION", dsift.IMPLEMENTATION_VERSION + 1)
+    build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=cache)
+    assert len(calls) >= first.n_train + first.n_test
+
+
 def test_sparse_coding_max_pooling_path(tmp_path, small_dataset):
     config = _config(codebook__kind="sparse", codebook__size=32, codebook__n_iter=30, pooling__method="max",
                      normalization__method="l2")

@@ -94,6 +94,21 @@ def test_damaged_model_file_is_a_clear_error(tmp_path, feature_set, capsys, dama
     assert "not a valid classify-images model" in err and len(err.strip().splitlines()) == 1
 
 
+def test_threads_option_limits_blas_during_the_command(tmp_path, feature_set, monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    from classify_images.pipeline import cli
+
+    seen = []
+    train = cli.cmd_train
+    monkeypatch.setattr(cli, "cmd_train", lambda args: seen.append(threadpool_info()) or train(args))
+    # main() builds its parser on each call, so it picks up the spy
+    argv = ["--threads", "1", "train", str(feature_set), "--classifier", "linear", "--out", str(tmp_path / "m.npz")]
+    assert main(argv) == 0
+    assert seen and all(pool["num_threads"] == 1 for pool in seen[0])
+    assert (tmp_path / "m.npz").exists()
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -103,6 +118,7 @@ def test_damaged_model_file_is_a_clear_error(tmp_path, feature_set, capsys, dama
         (["train", "/no/such/featureset", "--classifier", "linear"], "does not exist"),
         (["evaluate", "{fs}", "/no/such/model.npz"], "does not exist"),
         (["experiment", "{fs}", "--classifier", "linear", "--repeats", "0"], "--repeats must be at least 1"),
+        (["--threads", "0", "train", "{fs}", "--classifier", "linear"], "--threads must be at least 1"),
     ],
 )
 def test_user_errors_one_line(feature_set, capsys, argv, message):

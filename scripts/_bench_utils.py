@@ -1,4 +1,4 @@
-"""Helpers shared by ``bench_linear.py`` and ``bench_scspm_baselines.py``.
+"""Helpers shared by the benchmark scripts.
 
 Importing this module pins the BLAS/OpenMP thread pools to one thread (it must
 be imported before NumPy): benchmarks compare single-threaded solvers.
@@ -29,7 +29,9 @@ try:
 except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
     pass
 
+from classify_images.pipeline.dataset import split_indices  # noqa: E402
 from classify_images.pipeline.evaluation import mean_per_class_accuracy  # noqa: E402
+from classify_images.pipeline.feature_store import load_feature_set  # noqa: E402
 
 __all__ = [
     "LINEAR_C_GRID",
@@ -72,6 +74,7 @@ class Features:
     y_test: np.ndarray
     config_hash: str
     class_names: list[str]
+    manifest: dict
 
     @property
     def n_classes(self) -> int:
@@ -94,32 +97,16 @@ def wait_for(folder: str | os.PathLike, minutes: float) -> None:
 
 
 def load_features(folder: str | os.PathLike, wait_minutes: float = 0.0) -> Features:
-    """Load a feature set with the package loader, or its arrays directly if it is missing."""
+    """Load a feature set (after waiting up to ``wait_minutes`` for it to appear)."""
     wait_for(folder, wait_minutes)
     folder = Path(folder)
-    try:
-        from classify_images.pipeline.feature_store import load_feature_set
-
-        fs = load_feature_set(folder)
-        return Features(folder, fs.X_train, fs.X_test, np.asarray(fs.y_train), np.asarray(fs.y_test),
-                        fs.config_hash, fs.class_names)
-    except ImportError:  # pragma: no cover - loader not written yet
-        manifest = json.loads((folder / "manifest.json").read_text())
-        arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r") for k in ("X_train", "X_test", "y_train", "y_test")}
-        return Features(folder, arrays["X_train"], arrays["X_test"], np.asarray(arrays["y_train"]),
-                        np.asarray(arrays["y_test"]), manifest.get("config_hash", ""),
-                        manifest.get("class_names", []))
+    fs = load_feature_set(folder)
+    return Features(folder, fs.X_train, fs.X_test, np.asarray(fs.y_train), np.asarray(fs.y_test),
+                    fs.config_hash, fs.class_names, fs.manifest)
 
 
 def resplit(labels: np.ndarray, n_train: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Seeded per-class split of pooled rows: ``n_train`` per class, the rest for testing."""
-    try:
-        from classify_images.pipeline.dataset import split_indices
-    except ImportError:  # pragma: no cover - fallback with the same protocol
-        rng = np.random.default_rng(seed)
-        train = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:n_train] for c in np.unique(labels)])
-        train = np.sort(train)
-        return train, np.setdiff1d(np.arange(labels.size), train)
     return split_indices(labels, n_train, None, seed)
 
 
