@@ -42,6 +42,19 @@ def test_train_evaluate_report(tmp_path, feature_set, capsys):
     assert (tmp_path / "rep" / "confusion.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize("classifier, params", [
+    ("linear", ["C=10"]), ("pmsvm", ["p=-8", "lut_bins=100"]), ("mbkl", ["random_state=0"]), ("nsvm", ["random_state=0"]),
+])
+def test_every_classifier_trains_saves_and_evaluates(tmp_path, feature_set, capsys, classifier, params):
+    model = tmp_path / f"{classifier}.npz"
+    argv = ["train", str(feature_set), "--classifier", classifier, "--out", str(model)]
+    assert main(argv + [arg for param in params for arg in ("--param", param)]) == 0
+    assert main(["evaluate", str(feature_set), str(model), "--out", str(tmp_path / "rep")]) == 0
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["classifier"] == classifier
+    assert report["mean_per_class_accuracy"] > 0.4  # four Caltech classes, 5 training images each; chance 0.25
+
+
 def test_predict_new_images(tmp_path, feature_set, caltech_mini, capsys):
     model = tmp_path / "m.npz"
     main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)])
