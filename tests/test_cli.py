@@ -132,6 +132,7 @@ def test_threads_option_limits_blas_during_the_command(tmp_path, feature_set, mo
         (["evaluate", "{fs}", "/no/such/model.npz"], "does not exist"),
         (["experiment", "{fs}", "--classifier", "linear", "--repeats", "0"], "--repeats must be at least 1"),
         (["--threads", "0", "train", "{fs}", "--classifier", "linear"], "--threads must be at least 1"),
+        (["experiment", "{fs}", "--classifier", "nsvm", "--param", "margin=-1"], "The 'margin' parameter"),
     ],
 )
 def test_user_errors_one_line(feature_set, capsys, argv, message):
@@ -139,3 +140,19 @@ def test_user_errors_one_line(feature_set, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["train", "experiment"])
+def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, capsys, command):
+    import shutil
+
+    signed = tmp_path / "signed"
+    shutil.copytree(feature_set, signed)
+    X = np.load(signed / "X_train.npy")
+    X[0, 0] = -0.5
+    np.save(signed / "X_train.npy", X)
+    for classifier in ("pmsvm", "nsvm"):
+        assert main([command, str(signed), "--classifier", classifier, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "needs non-negative features" in err and str(signed) in err and len(err.splitlines()) == 1
+    assert main([command, str(signed), "--classifier", "linear", "--out", str(tmp_path / "out2")]) == 0
