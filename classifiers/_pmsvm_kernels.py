@@ -38,6 +38,7 @@ __all__ = [
     "delta_rows_values",
     "delta_rows_csr",
     "dcd_solve",
+    "drop_padding",
     "decision_values",
 ]
 
@@ -354,8 +355,9 @@ def dcd_solve(
     numbers do not depend on the others in its group (same seed, same
     permutations), so any grouping (threads) gives the same model.
 
-    Writes ``b`` (d, m+1, n_problems), ``S`` and ``n_iter`` (outer iterations
-    until each problem stopped).
+    Writes ``b`` (d, m+1, w), ``S`` and ``n_iter`` (outer iterations until each
+    problem stopped).  ``w >= n_problems``: columns beyond the problems are padding
+    (they stay 0), so that the loops over the group have a vector-friendly length.
     """
     n, n_classes = Y.shape
     if l2_loss:
@@ -369,8 +371,8 @@ def dcd_solve(
     n_shrunk = np.zeros(n_classes, dtype=np.int64)
     done = np.zeros(n_classes, dtype=np.bool_)
     beta = np.zeros(n_classes)
-    acc = np.empty(n_classes)
-    delta = np.zeros(n_classes)
+    acc = np.empty(b.shape[2])
+    delta = np.zeros(b.shape[2])
     pg_max_old = np.full(n_classes, np.inf)
     pg_min_old = np.full(n_classes, -np.inf)
     pg_max_new = np.empty(n_classes)
@@ -468,6 +470,23 @@ def dcd_solve(
 
 
 # ------------------------------------------------------------ prediction
+@njit(cache=True, nogil=True)
+def drop_padding(a, k):
+    """The first ``k`` entries of the last axis of the C-contiguous 3-d ``a``, moved in place.
+
+    Returns a C-contiguous ``(a.shape[0], a.shape[1], k)`` view of ``a``'s memory: every
+    entry moves to a lower (or the same) address, in increasing order, so nothing is
+    overwritten before it is read.
+    """
+    n_rows = a.shape[0] * a.shape[1]
+    width = a.shape[2]
+    flat = a.reshape(-1)
+    for row in range(n_rows):
+        for c in range(k):
+            flat[row * k + c] = flat[row * width + c]
+    return flat[: n_rows * k].reshape((a.shape[0], a.shape[1], k))
+
+
 @njit(cache=True, nogil=True)
 def decision_values(
     indptr,

@@ -78,8 +78,12 @@ __all__ = [
     "power_mean_kernel",
 ]
 
-_GROUP_BYTES = 3 * 2**19
-"""Coefficient bytes of the problems solved together (1.5 MiB: within a core's L2 cache)."""
+_GROUP_PROBLEMS = 16
+"""Most problems solved together.  One visit of an example serves the whole group and the
+inner loops run over the group's contiguous coefficients ``b[j, q, :]``, which the compiler
+vectorises: on 15-Scenes groups of 12-24 problems trained 1.7-2x faster than groups sized
+to stay in a core's L2 cache (3 problems), and 2x faster than one group of 105
+(BENCHMARKS.md, PmSVM)."""
 
 ADHOC_NODES = (0.01, 0.06, 0.75)
 """The CVPR paper's interpolation nodes for ``m = 2`` (Algorithm 2, line 1)."""
@@ -280,8 +284,8 @@ class PmSVM(OneVsRestClassifierBase):
     with LUT nothing more.  Per class: ``d (m+1)`` float64 coefficients, ``n``
     dual variables and ``n`` shrinking flags.
 
-    Problems are solved in groups whose coefficients fit in a core's cache
-    (one pass over an example serves the whole group,
+    Problems are solved in groups of up to 16 (one pass over an example
+    serves the whole group,
     :func:`._pmsvm_kernels.dcd_solve`); each problem's iterations, shrinking
     and stopping are its own, and the model does not depend on the grouping
     or on ``n_jobs``.  Training and prediction cost O(m) per stored
@@ -389,30 +393,33 @@ class PmSVM(OneVsRestClassifierBase):
         zero_value = d * float(approx.v0 @ approx.phi0)
         n_problems = Y.shape[1]
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        # problems solved together share each pass over the data; their
-        # coefficients (d (m+1) float64 each) should stay within a core's cache
-        per_group = max(1, _GROUP_BYTES // (d * (approx.m + 1) * 8))
+        # problems solved together share each pass over the data (_GROUP_PROBLEMS)
         n_threads = 1 if self.n_jobs in (None, 1) else effective_n_jobs(self.n_jobs)
-        n_groups = min(n_problems, max(-(-n_problems // per_group), n_threads))
+        n_groups = min(n_problems, max(-(-n_problems // _GROUP_PROBLEMS), n_threads))
         bounds = np.linspace(0, n_problems, n_groups + 1).astype(np.int64)
-        coef = np.empty((d, approx.m + 1, n_problems))
+        coef = np.empty((d, approx.m + 1, n_problems)) if n_groups > 1 else None
         n_iter = np.empty(n_problems, dtype=np.int64)
+        groups: list = [None] * n_groups
 
         def solve(group: int) -> None:
             lo, hi = bounds[group], bounds[group + 1]
-            b = coef[:, :, lo:hi] if n_groups == 1 else np.empty((d, approx.m + 1, hi - lo))
+            # the coefficients of a group are padded to a multiple of 8 problems: the
+            # kernels' loops over the group then vectorise without a scalar remainder
+            b = np.empty((d, approx.m + 1, -(-(hi - lo) // 8) * 8))
             S = np.empty(hi - lo)
             _k.dcd_solve(
                 indptr, indices, data, dense, use_lut, bin_scale, n_bins, table,
                 np.ascontiguousarray(Y[:, lo:hi]), q_kernel, r, z, zero_value,
                 self.loss == "l2", float(self.C), float(self.tol), int(self.max_iter), seed, b, S, n_iter[lo:hi],
             )
-            b += approx.v0[None, :, None] * S[None, None, :]  # a_j = b_j + S v0
-            if n_groups > 1:
-                coef[:, :, lo:hi] = b
+            b[:, :, : hi - lo] += approx.v0[None, :, None] * S[None, None, :]  # a_j = b_j + S v0
+            if coef is None:  # one group: drop the padding in place (no second copy of the model)
+                groups[group] = _k.drop_padding(b, hi - lo)
+            else:
+                coef[:, :, lo:hi] = b[:, :, : hi - lo]
 
         self._map_problems(solve, n_groups)
-        self.coef_ = coef
+        self.coef_ = groups[0] if coef is None else coef
         self.n_iter_ = n_iter
         if np.any(self.n_iter_ >= self.max_iter):
             warnings.warn(

@@ -198,3 +198,14 @@ def test_rejects_negative_input_and_bad_params():
         PmSVM(p=1.0).fit(X, y)
     with pytest.raises(ValueError, match="nodes"):
         PmSVM(nodes="uniform").fit(X, y)
+
+
+def test_drop_padding_in_place():
+    from classify_images.classifiers import _pmsvm_kernels
+
+    a = np.random.default_rng(0).random((5, 3, 16))
+    expected = a[:, :, :11].copy()
+    out = _pmsvm_kernels.drop_padding(a, 11)
+    assert out.shape == (5, 3, 11) and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, expected)
+    assert np.shares_memory(out, a)  # no second copy of the model
