@@ -36,8 +36,7 @@ import numpy as np
 from numba import njit
 
 __all__ = [
-    "sgd_dense",
-    "sgd_csr",
+    "sgd",
     "objective_dense",
     "objective_csr",
     "decision_dense",
@@ -111,57 +110,80 @@ def _row_score(idx, val, nnz, w, b):
 
 # --------------------------------------------------------------------------- one SGD step
 @njit(cache=True, nogil=True)
-def _sgd_step(idx, val, nnz, y, c, w, last, cum, b, r, margin, t, fit_intercept):
-    """One example of Algorithm 1 (lines 5-6), with the l1 shrink applied lazily.
+def _sgd_step(idx, val, nnz, y, c, W, last, cum, b, r, margin, t, fit_intercept, f, step):
+    """One example of Algorithm 1 (lines 5-6) for the P problems of ``W`` (D, P) at once.
 
-    Every shrink ``w_d <- sign(w_d) max(0, |w_d| - r lambda)`` moves ``w_d`` towards 0 and
-    stops there, so k successive shrinks equal one shrink by their total.  ``cum`` is the
-    total shrink of the epoch so far and ``last[d]`` the part of it already applied to
-    ``w_d``: the coordinates of the example are brought up to date before they are read,
-    the others when the epoch ends.  The result is the same as the eager update.
+    Problem ``p`` sees the example with its own label ``y[p]`` and hinge weight ``c[p]``;
+    its arithmetic does not depend on the other problems, so a group gives the same
+    weights as its problems trained one by one.  The P weights of a feature are
+    contiguous: one visit of the example's non-zeros serves all problems, and the inner
+    loops over ``p`` vectorise.  ``t`` is the relaxation level (0: Eq. 7b exactly).
 
-    Returns the (possibly updated) bias.
+    The l1 shrink ``w_d <- sign(w_d) max(0, |w_d| - r lambda)`` moves ``w_d`` towards 0
+    and stops there, so k successive shrinks equal one shrink by their total.  ``cum``
+    is the total shrink of the epoch so far and ``last[d]`` the part of it already
+    applied to feature ``d`` (of every problem): the features of the example are brought
+    up to date before they are read, the others when the epoch ends.  The result is the
+    same as the eager update.  ``b`` (P,) is updated in place; ``f``, ``step`` are (P,)
+    work arrays.
     """
-    f = b
+    P = W.shape[1]
+    for p in range(P):
+        f[p] = b[p]
     for k in range(nnz):
         d = idx[k]
         pending = cum - last[d]
         if pending > 0.0:
-            w[d] = _shrink(w[d], pending)
+            for p in range(P):
+                W[d, p] = _shrink(W[d, p], pending)
             last[d] = cum
-        f += _relaxed_term(w[d], val[k], t)
-    if y * f < margin:
-        step = r * c * y
-        if t <= 0.0:  # Algorithm 1, line 5 (fast path of the t = 0 slope below)
-            for k in range(nnz):
-                d = idx[k]
-                if abs(w[d]) < val[k]:
-                    w[d] += step
+        x = np.float64(val[k])
+        if t <= 0.0:
+            for p in range(P):
+                f[p] += _hik_term(W[d, p], x)
         else:
-            for k in range(nnz):
-                d = idx[k]
-                w[d] += step * _relaxed_slope(w[d], val[k], t)
-        if fit_intercept:
-            b += step
-    return b
+            for p in range(P):
+                f[p] += _relaxed_term(W[d, p], x, t)
+    any_step = False
+    for p in range(P):
+        step[p] = 0.0
+        if y[p] * f[p] < margin:
+            step[p] = r * c[p] * y[p]
+            any_step = True
+            if fit_intercept:
+                b[p] += step[p]
+    if not any_step:
+        return
+    for k in range(nnz):
+        d = idx[k]
+        x = val[k]
+        if t <= 0.0:  # Algorithm 1, line 5 (fast path of the t = 0 slope below)
+            for p in range(P):
+                if step[p] != 0.0 and abs(W[d, p]) < x:
+                    W[d, p] += step[p]
+        else:
+            for p in range(P):
+                W[d, p] += step[p] * _relaxed_slope(W[d, p], x, t)
 
 
 @njit(cache=True, nogil=True)
-def _flush(w, last, cum):
-    for d in range(w.shape[0]):
+def _flush(W, last, cum):
+    """The shrinks of the epoch not yet applied (see :func:`_sgd_step`)."""
+    for d in range(W.shape[0]):
         pending = cum - last[d]
         if pending > 0.0:
-            w[d] = _shrink(w[d], pending)
+            for p in range(W.shape[1]):
+                W[d, p] = _shrink(W[d, p], pending)
         last[d] = 0.0
 
 
-# --------------------------------------------------------------------------- SGD drivers
+# --------------------------------------------------------------------------- SGD driver
 @njit(cache=True, nogil=True)
 def epoch_orders(n, n_epochs, seed):
-    """The example orders the SGD drivers visit for ``seed``: (n_epochs, n) int64.
+    """The example orders :func:`sgd` visits for ``seed``: (n_epochs, n) int64.
 
-    Same calls to numba's (thread-local) generator as :func:`sgd_dense`/:func:`sgd_csr`:
-    seeded once, then one in-place shuffle of the previous order per epoch.
+    Same calls to numba's (thread-local) generator as :func:`sgd`: seeded once, then one
+    in-place shuffle of the previous order per epoch.
     """
     np.random.seed(seed)
     order = np.arange(n)
@@ -173,56 +195,33 @@ def epoch_orders(n, n_epochs, seed):
 
 
 @njit(cache=True, nogil=True)
-def sgd_dense(X, y, sw, rates, ts, seed, w, b, alpha, margin, fit_intercept, curve):
-    """Run the SGD epochs of Algorithm 1 on dense rows, in place on ``w``.
+def sgd(indptr, indices, data, dense, Y, C, rates, ts, seed, W, b, alpha, margin, fit_intercept, curve):
+    """The SGD epochs of Algorithm 1 for P problems sharing the examples' order, in place.
 
     Parameters
     ----------
-    X : (n, D) float32/float64 array, non-negative.
-    y : (n,) labels in {-1, +1}.
-    sw : (n,) float64 per-example weight ``c_i`` of the hinge loss.
+    indptr, indices, data, dense : the rows, as
+        :func:`~classify_images.classifiers.base.matrix_arrays` describes them (dense rows
+        are gathered into their non-zeros first: both formats give the same numbers).
+    Y : (n, P) float64 labels in {-1, +1}, one column per problem.
+    C : (n, P) float64 per-example weights ``c_i`` of the hinge loss.
     rates, ts : (E,) float64 learning rate ``r`` and relaxation level ``t`` of each epoch
         (``t = 0`` is Algorithm 1 on the exact Eq. 7b).
     seed : int seeding the per-epoch shuffles (numba's thread-local generator).
-    w : (D,) float64, initial weights, updated in place.
-    b : float, initial bias.
+    W : (D, P) float64 initial weights, updated in place.
+    b : (P,) float64 initial biases, updated in place.
     alpha, margin : lambda and m of Eq. 7a.
     fit_intercept : bool.
-    curve : (E,) float64 receiving the exact objective (Eq. 7a) after each epoch, or an
-        empty array to skip that (it costs one scoring pass per epoch).
-
-    Returns
-    -------
-    b : float, the final bias.
+    curve : (E, P) float64 receiving the exact objective (Eq. 7a) after each epoch, or an
+        empty (0, P) array to skip that (it costs one scoring pass per epoch).
     """
-    n, D = X.shape
-    idx = np.empty(D, dtype=np.int64)
-    val = np.empty(D, dtype=np.float64)
-    last = np.zeros(D, dtype=np.float64)
-    np.random.seed(seed)
-    order = np.arange(n)
-    for e in range(rates.shape[0]):
-        np.random.shuffle(order)
-        r = rates[e]
-        t = ts[e]
-        cum = 0.0
-        for j in range(n):
-            i = order[j]
-            nnz = _gather(X[i], idx, val)
-            b = _sgd_step(idx, val, nnz, y[i], sw[i], w, last, cum, b, r, margin, t, fit_intercept)
-            cum += r * alpha
-        _flush(w, last, cum)
-        if curve.shape[0] > 0:
-            curve[e] = objective_dense(X, y, sw, w, b, alpha, margin)
-    return b
-
-
-@njit(cache=True, nogil=True)
-def sgd_csr(indptr, indices, data, y, sw, rates, ts, seed, w, b, alpha, margin, fit_intercept, curve):
-    """:func:`sgd_dense` for CSR rows (sorted indices); same numbers for the same matrix."""
     n = indptr.shape[0] - 1
-    D = w.shape[0]
+    D, P = W.shape
+    idx = np.empty(D if dense else 0, dtype=np.int64)
+    val = np.empty(D if dense else 0, dtype=np.float64)
     last = np.zeros(D, dtype=np.float64)
+    f = np.empty(P)
+    step = np.empty(P)
     np.random.seed(seed)
     order = np.arange(n)
     for e in range(rates.shape[0]):
@@ -234,13 +233,20 @@ def sgd_csr(indptr, indices, data, y, sw, rates, ts, seed, w, b, alpha, margin, 
             i = order[j]
             lo = indptr[i]
             hi = indptr[i + 1]
-            b = _sgd_step(indices[lo:hi], data[lo:hi], hi - lo, y[i], sw[i], w, last, cum, b,
-                          r, margin, t, fit_intercept)
+            if dense:
+                nnz = _gather(data[lo:hi], idx, val)
+                _sgd_step(idx, val, nnz, Y[i], C[i], W, last, cum, b, r, margin, t, fit_intercept, f, step)
+            else:
+                _sgd_step(indices[lo:hi], data[lo:hi], hi - lo, Y[i], C[i], W, last, cum, b, r, margin, t,
+                          fit_intercept, f, step)
             cum += r * alpha
-        _flush(w, last, cum)
-        if curve.shape[0] > 0:
-            curve[e] = objective_csr(indptr, indices, data, y, sw, w, b, alpha, margin)
-    return b
+        _flush(W, last, cum)
+        for p in range(P if curve.shape[0] > 0 else 0):
+            y, c, w = np.ascontiguousarray(Y[:, p]), np.ascontiguousarray(C[:, p]), np.ascontiguousarray(W[:, p])
+            if dense:
+                curve[e, p] = objective_dense(data.reshape((n, D)), y, c, w, b[p], alpha, margin)
+            else:
+                curve[e, p] = objective_csr(indptr, indices, data, y, c, w, b[p], alpha, margin)
 
 
 # --------------------------------------------------------------------------- objective

@@ -33,7 +33,22 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
-__all__ = ["OneVsRestClassifierBase", "ovr_targets"]
+__all__ = ["OneVsRestClassifierBase", "matrix_arrays", "ovr_targets"]
+
+
+def matrix_arrays(X) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``indptr, indices, data, dense``: one description of a CSR or dense matrix for numba.
+
+    CSR: its own arrays.  Dense (made C-contiguous): ``data`` is the matrix flattened,
+    ``indptr[i] = i * d`` and the column of entry ``k`` of row ``i`` is ``k - indptr[i]``
+    (``indices`` is empty).  Kernels taking these arrays serve both formats with one code path.
+    """
+    if sp.issparse(X):
+        return X.indptr, X.indices, X.data, False
+    X = np.ascontiguousarray(X)
+    n, d = X.shape
+    indptr = np.arange(0, n * d + 1, max(d, 1), dtype=np.int64)[: n + 1]
+    return indptr, np.empty(0, dtype=np.int32), X.reshape(-1), True
 
 
 def ovr_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:

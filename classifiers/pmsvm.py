@@ -67,7 +67,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_non_negative
 
 from . import _pmsvm_kernels as _k
-from .base import OneVsRestClassifierBase
+from .base import OneVsRestClassifierBase, matrix_arrays
 
 __all__ = [
     "ADHOC_NODES",
@@ -208,16 +208,6 @@ def lut_bin_values(n_bins: int) -> np.ndarray:
     values = (np.arange(n_bins + 1, dtype=np.float64) + 0.5) / n_bins
     values[-1] = 1.0
     return values
-
-
-def _matrix_arrays(X) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """``indptr, indices, data, dense`` of a validated matrix (see :mod:`._pmsvm_kernels`)."""
-    if sp.issparse(X):
-        return X.indptr, X.indices, X.data, False
-    X = np.ascontiguousarray(X)
-    n, d = X.shape
-    indptr = np.arange(0, n * d + 1, max(d, 1), dtype=np.int64)[: n + 1]
-    return indptr, np.empty(0, dtype=np.int32), X.reshape(-1), True
 
 
 # -------------------------------------------------------------- estimator
@@ -371,7 +361,7 @@ class PmSVM(OneVsRestClassifierBase):
         approx = self.approximation()
         n, d = X.shape
         use_lut = self.lut_bins is not None
-        indptr, indices, data, dense = _matrix_arrays(X)
+        indptr, indices, data, dense = matrix_arrays(X)
         self.feature_max_ = _k.column_max(indptr, indices, data, dense, d)
         inv_max, bin_scale = self._scales()
         if use_lut:
@@ -437,7 +427,7 @@ class PmSVM(OneVsRestClassifierBase):
         table = self.lut_table(approx) if use_lut else np.empty((0, 2 * approx.m + 1), dtype=np.float32)
         coef = np.ascontiguousarray(self.coef_, dtype=np.float64)
         zero_scores = np.einsum("jqc,q->c", coef, approx.phi0)
-        indptr, indices, data, dense = _matrix_arrays(X)
+        indptr, indices, data, dense = matrix_arrays(X)
         n = X.shape[0]
         n_blocks = 1 if self.n_jobs in (None, 1) else min(n, 4 * abs(int(self.n_jobs)))
         bounds = np.linspace(0, n, max(n_blocks, 1) + 1).astype(np.int64)

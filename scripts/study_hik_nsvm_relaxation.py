@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_hik_nsvm import cv_folds, load_rows, mpca, to_csr  # noqa: E402
 
 from classify_images.classifiers import _hik_nsvm_kernels as K  # noqa: E402
-from classify_images.classifiers.base import ovr_targets  # noqa: E402
+from classify_images.classifiers.base import matrix_arrays, ovr_targets  # noqa: E402
 from classify_images.classifiers.hik_nsvm import hik_decision, hik_nsvm_objective  # noqa: E402
 from classify_images.pipeline.dataset import split_indices  # noqa: E402
 
@@ -48,23 +48,23 @@ def fit_ovr(A, y, n_classes: int, lr: float, levels: list[float], rescale: bool,
     Y = ovr_targets(y, n_classes).astype(np.float64)
     xbar = float(A.data.mean(dtype=np.float64))
     W = np.zeros((Y.shape[1], A.shape[1]))
-    ones, no_curve = np.ones(A.shape[0]), np.zeros(0)
+    ones, no_curve = np.ones((A.shape[0], 1)), np.zeros((0, 1))
     half = n_epochs // 2
     final_rates = np.array([lr] * half + [lr / 10.0] * (n_epochs - half))
+    rows = matrix_arrays(A)
     for k in range(Y.shape[1]):
-        w, yk, previous = W[k], np.ascontiguousarray(Y[:, k]), None
+        w, previous = W[k].reshape(-1, 1), None  # (D, 1) view: one problem
+        yk, b = np.ascontiguousarray(Y[:, k:k + 1]), np.zeros(1)
         for t in levels:
             if rescale and previous is not None:
                 w *= t / previous
             # step of level t: coordinates move at the linear-SGD pace r x_d / xbar
             rates = np.full(epochs_per_level, lr * max(t, xbar) / xbar)
-            K.sgd_csr(A.indptr, A.indices, A.data, yk, ones, rates, np.full(epochs_per_level, t),
-                      seed, w, 0.0, ALPHA, MARGIN, False, no_curve)
+            K.sgd(*rows, yk, ones, rates, np.full(epochs_per_level, t), seed, w, b, ALPHA, MARGIN, False, no_curve)
             previous = t
         if rescale and previous is not None:
             w *= xbar / previous
-        K.sgd_csr(A.indptr, A.indices, A.data, yk, ones, final_rates, np.zeros(n_epochs),
-                  seed + 1, w, 0.0, ALPHA, MARGIN, False, no_curve)
+        K.sgd(*rows, yk, ones, final_rates, np.zeros(n_epochs), seed + 1, w, b, ALPHA, MARGIN, False, no_curve)
     return W
 
 

@@ -12,6 +12,7 @@ from classify_images.classifiers import load_model, save_model
 from classify_images.classifiers import _hik_nsvm_kernels as K
 from classify_images.classifiers import hik_nsvm as hik_nsvm_module
 from classify_images.classifiers.hik_nsvm import HIKnSVM, hik_decision, hik_nsvm_objective
+from classify_images.classifiers.base import matrix_arrays
 
 
 def histograms(seed: int, n: int = 80, d: int = 30, n_classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -186,8 +187,10 @@ def test_relaxation_level_one_is_linear_sgd():
     y = np.where(y01 == 1, 1.0, -1.0)
     A = sp.csr_matrix(X)
     rates, ts = np.full(4, 0.5), np.ones(4)
-    w = np.zeros(15)
-    K.sgd_csr(A.indptr, A.indices, A.data, y, np.ones(30), rates, ts, 5, w, 0.0, 1e-2, 0.02, False, np.zeros(0))
+    W = np.zeros((15, 1))
+    K.sgd(*matrix_arrays(A), y[:, None].copy(), np.ones((30, 1)), rates, ts, 5, W, np.zeros(1), 1e-2, 0.02, False,
+          np.zeros((0, 1)))
+    w = W[:, 0]
     ref = np.zeros(15)
     for order, r in zip(K.epoch_orders(30, 4, 5), rates):
         for i in order:
@@ -196,6 +199,26 @@ def test_relaxation_level_one_is_linear_sgd():
             ref = np.sign(ref) * np.maximum(0.0, np.abs(ref) - r * 1e-2)
     assert np.abs(ref).max() < 1.0 and np.count_nonzero(ref) > 0  # stays in the linear part
     assert_allclose(w, ref, rtol=1e-6, atol=1e-12)
+
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_problems_trained_together_equal_problems_trained_alone(sparse):
+    """The SGD kernel trains a group of problems in one pass: same numbers as one by one."""
+    X, y01 = histograms(12, n=60, d=25, n_classes=3)
+    Y = np.where(y01[:, None] == np.arange(3), 1.0, -1.0)
+    C = np.random.default_rng(0).uniform(0.5, 2.0, size=Y.shape)
+    rates, levels = np.array([3e-3] * 5 + [3e-4] * 5), np.zeros(10)
+    rows = matrix_arrays(sp.csr_matrix(X) if sparse else X)
+    W, b, curve = np.zeros((25, 3)), np.zeros(3), np.zeros((10, 3))
+    K.sgd(*rows, Y, C, rates, levels, 9, W, b, 1e-2, 0.02, True, curve)
+    for p in range(3):
+        w, bias, one_curve = np.zeros((25, 1)), np.zeros(1), np.zeros((10, 1))
+        K.sgd(*rows, Y[:, p:p + 1].copy(), C[:, p:p + 1].copy(), rates, levels, 9, w, bias, 1e-2, 0.02, True, one_curve)
+        assert np.count_nonzero(w) > 0
+        assert_array_equal(W[:, p], w[:, 0])
+        assert b[p] == bias[0]
+        assert_array_equal(curve[:, p], one_curve[:, 0])
 
 
 # ------------------------------------------------------------------ sklearn, persistence
