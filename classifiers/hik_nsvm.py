@@ -157,7 +157,7 @@ class HIKnSVM(OneVsRestClassifierBase):
 
     On the paper's 15-Scenes setting (3 splits) nSVM scores 81.2 +- 0.1 % against 81.4 +- 0.5 %
     for the explicit feature map + linear SVM and 81.0-81.5 % for the exact HIK kernel SVM,
-    and predicts 21-42x faster than map + linear with a 7x smaller model (BENCHMARKS.md).
+    and predicts 15-42x faster than map + linear with a 7x smaller model (BENCHMARKS.md).
 
     Examples
     --------
