@@ -33,7 +33,11 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
-__all__ = ["OneVsRestClassifierBase", "matrix_arrays", "ovr_targets"]
+__all__ = ["NegativeFeaturesError", "OneVsRestClassifierBase", "matrix_arrays", "ovr_targets"]
+
+
+class NegativeFeaturesError(ValueError):
+    """Negative values given to a classifier that needs non-negative features (additive kernels)."""
 
 
 def matrix_arrays(X) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
@@ -119,7 +123,10 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         else:
             X, y = validate_data(self, X, y, **kwargs)
         if self._requires_non_negative:
-            check_non_negative(X, f"{type(self).__name__} (X)")
+            try:
+                check_non_negative(X, f"{type(self).__name__} (X)")
+            except ValueError as exc:
+                raise NegativeFeaturesError(str(exc)) from None
         if sp.issparse(X):
             X = sp.csr_matrix(X)
             X.sort_indices()

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..classifiers.persistence import ModelFileError, check_model_matches, load_model, save_model
-from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, classifier_class, parse_param
+from ..classifiers.base import NegativeFeaturesError
+from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
 from .config import ConfigError, load_config, named_configs
 from .dataset import DatasetError
 from .feature_store import FeatureSetError, load_feature_set
@@ -92,33 +93,23 @@ def _default_model_out(feature_set: Path, classifier: str) -> Path:
     return feature_set.parent / f"{feature_set.name}-{classifier}.npz"
 
 
-def _check_classifier_input(name: str, feature_set, path: str) -> None:
-    """One-line error if classifier ``name`` cannot take the features of ``feature_set``.
-
-    The additive-kernel classifiers (PmSVM, HIK nSVM) need non-negative
-    features; signed features come from max pooling of signed sparse codes, for example.
-    """
-    import numpy as np
-
-    if not getattr(classifier_class(name), "_requires_non_negative", False):
-        return
-    lowest = min(float(np.min(feature_set.X_train)), float(np.min(feature_set.X_test)))
-    if lowest < 0:
-        raise UsageError(
-            f"classifier {name!r} needs non-negative features, but {path} has values down to {lowest:.3g}: "
-            "rebuild it with pooling method 'abs' or 'average', or use --classifier linear"
-        )
-
-
 @contextlib.contextmanager
-def _parameter_errors_as_usage_errors():
-    """A ``--param`` value outside the estimator's constraints: one line, not a traceback."""
+def _classifier_errors_as_usage_errors(name: str, featureset: str):
+    """Errors of a classifier that are the user's to fix, as one line instead of a traceback:
+    a ``--param`` value outside the estimator's constraints, or signed features given to an
+    additive-kernel classifier (PmSVM, HIK nSVM; signed features come from max pooling of
+    signed sparse codes, for example)."""
     from sklearn.utils._param_validation import InvalidParameterError
 
     try:
         yield
     except InvalidParameterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
+    except NegativeFeaturesError:
+        raise UsageError(
+            f"classifier {name!r} needs non-negative features, but {featureset} has negative values: "
+            "rebuild it with pooling method 'abs' or 'average', or use --classifier linear"
+        ) from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -128,8 +119,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
-    _check_classifier_input(args.classifier, feature_set, args.featureset)
-    with _parameter_errors_as_usage_errors():
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
         model, seconds = train_classifier(args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train)
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     identity = {**feature_set.identity(), "train_seconds": round(seconds, 4)}
@@ -165,8 +155,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
-    _check_classifier_input(args.classifier, feature_set, args.featureset)
-    with _parameter_errors_as_usage_errors():
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
         result = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
     for run in result["runs"]:
         print(f"  seed {run['seed']}: {100 * run['mean_per_class_accuracy']:.2f} %  "
