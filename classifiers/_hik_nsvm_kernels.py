@@ -37,10 +37,8 @@ from numba import njit
 
 __all__ = [
     "sgd",
-    "objective_dense",
-    "objective_csr",
-    "decision_dense",
-    "decision_csr",
+    "objective",
+    "decision",
     "intersection_gram",
     "epoch_orders",
 ]
@@ -97,15 +95,6 @@ def _gather(row, idx, val):
             val[nnz] = x
             nnz += 1
     return nnz
-
-
-@njit(cache=True, nogil=True)
-def _row_score(idx, val, nnz, w, b):
-    """Eq. 7b (+ bias) for one row given by its non-zeros."""
-    f = b
-    for k in range(nnz):
-        f += _hik_term(w[idx[k]], val[k])
-    return f
 
 
 # --------------------------------------------------------------------------- one SGD step
@@ -243,84 +232,60 @@ def sgd(indptr, indices, data, dense, Y, C, rates, ts, seed, W, b, alpha, margin
         _flush(W, last, cum)
         for p in range(P if curve.shape[0] > 0 else 0):
             y, c, w = np.ascontiguousarray(Y[:, p]), np.ascontiguousarray(C[:, p]), np.ascontiguousarray(W[:, p])
-            if dense:
-                curve[e, p] = objective_dense(data.reshape((n, D)), y, c, w, b[p], alpha, margin)
-            else:
-                curve[e, p] = objective_csr(indptr, indices, data, y, c, w, b[p], alpha, margin)
+            curve[e, p] = objective(indptr, indices, data, dense, y, c, w, b[p], alpha, margin)
 
 
 # --------------------------------------------------------------------------- objective
-@njit(cache=True, nogil=True)
-def _objective_tail(w, alpha, loss_sum, n):
-    reg = 0.0
-    for d in range(w.shape[0]):
-        reg += abs(w[d])
-    return alpha * reg + loss_sum / n
+@njit(cache=True, nogil=True, inline="always")
+def _column(k, lo, dense, indices):
+    """Feature index of entry ``k`` of the row starting at ``lo`` (see ``matrix_arrays``)."""
+    return k - lo if dense else indices[k]
 
 
 @njit(cache=True, nogil=True)
-def objective_dense(X, y, sw, w, b, alpha, margin):
-    """Eq. 7a: ``alpha ||w||_1 + (1/n) sum_i c_i max(0, m - y_i f(w, x_i))``."""
-    n, D = X.shape
-    idx = np.empty(D, dtype=np.int64)
-    val = np.empty(D, dtype=np.float64)
-    loss = 0.0
-    for i in range(n):
-        nnz = _gather(X[i], idx, val)
-        z = margin - y[i] * _row_score(idx, val, nnz, w, b)
-        if z > 0.0:
-            loss += sw[i] * z
-    return _objective_tail(w, alpha, loss, n)
+def objective(indptr, indices, data, dense, y, sw, w, b, alpha, margin):
+    """Eq. 7a: ``alpha ||w||_1 + (1/n) sum_i c_i max(0, m - y_i f(w, x_i))``.
 
-
-@njit(cache=True, nogil=True)
-def objective_csr(indptr, indices, data, y, sw, w, b, alpha, margin):
-    """:func:`objective_dense` for CSR rows."""
+    Rows as :func:`~classify_images.classifiers.base.matrix_arrays` describes them; a zero
+    feature adds ``min(0, |w_d|) = 0`` to ``f`` and is skipped.
+    """
     n = indptr.shape[0] - 1
     loss = 0.0
     for i in range(n):
         lo = indptr[i]
-        hi = indptr[i + 1]
-        z = margin - y[i] * _row_score(indices[lo:hi], data[lo:hi], hi - lo, w, b)
+        f = b
+        for k in range(lo, indptr[i + 1]):
+            if data[k] != 0.0:
+                f += _hik_term(w[_column(k, lo, dense, indices)], data[k])
+        z = margin - y[i] * f
         if z > 0.0:
             loss += sw[i] * z
-    return _objective_tail(w, alpha, loss, n)
+    reg = 0.0
+    for d in range(w.shape[0]):
+        reg += abs(w[d])
+    return alpha * reg + loss / n
 
 
 # --------------------------------------------------------------------------- prediction
 @njit(cache=True, nogil=True)
-def _add_terms(acc, Wt, d, x):
-    """``acc[p] += sign(W_dp) min(x, |W_dp|)`` for every problem p (contiguous row of Wt)."""
-    for p in range(acc.shape[0]):
-        acc[p] += _hik_term(Wt[d, p], x)
-
-
-@njit(cache=True, nogil=True)
-def decision_dense(X, Wt, intercept, out):
+def decision(indptr, indices, data, dense, Wt, intercept, out):
     """Eq. 7b for every row and problem: ``out[i, p] = b_p + sum_d sign(W_dp) min(X_id, |W_dp|)``.
 
-    ``Wt`` is the (D, P) transposed weight matrix, so that the P weights of a feature are
-    contiguous.  Zero features are skipped (their term is 0): O(D + nnz P) per row.
+    Rows as :func:`~classify_images.classifiers.base.matrix_arrays` describes them.  ``Wt``
+    is the (D, P) transposed weight matrix, so that the P weights of a feature are
+    contiguous.  Zero features are skipped (their term is 0): O(nnz P) per CSR row,
+    O(D + nnz P) per dense row.
     """
-    n, D = X.shape
-    acc = np.empty(Wt.shape[1], dtype=np.float64)
-    for i in range(n):
-        acc[:] = intercept
-        for d in range(D):
-            x = X[i, d]
-            if x != 0.0:
-                _add_terms(acc, Wt, d, x)
-        out[i, :] = acc
-
-
-@njit(cache=True, nogil=True)
-def decision_csr(indptr, indices, data, Wt, intercept, out):
-    """:func:`decision_dense` for CSR rows: O(nnz P) per row (a zero feature adds 0)."""
     acc = np.empty(Wt.shape[1], dtype=np.float64)
     for i in range(indptr.shape[0] - 1):
         acc[:] = intercept
-        for k in range(indptr[i], indptr[i + 1]):
-            _add_terms(acc, Wt, indices[k], data[k])
+        lo = indptr[i]
+        for k in range(lo, indptr[i + 1]):
+            x = data[k]
+            if x != 0.0:
+                d = _column(k, lo, dense, indices)
+                for p in range(acc.shape[0]):
+                    acc[p] += _hik_term(Wt[d, p], x)
         out[i, :] = acc
 
 

@@ -42,13 +42,6 @@ _CSR_DENSITY = 0.5
 _AUTO_RATE_DIVISOR = 40.0
 
 
-def _rows(X) -> tuple:
-    """Kernel arguments describing the rows of ``X`` (CSR arrays, or the dense array)."""
-    if sp.issparse(X):
-        return (X.indptr, X.indices, X.data)
-    return (np.ascontiguousarray(X),)
-
-
 def hik_decision(X, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
     """Eq. 7b for several problems: ``F[i, p] = b_p + sum_d sign(W_pd) min(X_id, |W_pd|)``.
 
@@ -65,10 +58,7 @@ def hik_decision(X, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
     Wt = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).T)
     b = np.asarray(intercept, dtype=np.float64).reshape(-1)
     out = np.empty((X.shape[0], Wt.shape[1]), dtype=np.float64)
-    if sp.issparse(X):
-        K.decision_csr(*_rows(X), Wt, b, out)
-    else:
-        K.decision_dense(*_rows(X), Wt, b, out)
+    K.decision(*matrix_arrays(X), Wt, b, out)
     return out
 
 
@@ -84,8 +74,7 @@ def hik_nsvm_objective(
     y = np.asarray(y, dtype=np.float64)
     sw = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
-    fn = K.objective_csr if sp.issparse(X) else K.objective_dense
-    return float(fn(*_rows(X), y, sw, w, float(b), float(alpha), float(margin)))
+    return float(K.objective(*matrix_arrays(X), y, sw, w, float(b), float(alpha), float(margin)))
 
 
 class HIKnSVM(OneVsRestClassifierBase):

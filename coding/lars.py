@@ -213,28 +213,18 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
                 if state[k] != _FREE:
                     continue
                 rk = r[k]
-                den = 1.0 - ak
-                if den > _DEN_TINY:
-                    num = mu - rk
-                    if num < 0.0:
-                        num = 0.0
-                    g = num / den
-                    if g < gamma:
-                        gamma = g
-                        event = 1
-                        who = k
-                        enter_sign = 1.0
-                den = 1.0 + ak
-                if den > _DEN_TINY:
-                    num = mu + rk
-                    if num < 0.0:
-                        num = 0.0
-                    g = num / den
-                    if g < gamma:
-                        gamma = g
-                        event = 1
-                        who = k
-                        enter_sign = -1.0
+                for sign in (1.0, -1.0):  # |r_k - gamma a_k| reaches mu - gamma from either side
+                    den = 1.0 - sign * ak
+                    if den > _DEN_TINY:
+                        num = mu - sign * rk
+                        if num < 0.0:
+                            num = 0.0
+                        g = num / den
+                        if g < gamma:
+                            gamma = g
+                            event = 1
+                            who = k
+                            enter_sign = sign
         if gamma < 0.0:
             gamma = 0.0
 
