@@ -3,9 +3,11 @@
 All kernels are ``@njit(cache=True, nogil=True)`` so that the one-vs-rest problems can run
 in threads.  Feature vectors are non-negative.  A row is processed through its non-zero
 entries only: a zero feature contributes ``min(0, |w_d|) = 0`` to Eq. 7b and receives no
-update (``|w_d| < 0`` never holds), so dense rows are first gathered into
-``(index, value)`` buffers and both storage formats then share the same code (and give
-identical numbers: the indices are visited in the same increasing order).
+update (``|w_d| < 0`` never holds).  Rows come as
+:func:`~classify_images.classifiers.base.matrix_arrays` describes them, so one kernel
+serves dense and CSR input: dense rows have their zeros skipped (the SGD first gathers
+them into ``(index, value)`` buffers), and both formats give identical numbers since the
+features are visited in the same increasing order.
 
 The decision function, for one problem, is Eq. 7b plus an optional bias ``b``::
 

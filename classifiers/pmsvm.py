@@ -387,11 +387,9 @@ class PmSVM(OneVsRestClassifierBase):
         n_threads = 1 if self.n_jobs in (None, 1) else effective_n_jobs(self.n_jobs)
         n_groups = min(n_problems, max(-(-n_problems // _GROUP_PROBLEMS), n_threads))
         bounds = np.linspace(0, n_problems, n_groups + 1).astype(np.int64)
-        coef = np.empty((d, approx.m + 1, n_problems)) if n_groups > 1 else None
         n_iter = np.empty(n_problems, dtype=np.int64)
-        groups: list = [None] * n_groups
 
-        def solve(group: int) -> None:
+        def solve(group: int) -> np.ndarray:
             lo, hi = bounds[group], bounds[group + 1]
             # the coefficients of a group are padded to a multiple of 8 problems: the
             # kernels' loops over the group then vectorise without a scalar remainder
@@ -403,13 +401,10 @@ class PmSVM(OneVsRestClassifierBase):
                 self.loss == "l2", float(self.C), float(self.tol), int(self.max_iter), seed, b, S, n_iter[lo:hi],
             )
             b[:, :, : hi - lo] += approx.v0[None, :, None] * S[None, None, :]  # a_j = b_j + S v0
-            if coef is None:  # one group: drop the padding in place (no second copy of the model)
-                groups[group] = _k.drop_padding(b, hi - lo)
-            else:
-                coef[:, :, lo:hi] = b[:, :, : hi - lo]
+            return _k.drop_padding(b, hi - lo)  # in place: no second copy of the coefficients
 
-        self._map_problems(solve, n_groups)
-        self.coef_ = groups[0] if coef is None else coef
+        groups = self._map_problems(solve, n_groups)
+        self.coef_ = groups[0] if n_groups == 1 else np.concatenate(groups, axis=2)
         self.n_iter_ = n_iter
         if np.any(self.n_iter_ >= self.max_iter):
             warnings.warn(
