@@ -1,4 +1,4 @@
-"""Exact lasso sparse codes by the LARS-lasso homotopy, compiled with numba.
+"""Exact lasso sparse codes by the LARS-lasso homotopy.
 
 For every descriptor :math:`x \\in \\mathbb{R}^d` and a dictionary
 :math:`D \\in \\mathbb{R}^{K\\times d}` (atoms as rows) this module solves
@@ -8,13 +8,14 @@ For every descriptor :math:`x \\in \\mathbb{R}^d` and a dictionary
     u^\\star(x) = \\arg\\min_{u\\in\\mathbb{R}^K}\\;
         \\tfrac12\\lVert x - D^\\top u\\rVert_2^2 + \\lambda\\lVert u\\rVert_1 ,
 
-ScSPM's Eq. 3 with the dictionary :math:`V = D` fixed, the problem that
-``spams.lasso(..., mode=2)`` solves.  The solver is the LARS-lasso homotopy of
-Efron, Hastie, Johnstone & Tibshirani (2004, *Least angle regression*, Ann.
-Statist. 32(2), §3.1, "lasso modification"), written on the Gram matrix
-:math:`G = DD^\\top` (computed once per dictionary) and the correlations
-:math:`c = Dx` (one BLAS product per batch of descriptors), so the work per
-descriptor is independent of ``d`` and only touches the active set.
+Eq. (3) of ScSPM [1]_ with the dictionary :math:`V = D` fixed, the problem
+that ``spams.lasso(..., mode=2)`` [3]_ solves.  The solver is the LARS-lasso
+homotopy of Efron et al. [2]_ (Section 3.1, "lasso modification"), written on
+the Gram matrix :math:`G = DD^\\top` (computed once per dictionary) and the
+correlations :math:`c = Dx` (one BLAS product per batch of descriptors), so
+the work per descriptor is independent of ``d`` and only touches the active
+set.  The compiled path follower lives in the private module
+:mod:`classify_images.coding._lars_kernels`.
 
 Optimality (KKT).  :math:`u` is optimal iff, with the residual correlations
 :math:`r = D(x - D^\\top u) = c - Gu`,
@@ -53,13 +54,25 @@ duplicated atom, or an all-zero atom) is skipped until the next removal; the
 variable that has just left may not re-enter on the next step (it sits exactly
 on the bound); ties are handled one variable per step (zero-length steps);
 the number of steps is capped (``max_steps``).
+
+References
+----------
+.. [1] J. Yang, K. Yu, Y. Gong and T. Huang, "Linear spatial pyramid matching
+   using sparse coding for image classification", CVPR 2009.
+.. [2] B. Efron, T. Hastie, I. Johnstone and R. Tibshirani, "Least angle
+   regression", Annals of Statistics 32(2), 407–499, 2004.
+.. [3] J. Mairal, F. Bach, J. Ponce and G. Sapiro, "Online learning for matrix
+   factorization and sparse coding", JMLR 11, 19–60, 2010 (the SPAMS
+   toolbox, ``spams.lasso``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
+from numpy.typing import DTypeLike
+
+from ._lars_kernels import encode_block
 
 __all__ = ["lasso_lars_codes", "lasso_objective"]
 
@@ -68,290 +81,8 @@ __all__ = ["lasso_lars_codes", "lasso_objective"]
 #: Rows of the correlation product ``X Dᵀ`` computed per BLAS call.
 _CHUNK = 4096
 
-_FREE = 0
-_ACTIVE = 1
-_SKIP = 2  # degenerate atom: skipped until the next removal
-_JUST_LEFT = 3  # left on the previous step: may not re-enter on this one
-
+#: An entering atom whose Cholesky pivot is <= _PIVOT_RTOL * G_kk is skipped.
 _PIVOT_RTOL = 1e-10
-_DEN_TINY = 1e-12
-_BLOCK = 64
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _chol_add(G, active, n, j, L, pivot_rtol):
-    """Append atom ``j`` to the Cholesky factor of ``G[active[:n]][:, active[:n]]``.
-
-    Returns False (and leaves ``L`` unchanged in its first ``n`` rows) if the
-    pivot is too small, i.e. atom ``j`` is (numerically) dependent on the
-    active atoms.
-    """
-    gjj = G[j, j]
-    if gjj <= 0.0:
-        return False
-    s = 0.0
-    for i in range(n):
-        v = G[active[i], j]
-        for m in range(i):
-            v -= L[i, m] * L[n, m]
-        v /= L[i, i]
-        L[n, i] = v
-        s += v * v
-    d2 = gjj - s
-    if d2 <= pivot_rtol * gjj:
-        return False
-    L[n, n] = np.sqrt(d2)
-    return True
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _chol_solve(L, n, b, out):
-    """Solve ``L Lᵀ out = b`` (first ``n`` entries)."""
-    for i in range(n):
-        v = b[i]
-        for m in range(i):
-            v -= L[i, m] * out[m]
-        out[i] = v / L[i, i]
-    for i in range(n - 1, -1, -1):
-        v = out[i]
-        for m in range(i + 1, n):
-            v -= L[m, i] * out[m]
-        out[i] = v / L[i, i]
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w, rhs, r, a, pivot_rtol):
-    """LARS-lasso path for one descriptor; returns the active-set size.
-
-    On return ``active[:n]`` holds the atom indices and ``u[:n]`` their
-    coefficients (some may be exactly zero).  ``state`` (K,) must be all
-    ``_FREE`` on entry and is left all ``_FREE``.  ``r`` and ``a`` (K,) are
-    work space; ``G`` (float64) gives the Cholesky factors, ``G32`` (its
-    float32 copy) the directions ``a = G[:, A] w``.
-    """
-    K = c.shape[0]
-    cap = L.shape[0]
-    best = -1
-    mu = 0.0
-    for k in range(K):
-        v = c[k]
-        r[k] = v
-        if abs(v) > mu:
-            mu = abs(v)
-            best = k
-    if best < 0 or mu <= lam:
-        return 0
-
-    # first atom: the largest correlation (an all-zero atom cannot have one)
-    _chol_add(G, active, 0, best, L, pivot_rtol)
-    active[0] = best
-    signs[0] = 1.0 if c[best] > 0 else -1.0
-    u[0] = 0.0
-    state[best] = _ACTIVE
-    n = 1
-    nskip = 0
-    just_left = -1
-    gprev = 0.0  # pending update r -= gprev * a (fused into the next pass)
-
-    for _step in range(max_steps):
-        # direction on the active set: G_AA w = s_A
-        _chol_solve(L, n, signs, w)
-        # a = G[:, A] w (G symmetric: a weighted sum of rows), four rows per
-        # pass over K (missing rows padded with weight 0); the first pass
-        # also applies the previous step's r -= γ a.
-        i = 0
-        while i < n:
-            j0 = active[i]
-            j1 = active[i + 1] if i + 1 < n else j0
-            j2 = active[i + 2] if i + 2 < n else j0
-            j3 = active[i + 3] if i + 3 < n else j0
-            w0 = w[i]
-            w1 = w[i + 1] if i + 1 < n else 0.0
-            w2 = w[i + 2] if i + 2 < n else 0.0
-            w3 = w[i + 3] if i + 3 < n else 0.0
-            g0 = G32[j0]
-            g1 = G32[j1]
-            g2 = G32[j2]
-            g3 = G32[j3]
-            if i == 0:
-                for k in range(K):
-                    r[k] -= gprev * a[k]
-                    a[k] = w0 * g0[k] + w1 * g1[k] + w2 * g2[k] + w3 * g3[k]
-            else:
-                for k in range(K):
-                    a[k] += w0 * g0[k] + w1 * g1[k] + w2 * g2[k] + w3 * g3[k]
-            i += 4
-
-        gamma = mu - lam
-        event = 0  # 0 stop, 1 enter, 2 leave
-        who = -1
-        enter_sign = 0.0
-        # an active coefficient crossing zero
-        for i in range(n):
-            if u[i] * w[i] < 0.0:
-                g = -u[i] / w[i]
-                if g < gamma:
-                    gamma = g
-                    event = 2
-                    who = i
-        # an inactive atom reaching the bound.  Cheap vectorised test per
-        # block first: is the bound crossed within the current best step,
-        # |r_k - γ a_k| >= μ - γ ?  Only then the exact entry steps.
-        for b0 in range(0, K, _BLOCK):
-            b1 = min(b0 + _BLOCK, K)
-            bound = mu - gamma
-            hits = 0
-            for k in range(b0, b1):
-                if abs(r[k] - gamma * a[k]) >= bound:
-                    hits += 1
-            if hits == 0:
-                continue
-            for k in range(b0, b1):
-                ak = a[k]
-                if abs(r[k] - gamma * ak) < mu - gamma:
-                    continue
-                if state[k] != _FREE:
-                    continue
-                rk = r[k]
-                for sign in (1.0, -1.0):  # |r_k - gamma a_k| reaches mu - gamma from either side
-                    den = 1.0 - sign * ak
-                    if den > _DEN_TINY:
-                        num = mu - sign * rk
-                        if num < 0.0:
-                            num = 0.0
-                        g = num / den
-                        if g < gamma:
-                            gamma = g
-                            event = 1
-                            who = k
-                            enter_sign = sign
-        if gamma < 0.0:
-            gamma = 0.0
-
-        # move along the path (r is updated lazily, see above)
-        for i in range(n):
-            u[i] += gamma * w[i]
-        gprev = gamma
-        mu -= gamma
-        if just_left >= 0:
-            state[just_left] = _FREE
-            just_left = -1
-        if event == 0:
-            break
-
-        if event == 1:
-            if n < cap and _chol_add(G, active, n, who, L, pivot_rtol):
-                active[n] = who
-                signs[n] = enter_sign
-                u[n] = 0.0
-                state[who] = _ACTIVE
-                n += 1
-            else:
-                state[who] = _SKIP
-                skipped[nskip] = who
-                nskip += 1
-        else:
-            gone = active[who]
-            for i in range(who, n - 1):
-                active[i] = active[i + 1]
-                signs[i] = signs[i + 1]
-                u[i] = u[i + 1]
-            n -= 1
-            # rebuild the factor of the smaller active set; skipped atoms may retry
-            for i in range(nskip):
-                state[skipped[i]] = _FREE
-            nskip = 0
-            for i in range(n):
-                _chol_add(G, active, i, active[i], L, pivot_rtol)
-            state[gone] = _JUST_LEFT
-            just_left = gone
-            if n == 0:
-                # (not reached in exact arithmetic) restart from u = 0
-                for k in range(K):
-                    r[k] -= gprev * a[k]
-                gprev = 0.0
-                state[gone] = _FREE
-                just_left = -1
-                best = -1
-                mu = 0.0
-                for k in range(K):
-                    if state[k] == _FREE and abs(r[k]) > mu:
-                        mu = abs(r[k])
-                        best = k
-                if best < 0 or mu <= lam:
-                    break
-                _chol_add(G, active, 0, best, L, pivot_rtol)
-                active[0] = best
-                signs[0] = 1.0 if r[best] > 0 else -1.0
-                u[0] = 0.0
-                state[best] = _ACTIVE
-                n = 1
-
-    # closed form on the final support: u_A = G_AA^{-1} (c_A - λ s_A)
-    if n > 0:
-        for i in range(n):
-            rhs[i] = c[active[i]] - lam * signs[i]
-        _chol_solve(L, n, rhs, u)
-    for i in range(n):
-        state[active[i]] = _FREE
-    for i in range(nskip):
-        state[skipped[i]] = _FREE
-    if just_left >= 0:
-        state[just_left] = _FREE
-    return n
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap):
-    """Codes of the rows of ``C`` (n, K); returns CSR parts (counts per row)."""
-    nrows, K = C.shape
-    state = np.zeros(K, dtype=np.int8)
-    skipped = np.empty(max_steps + 1, dtype=np.int64)
-    active = np.empty(cap, dtype=np.int64)
-    signs = np.empty(cap, dtype=np.float64)
-    u = np.empty(cap, dtype=np.float64)
-    L = np.zeros((cap, cap), dtype=np.float64)
-    w = np.empty(cap, dtype=np.float64)
-    rhs = np.empty(cap, dtype=np.float64)
-    r = np.empty(K, dtype=np.float64)
-    a = np.zeros(K, dtype=np.float64)  # read (times 0) by the first fused pass
-    size = max(16 * nrows, 64)
-    indices = np.empty(size, dtype=np.int32)
-    data = np.empty(size, dtype=np.float32)
-    counts = np.zeros(nrows, dtype=np.int64)
-    nnz = 0
-    for row in range(nrows):
-        n = _homotopy(C[row], G, G32, lam, max_steps, state, skipped, active, signs, u, L, w, rhs, r, a, pivot_rtol)
-        if nnz + n > size:
-            size = max(2 * size, nnz + n)
-            new_i = np.empty(size, dtype=np.int32)
-            new_d = np.empty(size, dtype=np.float32)
-            new_i[:nnz] = indices[:nnz]
-            new_d[:nnz] = data[:nnz]
-            indices = new_i
-            data = new_d
-        # sorted column indices (scipy's canonical CSR): insertion sort of
-        # the small active set, no allocation
-        for t in range(1, n):
-            j = active[t]
-            v = u[t]
-            q = t - 1
-            while q >= 0 and active[q] > j:
-                active[q + 1] = active[q]
-                u[q + 1] = u[q]
-                q -= 1
-            active[q + 1] = j
-            u[q + 1] = v
-        m = 0
-        for t in range(n):
-            v = np.float32(u[t])
-            if v != 0.0:
-                indices[nnz + m] = active[t]
-                data[nnz + m] = v
-                m += 1
-        counts[row] = m
-        nnz += m
-    return indices[:nnz].copy(), data[:nnz].copy(), counts
 
 
 def lasso_lars_codes(
@@ -361,19 +92,19 @@ def lasso_lars_codes(
     *,
     gram: np.ndarray | None = None,
     max_steps: int | None = None,
-    correlation_dtype=np.float32,
+    correlation_dtype: DTypeLike = np.float32,
 ) -> sp.csr_matrix:
     """Exact lasso codes of the rows of ``X`` by the LARS-lasso homotopy.
 
-    For each row :math:`x` of ``X`` solves ScSPM's Eq. 3 with the dictionary
-    fixed,
+    For each row :math:`x` of ``X`` solves Eq. (3) of ScSPM [1]_ with the
+    dictionary fixed,
 
     .. math::
 
         u = \\arg\\min_u \\tfrac12\\lVert x - D^\\top u\\rVert_2^2 + \\lambda\\lVert u\\rVert_1 ,
 
-    the problem of ``spams.lasso(..., mode=2)``, by Efron et al.'s (2004)
-    LARS with the lasso modification (a variable leaves the active set when
+    the problem of ``spams.lasso(..., mode=2)`` [3]_, by the LARS of Efron et
+    al. [2]_ with the lasso modification (a variable leaves the active set when
     its coefficient crosses zero), on the Gram matrix :math:`G = DD^\\top` and
     the correlations :math:`XD^\\top` (one BLAS product per 4096
     rows).  The result satisfies the KKT conditions
@@ -396,18 +127,28 @@ def lasso_lars_codes(
     max_steps : int, optional
         Cap on the homotopy steps per descriptor (default ``4 * min(K, d) + 16``).
     correlation_dtype : {numpy.float32, numpy.float64}, default float32
-        Precision of the BLAS product :math:`XD^\top` (the homotopy itself
+        Precision of the BLAS product :math:`XD^\\top` (the homotopy itself
         runs in float64, directions from a float32 copy of :math:`G`, final
-        coefficients from the float64 Cholesky factor).  float32 is ~2× faster
-        for the product; on dense SIFT (K = 1024, λ = 0.15) it moves codes by
-        ≤ 2e-5 from ``spams.lasso`` (objective 3e-11 relative, KKT to 1e-6),
-        far below the uint8 quantisation of cached descriptors; float64 agrees
-        to 3e-8 with the same supports.
+        coefficients from the float64 Cholesky factor).  float32 makes the
+        product faster and moves the codes slightly away from the float64
+        solution, by much less than the uint8 quantisation of cached
+        descriptors; see BENCHMARKS.md, section "Sparse coding (ScSPM Eq. 3):
+        numba LARS-lasso vs spams.lasso" for both choices against
+        ``spams.lasso``.
 
     Returns
     -------
     codes : scipy.sparse.csr_matrix of float32, shape (n, K)
         Sorted column indices; only non-zero coefficients are stored.
+
+    References
+    ----------
+    .. [1] J. Yang, K. Yu, Y. Gong and T. Huang, "Linear spatial pyramid
+       matching using sparse coding for image classification", CVPR 2009.
+    .. [2] B. Efron, T. Hastie, I. Johnstone and R. Tibshirani, "Least angle
+       regression", Annals of Statistics 32(2), 407–499, 2004.
+    .. [3] J. Mairal, F. Bach, J. Ponce and G. Sapiro, "Online learning for
+       matrix factorization and sparse coding", JMLR 11, 19–60, 2010.
     """
     D = np.asarray(dictionary, dtype=np.float64)
     if D.ndim != 2:
@@ -438,22 +179,54 @@ def lasso_lars_codes(
     for start in range(0, n, _CHUNK):
         block = np.asarray(X[start : start + _CHUNK], dtype=cdtype)
         C = np.ascontiguousarray(block @ Dc.T)  # float32 or float64; numba specialises
-        idx, val, cnt = _encode_block(C, G, G32, lam, steps, _PIVOT_RTOL, min(K, d + 8))
+        idx, val, cnt = encode_block(C, G, G32, lam, steps, _PIVOT_RTOL, min(K, d + 8))
         parts_i.append(idx)
         parts_d.append(val)
         parts_c.append(cnt)
-    counts = np.concatenate(parts_c)
-    indptr = np.zeros(n + 1, dtype=np.int64)
+    return _stack_csr(parts_i, parts_d, parts_c, (n, K))
+
+
+def _stack_csr(parts_indices, parts_data, parts_counts, shape: tuple[int, int]) -> sp.csr_matrix:
+    """One CSR matrix from the per-block (indices, data, counts per row) of :func:`encode_block`.
+
+    The row pointer is int32 when the number of stored values allows it.
+    """
+    counts = np.concatenate(parts_counts)
+    indptr = np.zeros(shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices = np.concatenate(parts_i)
-    data = np.concatenate(parts_d)
+    indices = np.concatenate(parts_indices)
+    data = np.concatenate(parts_data)
     if indptr[-1] <= np.iinfo(np.int32).max:
         indptr = indptr.astype(np.int32)
-    return sp.csr_matrix((data, indices, indptr), shape=(n, K))
+    return sp.csr_matrix((data, indices, indptr), shape=shape)
 
 
-def lasso_objective(X: np.ndarray, dictionary: np.ndarray, codes, lambda1: float) -> np.ndarray:
-    """Per-row objective ``½‖x − Dᵀu‖² + λ‖u‖₁`` (float64), for checks."""
+def lasso_objective(
+    X: np.ndarray, dictionary: np.ndarray, codes: np.ndarray | sp.spmatrix, lambda1: float
+) -> np.ndarray:
+    """Lasso objective of each code, to check a solver.
+
+    .. math::
+
+        f(u) = \\tfrac12\\lVert x - D^\\top u\\rVert_2^2 + \\lambda\\lVert u\\rVert_1 ,
+
+    computed in float64 for every row ``x`` of ``X`` and its code ``u``.
+
+    Parameters
+    ----------
+    X : ndarray, shape (n, d)
+        Descriptors as rows.
+    dictionary : ndarray, shape (K, d)
+        Atoms as rows.
+    codes : ndarray or scipy.sparse matrix, shape (n, K)
+        One code per row of ``X`` (e.g. from :func:`lasso_lars_codes`).
+    lambda1 : float
+        Weight :math:`\\lambda` of the l1 penalty.
+
+    Returns
+    -------
+    objective : ndarray of float64, shape (n,)
+    """
     D = np.asarray(dictionary, dtype=np.float64)
     U = codes.toarray() if sp.issparse(codes) else np.asarray(codes)
     U = U.astype(np.float64)
