@@ -8,6 +8,13 @@ Typical use::
     check_min_size(img, 16)                           # ImageReadError if too small
     ds = dense_sift(img, patch_sizes=(16,), step=6)   # ScSPM setting
     ds.descriptors                                    # (N, 128) float32
+
+Modules: :mod:`.preprocess` (read, decode, shrink, size check),
+:mod:`.dsift` (dense SIFT, its helpers and maths; compiled kernels in the
+private :mod:`._dsift_kernels`).  The lower-level helpers of :mod:`.dsift`
+(``grid_frames``, ``normalize_sift``, ``smoothing_sigma``, ``smooth_image``,
+``gaussian_kernel``, ``triangular_kernel``, ``grid_origins``) are imported
+from that module.
 """
 
 from .dsift import (
@@ -15,15 +22,8 @@ from .dsift import (
     DenseSIFT,
     dense_sift,
     dequantize_descriptors,
-    gaussian_kernel,
-    grid_frames,
-    grid_origins,
-    normalize_sift,
     opencv_keypoint_size,
     quantize_descriptors,
-    smooth_image,
-    smoothing_sigma,
-    triangular_kernel,
 )
 from .preprocess import (
     ImageReadError,
@@ -41,15 +41,8 @@ __all__ = [
     "decode_grayscale",
     "dense_sift",
     "dequantize_descriptors",
-    "gaussian_kernel",
-    "grid_frames",
-    "grid_origins",
     "load_grayscale",
-    "normalize_sift",
     "opencv_keypoint_size",
     "quantize_descriptors",
     "resize_max_side",
-    "smooth_image",
-    "smoothing_sigma",
-    "triangular_kernel",
 ]

@@ -1,32 +1,59 @@
-"""Fast dense SIFT descriptors (VLFeat ``dsift`` style, flat window).
+"""Dense SIFT descriptors on a regular grid (VLFeat ``dsift`` style, flat window).
 
-This module computes SIFT descriptors on a dense regular grid directly from
-gradient orientation maps, without OpenCV's per-keypoint ``SIFT.compute``.
+:func:`dense_sift` computes SIFT descriptors [1]_ of every patch of a dense
+regular grid directly from gradient orientation maps, as VLFeat's fast dense
+SIFT does [2]_, instead of calling OpenCV's ``SIFT.compute`` once per
+keypoint.  It returns a :class:`DenseSIFT`.  The compiled kernels are in the
+private module :mod:`classify_images.features._dsift_kernels`; the grid
+tables they read are built here.
 
+Parameters at a glance (details in :func:`dense_sift`)
+------------------------------------------------------
+::
+
+    patch_sizes         patch widths P in pixels, multiples of 4 and >= 8: 4 x 4 bins of s = P/4 px
+    step                grid step in pixels, the same for every patch size
+    smooth              True: Gaussian of sigma(s, magnif) per size; False: none; a number: that sigma
+    magnif              magnification factor: the smoothing scale is s / magnif (with smooth=True)
+    contrast_threshold  raw L2 norm at or below which a patch is low-contrast and kept raw
+    clip                upper bound on the unit-normalised values before renormalising
+    normalize           False: return the raw descriptors, no normalisation at all
+
+Fields of the result (:class:`DenseSIFT`)::
+
+    descriptors         (N, 128) float32, index (by * 4 + bx) * 8 + k
+    x, y                (N,) float32 patch centres, x0 + (P - 1) / 2
+    patch_size          (N,) int16 patch width P of each descriptor
+    image_shape         (H, W) of the image the descriptors were computed on
+    raw_norm            (N,) float32 L2 norm of each descriptor before normalisation
+
+Technical details
+-----------------
 Geometry and notation
----------------------
-Pixel ``(row y, column x)`` has its centre at integer coordinates ``(x, y)``;
-the y axis points down.  A *patch* of size ``P`` (a multiple of 4) with
-top-left corner ``(x0, y0)`` covers the pixels ``x0 .. x0+P-1`` and
-``y0 .. y0+P-1``.  It is divided into 4 x 4 spatial bins of ``s = P / 4``
-pixels; spatial bin ``b`` (``b = 0..3``) along an axis covers the pixels
-``x0 + b*s .. x0 + (b+1)*s - 1`` and its centre is at
-``c_b = x0 + b*s + (s - 1)/2`` (a half-integer when ``s`` is even).  The frame
-of a patch is its centre ``(x0 + (P-1)/2, y0 + (P-1)/2)`` and its size ``P``.
+    Pixel ``(row y, column x)`` has its centre at integer coordinates
+    ``(x, y)``; the y axis points down.  A *patch* of size ``P`` with top-left
+    corner ``(x0, y0)`` covers the pixels ``x0 .. x0+P-1`` and ``y0 .. y0+P-1``.
+    It is divided into 4 x 4 spatial bins of ``s = P / 4`` pixels; spatial bin
+    ``b`` (``b = 0..3``) along an axis covers the pixels
+    ``x0 + b*s .. x0 + (b+1)*s - 1`` and its centre is at
+    ``c_b = x0 + b*s + (s - 1)/2`` (a half-integer when ``s`` is even).  The
+    frame of a patch is its centre ``(x0 + (P-1)/2, y0 + (P-1)/2)`` and its
+    size ``P``.
 
 Grid
     Patch corners are at ``0, step, 2*step, ...`` along each axis while the
-    patch fits inside the image (``x0 + P <= W``).  Each patch size has its
+    patch fits inside the image (``x0 + P <= W``): ``floor((W - P) / step) + 1``
+    corners along x when ``W >= P``, none otherwise.  Each patch size has its
     own grid, all starting at 0.  Descriptors are returned size after size (in
     the order the sizes are given) and, within a size, in row-major grid order
     (``y0`` outer, ``x0`` inner).
 
 Smoothing
     The image is first smoothed with a Gaussian of standard deviation
-    ``sigma = sqrt(max((s / magnif)**2 - 0.25, 0))`` (``magnif = 6``), as
-    VLFeat's ``vl_phow`` does (``s`` is the bin size; the 0.25 accounts for an
-    assumed pre-existing blur of 0.5 px).  Each patch size therefore has its
-    own smoothed image.  The Gaussian is sampled on ``[-ceil(4 sigma),
+    ``sigma = sqrt(max((s / magnif)**2 - 0.25, 0))`` (``magnif = 6``): the
+    scale ``s / magnif`` of the bin size, less an assumed pre-existing blur of
+    0.5 px (``0.25 = 0.5**2``).  Each patch size therefore has its own
+    smoothed image.  The Gaussian is sampled on ``[-ceil(4 sigma),
     ceil(4 sigma)]``, normalised to sum 1, applied separably, and the image is
     extended by replicating its border pixels.
 
@@ -46,7 +73,7 @@ Orientation maps
     (linear interpolation between the two nearest of 8 orientation bins
     centred at ``0, 45, ..., 315`` degrees).
 
-Spatial binning (flat window, VLFeat's "fast" dense SIFT)
+Spatial binning (flat window)
     A pixel at ``(x, y)`` contributes to spatial bin ``(by, bx)`` of a patch
     with the bilinear (separable triangular) weight
     ``w(x - c_bx) * w(y - c_by)`` where ``w(d) = max(0, 1 - |d| / s)``.  No
@@ -59,38 +86,100 @@ Spatial binning (flat window, VLFeat's "fast" dense SIFT)
 
     is computed for all patches at once by filtering each orientation map
     with the triangular kernel (separably, and only at the rows and columns
-    where bin centres fall) and reading the result at the bin centres.
+    where bin centres fall) and reading the result at the bin centres.  The
+    weights of one pixel to consecutive bins sum to 1, so a raw entry is a
+    sum of gradient magnitudes (intensity per pixel).
 
 Descriptor layout
     128 values, index ``(by * 4 + bx) * 8 + k``: spatial y bin (top to
     bottom) slowest, then spatial x bin (left to right), then orientation
     ``k`` (angle ``k * 45`` degrees) fastest, i.e. ``D.reshape(4, 4, 8)``.
 
-Normalisation (ScSPM reference ``sp_normalize_sift``)
+Normalisation
     With the raw norm ``r = ||D||_2``: if ``r > contrast_threshold`` the
     descriptor is divided by ``r``, clipped at ``clip`` (0.2) and divided by
     its new norm (unit length); otherwise the raw, small descriptor is kept
     as is (a low-contrast patch is *not* blown up to unit length).  For an
-    image in ``[0, 1]`` the raw entries are sums of gradient magnitudes
-    (intensity per pixel) times weights that sum to about one per pixel, so
-    a textured 16 x 16 patch has ``r`` of a few units and a flat or nearly
-    flat patch has ``r`` well below 1: the default threshold 1.0 is
-    meaningful on that scale.
+    image in ``[0, 1]`` a textured 16 x 16 patch has ``r`` of a few units
+    and a flat or nearly flat patch has ``r`` well below 1, so the default
+    threshold 1.0 is meaningful on that scale (measured fractions of
+    low-contrast patches: see BENCHMARKS.md, section "Dense SIFT").
+
+Quantisation
+    Descriptors are stored as uint8 ``min(round(512 v), 255)``
+    (:func:`quantize_descriptors`) and read back as ``q / 512``
+    (:func:`dequantize_descriptors`).
+
+Deviations from VLFeat [2]_ and from the ScSPM reference code [3]_, [4]_
+------------------------------------------------------------------------
+From VLFeat's ``vl_dsift`` / ``vl_phow`` [2]_:
+
+* *Bin centres.*  VLFeat puts every bin centre on an integer pixel, so its
+  outer bin centres are ``3 s`` apart and a frame spans ``3 s + 1`` pixels
+  between them; here a patch covers exactly ``P = 4 s`` pixels and, for even
+  ``s``, the bin centres are half-integers.
+* *Window.*  VLFeat's flat-window ("fast") path still weighs each spatial bin
+  by the mean of a Gaussian window over it (``WindowSize``: 2 bins in
+  ``vl_dsift``, 1.5 in ``vl_phow``); here every bin has weight 1.
+* *Borders.*  VLFeat filters the orientation maps extended by continuity
+  (border values repeated); here pixels outside the image contribute
+  nothing.
+* *Smoothing.*  ``vl_phow`` smooths with ``sigma = s / magnif``; the
+  ``sqrt((s / magnif)**2 - 0.25)`` used here is the formula the ``vl_dsift``
+  documentation gives to match ``vl_sift``, whose input is assumed blurred by
+  0.5 px.  ``vl_phow`` also offsets the grids of the different sizes so that
+  their centres align; here every grid starts at corner 0.
+* *Contrast.*  VLFeat always normalises (dividing by ``norm + eps``) and
+  ``vl_phow`` then sets descriptors whose raw norm is below 0.005 to zero;
+  here a low-contrast descriptor is kept raw, as in ScSPM's
+  ``sp_normalize_sift`` [3]_.
+* *Quantisation.*  VLFeat truncates ``512 v`` to uint8 (error ``< 1/512``);
+  here it is rounded (error ``<= 1/1024`` below saturation).
+
+From the ScSPM reference code [3]_ (its ``sp_dense_sift``, taken from the
+spatial pyramid code of [4]_):
+
+* *Image scale.*  The reference divides the image by its maximum; here the
+  image is used as loaded (values ``/ 255``), so the contrast threshold
+  compares patches across images on the same scale.
+* *Gradient.*  The reference filters with derivative-of-Gaussian kernels;
+  here the image is smoothed per patch size as above and differentiated by
+  central differences.
+* *Orientation binning.*  The reference gives each gradient to all 8
+  orientations with the weight ``max(cos(theta - theta_k), 0)**9``; here it
+  is split linearly between the two nearest orientations, as in SIFT [1]_
+  and VLFeat [2]_.
+
+The triangular spatial weights of width ``s`` and the normalisation (raw
+norm threshold 1, clip 0.2, renormalise) are those of the reference.
 
 Implementation notes
-    Per patch size: the image is smoothed (OpenCV ``sepFilter2D``), then one
-    numba kernel walks the rows: it computes the gradient orientation ``t``
-    and magnitude of the row (vectorised), scatters each pixel's two
-    orientation values with their triangular column weights into a row
-    buffer holding only the columns where bin centres fall (a precomputed
-    pixel -> bin-centre table), and adds that buffer with its triangular row
-    weights into the rows where bin centres fall.  A second kernel gathers
-    the 4 x 4 x 8 values of every patch and normalises them.  There is no
-    Python loop over patches or pixels.  Angles use an odd minimax
-    polynomial for ``atan`` on ``[0, 1]`` (absolute error < 2e-7 rad in
-    float32), which changes the orientation weights by less than 3e-7.
-    The kernels release the GIL (``nogil``) but are single-threaded; call
-    :func:`dense_sift` from several threads to use several cores.
+--------------------
+Per patch size the image is smoothed (OpenCV ``sepFilter2D``), then one
+compiled pass over the rows computes each row's gradient orientation and
+magnitude, scatters each pixel's two orientation values with their triangular
+column weights into a buffer holding only the columns where bin centres fall
+(a precomputed pixel -> bin-centre table, see :func:`_axis_table`), and adds
+that buffer with its triangular row weights into the rows where bin centres
+fall.  A second pass gathers the 4 x 4 x 8 values of every patch and
+normalises them.  Angles come from a polynomial approximation of ``atan``
+(VLFeat uses a fast approximation too); its error bound is given in
+:mod:`classify_images.features._dsift_kernels`.  The kernels release the GIL
+but are single-threaded: call :func:`dense_sift` from several threads to use
+several cores.
+
+References
+----------
+.. [1] D. G. Lowe, "Distinctive image features from scale-invariant
+   keypoints", International Journal of Computer Vision 60(2), 91–110, 2004.
+.. [2] A. Vedaldi and B. Fulkerson, "VLFeat: an open and portable library of
+   computer vision algorithms", ACM Multimedia 2010 (``vl/dsift.h``,
+   ``vl/dsift.c``, ``vl_phow.m``).
+.. [3] J. Yang, K. Yu, Y. Gong and T. Huang, "Linear spatial pyramid matching
+   using sparse coding for image classification", CVPR 2009, and its
+   reference MATLAB code (``sp_dense_sift.m``, ``sp_normalize_sift.m``).
+.. [4] S. Lazebnik, C. Schmid and J. Ponce, "Beyond bags of features: spatial
+   pyramid matching for recognizing natural scene categories", CVPR 2006.
 """
 
 from __future__ import annotations
@@ -125,7 +214,8 @@ __all__ = [
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
-#: config hash, so results computed by the old code are not reused.
+#: config hash, so results computed by the old code are not reused.  It covers the
+#: kernels of :mod:`._dsift_kernels` as well.
 IMPLEMENTATION_VERSION = 1
 
 
@@ -182,10 +272,12 @@ class DenseSIFT:
 # Small pure helpers
 # --------------------------------------------------------------------------
 def smoothing_sigma(patch_size: int, magnif: float = DEFAULT_MAGNIF) -> float:
-    """Gaussian smoothing used for a patch size, as VLFeat's ``vl_phow``.
+    """Standard deviation of the Gaussian smoothing used for a patch size.
 
     ``sigma = sqrt(max((s / magnif)**2 - 0.25, 0))`` with bin size
-    ``s = patch_size / 4``; e.g. 0.44 px for 16-px patches, 1.59 px for 40.
+    ``s = patch_size / 4``: the scale ``s / magnif`` less an assumed blur of
+    0.5 px already in the image (``vl_dsift``'s formula, see the module
+    docstring); e.g. 0.44 px for 16-px patches, 1.59 px for 40.
     """
     s = patch_size / N_SPATIAL_BINS
     return math.sqrt(max((s / magnif) ** 2 - 0.25, 0.0))
@@ -289,8 +381,9 @@ def opencv_keypoint_size(patch_size: float) -> float:
     ``hist_width = SIFT_DESCR_SCL_FCTR * size / 2 = 1.5 * size`` pixels, 4 x 4
     bins.  A patch of ``P`` pixels has bins of ``P / 4`` pixels, so
     ``size = (P / 4) / 1.5 = P / 6`` (2.67 for a 16-px patch).  Passing
-    ``size = P`` instead gives 24-px bins, i.e. a ~96-px window (DESIGN.md
-    section 4).  Use ``angle=0`` (``-1`` means a 1 degree rotation in OpenCV).
+    ``size = P`` instead gives bins of ``1.5 P`` pixels, a window six times
+    too wide (24-px bins, about 96 px, for a 16-px patch).  Use ``angle=0``
+    (``-1`` means a 1 degree rotation in OpenCV).
     """
     return float(patch_size) / 6.0
 
@@ -538,10 +631,11 @@ def dense_sift(
         Grid step in pixels (the same for every size).
     smooth : bool or float, default True
         ``True``: smooth per patch size with ``sigma = sqrt((P / 4 /
-        magnif)**2 - 0.25)`` (vl_phow).  ``False``: no smoothing.  A number
-        ``>= 0``: that fixed sigma (pixels) for every size.
+        magnif)**2 - 0.25)`` (:func:`smoothing_sigma`).  ``False``: no
+        smoothing.  A number ``>= 0``: that fixed sigma (pixels) for every size.
     magnif : float, default 6.0
-        vl_phow magnification factor used when ``smooth is True``.
+        Magnification factor (bin size over smoothing scale, ``vl_phow``'s
+        default 6) used when ``smooth is True``.
     contrast_threshold : float, default 1.0
         Raw-norm threshold below which (``<=``) a patch is low-contrast and
         left un-normalised; ``inf`` keeps every descriptor raw.
@@ -553,8 +647,11 @@ def dense_sift(
     Returns
     -------
     DenseSIFT
-        Descriptors (float32, N x 128), centres ``x``, ``y`` (float32),
-        ``patch_size`` (int16), ``image_shape`` and ``raw_norm``.
+        ``descriptors`` float32 of shape ``(N, 128)``; ``x``, ``y`` (float32),
+        ``patch_size`` (int16) and ``raw_norm`` (float32) of shape ``(N,)``;
+        ``image_shape = (H, W)``.  ``N = sum_P n(H, P) * n(W, P)`` over the
+        patch sizes, with ``n(L, P) = floor((L - P) / step) + 1`` grid
+        positions along a side of length ``L >= P`` and 0 when ``L < P``.
 
     Raises
     ------

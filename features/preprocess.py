@@ -1,6 +1,6 @@
 """Image loading and preprocessing for dense SIFT.
 
-The pipeline's first stage (DESIGN.md section 1): read an image file, convert
+The pipeline's first stage: read an image file, convert
 it to grayscale, shrink it so that its longer side is at most ``max_side``
 pixels, and return it as float32 in ``[0, 1]``.  Files that cannot be used
 raise :class:`ImageReadError`, whose message is a short reason suitable for

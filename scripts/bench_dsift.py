@@ -42,12 +42,8 @@ import cv2  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from classify_images.features import (  # noqa: E402
-    dense_sift,
-    grid_frames,
-    load_grayscale,
-    opencv_keypoint_size,
-)
+from classify_images.features import dense_sift, load_grayscale, opencv_keypoint_size  # noqa: E402
+from classify_images.features.dsift import grid_frames  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATASET = REPO.parent / "shared" / "datasets" / "scene15"

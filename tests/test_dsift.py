@@ -14,12 +14,14 @@ from classify_images.features import (
     DenseSIFT,
     dense_sift,
     dequantize_descriptors,
-    gaussian_kernel,
-    grid_frames,
     load_grayscale,
-    normalize_sift,
     opencv_keypoint_size,
     quantize_descriptors,
+)
+from classify_images.features.dsift import (
+    gaussian_kernel,
+    grid_frames,
+    normalize_sift,
     smooth_image,
     smoothing_sigma,
     triangular_kernel,
