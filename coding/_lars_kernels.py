@@ -2,8 +2,9 @@
 
 :func:`encode_block` computes the lasso codes of a block of descriptors from
 their correlations with the atoms; :func:`_homotopy` follows the LARS-lasso
-path of one descriptor, on an incrementally updated Cholesky factor of the
-active Gram block (:func:`_chol_add`, :func:`_chol_solve`).  The algorithm,
+path of one descriptor (started, or restarted, by :func:`_start_path`), on
+an incrementally updated Cholesky factor of the active Gram block
+(:func:`_chol_add`, :func:`_chol_solve`).  The algorithm,
 its optimality conditions and its numerical safeguards are described in
 :mod:`classify_images.coding.lars`; this module holds only their compiled
 form.
@@ -88,6 +89,17 @@ def _chol_solve(L, n, b, out):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _start_path(G, best, correlation, active, signs, u, state, L, pivot_rtol):
+    """Make atom ``best`` the only active one, with the sign of ``correlation``; returns 1."""
+    _chol_add(G, active, 0, best, L, pivot_rtol)
+    active[0] = best
+    signs[0] = 1.0 if correlation > 0 else -1.0
+    u[0] = 0.0
+    state[best] = _ACTIVE
+    return 1
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w, rhs, r, a, pivot_rtol):
     """LARS-lasso path for one descriptor; returns the active-set size.
 
@@ -111,12 +123,7 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
         return 0
 
     # first atom: the largest correlation (an all-zero atom cannot have one)
-    _chol_add(G, active, 0, best, L, pivot_rtol)
-    active[0] = best
-    signs[0] = 1.0 if c[best] > 0 else -1.0
-    u[0] = 0.0
-    state[best] = _ACTIVE
-    n = 1
+    n = _start_path(G, best, c[best], active, signs, u, state, L, pivot_rtol)
     nskip = 0
     just_left = -1
     gprev = 0.0  # pending update r -= gprev * a (fused into the next pass)
@@ -248,12 +255,7 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
                         best = k
                 if best < 0 or mu <= lam:
                     break
-                _chol_add(G, active, 0, best, L, pivot_rtol)
-                active[0] = best
-                signs[0] = 1.0 if r[best] > 0 else -1.0
-                u[0] = 0.0
-                state[best] = _ACTIVE
-                n = 1
+                n = _start_path(G, best, r[best], active, signs, u, state, L, pivot_rtol)
 
     # closed form on the final support: u_A = G_AA^{-1} (c_A - λ s_A)
     if n > 0:

@@ -361,17 +361,7 @@ def grid_frames(
     sizes = _validate_patch_sizes(patch_sizes)
     step = _validate_step(step)
     h, w = int(image_shape[0]), int(image_shape[1])
-    xs, ys, ps = [], [], []
-    for p in sizes:
-        g = _geometry(h, w, p, step)
-        xs.append(g.frame_x)
-        ys.append(g.frame_y)
-        ps.append(np.full(g.frame_x.shape[0], p, dtype=np.int16))
-    return (
-        np.concatenate(xs).astype(np.float32, copy=False),
-        np.concatenate(ys).astype(np.float32, copy=False),
-        np.concatenate(ps),
-    )
+    return _frames([_geometry(h, w, p, step) for p in sizes], sizes)
 
 
 def opencv_keypoint_size(patch_size: float) -> float:
@@ -538,14 +528,17 @@ def _axis_table(length: int, patch_size: int, step: int) -> _AxisTable:
 
 @dataclass(frozen=True)
 class _Geometry:
-    cols: _AxisTable
-    rows: _AxisTable
-    frame_x: np.ndarray  # float32 (ny*nx,)
-    frame_y: np.ndarray  # float32 (ny*nx,)
+    """Grid of one patch size on one image size: the kernels' tables and the frames."""
+
+    cols: _AxisTable  # scatter table of the x axis
+    rows: _AxisTable  # scatter table of the y axis
+    frame_x: np.ndarray  # float32 (ny*nx,) patch centres x, row-major grid order
+    frame_y: np.ndarray  # float32 (ny*nx,) patch centres y
 
 
 @functools.lru_cache(maxsize=256)
 def _geometry(height: int, width: int, patch_size: int, step: int) -> _Geometry:
+    """Tables and frames of the grid (cached; every array is read-only)."""
     cols = _axis_table(width, patch_size, step)
     rows = _axis_table(height, patch_size, step)
     c = (patch_size - 1) / 2.0
@@ -560,6 +553,20 @@ def _geometry(height: int, width: int, patch_size: int, step: int) -> _Geometry:
     fx.setflags(write=False)
     fy.setflags(write=False)
     return _Geometry(cols, rows, fx, fy)
+
+
+def _frames(
+    geometries: list[_Geometry], sizes: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Frames ``(x, y, patch_size)`` of the grids of every size, size after size.
+
+    ``x`` and ``y`` are float32, ``patch_size`` int16, all of shape ``(N,)``.
+    """
+    counts = [g.frame_x.shape[0] for g in geometries]
+    x = np.concatenate([g.frame_x for g in geometries])
+    y = np.concatenate([g.frame_y for g in geometries])
+    patch_size = np.repeat(np.asarray(sizes, dtype=np.int16), counts)
+    return x, y, patch_size
 
 
 # --------------------------------------------------------------------------
@@ -695,12 +702,5 @@ def dense_sift(
         gather_descriptors(G, r.patch_idx, c.patch_idx, out, raw, offset, bool(normalize), thr32, np.float32(cl))
         offset += cnt
 
-    if total:
-        fx = np.concatenate([g.frame_x for g in geoms])
-        fy = np.concatenate([g.frame_y for g in geoms])
-        ps = np.repeat(np.asarray(sizes, dtype=np.int16), counts)
-    else:
-        fx = np.zeros(0, np.float32)
-        fy = np.zeros(0, np.float32)
-        ps = np.zeros(0, np.int16)
+    fx, fy, ps = _frames(geoms, sizes)
     return DenseSIFT(out, fx, fy, ps, (int(h), int(w)), raw)
