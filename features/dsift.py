@@ -103,7 +103,8 @@ Normalisation
     image in ``[0, 1]`` a textured 16 x 16 patch has ``r`` of a few units
     and a flat or nearly flat patch has ``r`` well below 1, so the default
     threshold 1.0 is meaningful on that scale (measured fractions of
-    low-contrast patches: see BENCHMARKS.md, section "Dense SIFT").
+    low-contrast patches: see BENCHMARKS.md, section "Dense SIFT",
+    paragraph "Low-contrast fraction").
 
 Quantisation
     Descriptors are stored as uint8 ``min(round(512 v), 255)``
