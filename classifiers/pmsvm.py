@@ -1,8 +1,6 @@
 """PmSVM and PmSVM-LUT: power mean kernel SVM by dual coordinate descent.
 
-Wu, "Power Mean SVM for Large Scale Visual Classification", CVPR 2012 (here
-"CVPR"), and Yang & Wu, "Practical Large Scale Classification with Additive
-Kernels", JMLR W&CP 2012 (here "LUT").
+Following [1]_ (cited below as "CVPR") and [2]_ (cited as "LUT").
 
 The power mean kernel (CVPR Eq. 2) of two non-negative vectors is
 
@@ -49,6 +47,12 @@ Implementation choices (see :class:`PmSVM` for the parameters):
   ``t in [ln 0.05, ln 1.05]`` (the image of ``x in [0, 1]``), where the
   interpolation-error bound of LUT Eqs. 11-15 applies.  For ``m = 2`` they are
   ``x = 0.0114, 0.179, 0.806`` -- close to the CVPR's ad hoc ``0.01, 0.06, 0.75``.
+
+References
+----------
+.. [1] J. Wu, "Power Mean SVM for Large Scale Visual Classification", CVPR 2012.
+.. [2] H. Yang and J. Wu, "Practical Large Scale Classification with Additive
+   Kernels", JMLR W&CP 25 (ACML), 2012.
 """
 
 from __future__ import annotations
