@@ -91,8 +91,11 @@ def power_mean(x: float, y: float, p: float) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _row_offsets(indptr, data, p, eps, n_rows):
+def _row_offsets(rows, p, eps):
     """``sum_{j in nz(x)} [M_p(x~_j, eps) - eps]`` for every row (zero-entry correction)."""
+    indptr = rows.indptr
+    data = rows.data
+    n_rows = indptr.shape[0] - 1
     out = np.zeros(n_rows)
     for i in range(n_rows):
         s = 0.0
@@ -103,9 +106,7 @@ def _row_offsets(indptr, data, p, eps, n_rows):
 
 
 @njit(cache=True, nogil=True)
-def power_mean_gram_csr(
-    xptr, xind, xdat, yptr, yind, ydat, n_features, p, eps
-):
+def power_mean_gram_csr(x_rows, y_rows, n_features, p, eps):
     """Power-mean kernel matrix ``K[a, b] = sum_j M_p(x~_aj, y~_bj)`` of two CSR matrices.
 
     With ``x~ = max(x, eps)`` every one of the ``d`` dimensions contributes;
@@ -117,10 +118,12 @@ def power_mean_gram_csr(
     with ``r_x[a] = sum_{j in nz(x_a)} [M(x~_j, eps) - eps]`` (``M(eps, eps) = eps``),
     so the cost is that of merging the sorted index lists of each pair.
     """
+    xptr, xind, xdat = x_rows.indptr, x_rows.indices, x_rows.data
+    yptr, yind, ydat = y_rows.indptr, y_rows.indices, y_rows.data
     nx = xptr.shape[0] - 1
     ny = yptr.shape[0] - 1
-    rx = _row_offsets(xptr, xdat, p, eps, nx)
-    ry = _row_offsets(yptr, ydat, p, eps, ny)
+    rx = _row_offsets(x_rows, p, eps)
+    ry = _row_offsets(y_rows, p, eps)
     K = np.empty((nx, ny))
     base = n_features * eps
     for a in range(nx):

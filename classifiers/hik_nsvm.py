@@ -221,6 +221,14 @@ class HIKnSVM(OneVsRestClassifierBase):
         """Seed of the epoch shuffles, drawn from ``random_state`` (shared by all problems)."""
         return kernel_seed(self.random_state)
 
+    def _hinge_weights(self, targets: np.ndarray) -> np.ndarray:
+        """``c_i`` per example and problem: 1, or ``n / (2 n_{y_i})`` with ``balanced=True``."""
+        if not self.balanced:
+            return np.ones_like(targets)
+        n = targets.shape[0]
+        n_pos = np.count_nonzero(targets > 0, axis=0).astype(np.float64)
+        return np.where(targets > 0, n / (2.0 * np.maximum(n_pos, 1.0)), n / (2.0 * np.maximum(n - n_pos, 1.0)))
+
     # ------------------------------------------------------------ fitting
     def _fit_ovr(self, X, Y: np.ndarray) -> None:
         self.learning_rate_ = self._initial_rate(X)
@@ -230,13 +238,10 @@ class HIKnSVM(OneVsRestClassifierBase):
             # epochs no longer scan the zeros of every row.
             X = sp.csr_matrix(X)
         rows = matrix_arrays(X)
-        n, d = X.shape
+        d = X.shape[1]
         n_problems = Y.shape[1]
         targets = Y.astype(np.float64)
-        weights = np.ones_like(targets)
-        if self.balanced:
-            n_pos = np.count_nonzero(targets > 0, axis=0).astype(np.float64)
-            weights = np.where(targets > 0, n / (2.0 * np.maximum(n_pos, 1.0)), n / (2.0 * np.maximum(n - n_pos, 1.0)))
+        weights = self._hinge_weights(targets)
         # The problems share the examples' order, so one pass serves a group of them
         # (same weights as one by one); threads get one group each.
         threads = n_threads(self.n_jobs)

@@ -135,9 +135,7 @@ def power_mean_kernel(X: Any, Y: Any = None, p: float = -1.0, eps: float = 1e-3)
         X, Y = sp.csr_matrix(X), sp.csr_matrix(Y)
         X.sort_indices()
         Y.sort_indices()
-        return _k.power_mean_gram_csr(
-            X.indptr, X.indices, X.data, Y.indptr, Y.indices, Y.data, X.shape[1], float(p), float(eps)
-        )
+        return _k.power_mean_gram_csr(matrix_arrays(X), matrix_arrays(Y), X.shape[1], float(p), float(eps))
     return _k.power_mean_gram_dense(X, Y, float(p), float(eps))
 
 
