@@ -6,9 +6,16 @@ line knows them by the names of :data:`~classify_images.classifiers.registry.CLA
 Estimator classes are imported lazily: ``from classify_images.classifiers import PmSVM``.
 """
 
-from .base import OneVsRestClassifierBase
+from .base import NegativeFeaturesError
 from .persistence import ModelFileError, load_model, save_model
-from .registry import CLASSIFIERS, classifier_class, make_classifier
+from .registry import (
+    CLASSIFIERS,
+    ClassifierParameterError,
+    classifier_class,
+    classifier_name,
+    make_classifier,
+    parse_param,
+)
 
 _LAZY = {target.rpartition(":")[2]: name for name, target in CLASSIFIERS.items()}
 
@@ -20,12 +27,15 @@ def __getattr__(attribute: str):
 
 
 __all__ = [
-    "OneVsRestClassifierBase",
+    "CLASSIFIERS",
+    "ClassifierParameterError",
+    "NegativeFeaturesError",
+    "classifier_class",
+    "classifier_name",
+    "make_classifier",
+    "parse_param",
     "ModelFileError",
     "load_model",
     "save_model",
-    "CLASSIFIERS",
-    "classifier_class",
-    "make_classifier",
     *_LAZY,
 ]

@@ -1,4 +1,4 @@
-"""Numba kernels of :mod:`classify_images.classifiers.mbkl` (MBKL, Roig, Boix & Van Gool).
+"""Numba kernels of :mod:`classify_images.classifiers.mbkl` (MBKL, Roig, Boix & Van Gool [1]_).
 
 Notation (the paper's, sections 3-5): a decision stump ``k`` reads feature
 ``f_k`` and fires, ``sigma_k(x) = [x[f_k] > t_k]``.  Stump outputs are kept as
@@ -8,22 +8,47 @@ the stump bits and the Step-0 signs.
 
 All kernels are ``@njit(cache=True, nogil=True)`` and single-threaded; thresholds
 are float64 and every comparison is done in float64, so training (CSC columns)
-and prediction (dense or CSR rows) fire the same stumps on the same values.
+and prediction (dense or CSR rows, as a
+:class:`~classify_images.classifiers._rows.RowArrays` tuple) fire the same stumps on
+the same values.
+
+References
+----------
+.. [1] G. Roig, X. Boix and L. Van Gool, "Random Decision Stumps for Kernel Learning
+   and Efficient SVM", ACCV 2012.
+.. [2] G.-X. Yuan, K.-W. Chang, C.-J. Hsieh and C.-J. Lin, "A Comparison of Optimization
+   Methods and Software for Large-scale L1-regularized Linear Classification", JMLR 11,
+   2010.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
+from ._random import shuffle_prefix, xorshift_state
+
 __all__ = [
+    "StumpColumns",
     "stump_bits_csc",
     "fired_counts",
     "l1r_l2svc_stumps",
     "signed_stump_matrix",
-    "decision_dense",
-    "decision_csr",
+    "decision",
 ]
+
+
+class StumpColumns(NamedTuple):
+    """Step 1's implicit matrix: its columns are stumps, its rows (problem, sample) pairs."""
+
+    bits: np.ndarray  #: uint8 (n_stumps, n_samples) stump outputs
+    signs: np.ndarray  #: int8 (n_stumps, n_problems) Step-0 signs ``a``
+    active: np.ndarray  #: int64 stumps with a non-zero sign for some problem (the columns)
+    row_sample: np.ndarray  #: int64 training sample of each row
+    row_label: np.ndarray  #: int8 label (+1/-1) of each row
+    problem_ptr: np.ndarray  #: int64 (n_problems + 1,): rows of problem ``c`` are ``ptr[c]:ptr[c+1]``
 
 
 # --------------------------------------------------------------------- stumps
@@ -68,13 +93,19 @@ def fired_counts(bits, y_index, n_classes):
 
 # ------------------------------------------------------------------ Step 1
 @njit(cache=True, nogil=True)
-def _gather_column(j, n_active, bits, signs, active, row_sample, row_label, problem_ptr, rows, values):
+def _gather_column(j, columns, rows, values):
     """Non-zeros of column ``j`` of Step 1's implicit matrix, times the labels: ``y_r s_j(x_r)``.
 
     Fills ``rows[:count]`` and ``values[:count]`` and returns ``count``.  Rows are
     grouped by problem (``problem_ptr``), so a stump whose Step-0 sign is 0 for a
     problem skips that problem's rows.  Column ``n_active`` is the bias (value 1).
     """
+    bits = columns.bits
+    signs = columns.signs
+    row_sample = columns.row_sample
+    row_label = columns.row_label
+    problem_ptr = columns.problem_ptr
+    n_active = columns.active.shape[0]
     count = 0
     if j == n_active:
         for r in range(row_sample.shape[0]):
@@ -82,7 +113,7 @@ def _gather_column(j, n_active, bits, signs, active, row_sample, row_label, prob
             values[count] = float(row_label[r])
             count += 1
         return count
-    k = active[j]
+    k = columns.active[j]
     for c in range(problem_ptr.shape[0] - 1):
         a = signs[k, c]
         if a == 0:
@@ -96,18 +127,7 @@ def _gather_column(j, n_active, bits, signs, active, row_sample, row_label, prob
 
 
 @njit(cache=True, nogil=True)
-def _next_random(state):
-    """xorshift64* step on ``state[0]``; returns a non-negative int64."""
-    x = state[0]
-    x ^= x >> np.uint64(12)
-    x ^= x << np.uint64(25)
-    x ^= x >> np.uint64(27)
-    state[0] = x
-    return np.int64((x * np.uint64(2685821657736338717)) >> np.uint64(1))
-
-
-@njit(cache=True, nogil=True)
-def l1r_l2svc_stumps(bits, signs, active, row_sample, row_label, problem_ptr, C, eps, max_iter, seed):
+def l1r_l2svc_stumps(columns, C, eps, max_iter, seed):
     """l1-regularised squared-hinge SVM on Step 1's ``s(x)`` (LIBLINEAR ``-s 5 -B 1``).
 
     Minimises ``||w||_1 + C sum_r max(0, 1 - y_r w^T s_r)^2`` over ``w`` of length
@@ -115,12 +135,14 @@ def l1r_l2svc_stumps(bits, signs, active, row_sample, row_label, problem_ptr, C,
     constant feature 1, penalised like the others, as LIBLINEAR does).  Rows
     are grouped by one-vs-rest problem: rows ``problem_ptr[c]:problem_ptr[c+1]``
     belong to problem ``c``; row ``r`` is sample ``row_sample[r]`` with label
-    ``row_label[r]`` and ``s_r[j] = signs[active[j], c] * (2 bits[active[j], sample] - 1)``.
+    ``row_label[r]`` and ``s_r[j] = signs[active[j], c] * (2 bits[active[j], sample] - 1)``
+    (the arrays of ``columns``, a :class:`StumpColumns`).
 
     This is a port of LIBLINEAR's ``solve_l1r_l2_svc`` (coordinate descent with
-    one Newton step per coordinate, Armijo line search, shrinking; Yuan, Chang,
-    Hsieh & Lin, JMLR 2010), reading the implicit matrix column by column
-    (:func:`_gather_column`).  Stops when the summed minimum-norm sub-gradient
+    one Newton step per coordinate, Armijo line search, shrinking [2]_), reading
+    the implicit matrix column by column (:func:`_gather_column`).  The
+    coordinate order of every iteration is a random permutation of the active
+    columns drawn from a xorshift64* generator seeded with ``seed``.  Stops when the summed minimum-norm sub-gradient
     falls below ``eps`` times its value at ``w = 0``.
 
     Returns
@@ -128,9 +150,9 @@ def l1r_l2svc_stumps(bits, signs, active, row_sample, row_label, problem_ptr, C,
     w : ndarray (m + 1,) float64
     n_iter : int
     """
-    n_active = active.shape[0]
+    n_active = columns.active.shape[0]
     w_size = n_active + 1
-    n_rows = row_sample.shape[0]
+    n_rows = columns.row_sample.shape[0]
     w = np.zeros(w_size)
     b = np.ones(n_rows)  # b_r = 1 - y_r w^T s_r
     xj_sq = np.zeros(w_size)
@@ -138,10 +160,9 @@ def l1r_l2svc_stumps(bits, signs, active, row_sample, row_label, problem_ptr, C,
     rows = np.empty(n_rows, dtype=np.int64)
     values = np.empty(n_rows, dtype=np.float64)
     for j in range(w_size):
-        count = _gather_column(j, n_active, bits, signs, active, row_sample, row_label, problem_ptr, rows, values)
+        count = _gather_column(j, columns, rows, values)
         xj_sq[j] = C * count  # every non-zero is +-1
-    state = np.empty(1, dtype=np.uint64)
-    state[0] = np.uint64(seed) * np.uint64(2654435761) + np.uint64(88172645463325252)
+    state = xorshift_state(seed)
 
     sigma = 0.01
     max_num_linesearch = 20
@@ -152,15 +173,11 @@ def l1r_l2svc_stumps(bits, signs, active, row_sample, row_label, problem_ptr, C,
     while n_iter < max_iter:
         gmax_new = 0.0
         gnorm1_new = 0.0
-        for j in range(active_size):
-            i = j + _next_random(state) % (active_size - j)
-            tmp = index[i]
-            index[i] = index[j]
-            index[j] = tmp
+        shuffle_prefix(index, active_size, state)
         s = 0
         while s < active_size:
             j = index[s]
-            count = _gather_column(j, n_active, bits, signs, active, row_sample, row_label, problem_ptr, rows, values)
+            count = _gather_column(j, columns, rows, values)
             g_loss = 0.0
             h = 0.0
             for q in range(count):
@@ -238,9 +255,7 @@ def l1r_l2svc_stumps(bits, signs, active, row_sample, row_label, problem_ptr, C,
                     b[r] = 1.0
                 for jj in range(w_size):
                     if w[jj] != 0.0:
-                        cnt = _gather_column(
-                            jj, n_active, bits, signs, active, row_sample, row_label, problem_ptr, rows, values
-                        )
+                        cnt = _gather_column(jj, columns, rows, values)
                         for q in range(cnt):
                             b[rows[q]] -= w[jj] * values[q]
             s += 1
@@ -284,27 +299,27 @@ def _accumulate_row(row, features, thresholds, weights, out_row):
 
 
 @njit(cache=True, nogil=True)
-def decision_dense(X, features, thresholds, weights, base):
-    """``f(x_i) = base + sum_{k: sigma_k(x_i) = 1} weights[k]`` for dense rows, (n, P) float64."""
-    n_rows = X.shape[0]
-    out = np.empty((n_rows, base.shape[0]), dtype=np.float64)
-    for i in range(n_rows):
-        out[i, :] = base
-        _accumulate_row(X[i], features, thresholds, weights, out[i])
-    return out
+def decision(rows, n_features, features, thresholds, weights, base):
+    """``f(x_i) = base + sum_{k: sigma_k(x_i) = 1} weights[k]`` for every row, (n, P) float64.
 
-
-@njit(cache=True, nogil=True)
-def decision_csr(indptr, indices, data, n_features, features, thresholds, weights, base):
-    """As :func:`decision_dense` for CSR rows (each row is scattered into a dense buffer)."""
+    A dense row is read in place; a CSR row is scattered into a dense buffer of
+    ``n_features`` zeros first (and cleared after).
+    """
+    indptr = rows.indptr
+    data = rows.data
     n_rows = indptr.shape[0] - 1
     out = np.empty((n_rows, base.shape[0]), dtype=np.float64)
-    row = np.zeros(n_features, dtype=np.float64)
+    row = np.zeros(0 if rows.dense else n_features, dtype=np.float64)
     for i in range(n_rows):
-        for p in range(indptr[i], indptr[i + 1]):
-            row[indices[p]] = data[p]
+        lo = indptr[i]
+        hi = indptr[i + 1]
         out[i, :] = base
+        if rows.dense:
+            _accumulate_row(data[lo:hi], features, thresholds, weights, out[i])
+            continue
+        for p in range(lo, hi):
+            row[rows.indices[p]] = data[p]
         _accumulate_row(row, features, thresholds, weights, out[i])
-        for p in range(indptr[i], indptr[i + 1]):
-            row[indices[p]] = 0.0
+        for p in range(lo, hi):
+            row[rows.indices[p]] = 0.0
     return out

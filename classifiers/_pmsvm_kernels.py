@@ -1,11 +1,13 @@
 """Numba kernels of :mod:`classify_images.classifiers.pmsvm` (PmSVM and PmSVM-LUT).
 
 Every kernel is ``@njit(cache=True, nogil=True)`` and reads the training or test
-matrix through the three CSR arrays ``indptr, indices, data``.  Dense input uses
-the same kernels with ``dense=True``: ``data`` is the C-ordered matrix flattened,
-``indptr[i] = i * d`` and the column of entry ``k`` of row ``i`` is
-``k - indptr[i]`` (``indices`` is then unused).  Dense and CSR input therefore go
-through the same arithmetic in the same order and give identical numbers.
+matrix as a :class:`~classify_images.classifiers._rows.RowArrays` tuple ``rows``,
+which describes dense and CSR rows alike: both formats go through the same
+arithmetic in the same order and give identical numbers.  The other arguments
+come grouped in small named tuples: the
+:class:`~classify_images.classifiers.pmsvm.PolynomialApproximation` ``approx``,
+the :class:`DeltaTable` ``table``, the :class:`RowConstants` and the
+:class:`DualProblem` of the solver.
 
 Notation (Wu, CVPR 2012; Yang & Wu, JMLR W&CP 2012) shared with ``pmsvm.py``:
 
@@ -25,14 +27,22 @@ every loop below runs over the stored non-zeros only (see :func:`dcd_solve`).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
+
+from ._random import shuffle_prefix
+from ._rows import column
 
 __all__ = [
     "LOG_SHIFT",
     "power_mean",
     "power_mean_gram_csr",
     "power_mean_gram_dense",
+    "DeltaTable",
+    "DualProblem",
+    "RowConstants",
     "column_max",
     "row_constants",
     "delta_rows_values",
@@ -81,8 +91,11 @@ def power_mean(x: float, y: float, p: float) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _row_offsets(indptr, data, p, eps, n_rows):
+def _row_offsets(rows, p, eps):
     """``sum_{j in nz(x)} [M_p(x~_j, eps) - eps]`` for every row (zero-entry correction)."""
+    indptr = rows.indptr
+    data = rows.data
+    n_rows = indptr.shape[0] - 1
     out = np.zeros(n_rows)
     for i in range(n_rows):
         s = 0.0
@@ -93,9 +106,7 @@ def _row_offsets(indptr, data, p, eps, n_rows):
 
 
 @njit(cache=True, nogil=True)
-def power_mean_gram_csr(
-    xptr, xind, xdat, yptr, yind, ydat, n_features, p, eps
-):
+def power_mean_gram_csr(x_rows, y_rows, n_features, p, eps):
     """Power-mean kernel matrix ``K[a, b] = sum_j M_p(x~_aj, y~_bj)`` of two CSR matrices.
 
     With ``x~ = max(x, eps)`` every one of the ``d`` dimensions contributes;
@@ -107,10 +118,12 @@ def power_mean_gram_csr(
     with ``r_x[a] = sum_{j in nz(x_a)} [M(x~_j, eps) - eps]`` (``M(eps, eps) = eps``),
     so the cost is that of merging the sorted index lists of each pair.
     """
+    xptr, xind, xdat = x_rows.indptr, x_rows.indices, x_rows.data
+    yptr, yind, ydat = y_rows.indptr, y_rows.indices, y_rows.data
     nx = xptr.shape[0] - 1
     ny = yptr.shape[0] - 1
-    rx = _row_offsets(xptr, xdat, p, eps, nx)
-    ry = _row_offsets(yptr, ydat, p, eps, ny)
+    rx = _row_offsets(x_rows, p, eps)
+    ry = _row_offsets(y_rows, p, eps)
     K = np.empty((nx, ny))
     base = n_features * eps
     for a in range(nx):
@@ -153,38 +166,72 @@ def power_mean_gram_dense(X, Y, p, eps):
     return K
 
 
+# ------------------------------------------------------------ argument groups
+class DeltaTable(NamedTuple):
+    """Where the delta row of a stored entry is read (see :func:`_table_row`)."""
+
+    use_lut: bool  #: PmSVM-LUT (one row per bin) rather than one pre-computed row per stored entry
+    bin_scale: np.ndarray  #: ``b / max_j`` per column (LUT mode; empty otherwise)
+    n_bins: int  #: ``b``, the number of LUT bins (0 without LUT)
+    values: np.ndarray  #: float32 (rows, 2m+1): the delta rows
+
+
+class RowConstants(NamedTuple):
+    """Per-example numbers shared by all problems (:func:`row_constants`)."""
+
+    q_kernel: np.ndarray  #: ``M_p(x_i, x_i)``
+    r: np.ndarray  #: ``sum_{j in nz(x_i)} v0 . (phi(x_ij) - phi0)``
+    z: np.ndarray  #: ``sum_{j in nz(x_i)} phi0 . (u(x_ij) - v0)``
+    zero_value: float  #: ``d v0 . phi0``
+
+
+class DualProblem(NamedTuple):
+    """The SVM dual solved by :func:`dcd_solve` and its stopping rule."""
+
+    l2_loss: bool  #: squared hinge (``D = I/(2C)``, no upper bound) rather than hinge
+    C: float  #: loss weight
+    tol: float  #: stop when ``max PG - min PG <= tol``
+    max_iter: int  #: most outer iterations
+    seed: int  #: seed of the per-iteration permutations (shared by all problems)
+
+
 # ------------------------------------------------------------ preparation
 @njit(cache=True, nogil=True)
-def column_max(indptr, indices, data, dense, n_features):
+def column_max(rows, n_features):
     """Largest value of every column (0 for a column without stored entries)."""
     out = np.zeros(n_features)
+    indptr = rows.indptr
+    data = rows.data
     n = indptr.shape[0] - 1
     for i in range(n):
         start = indptr[i]
         for k in range(start, indptr[i + 1]):
-            j = k - start if dense else indices[k]
+            j = column(rows, k, start)
             if data[k] > out[j]:
                 out[j] = data[k]
     return out
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _delta_row(x_hat, p, eps, node_values, vinv, phi0, m_zero, out, i, scratch):
+def _delta_row(x_hat, approx, out, i, scratch):
     """Write the delta row of the scaled value ``x_hat`` into ``out[i]`` (``2m+1`` floats).
 
     ``out[i, q-1] = t^q - t0^q`` (q = 1..m) and
     ``out[i, m:] = X^-1 (M_p(c, x~) - M_p(c, eps))`` (CVPR Eq. 11 minus its zero
-    part); ``scratch`` holds ``m+1`` floats.
+    part); ``scratch`` holds ``m+1`` floats.  ``approx`` is the
+    :class:`~classify_images.classifiers.pmsvm.PolynomialApproximation`.
     """
+    phi0 = approx.phi0
+    vinv = approx.vinv
     m = phi0.shape[0] - 1
-    x_tilde = max(min(x_hat, 1.0), eps)
+    x_tilde = max(min(x_hat, 1.0), approx.eps)
     t = np.log(x_tilde + LOG_SHIFT)
     power = 1.0
     for q in range(1, m + 1):
         power *= t
         out[i, q - 1] = power - phi0[q]
     for k in range(m + 1):
-        scratch[k] = power_mean(node_values[k], x_tilde, p) - m_zero[k]
+        scratch[k] = power_mean(approx.node_values[k], x_tilde, approx.p) - approx.m_zero[k]
     for r in range(m + 1):
         s = 0.0
         for k in range(m + 1):
@@ -193,48 +240,49 @@ def _delta_row(x_hat, p, eps, node_values, vinv, phi0, m_zero, out, i, scratch):
 
 
 @njit(cache=True, nogil=True)
-def delta_rows_values(values, p, eps, node_values, vinv, phi0, m_zero):
+def delta_rows_values(values, approx):
     """Delta rows of scaled values (the look-up table T1/T2 of the LUT paper, Eqs. 18-19)."""
-    m = phi0.shape[0] - 1
+    m = approx.phi0.shape[0] - 1
     out = np.empty((values.shape[0], 2 * m + 1), dtype=np.float32)
     scratch = np.empty(m + 1)
     for i in range(values.shape[0]):
-        _delta_row(values[i], p, eps, node_values, vinv, phi0, m_zero, out, i, scratch)
+        _delta_row(values[i], approx, out, i, scratch)
     return out
 
 
 @njit(cache=True, nogil=True)
-def delta_rows_csr(indptr, indices, data, inv_max, p, eps, node_values, vinv, phi0, m_zero):
-    """Delta rows of every stored entry of a CSR matrix (PmSVM's pre-computation, CVPR Sec. 4.4)."""
-    m = phi0.shape[0] - 1
+def delta_rows_csr(rows, inv_max, approx):
+    """Delta rows of every stored entry of CSR ``rows`` (PmSVM's pre-computation, CVPR Sec. 4.4)."""
+    m = approx.phi0.shape[0] - 1
+    data = rows.data
     out = np.empty((data.shape[0], 2 * m + 1), dtype=np.float32)
     scratch = np.empty(m + 1)
     for k in range(data.shape[0]):
-        _delta_row(data[k] * inv_max[indices[k]], p, eps, node_values, vinv, phi0, m_zero, out, k, scratch)
+        _delta_row(data[k] * inv_max[rows.indices[k]], approx, out, k, scratch)
     return out
 
 
 # ------------------------------------------------------------- training
 @njit(cache=True, nogil=True, inline="always")
-def _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins):
-    """Column ``j`` of entry ``k`` and the row of ``table`` holding its delta row.
+def _table_row(k, start, rows, table):
+    """Column ``j`` of entry ``k`` and the row of ``table.values`` holding its delta row.
 
     LUT mode: the row is the bin ``h = floor(b x_hat)`` of the LUT paper
     (``x_hat * b = x * bin_scale[j]``), capped at ``b``; ``BIN_ROUNDING`` makes
     a value equal to the training maximum land in bin ``b`` despite rounding.  Otherwise the table
     holds one pre-computed row per stored entry and the row is ``k``.
     """
-    j = k - start if dense else indices[k]
-    if use_lut:
-        h = int(data[k] * bin_scale[j] + BIN_ROUNDING)
-        if h > n_bins:
-            h = n_bins
+    j = column(rows, k, start)
+    if table.use_lut:
+        h = int(rows.data[k] * table.bin_scale[j] + BIN_ROUNDING)
+        if h > table.n_bins:
+            h = table.n_bins
         return j, h
     return j, k
 
 
 @njit(cache=True, nogil=True)
-def row_constants(indptr, indices, data, dense, use_lut, bin_scale, n_bins, table, inv_max, eps, v0, phi0, n_features):
+def row_constants(rows, table, inv_max, approx, n_features):
     """Per-example numbers shared by all classes (computed once before training).
 
     Returns ``q_kernel, r, z`` with
@@ -247,6 +295,12 @@ def row_constants(indptr, indices, data, dense, use_lut, bin_scale, n_bins, tabl
 
     (see :func:`dcd_solve` for their use).
     """
+    indptr = rows.indptr
+    data = rows.data
+    values = table.values
+    eps = approx.eps
+    v0 = approx.v0
+    phi0 = approx.phi0
     n = indptr.shape[0] - 1
     m = phi0.shape[0] - 1
     q_kernel = np.empty(n)
@@ -263,12 +317,12 @@ def row_constants(indptr, indices, data, dense, use_lut, bin_scale, n_bins, tabl
             if data[k] == 0.0:
                 n_zero += 1
                 continue
-            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
+            j, row = _table_row(k, start, rows, table)
             sq += max(min(data[k] * inv_max[j], 1.0), eps)
             for q in range(m):
-                sr += v0[q + 1] * table[row, q]
+                sr += v0[q + 1] * values[row, q]
             for q in range(m + 1):
-                sz += phi0[q] * table[row, m + q]
+                sz += phi0[q] * values[row, m + q]
         q_kernel[i] = sq + n_zero * eps
         r[i] = sr
         z[i] = sz
@@ -276,62 +330,61 @@ def row_constants(indptr, indices, data, dense, use_lut, bin_scale, n_bins, tabl
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rows_gradient(start, end, dense, indices, data, use_lut, bin_scale, n_bins, table, b, rows, acc):
+def _rows_gradient(start, end, rows, table, b, bins, acc):
     """``acc[c] = sum_{j in nz(x_i)} b[j, 1:, c] . (phi(x_ij) - phi0)[1:]`` for every class ``c``.
 
     Pre-computed mode (CSR only): entry ``k`` reads table row ``k``.  LUT mode:
-    the bin of each entry is kept in ``rows`` for :func:`_rows_update` (``-1``
+    the bin of each entry is kept in ``bins`` for :func:`_rows_update` (``-1``
     for a zero entry, whose delta row is zero).
     """
     m = b.shape[1] - 1
     n_classes = b.shape[2]
+    values = table.values
     acc[:] = 0.0
     for k in range(start, end):
-        if use_lut:
-            if data[k] == 0.0:
-                rows[k - start] = -1
+        if table.use_lut:
+            if rows.data[k] == 0.0:
+                bins[k - start] = -1
                 continue
-            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
-            rows[k - start] = row
+            j, row = _table_row(k, start, rows, table)
+            bins[k - start] = row
         else:
-            j = indices[k]
+            j = rows.indices[k]
             row = k
         for q in range(m):
-            dphi = table[row, q]
+            dphi = values[row, q]
             for c in range(n_classes):
                 acc[c] += b[j, q + 1, c] * dphi
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rows_update(start, end, dense, indices, use_lut, table, b, rows, delta):
+def _rows_update(start, end, rows, table, b, bins, delta):
     """``b[j, :, c] += delta[c] (u(x_ij) - v0)`` for the non-zeros of row ``i`` (all classes)."""
     m = b.shape[1] - 1
     n_classes = b.shape[2]
+    values = table.values
     for k in range(start, end):
-        if use_lut:
-            row = rows[k - start]
+        if table.use_lut:
+            row = bins[k - start]
             if row < 0:
                 continue
         else:
             row = k
-        j = k - start if dense else indices[k]
+        j = column(rows, k, start)
         for q in range(m + 1):
-            du = table[row, m + q]
+            du = values[row, m + q]
             for c in range(n_classes):
                 b[j, q, c] += delta[c] * du
 
 
 @njit(cache=True, nogil=True)
-def dcd_solve(
-    indptr, indices, data, dense, use_lut, bin_scale, n_bins, table,
-    Y, q_kernel, r, z, zero_value, l2_loss, C, tol, max_iter, seed, b, S, n_iter,
-):
+def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
     """Dual coordinate descent of PmSVM (CVPR Algorithm 3; LUT paper Algorithm 3).
 
     Solves, for every column ``c`` of ``Y`` (a one-vs-rest problem, labels in
     {-1, +1}), ``min_a 1/2 a^T (Q + D) a - e^T a`` s.t. ``0 <= a_i <= U`` with
     ``Q_it = y_i y_t M_p(x_i, x_t)`` (CVPR Eq. 3); ``D = 0, U = C`` for the hinge
-    (``l2_loss=False``), ``D = I/(2C), U = inf`` for the squared hinge, following
+    (``problem.l2_loss=False``), ``D = I/(2C), U = inf`` for the squared hinge, following
     LIBLINEAR's ``solve_l2r_l1l2_svc``: a random permutation every outer
     iteration, shrinking, and the stopping rule ``max PG - min PG <= tol`` on
     the projected gradient (all per problem).
@@ -345,8 +398,9 @@ def dcd_solve(
 
     ``g(x_i) = sum_{j in nz} b_j . (phi(x_ij) - phi0) + S (r_i + zero_value) + beta``
 
-    (``r_i``, ``z_i`` from :func:`row_constants`, ``zero_value = d v0 . phi0``),
-    and an update changes ``beta`` by ``delta z_i``: O(nnz_i m) per step.
+    (``r_i``, ``z_i``, ``zero_value`` from ``constants``, see :func:`row_constants`;
+    ``zero_value = d v0 . phi0``), and an update changes ``beta`` by ``delta z_i``:
+    O(nnz_i m) per step.
 
     The problems of the group share the examples' order (one permutation of all
     ``n`` examples per outer iteration, skipping those a problem has shrunk), so
@@ -359,8 +413,16 @@ def dcd_solve(
     problem stopped).  ``w >= n_problems``: columns beyond the problems are padding
     (they stay 0), so that the loops over the group have a vector-friendly length.
     """
+    indptr = rows.indptr
+    q_kernel = constants.q_kernel
+    r = constants.r
+    z = constants.z
+    zero_value = constants.zero_value
+    C = problem.C
+    tol = problem.tol
+    max_iter = problem.max_iter
     n, n_classes = Y.shape
-    if l2_loss:
+    if problem.l2_loss:
         diag = 0.5 / C
         upper = np.inf
     else:
@@ -383,19 +445,16 @@ def dcd_solve(
     longest = 0
     for i in range(n):
         longest = max(longest, indptr[i + 1] - indptr[i])
-    rows = np.empty(longest if use_lut else 0, dtype=np.int64)
+    bins = np.empty(longest if table.use_lut else 0, dtype=np.int64)
     index = np.arange(n)
-    np.random.seed(seed)
+    no_state = np.empty(0, dtype=np.uint64)  # numba's Mersenne Twister, seeded here
+    np.random.seed(problem.seed)
     n_done = 0
     it = 0
     while it < max_iter and n_done < n_classes:
         pg_max_new[:] = -np.inf
         pg_min_new[:] = np.inf
-        for s in range(n):
-            swap = s + np.random.randint(0, n - s)
-            tmp = index[s]
-            index[s] = index[swap]
-            index[swap] = tmp
+        shuffle_prefix(index, n, no_state)
         for s in range(n):
             i = index[s]
             needed = False
@@ -407,7 +466,7 @@ def dcd_solve(
                 continue
             start = indptr[i]
             end = indptr[i + 1]
-            _rows_gradient(start, end, dense, indices, data, use_lut, bin_scale, n_bins, table, b, rows, acc)
+            _rows_gradient(start, end, rows, table, b, bins, acc)
             any_delta = False
             for c in range(n_classes):
                 delta[c] = 0.0
@@ -444,7 +503,7 @@ def dcd_solve(
                         beta[c] += delta[c] * z[i]
                         S[c] += delta[c]
             if any_delta:
-                _rows_update(start, end, dense, indices, use_lut, table, b, rows, delta)
+                _rows_update(start, end, rows, table, b, bins, delta)
         it += 1
         for c in range(n_classes):
             if done[c]:
@@ -488,21 +547,7 @@ def drop_padding(a, k):
 
 
 @njit(cache=True, nogil=True)
-def decision_values(
-    indptr,
-    indices,
-    data,
-    dense,
-    use_lut,
-    bin_scale,
-    n_bins,
-    table,
-    inv_max,
-    eps,
-    coef,
-    zero_scores,
-    phi0,
-):
+def decision_values(rows, table, inv_max, approx, coef, zero_scores):
     """Decision values ``g(q) = sum_j a_j . phi(q_j)`` (CVPR Eq. 10; LUT paper Eq. 20).
 
     ``coef[j, q, c]`` is ``a_{j,q}`` of problem ``c`` (its ``q = 0`` term cancels in
@@ -512,6 +557,11 @@ def decision_values(
     per problem.  LUT mode reads ``phi(q_j) - phi0`` from the table's bin of
     ``q_j``; otherwise ``t = ln(min(q_j / max_j, 1) ~ + 0.05)`` is computed.
     """
+    indptr = rows.indptr
+    data = rows.data
+    values = table.values
+    eps = approx.eps
+    phi0 = approx.phi0
     n = indptr.shape[0] - 1
     m = coef.shape[1] - 1
     n_problems = coef.shape[2]
@@ -524,10 +574,10 @@ def decision_values(
         for k in range(start, indptr[i + 1]):
             if data[k] == 0.0:
                 continue
-            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
-            if use_lut:
+            j, row = _table_row(k, start, rows, table)
+            if table.use_lut:
                 for q in range(m):
-                    dphi[q] = table[row, q]
+                    dphi[q] = values[row, q]
             else:
                 t = np.log(max(min(data[k] * inv_max[j], 1.0), eps) + LOG_SHIFT)
                 power = 1.0

@@ -6,53 +6,43 @@ decision value is the largest.  With two classes a single binary problem is
 learnt, whose positive side is ``classes_[1]``; its decision function then has
 shape ``(n_samples,)``, as scikit-learn's linear models do.
 
-A subclass implements two hooks:
+:meth:`OneVsRestClassifierBase.fit` does what every classifier needs, once:
+it validates the parameters against the subclass's ``_parameter_constraints``
+(scikit-learn's ``_fit_context``), then calls the hook ``_check_params()``
+for rules that tie parameters together, validates the data and encodes the
+labels.  A subclass implements
 
 ``_fit_ovr(X, Y)``
     ``X`` is the validated input (``np.ndarray`` float32/float64 or
-    ``scipy.sparse.csr_matrix``), ``Y`` an ``int8`` array of shape
-    ``(n_samples, n_problems)`` with entries in ``{-1, +1}``.  It stores its
-    fitted attributes (names ending in ``_``).
+    ``scipy.sparse.csr_matrix`` with sorted indices), ``Y`` an ``int8`` array
+    of shape ``(n_samples, n_problems)`` with entries in ``{-1, +1}``.  It
+    stores its fitted attributes (names ending in ``_``).
 ``_decision_ovr(X)``
     returns the decision values, shape ``(n_samples, n_problems)``.
 
-and lists in ``_fitted_arrays`` the fitted attributes that make up the model,
-which :mod:`classify_images.classifiers.persistence` saves to ``.npz`` and
-restores without pickle.
+and lists in ``_fitted_arrays`` the fitted attributes that make up the model
+(:meth:`~OneVsRestClassifierBase._model_arrays`), which a model file saves as
+plain arrays and restores without pickle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
-__all__ = ["NegativeFeaturesError", "OneVsRestClassifierBase", "matrix_arrays", "ovr_targets"]
+from ._compat import _fit_context
+
+__all__ = ["NegativeFeaturesError", "OneVsRestClassifierBase", "ovr_targets"]
 
 
 class NegativeFeaturesError(ValueError):
     """Negative values given to a classifier that needs non-negative features (additive kernels)."""
-
-
-def matrix_arrays(X) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """``indptr, indices, data, dense``: one description of a CSR or dense matrix for numba.
-
-    CSR: its own arrays.  Dense (made C-contiguous): ``data`` is the matrix flattened,
-    ``indptr[i] = i * d`` and the column of entry ``k`` of row ``i`` is ``k - indptr[i]``
-    (``indices`` is empty).  Kernels taking these arrays serve both formats with one code path.
-    """
-    if sp.issparse(X):
-        return X.indptr, X.indices, X.data, False
-    X = np.ascontiguousarray(X)
-    n, d = X.shape
-    indptr = np.arange(0, n * d + 1, max(d, 1), dtype=np.int64)[: n + 1]
-    return indptr, np.empty(0, dtype=np.int32), X.reshape(-1), True
 
 
 def ovr_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:
@@ -84,7 +74,8 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     """Base class: label encoding, validation, one-vs-rest prediction.
 
     Subclasses declare their constructor parameters explicitly (scikit-learn
-    convention) and set the class attributes below.
+    convention), their allowed values in ``_parameter_constraints`` and set the
+    class attributes below; they do not override :meth:`fit`.
 
     Attributes (class level)
     ------------------------
@@ -98,8 +89,12 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _fitted_arrays : tuple of str
         Fitted attributes saved in model files, besides ``classes_`` and
         ``n_features_in_``.
+    _parameter_constraints : dict
+        scikit-learn's description of the allowed value of every constructor
+        parameter, checked by :meth:`fit` before anything else.
     """
 
+    _parameter_constraints: dict = {}
     _requires_non_negative: bool = False
     _accept_sparse: bool = True
     _fitted_arrays: tuple[str, ...] = ()
@@ -133,6 +128,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         return X if y is None else (X, y)
 
     # ------------------------------------------------------------------ API
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any) -> "OneVsRestClassifierBase":
         """Fit one binary classifier per class (one-vs-rest).
 
@@ -147,7 +143,17 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         -------
         self : object
             The fitted estimator.
+
+        Raises
+        ------
+        InvalidParameterError
+            If a parameter is outside ``_parameter_constraints`` or breaks a
+            rule of :meth:`_check_params`.
+        NegativeFeaturesError
+            If the classifier needs non-negative features and ``X`` has a
+            negative value.
         """
+        self._check_params()
         if y is None:  # sklearn's check_requires_y_none expects this message
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         X, y = self._validate_X(X, reset=True, y=y)
@@ -183,22 +189,13 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             index = np.argmax(scores, axis=1)
         return self.classes_[index]
 
-    # ------------------------------------------------------------- helpers
-    def _map_problems(self, solve: Callable[[int], Any], n_problems: int) -> list:
-        """Run ``solve(k)`` for every binary problem ``k``.
-
-        Problems run in joblib threads (``n_jobs`` parameter of the estimator,
-        default 1): the solvers are numba ``nogil`` kernels or release the GIL
-        in BLAS, so threads avoid copying the training data to processes.
-        """
-        n_jobs = getattr(self, "n_jobs", None)
-        if n_jobs in (None, 1) or n_problems == 1:
-            return [solve(k) for k in range(n_problems)]
-        return Parallel(n_jobs=n_jobs, prefer="threads")(
-            delayed(solve)(k) for k in range(n_problems)
-        )
-
     # ------------------------------------------------------------- hooks
+    def _check_params(self) -> None:
+        """Rules between parameters that ``_parameter_constraints`` cannot state (none by default).
+
+        Called by :meth:`fit` after the constraints are checked and before the
+        data is looked at; raises ``InvalidParameterError``.
+        """
     def _fit_ovr(self, X, Y: np.ndarray) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -1,4 +1,4 @@
-"""Orthonormal eigenbasis of the span of the training vectors, for the squared-hinge solver.
+"""Orthonormal eigenbasis of the span of the training vectors, for the quadratic-hinge solver.
 
 Used by ``QuadraticHingeSVC(solver="eigen")``.  Let ``X`` be ``n x d``.
 
@@ -12,22 +12,22 @@ with ``lambda_k > max(n, d) * eps * lambda_max`` (the ``pinv`` rule),
 * ``Z = X V = U diag(lambda)^{1/2}`` (``n x r``) are the training vectors in
   that basis, and ``Z^T Z = diag(lambda)``.
 
-The objective (1) of :mod:`~classify_images.classifiers.squared_hinge` only
+The objective (1) of :mod:`~classify_images.classifiers._quadratic_hinge_objective` only
 sees ``W`` through ``||W||^2`` and ``X W``; the component of ``W`` orthogonal
 to the span adds to ``||W||^2`` and nothing else, so the minimiser lies in the
 span, and ``W = V B`` turns (1) in ``W`` into (1) in ``B`` with ``X`` replaced
 by ``Z``: the same problem, with ``n x r`` instead of ``n x d`` products when
-``n < d`` (1 500 images x 21 504 ScSPM dimensions: 14 times fewer).
+``n < d``.
 
 **Preconditioning.**  If every margin were active, the Hessian of (1) in ``B``
 for class ``c`` would be ``I + 2 Z^T diag(S_c) Z``, i.e. ``I + 2 s_c diag(lambda)``
 when the loss weights of class ``c`` equal their mean ``s_c``: diagonal in this
 basis, so the diagonal scaling of
-:func:`~classify_images.classifiers.squared_hinge.jacobi_scale` (with
+:func:`~classify_images.classifiers._quadratic_hinge_objective.jacobi_scale` (with
 ``diag(Z^T Z) = lambda``) turns it into the identity.  With ``d > n`` the
 classes are separable and most training vectors sit on the margin (active),
-so the approximation is close: on 15-Scenes histograms (L1-normalised, large
-``C``) L-BFGS needs ~60 iterations instead of ~700 in the feature space.
+so the approximation is close, and L-BFGS needs far fewer iterations than in
+the feature space (see BENCHMARKS.md, section QuadraticHingeSVC).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HIK nSVM: the histogram-intersection SVM learnt directly in input space (Sharma & Jurie).
+"""HIK nSVM: the histogram-intersection SVM learnt directly in input space (Sharma & Jurie [1]_).
 
 For a non-negative feature vector ``x`` (an l1-normalised histogram in the paper) the
 classifier scores (Eq. 7b, plus an optional unregularised bias ``b``)
@@ -16,6 +16,11 @@ Algorithm 1: ``n_epochs`` shuffled passes; for each example with ``y_i f(w, x_i)
 shrink ``w_d <- sign(w_d) max(0, |w_d| - r lambda)`` on all coordinates; ``r`` is divided
 by 10 after half of the epochs.  Prediction needs ``w`` alone: O(d) per example, O(nnz)
 for a CSR row since a zero feature adds ``min(0, |w_d|) = 0``.
+
+References
+----------
+.. [1] G. Sharma and F. Jurie, "Learning discriminative spatial representation for image
+   classification", BMVC 2011.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs
-from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
 from . import _hik_nsvm_kernels as K
-from .base import OneVsRestClassifierBase, matrix_arrays
+from ._compat import Interval, StrOptions
+from ._parallel import map_tasks, n_threads, problem_groups
+from ._random import kernel_seed
+from ._rows import matrix_arrays
+from .base import OneVsRestClassifierBase
 
 __all__ = ["HIKnSVM", "hik_nsvm_objective", "hik_decision"]
 
@@ -58,7 +64,7 @@ def hik_decision(X, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
     Wt = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).T)
     b = np.asarray(intercept, dtype=np.float64).reshape(-1)
     out = np.empty((X.shape[0], Wt.shape[1]), dtype=np.float64)
-    K.decision(*matrix_arrays(X), Wt, b, out)
+    K.decision(matrix_arrays(X), Wt, b, out)
     return out
 
 
@@ -74,11 +80,11 @@ def hik_nsvm_objective(
     y = np.asarray(y, dtype=np.float64)
     sw = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
-    return float(K.objective(*matrix_arrays(X), y, sw, w, float(b), float(alpha), float(margin)))
+    return float(K.objective(matrix_arrays(X), y, sw, w, float(b), float(alpha), float(margin)))
 
 
 class HIKnSVM(OneVsRestClassifierBase):
-    """Histogram-intersection SVM learnt in input space (nSVM, Sharma & Jurie, Alg. 1).
+    """Histogram-intersection SVM learnt in input space (nSVM, Sharma & Jurie [1]_, Alg. 1).
 
     One-vs-rest: one weight vector ``w`` (and bias) per class; the class of largest
     ``f(w, x)`` (Eq. 7b) is predicted.
@@ -93,11 +99,9 @@ class HIKnSVM(OneVsRestClassifierBase):
     learning_rate : float or "auto", default="auto"
         Initial step ``r`` of Algorithm 1, in the units of ``x`` (a coordinate moves by ``r``
         per update); divided by 10 after ``n_epochs // 2`` epochs.  The paper does not give
-        its value.  ``"auto"``: ``r = median of the non-zero training values / 40``.  On the
-        two 15-Scenes histogram sets we measured (21 504 dimensions, median non-zero 4.2e-4
-        and 6.9e-5) this lands at the lowest training objective (Eq. 7a) of a grid of rates
-        spanning two decades, within 0.15 point of the best cross-validated accuracy
-        (BENCHMARKS.md, HIK nSVM); a fixed rate right for one set is 6x off on the other.
+        its value.  ``"auto"``: ``r = median of the non-zero training values / 40``, which
+        follows the scale of the features (a fixed rate right for one feature set is far off
+        on another); see BENCHMARKS.md, section HIK nSVM, for the grid it was chosen on.
     n_epochs : int, default=100
         Shuffled passes of Algorithm 1.
     fit_intercept : bool, default=False
@@ -105,7 +109,7 @@ class HIKnSVM(OneVsRestClassifierBase):
         (``b <- b + r c_i y_i`` when the margin is violated).  The paper has none.
     balanced : bool, default=False
         Weight the hinge loss of each one-vs-rest problem so that positives and negatives
-        weigh the same: ``c_i = n / (2 n_{y_i})`` (1 positive : 14 negatives on 15-Scenes).
+        weigh the same: ``c_i = n / (2 n_{y_i})``.
     random_state : int, RandomState instance or None, default=None
         Seeds the shuffles (same seed, same model, whatever ``n_jobs``).
     n_jobs : int or None, default=None
@@ -134,19 +138,21 @@ class HIKnSVM(OneVsRestClassifierBase):
     training data with under 50 % non-zeros is trained from a CSR copy (same numbers).
     All problems visit the examples in the same shuffled order (one seed), so one pass
     over an example serves a whole group of problems, whose weights are stored feature by
-    feature; this trains 15-Scenes' 15 classes 2x faster than one problem at a time, with
-    the same weights bit for bit.
+    feature: faster than one problem at a time, with the same weights bit for bit.
 
-    The successive-relaxation start of §2.2 is not offered: on 15-Scenes (both feature sets
-    of BENCHMARKS.md, HIK nSVM, ``scripts/study_hik_nsvm_relaxation.py``) it did not improve
-    accuracy, and for the same number of epochs Algorithm 1 alone reached a lower objective;
-    warm-starting Algorithm 1 from the linear relaxation literally lost 5-8 points.
-    ``balanced`` and ``fit_intercept`` are off by default, as in the paper: neither changed the
-    15-Scenes accuracy beyond the split-to-split spread.
+    The successive-relaxation start of [1]_ §2.2 is not offered: in our study
+    (``scripts/study_hik_nsvm_relaxation.py``, with its kernels in
+    ``scripts/_hik_research.py``) it did not improve accuracy, and for the same number of
+    epochs Algorithm 1 alone reached a lower objective.  ``balanced`` and
+    ``fit_intercept`` are off by default, as in the paper: neither changed the accuracy
+    beyond the split-to-split spread.  Accuracy, test time and model size against the
+    explicit feature map + linear SVM and the exact HIK kernel SVM: see BENCHMARKS.md,
+    section HIK nSVM.
 
-    On the paper's 15-Scenes setting (3 splits) nSVM scores 81.2 +- 0.1 % against 81.4 +- 0.5 %
-    for the explicit feature map + linear SVM and 81.0-81.5 % for the exact HIK kernel SVM,
-    and predicts 15-42x faster than map + linear with a 7x smaller model (BENCHMARKS.md).
+    References
+    ----------
+    .. [1] G. Sharma and F. Jurie, "Learning discriminative spatial representation for image
+       classification", BMVC 2011.
 
     Examples
     --------
@@ -206,56 +212,59 @@ class HIKnSVM(OneVsRestClassifierBase):
         values = X.data if sp.issparse(X) else X[X != 0]
         return float(np.median(values)) / _AUTO_RATE_DIVISOR if values.size else 1.0
 
-    def _schedule(self, r: float) -> tuple[np.ndarray, np.ndarray]:
-        """Learning rate of every epoch (``r``, then ``r / 10`` from epoch ``n_epochs // 2``),
-        and the kernels' relaxation level (0: Eq. 7b exactly, always here)."""
+    def _schedule(self, r: float) -> np.ndarray:
+        """Learning rate of every epoch: ``r``, then ``r / 10`` from epoch ``n_epochs // 2``."""
         half = self.n_epochs // 2
-        rates = np.array([r if e < half else r / 10.0 for e in range(self.n_epochs)], dtype=np.float64)
-        return rates, np.zeros(self.n_epochs, dtype=np.float64)
+        return np.array([r if e < half else r / 10.0 for e in range(self.n_epochs)], dtype=np.float64)
 
     def _shuffle_seed(self) -> int:
         """Seed of the epoch shuffles, drawn from ``random_state`` (shared by all problems)."""
-        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        return kernel_seed(self.random_state)
+
+    def _hinge_weights(self, targets: np.ndarray) -> np.ndarray:
+        """``c_i`` per example and problem: 1, or ``n / (2 n_{y_i})`` with ``balanced=True``."""
+        if not self.balanced:
+            return np.ones_like(targets)
+        n = targets.shape[0]
+        n_pos = np.count_nonzero(targets > 0, axis=0).astype(np.float64)
+        return np.where(targets > 0, n / (2.0 * np.maximum(n_pos, 1.0)), n / (2.0 * np.maximum(n - n_pos, 1.0)))
 
     # ------------------------------------------------------------ fitting
     def _fit_ovr(self, X, Y: np.ndarray) -> None:
-        validate_parameter_constraints(self._parameter_constraints, self.get_params(deep=False),
-                                       caller_name=type(self).__name__)
         self.learning_rate_ = self._initial_rate(X)
-        rates, levels = self._schedule(self.learning_rate_)
-        seed = self._shuffle_seed()
+        epochs = K.Epochs(self._schedule(self.learning_rate_), self._shuffle_seed())
         if not sp.issparse(X) and np.count_nonzero(X) < _CSR_DENSITY * X.size:
             # Same numbers (the kernels visit the same non-zeros in the same order), but the
             # epochs no longer scan the zeros of every row.
             X = sp.csr_matrix(X)
         rows = matrix_arrays(X)
-        n, d = X.shape
+        d = X.shape[1]
         n_problems = Y.shape[1]
         targets = Y.astype(np.float64)
-        weights = np.ones_like(targets)
-        if self.balanced:
-            n_pos = np.count_nonzero(targets > 0, axis=0).astype(np.float64)
-            weights = np.where(targets > 0, n / (2.0 * np.maximum(n_pos, 1.0)), n / (2.0 * np.maximum(n - n_pos, 1.0)))
+        weights = self._hinge_weights(targets)
         # The problems share the examples' order, so one pass serves a group of them
         # (same weights as one by one); threads get one group each.
-        n_threads = 1 if self.n_jobs in (None, 1) else effective_n_jobs(self.n_jobs)
-        bounds = np.linspace(0, n_problems, min(n_problems, n_threads) + 1).astype(np.int64)
+        threads = n_threads(self.n_jobs)
+        bounds = problem_groups(n_problems, threads)
         coef = np.zeros((n_problems, d), dtype=np.float64)
         intercept = np.zeros(n_problems, dtype=np.float64)
-        curve = np.zeros((rates.shape[0] if self.record_objective else 0, n_problems), dtype=np.float64)
+        curve = np.zeros((self.n_epochs if self.record_objective else 0, n_problems), dtype=np.float64)
 
         def solve(group: int) -> None:
             lo, hi = bounds[group], bounds[group + 1]
+            problems = K.HingeProblems(
+                np.ascontiguousarray(targets[:, lo:hi]), np.ascontiguousarray(weights[:, lo:hi]),
+                float(self.alpha), float(self.margin), bool(self.fit_intercept),
+            )
             W = np.zeros((d, hi - lo), dtype=np.float64)  # (D, P): a feature's P weights contiguous
             b = np.zeros(hi - lo, dtype=np.float64)
             part = np.zeros((curve.shape[0], hi - lo), dtype=np.float64)
-            K.sgd(*rows, np.ascontiguousarray(targets[:, lo:hi]), np.ascontiguousarray(weights[:, lo:hi]),
-                  rates, levels, seed, W, b, float(self.alpha), float(self.margin), bool(self.fit_intercept), part)
+            K.sgd(rows, problems, epochs, W, b, part)
             coef[lo:hi] = W.T
             intercept[lo:hi] = b
             curve[:, lo:hi] = part
 
-        self._map_problems(solve, len(bounds) - 1)
+        map_tasks(solve, len(bounds) - 1, threads)
         self.coef_ = coef
         self.intercept_ = intercept
         if self.record_objective:

@@ -1,7 +1,6 @@
-"""MBKL: Multiple Binary Kernel Learning with random decision stumps.
+"""MBKL: Multiple Binary Kernel Learning with random decision stumps [1]_.
 
-Roig, Boix & Van Gool, "Random Decision Stumps for Kernel Learning and
-Efficient SVM" (ACCV 2012).  The kernel is a learnt non-negative combination of
+The kernel is a learnt non-negative combination of
 binary kernels, one per random decision stump (Eq. 3 and the sentence after it):
 
 .. math::
@@ -69,12 +68,12 @@ Deviations and choices, each for a stated reason
   ``||w||_1 + C_kernel sum_r max(0, 1 - y_r (theta^T s_r + b))^2`` (the bias is
   the weight of a constant feature, penalised like the others), which is
   what ``LinearSVC(penalty="l1", loss="squared_hinge", dual=False)`` solves.
-  We run our own numba port of LIBLINEAR's solver
+  We run our own numba port of LIBLINEAR's solver [2]_
   (:func:`~classify_images.classifiers._mbkl_kernels.l1r_l2svc_stumps`) rather
   than ``LinearSVC`` because it reads ``s`` on the fly from one byte per
   (stump, sample): ``LinearSVC`` needs the matrix as float64 plus LIBLINEAR's
-  row and column copies (about 40 bytes per non-zero), i.e. ~40 GB for the
-  215 040 stumps x 4 500 rows of 15-Scenes BoF-SPM.  The rows are grouped by
+  row and column copies (about 40 bytes per non-zero, i.e. 40 times more
+  memory; see BENCHMARKS.md, section MBKL).  The rows are grouped by
   problem, so a column skips the problems for which its Step-0 sign is 0.
   The test-suite checks that both solvers reach the same objective.
 * **Step 2 on half the columns.**  Because ``sigma + bar sigma = 1``, a linear
@@ -83,7 +82,7 @@ Deviations and choices, each for a stated reason
   so it is exactly the SVM on ``psi_k(x) = sqrt(theta_k / 2) (2 sigma_k(x) - 1)``
   with ``c^1_k = -c^0_k = w_k / sqrt 2``.  We train on ``psi`` (one float32
   column per selected stump instead of two) with our
-  :class:`~classify_images.classifiers.linear.QuadraticHingeSVC` (squared
+  :class:`~classify_images.classifiers.quadratic_hinge.QuadraticHingeSVC` (squared
   hinge, free bias, L-BFGS), and store ``c^1, c^0`` in the coordinates of
   Eq. 5.  ``psi`` is scaled to unit norm (``sum_k theta_k`` is divided out), so
   that ``C`` keeps its meaning whatever the number of stumps and the scale of
@@ -92,13 +91,21 @@ Deviations and choices, each for a stated reason
   default): ``a = sign(p/t_p - n/t_n)``.  On sparse histograms the stump
   thresholds, uniform over ``[min, max]`` of heavy-tailed bins, lie above most
   values, so few stumps fire for half of any class and Table 1 drops nearly
-  all of them (15-Scenes BoF-SPM: 1 465 of 215 040 kept); see BENCHMARKS.md, MBKL.
+  all of them (see BENCHMARKS.md, section MBKL).
 * The paper's Step-2 paragraph writes ``theta_k sigma_k(x)``; Eq. 4 (and the
   kernel ``K``) need ``sqrt(theta_k)``, which we use.
 
 Memory: the stump outputs of the training set take ``n_stumps x n_samples``
-bytes (215 040 x 1 500 = 323 MB on 15-Scenes), Step 1 adds O(rows) floats,
-Step 2 the ``n_samples x n_selected`` float32 matrix ``psi``.
+bytes, Step 1 adds O(rows) floats, Step 2 the ``n_samples x n_selected``
+float32 matrix ``psi``.
+
+References
+----------
+.. [1] G. Roig, X. Boix and L. Van Gool, "Random Decision Stumps for Kernel
+   Learning and Efficient SVM", ACCV 2012.
+.. [2] G.-X. Yuan, K.-W. Chang, C.-J. Hsieh and C.-J. Lin, "A Comparison of
+   Optimization Methods and Software for Large-scale L1-regularized Linear
+   Classification", JMLR 11, 2010.
 """
 
 from __future__ import annotations
@@ -110,13 +117,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.sparsefuncs import min_max_axis
 from sklearn.utils.validation import check_is_fitted
 
 from . import _mbkl_kernels as kern
+from ._compat import Interval, StrOptions
+from ._random import kernel_seed
+from ._rows import matrix_arrays
 from .base import OneVsRestClassifierBase
-from .linear import QuadraticHingeSVC
+from .quadratic_hinge import QuadraticHingeSVC
 
 __all__ = ["MBKL", "DEFAULT_STUMPS_PER_FEATURE", "DEFAULT_MAX_STUMPS", "initial_signs", "kernel_rows"]
 
@@ -234,7 +243,7 @@ def kernel_rows(
 
 
 class MBKL(OneVsRestClassifierBase):
-    """Multiple Binary Kernel Learning with random decision stumps (Roig et al., Algorithm 1).
+    """Multiple Binary Kernel Learning with random decision stumps ([1]_, Algorithm 1).
 
     See the module docstring for the maths, the paper's equation numbers and
     the deviations.
@@ -297,6 +306,11 @@ class MBKL(OneVsRestClassifierBase):
         Step-2 L-BFGS iterations.
     timings_ : dict
         Seconds spent in each stage of the last ``fit`` (not saved in model files).
+
+    References
+    ----------
+    .. [1] G. Roig, X. Boix and L. Van Gool, "Random Decision Stumps for Kernel
+       Learning and Efficient SVM", ACCV 2012.
     """
 
     _requires_non_negative = False
@@ -361,11 +375,6 @@ class MBKL(OneVsRestClassifierBase):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X: Any, y: Any) -> "MBKL":
-        """Learn the stumps, ``theta`` and the one-vs-all SVM (Algorithm 1)."""
-        self._validate_params()
-        return super().fit(X, y)
-
     def _log(self, message: str) -> None:
         if self.verbose:
             print(f"[MBKL] {message}", flush=True)
@@ -443,10 +452,9 @@ class MBKL(OneVsRestClassifierBase):
         row_sample, row_label, problem_ptr = kernel_rows(
             y_index, n_problems, float(self.neg_pos_ratio), self.n_kernel_samples, rng
         )
+        columns = kern.StumpColumns(bits, signs, active, row_sample, row_label, problem_ptr)
         w, self.n_iter_kernel_ = kern.l1r_l2svc_stumps(
-            bits, signs, active, row_sample, row_label, problem_ptr,
-            float(self.C_kernel), float(self.tol_kernel), int(self.max_iter_kernel),
-            int(rng.randint(0, 2**31 - 1)),
+            columns, float(self.C_kernel), float(self.tol_kernel), int(self.max_iter_kernel), kernel_seed(rng)
         )
         theta = np.maximum(w[: active.size], 0.0)  # negative theta set to 0 (section 5)
         keep = theta > 0.0
@@ -511,9 +519,4 @@ class MBKL(OneVsRestClassifierBase):
         weights, base = self._stump_weights()
         features = np.asarray(self.stump_features_, dtype=np.int64)
         thresholds = np.asarray(self.stump_thresholds_, dtype=np.float64)
-        if sp.issparse(X):
-            return kern.decision_csr(
-                X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, X.shape[1],
-                features, thresholds, weights, base,
-            )
-        return kern.decision_dense(np.asarray(X), features, thresholds, weights, base)
+        return kern.decision(matrix_arrays(X), X.shape[1], features, thresholds, weights, base)

@@ -1,8 +1,6 @@
 """PmSVM and PmSVM-LUT: power mean kernel SVM by dual coordinate descent.
 
-Wu, "Power Mean SVM for Large Scale Visual Classification", CVPR 2012 (here
-"CVPR"), and Yang & Wu, "Practical Large Scale Classification with Additive
-Kernels", JMLR W&CP 2012 (here "LUT").
+Following [1]_ (cited below as "CVPR") and [2]_ (cited as "LUT").
 
 The power mean kernel (CVPR Eq. 2) of two non-negative vectors is
 
@@ -49,25 +47,31 @@ Implementation choices (see :class:`PmSVM` for the parameters):
   ``t in [ln 0.05, ln 1.05]`` (the image of ``x in [0, 1]``), where the
   interpolation-error bound of LUT Eqs. 11-15 applies.  For ``m = 2`` they are
   ``x = 0.0114, 0.179, 0.806`` -- close to the CVPR's ad hoc ``0.01, 0.06, 0.75``.
+
+References
+----------
+.. [1] J. Wu, "Power Mean SVM for Large Scale Visual Classification", CVPR 2012.
+.. [2] H. Yang and J. Wu, "Practical Large Scale Classification with Additive
+   Kernels", JMLR W&CP 25 (ACML), 2012.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_non_negative
 
 from . import _pmsvm_kernels as _k
-from .base import OneVsRestClassifierBase, matrix_arrays
+from ._compat import Interval, InvalidParameterError, StrOptions
+from ._parallel import even_bounds, map_tasks, n_threads, padded_width, problem_groups
+from ._random import kernel_seed
+from ._rows import RowArrays, matrix_arrays
+from .base import OneVsRestClassifierBase
 
 __all__ = [
     "ADHOC_NODES",
@@ -81,9 +85,15 @@ __all__ = [
 _GROUP_PROBLEMS = 16
 """Most problems solved together.  One visit of an example serves the whole group and the
 inner loops run over the group's contiguous coefficients ``b[j, q, :]``, which the compiler
-vectorises: on 15-Scenes groups of 12-24 problems trained 1.7-2x faster than groups sized
-to stay in a core's L2 cache (3 problems), and 2x faster than one group of 105
-(BENCHMARKS.md, PmSVM)."""
+vectorises; groups much smaller (sized for a core's cache) or much larger train slower
+(see BENCHMARKS.md, section PmSVM)."""
+
+_GROUP_PADDING = 8
+"""The coefficients of a group are padded to a multiple of this many problems, so that the
+kernels' loops over the group vectorise without a scalar remainder."""
+
+_BLOCKS_PER_THREAD = 4
+"""Prediction splits the rows into this many blocks per thread."""
 
 ADHOC_NODES = (0.01, 0.06, 0.75)
 """The CVPR paper's interpolation nodes for ``m = 2`` (Algorithm 2, line 1)."""
@@ -125,9 +135,7 @@ def power_mean_kernel(X: Any, Y: Any = None, p: float = -1.0, eps: float = 1e-3)
         X, Y = sp.csr_matrix(X), sp.csr_matrix(Y)
         X.sort_indices()
         Y.sort_indices()
-        return _k.power_mean_gram_csr(
-            X.indptr, X.indices, X.data, Y.indptr, Y.indices, Y.data, X.shape[1], float(p), float(eps)
-        )
+        return _k.power_mean_gram_csr(matrix_arrays(X), matrix_arrays(Y), X.shape[1], float(p), float(eps))
     return _k.power_mean_gram_dense(X, Y, float(p), float(eps))
 
 
@@ -151,12 +159,19 @@ def interpolation_nodes(nodes: str, m: int) -> np.ndarray:
     raise ValueError(f"nodes must be 'adhoc' or 'chebyshev'; got {nodes!r}")
 
 
-@dataclass(frozen=True)
-class PolynomialApproximation:
+class PolynomialApproximation(NamedTuple):
     """Everything of the gradient approximation that depends on (p, m, nodes, eps) only.
+
+    A named tuple, so that the numba kernels take it as one argument.
 
     Attributes
     ----------
+    p : float
+        Power of the kernel.
+    m : int
+        Degree of the polynomial.
+    eps : float
+        Floor replacing zero entries.
     node_values : ndarray (m+1,)
         Nodes ``c_k`` (feature values).
     vinv : ndarray (m+1, m+1)
@@ -189,9 +204,7 @@ class PolynomialApproximation:
 
     def delta_rows(self, x_hat: np.ndarray) -> np.ndarray:
         """Rows ``[phi(x)[1:] - phi0[1:], X^-1 (M_p(c, x~) - M_p(c, eps))]`` of scaled values."""
-        return _k.delta_rows_values(
-            np.asarray(x_hat, dtype=np.float64), self.p, self.eps, self.node_values, self.vinv, self.phi0, self.m_zero
-        )
+        return _k.delta_rows_values(np.asarray(x_hat, dtype=np.float64), self)
 
     def polynomial(self, coef: np.ndarray, x_hat: np.ndarray) -> np.ndarray:
         """Evaluate ``coef . phi(x)`` (CVPR Eq. 9 for one dimension) at scaled values ``x_hat``."""
@@ -329,11 +342,12 @@ class PmSVM(OneVsRestClassifierBase):
         self.random_state = random_state
 
     # ------------------------------------------------------------- helpers
-    def fit(self, X: Any, y: Any) -> "PmSVM":
-        """Fit one PmSVM per class (one-vs-rest); see the class docstring."""
-        self._validate_params()
-        self.approximation()  # rejects nodes="adhoc" with m != 2 before any work
-        return super().fit(X, y)
+    def _check_params(self) -> None:
+        """``nodes="adhoc"`` exists for ``m = 2`` only (checked before any work)."""
+        if self.nodes == "adhoc" and self.m != 2:
+            raise InvalidParameterError(
+                f"nodes='adhoc' are the CVPR paper's 3 nodes, for m=2 only; got m={self.m} (use 'chebyshev')"
+            )
 
     def approximation(self) -> PolynomialApproximation:
         """The :class:`PolynomialApproximation` of the current parameters."""
@@ -359,52 +373,33 @@ class PmSVM(OneVsRestClassifierBase):
     # ------------------------------------------------------------------ fit
     def _fit_ovr(self, X, Y: np.ndarray) -> None:
         approx = self.approximation()
-        n, d = X.shape
-        use_lut = self.lut_bins is not None
-        indptr, indices, data, dense = matrix_arrays(X)
-        self.feature_max_ = _k.column_max(indptr, indices, data, dense, d)
-        inv_max, bin_scale = self._scales()
-        if use_lut:
-            table = self.lut_table(approx)
-            n_bins = int(self.lut_bins)
-        else:
-            if dense:  # the pre-computation is per stored non-zero (CVPR Sec. 4.4)
-                Xs = sp.csr_matrix(X)
-                indptr, indices, data, dense = Xs.indptr, Xs.indices, Xs.data, False
-            table = _k.delta_rows_csr(
-                indptr, indices, data, inv_max, approx.p, approx.eps, approx.node_values, approx.vinv,
-                approx.phi0, approx.m_zero,
-            )
-            n_bins = 0
-        q_kernel, r, z = _k.row_constants(
-            indptr, indices, data, dense, use_lut, bin_scale, n_bins, table, inv_max, approx.eps,
-            approx.v0, approx.phi0, d,
+        d = X.shape[1]
+        rows = matrix_arrays(X)
+        self.feature_max_ = _k.column_max(rows, d)
+        inv_max, _ = self._scales()
+        if self.lut_bins is None and rows.dense:  # the pre-computation is per stored non-zero (CVPR Sec. 4.4)
+            rows = matrix_arrays(sp.csr_matrix(X))
+        table = self._delta_table(approx, rows, inv_max)
+        q_kernel, r, z = _k.row_constants(rows, table, inv_max, approx, d)
+        constants = _k.RowConstants(q_kernel, r, z, d * float(approx.v0 @ approx.phi0))
+        problem = _k.DualProblem(
+            self.loss == "l2", float(self.C), float(self.tol), int(self.max_iter), kernel_seed(self.random_state)
         )
-        zero_value = d * float(approx.v0 @ approx.phi0)
         n_problems = Y.shape[1]
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        # problems solved together share each pass over the data (_GROUP_PROBLEMS)
-        n_threads = 1 if self.n_jobs in (None, 1) else effective_n_jobs(self.n_jobs)
-        n_groups = min(n_problems, max(-(-n_problems // _GROUP_PROBLEMS), n_threads))
-        bounds = np.linspace(0, n_problems, n_groups + 1).astype(np.int64)
+        threads = n_threads(self.n_jobs)
+        bounds = problem_groups(n_problems, threads, _GROUP_PROBLEMS)
         n_iter = np.empty(n_problems, dtype=np.int64)
 
         def solve(group: int) -> np.ndarray:
             lo, hi = bounds[group], bounds[group + 1]
-            # the coefficients of a group are padded to a multiple of 8 problems: the
-            # kernels' loops over the group then vectorise without a scalar remainder
-            b = np.empty((d, approx.m + 1, -(-(hi - lo) // 8) * 8))
+            b = np.empty((d, approx.m + 1, padded_width(hi - lo, _GROUP_PADDING)))
             S = np.empty(hi - lo)
-            _k.dcd_solve(
-                indptr, indices, data, dense, use_lut, bin_scale, n_bins, table,
-                np.ascontiguousarray(Y[:, lo:hi]), q_kernel, r, z, zero_value,
-                self.loss == "l2", float(self.C), float(self.tol), int(self.max_iter), seed, b, S, n_iter[lo:hi],
-            )
+            _k.dcd_solve(rows, table, np.ascontiguousarray(Y[:, lo:hi]), constants, problem, b, S, n_iter[lo:hi])
             b[:, :, : hi - lo] += approx.v0[None, :, None] * S[None, None, :]  # a_j = b_j + S v0
             return _k.drop_padding(b, hi - lo)  # in place: no second copy of the coefficients
 
-        groups = self._map_problems(solve, n_groups)
-        self.coef_ = groups[0] if n_groups == 1 else np.concatenate(groups, axis=2)
+        groups = map_tasks(solve, len(bounds) - 1, threads)
+        self.coef_ = groups[0] if len(groups) == 1 else np.concatenate(groups, axis=2)
         self.n_iter_ = n_iter
         if np.any(self.n_iter_ >= self.max_iter):
             warnings.warn(
@@ -414,26 +409,40 @@ class PmSVM(OneVsRestClassifierBase):
                 stacklevel=3,
             )
 
+    def _delta_table(self, approx: PolynomialApproximation, rows: RowArrays | None, inv_max) -> _k.DeltaTable:
+        """The LUT (``lut_bins`` set), else the delta rows of the stored entries of CSR ``rows``.
+
+        With ``rows=None`` and no LUT (prediction), an empty table: test values are
+        computed on the fly.
+        """
+        _, bin_scale = self._scales()
+        if self.lut_bins is not None:
+            return _k.DeltaTable(True, bin_scale, int(self.lut_bins), self.lut_table(approx))
+        if rows is None:
+            values = np.empty((0, 2 * approx.m + 1), dtype=np.float32)
+        else:
+            values = _k.delta_rows_csr(rows, inv_max, approx)
+        return _k.DeltaTable(False, bin_scale, 0, values)
+
     # ------------------------------------------------------------- predict
     def _decision_ovr(self, X) -> np.ndarray:
         approx = self.approximation()
-        use_lut = self.lut_bins is not None
-        inv_max, bin_scale = self._scales()
-        table = self.lut_table(approx) if use_lut else np.empty((0, 2 * approx.m + 1), dtype=np.float32)
+        inv_max, _ = self._scales()
+        table = self._delta_table(approx, None, inv_max)
         coef = np.ascontiguousarray(self.coef_, dtype=np.float64)
         zero_scores = np.einsum("jqc,q->c", coef, approx.phi0)
         indptr, indices, data, dense = matrix_arrays(X)
         n = X.shape[0]
-        n_blocks = 1 if self.n_jobs in (None, 1) else min(n, 4 * abs(int(self.n_jobs)))
-        bounds = np.linspace(0, n, max(n_blocks, 1) + 1).astype(np.int64)
+        threads = n_threads(self.n_jobs)
+        bounds = even_bounds(n, max(min(n, _BLOCKS_PER_THREAD * threads), 1) if threads > 1 else 1)
 
         def block(k: int) -> np.ndarray:
             lo, hi = bounds[k], bounds[k + 1]
             base = indptr[lo]
-            return _k.decision_values(
-                indptr[lo : hi + 1] - base, indices[base : indptr[hi]] if not dense else indices,
-                data[base : indptr[hi]], dense, use_lut, bin_scale, int(self.lut_bins or 0), table,
-                inv_max, approx.eps, coef, zero_scores, approx.phi0,
+            rows = RowArrays(
+                indptr[lo : hi + 1] - base, indices if dense else indices[base : indptr[hi]],
+                data[base : indptr[hi]], dense,
             )
+            return _k.decision_values(rows, table, inv_max, approx, coef, zero_scores)
 
-        return np.concatenate(self._map_problems(block, len(bounds) - 1), axis=0)
+        return np.concatenate(map_tasks(block, len(bounds) - 1, threads), axis=0)

@@ -18,7 +18,7 @@ class ClassifierParameterError(ValueError):
 
 
 CLASSIFIERS: dict[str, str] = {
-    "linear": "classify_images.classifiers.linear:QuadraticHingeSVC",
+    "linear": "classify_images.classifiers.quadratic_hinge:QuadraticHingeSVC",
     "pmsvm": "classify_images.classifiers.pmsvm:PmSVM",
     "mbkl": "classify_images.classifiers.mbkl:MBKL",
     "nsvm": "classify_images.classifiers.hik_nsvm:HIKnSVM",

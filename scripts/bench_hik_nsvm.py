@@ -42,8 +42,8 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _bench_utils as U  # noqa: E402
+from _hik_research import intersection_gram  # noqa: E402
 
-from classify_images.classifiers import _hik_nsvm_kernels as K
 from classify_images.classifiers.hik_nsvm import HIKnSVM, hik_decision
 from classify_images.pipeline.dataset import split_indices
 from classify_images.pipeline.evaluation import mean_per_class_accuracy
@@ -79,7 +79,7 @@ def intersection_gram_full(X: np.ndarray, block: int = 512) -> np.ndarray:
         i1 = min(i0 + block, n)
         Ai = A[i0:i1]
         out = np.empty((i1 - i0, n - i0), dtype=np.float64)
-        K.intersection_gram(Ai.indptr, Ai.indices, Ai.data, X[i0:], out)
+        intersection_gram(Ai.indptr, Ai.indices, Ai.data, X[i0:], out)
         G[i0:i1, i0:] = out
         G[i0:, i0:i1] = out.T
     return G

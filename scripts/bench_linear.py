@@ -31,7 +31,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
-from classify_images.classifiers.linear import QuadraticHingeSVC, paper_lambda_to_C
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC, paper_lambda_to_C
 
 def _timed_fit(model, X, y) -> tuple[object, float, list[str]]:
     """Fit ``model``; returns it, the wall time and the ConvergenceWarning messages."""

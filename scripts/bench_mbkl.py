@@ -51,7 +51,7 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import MinMaxScaler
 
-from classify_images.classifiers.linear import QuadraticHingeSVC
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 from classify_images.classifiers.mbkl import MBKL
 
 try:  # a colleague's classifier: included when importable

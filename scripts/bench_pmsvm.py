@@ -141,7 +141,7 @@ def make_estimator(kind: str, params: dict, C: float | None = None):
 
         return PmSVM(random_state=0, **params)
     if kind == "linear":
-        from classify_images.classifiers.linear import QuadraticHingeSVC
+        from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 
         return QuadraticHingeSVC(**params)
     if kind == "liblinear":

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from numba import njit
 from sklearn.svm import SVC
 
-from classify_images.classifiers.linear import QuadraticHingeSVC
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 
 KERNEL_GRID = [0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0]
 PAPER = {  # Yang et al. 2009, Table 3 (15-Scenes), mean +- std in %

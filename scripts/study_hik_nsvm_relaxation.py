@@ -1,8 +1,8 @@
 """Does the successive-relaxation start of Sharma & Jurie (§2.2) help the HIK nSVM?
 
 The relaxation levels ``t`` (1 = the convex linear SVM, 0 = Eq. 7b exactly) are run by the
-nSVM kernels (:mod:`classify_images.classifiers._hik_nsvm_kernels`, see its docstring for the
-relaxed term).  For each configuration this script trains the 15 one-vs-rest problems on the
+research kernel ``relaxed_sgd`` of ``scripts/_hik_research.py`` (see its docstring for the
+relaxed term); Algorithm 1 by the classifier's own kernel.  For each configuration this script trains the 15 one-vs-rest problems on the
 training rows of split 0 and reports
 
 * the mean 3-fold cross-validated mean per-class accuracy (training rows only), and
@@ -32,10 +32,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _hik_research import relaxed_sgd  # noqa: E402
 from bench_hik_nsvm import cv_folds, load_rows, mpca, to_csr  # noqa: E402
 
 from classify_images.classifiers import _hik_nsvm_kernels as K  # noqa: E402
-from classify_images.classifiers.base import matrix_arrays, ovr_targets  # noqa: E402
+from classify_images.classifiers._rows import matrix_arrays  # noqa: E402
+from classify_images.classifiers.base import ovr_targets  # noqa: E402
 from classify_images.classifiers.hik_nsvm import hik_decision, hik_nsvm_objective  # noqa: E402
 from classify_images.pipeline.dataset import split_indices  # noqa: E402
 
@@ -54,17 +56,17 @@ def fit_ovr(A, y, n_classes: int, lr: float, levels: list[float], rescale: bool,
     rows = matrix_arrays(A)
     for k in range(Y.shape[1]):
         w, previous = W[k].reshape(-1, 1), None  # (D, 1) view: one problem
-        yk, b = np.ascontiguousarray(Y[:, k:k + 1]), np.zeros(1)
+        problem, b = K.HingeProblems(np.ascontiguousarray(Y[:, k:k + 1]), ones, ALPHA, MARGIN, False), np.zeros(1)
         for t in levels:
             if rescale and previous is not None:
                 w *= t / previous
             # step of level t: coordinates move at the linear-SGD pace r x_d / xbar
             rates = np.full(epochs_per_level, lr * max(t, xbar) / xbar)
-            K.sgd(*rows, yk, ones, rates, np.full(epochs_per_level, t), seed, w, b, ALPHA, MARGIN, False, no_curve)
+            relaxed_sgd(rows, problem, K.Epochs(rates, seed), np.full(epochs_per_level, t), w, b)
             previous = t
         if rescale and previous is not None:
             w *= xbar / previous
-        K.sgd(*rows, yk, ones, final_rates, np.zeros(n_epochs), seed + 1, w, b, ALPHA, MARGIN, False, no_curve)
+        K.sgd(rows, problem, K.Epochs(final_rates, seed + 1), w, b, no_curve)
     return W
 
 

@@ -12,7 +12,9 @@ from classify_images.classifiers import load_model, save_model
 from classify_images.classifiers import _hik_nsvm_kernels as K
 from classify_images.classifiers import hik_nsvm as hik_nsvm_module
 from classify_images.classifiers.hik_nsvm import HIKnSVM, hik_decision, hik_nsvm_objective
-from classify_images.classifiers.base import matrix_arrays
+from classify_images.classifiers._rows import matrix_arrays
+
+from ._hik_nsvm_reference import epoch_orders
 
 
 def histograms(seed: int, n: int = 80, d: int = 30, n_classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -64,15 +66,6 @@ def test_fitted_decision_function_is_eq7b_of_coef():
     assert_array_equal(clf.predict(X), clf.classes_[np.argmax(clf.decision_function(X), axis=1)])
 
 
-def test_intersection_gram_matches_numpy():
-    A, _ = histograms(3, n=7, d=20)
-    B, _ = histograms(4, n=5, d=20)
-    out = np.empty((7, 5))
-    Acsr = sp.csr_matrix(A)
-    K.intersection_gram(Acsr.indptr, Acsr.indices, Acsr.data, B, out)
-    assert_allclose(out, np.minimum(A[:, None, :], B[None]).sum(-1), rtol=1e-6)
-
-
 # ------------------------------------------------------------------ Algorithm 1
 @pytest.mark.parametrize("sparse", [False, True])
 def test_sgd_matches_literal_algorithm1(monkeypatch, sparse):
@@ -82,10 +75,9 @@ def test_sgd_matches_literal_algorithm1(monkeypatch, sparse):
     y = np.where(y01 == 1, 1.0, -1.0)
     clf = HIKnSVM(learning_rate=2e-3, alpha=1e-2, n_epochs=12, random_state=3)
     clf.fit(sp.csr_matrix(X) if sparse else X, y01)
-    rates, ts = clf._schedule(clf.learning_rate_)
-    assert not ts.any()
+    rates = clf._schedule(clf.learning_rate_)
     assert_allclose(rates, [2e-3] * 6 + [2e-4] * 6)  # r / 10 after half the epochs
-    orders = K.epoch_orders(X.shape[0], clf.n_epochs, clf._shuffle_seed())
+    orders = epoch_orders(X.shape[0], clf.n_epochs, clf._shuffle_seed())
     w_ref = reference_algorithm1(X, y, orders, rates, clf.alpha, clf.margin)
     assert np.count_nonzero(w_ref) > 0
     assert_allclose(clf.coef_[0], w_ref, rtol=1e-9, atol=1e-13)
@@ -167,54 +159,20 @@ def test_auto_learning_rate():
     assert HIKnSVM(n_epochs=2, learning_rate=0.5).fit(X, y).learning_rate_ == 0.5
 
 
-def test_relaxed_term_limits():
-    x = 0.2
-    for w in np.linspace(-1.0, 1.0, 41):
-        assert K._relaxed_term(w, x, 0.0) == K._hik_term(w, x)  # t = 0: Eq. 7b
-        assert K._relaxed_term(w, x, 0.1) == K._hik_term(w, x)  # t <= x: exact
-        assert np.isclose(K._relaxed_term(w, x, 1.0), x * w)  # t = 1: linear
-        assert np.isclose(K._relaxed_term(w, x, 0.5), -K._relaxed_term(-w, x, 0.5))  # odd
-    # continuous at |w| = t, and the slope is the derivative of the term
-    assert np.isclose(K._relaxed_term(0.5 - 1e-12, x, 0.5), K._relaxed_term(0.5 + 1e-12, x, 0.5))
-    for w, t in [(0.3, 0.5), (0.7, 0.5), (-0.7, 0.5)]:
-        numeric = (K._relaxed_term(w + 1e-7, x, t) - K._relaxed_term(w - 1e-7, x, t)) / 2e-7
-        assert np.isclose(K._relaxed_slope(w, x, t), numeric)
-
-
-def test_relaxation_level_one_is_linear_sgd():
-    """Kernel level t = 1 (sec. 2.2's convex end) runs l1-regularised hinge SGD on f = w.x."""
-    X, y01 = histograms(11, n=30, d=15)
-    y = np.where(y01 == 1, 1.0, -1.0)
-    A = sp.csr_matrix(X)
-    rates, ts = np.full(4, 0.5), np.ones(4)
-    W = np.zeros((15, 1))
-    K.sgd(*matrix_arrays(A), y[:, None].copy(), np.ones((30, 1)), rates, ts, 5, W, np.zeros(1), 1e-2, 0.02, False,
-          np.zeros((0, 1)))
-    w = W[:, 0]
-    ref = np.zeros(15)
-    for order, r in zip(K.epoch_orders(30, 4, 5), rates):
-        for i in order:
-            if y[i] * (X[i] @ ref) < 0.02:
-                ref = ref + r * y[i] * X[i]
-            ref = np.sign(ref) * np.maximum(0.0, np.abs(ref) - r * 1e-2)
-    assert np.abs(ref).max() < 1.0 and np.count_nonzero(ref) > 0  # stays in the linear part
-    assert_allclose(w, ref, rtol=1e-6, atol=1e-12)
-
-
-
 @pytest.mark.parametrize("sparse", [False, True])
 def test_problems_trained_together_equal_problems_trained_alone(sparse):
     """The SGD kernel trains a group of problems in one pass: same numbers as one by one."""
     X, y01 = histograms(12, n=60, d=25, n_classes=3)
     Y = np.where(y01[:, None] == np.arange(3), 1.0, -1.0)
     C = np.random.default_rng(0).uniform(0.5, 2.0, size=Y.shape)
-    rates, levels = np.array([3e-3] * 5 + [3e-4] * 5), np.zeros(10)
+    epochs = K.Epochs(np.array([3e-3] * 5 + [3e-4] * 5), 9)
     rows = matrix_arrays(sp.csr_matrix(X) if sparse else X)
     W, b, curve = np.zeros((25, 3)), np.zeros(3), np.zeros((10, 3))
-    K.sgd(*rows, Y, C, rates, levels, 9, W, b, 1e-2, 0.02, True, curve)
+    K.sgd(rows, K.HingeProblems(Y, C, 1e-2, 0.02, True), epochs, W, b, curve)
     for p in range(3):
         w, bias, one_curve = np.zeros((25, 1)), np.zeros(1), np.zeros((10, 1))
-        K.sgd(*rows, Y[:, p:p + 1].copy(), C[:, p:p + 1].copy(), rates, levels, 9, w, bias, 1e-2, 0.02, True, one_curve)
+        one = K.HingeProblems(Y[:, p:p + 1].copy(), C[:, p:p + 1].copy(), 1e-2, 0.02, True)
+        K.sgd(rows, one, epochs, w, bias, one_curve)
         assert np.count_nonzero(w) > 0
         assert_array_equal(W[:, p], w[:, 0])
         assert b[p] == bias[0]

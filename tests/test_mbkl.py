@@ -10,7 +10,7 @@ from sklearn.utils.estimator_checks import check_estimator
 
 from classify_images.classifiers import _mbkl_kernels as kern
 from classify_images.classifiers import load_model, save_model
-from classify_images.classifiers.linear import QuadraticHingeSVC
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 from classify_images.classifiers.mbkl import MBKL, _balanced_allocation, initial_signs, kernel_rows
 
 
@@ -129,8 +129,9 @@ def test_printed_table1_signs_would_zero_theta():
     """With the sign cells swapped (our text copy of Table 1), Step 1 gives (almost) no theta > 0."""
     X, y = _blobs(seed=2)
     bits, signs, active, rows = _step1_problem(X, y)
-    w_ours, _ = kern.l1r_l2svc_stumps(bits, signs, active, *rows, 0.1, 1e-4, 1000, 0)
-    w_printed, _ = kern.l1r_l2svc_stumps(bits, (-signs).astype(np.int8), active, *rows, 0.1, 1e-4, 1000, 0)
+    w_ours, _ = kern.l1r_l2svc_stumps(kern.StumpColumns(bits, signs, active, *rows), 0.1, 1e-4, 1000, 0)
+    printed_columns = kern.StumpColumns(bits, (-signs).astype(np.int8), active, *rows)
+    w_printed, _ = kern.l1r_l2svc_stumps(printed_columns, 0.1, 1e-4, 1000, 0)
     ours, printed = w_ours[:-1], w_printed[:-1]
     assert (ours > 0).sum() >= 10 and np.maximum(ours, 0).sum() >= 0.9 * np.abs(ours).sum()
     assert (printed > 0).sum() == 0 and (printed < 0).sum() >= 10
@@ -148,7 +149,7 @@ def test_step1_solver_matches_liblinear():
     def objective(w, b):
         return np.abs(w).sum() + abs(b) + C * np.sum(np.maximum(0, 1 - label * (S @ w + b)) ** 2)
 
-    w, _ = kern.l1r_l2svc_stumps(bits, signs, active, sample, label, ptr, C, 1e-6, 5000, 0)
+    w, _ = kern.l1r_l2svc_stumps(kern.StumpColumns(bits, signs, active, sample, label, ptr), C, 1e-6, 5000, 0)
     ref = LinearSVC(penalty="l1", loss="squared_hinge", dual=False, C=C, tol=1e-8, max_iter=10000).fit(S, label)
     ours, theirs = objective(w[:-1], w[-1]), objective(ref.coef_[0], ref.intercept_[0])
     assert ours == pytest.approx(theirs, rel=1e-5)

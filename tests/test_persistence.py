@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from sklearn.datasets import make_classification
 
 from classify_images.classifiers import persistence, registry
-from classify_images.classifiers.linear import QuadraticHingeSVC
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 from classify_images.classifiers.persistence import (
     ModelFileError,
     check_model_matches,

@@ -1,6 +1,6 @@
-"""All-classes squared-hinge objective and its L-BFGS driver.
+"""The all-classes quadratic-hinge objective of the linear SVM and its L-BFGS driver.
 
-Used by :class:`~classify_images.classifiers.linear.QuadraticHingeSVC`.  With
+Used by :class:`~classify_images.classifiers.quadratic_hinge.QuadraticHingeSVC`.  With
 ``W`` the ``d x P`` weight matrix (one column per one-vs-rest problem), ``b``
 the ``P`` biases, ``Y`` the ``n x P`` targets in ``{-1, +1}`` and ``S`` the loss
 weights (``C`` times the class weights), the objective is
@@ -11,7 +11,7 @@ weights (``C`` times the class weights), the objective is
         + \\sum_{i,c} S_{ic} \\max\\bigl(0,\\, 1 - Y_{ic} (x_i^\\top w_c + b_c)\\bigr)^2
         + \\tfrac{\\rho}{2} \\|b\\|^2                                     \\qquad (1)
 
-(ScSPM, Yang et al. 2009, Eq. 13 with the quadratic hinge, summed over the
+(ScSPM [1]_, Eq. 13 with the quadratic hinge, summed over the
 classes; ``rho = 0`` leaves the bias unregularised).  With
 ``Z = X W + 1 b^T`` and ``M = max(0, 1 - Y * Z)`` (element-wise)
 
@@ -37,10 +37,14 @@ diagonal entry (with the loss weights of class ``c`` replaced by their mean
     W_{jc} = \\frac{\\Theta_{jc}}{\\sqrt{1 + 2 s_c \\textstyle\\sum_i x_{ij}^2}}, \\qquad
     b_c = \\frac{g_c}{\\sqrt{\\rho + 2 \\sum_i S_{ic}}} .                      \\qquad (3)
 
-In the feature space this is Jacobi preconditioning (on 15-Scenes histograms it
-halves the iterations); in the eigenbasis of
+In the feature space this is Jacobi preconditioning; in the eigenbasis of
 :mod:`~classify_images.classifiers.eigenbasis`, where ``X^T X`` is diagonal,
 it makes that approximate Hessian exactly the identity.
+
+References
+----------
+.. [1] J. Yang, K. Yu, Y. Gong and T. Huang, "Linear Spatial Pyramid Matching Using
+   Sparse Coding for Image Classification", CVPR 2009.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ import scipy.sparse as sp
 from scipy.optimize import OptimizeResult, minimize
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["SquaredHingeObjective", "column_squared_norms", "jacobi_scale", "minimize_lbfgs"]
+__all__ = ["QuadraticHingeObjective", "column_squared_norms", "jacobi_scale", "minimize_lbfgs"]
 
 #: Within a block of rows, multiply only the rows with an active margin when
 #: they are fewer than this fraction (copying rows costs about as much as
@@ -63,7 +67,7 @@ ACTIVE_ROWS_FRACTION = 0.5
 #: block by block, so each block is read from memory once while in cache.
 _BLOCK_BYTES = 1 << 22
 
-class SquaredHingeObjective:
+class QuadraticHingeObjective:
     """Objective (1) and gradient (2) of all one-vs-rest problems at once.
 
     Parameters
@@ -250,7 +254,7 @@ class _Stop:
     so every solver stops by the same rule.
     """
 
-    def __init__(self, problem: SquaredHingeObjective, tol: float, verbose: int) -> None:
+    def __init__(self, problem: QuadraticHingeObjective, tol: float, verbose: int) -> None:
         self.problem = problem
         self.tol = tol
         self.verbose = verbose
@@ -289,7 +293,7 @@ class _Stop:
 
 
 def minimize_lbfgs(
-    problem: SquaredHingeObjective, *, tol: float, max_iter: int, verbose: int = 0
+    problem: QuadraticHingeObjective, *, tol: float, max_iter: int, verbose: int = 0
 ) -> tuple[OptimizeResult, bool]:
     """Minimise (1) from ``W = 0, b = 0`` with ``scipy.optimize.minimize(method="L-BFGS-B")``.
 

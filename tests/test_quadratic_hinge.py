@@ -14,9 +14,9 @@ from sklearn.svm import LinearSVC
 from sklearn.utils.estimator_checks import check_estimator
 
 from classify_images.classifiers.base import ovr_targets
-from classify_images.classifiers.linear import QuadraticHingeSVC, paper_lambda_to_C
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC, paper_lambda_to_C
 from classify_images.classifiers.eigenbasis import EigenBasis
-from classify_images.classifiers.squared_hinge import SquaredHingeObjective, jacobi_scale, minimize_lbfgs
+from classify_images.classifiers._quadratic_hinge_objective import QuadraticHingeObjective, jacobi_scale, minimize_lbfgs
 
 TIGHT = dict(tol=1e-10, max_iter=20000)
 
@@ -61,7 +61,7 @@ def test_gradient_matches_finite_differences(sparse, fit_intercept, rho):
     X = sp.csr_matrix(X) if sparse else X
     Y = ovr_targets(y, 3)
     cost = 0.7 * rng.uniform(0.5, 2.0, size=Y.shape)
-    problem = SquaredHingeObjective(X, Y, cost, fit_intercept=fit_intercept, intercept_penalty=rho)
+    problem = QuadraticHingeObjective(X, Y, cost, fit_intercept=fit_intercept, intercept_penalty=rho)
     theta = 0.3 * rng.standard_normal(problem.n_params)
     error = check_grad(lambda t: problem.flat(t)[0], lambda t: problem.flat(t)[1], theta, epsilon=1e-7)
     assert error < 1e-5 * max(1.0, np.linalg.norm(problem.flat(theta)[1]))
@@ -82,7 +82,7 @@ def test_gradient_with_few_active_rows(sparse):
     b = np.array([0.1])
     active = np.count_nonzero(Y[:, 0] * (X @ W[:, 0] + b) < 1)
     assert 0 < active < 0.5 * 200
-    problem = SquaredHingeObjective(sp.csr_matrix(X) if sparse else X, Y, 0.8)
+    problem = QuadraticHingeObjective(sp.csr_matrix(X) if sparse else X, Y, 0.8)
     _, grad_W, grad_b = problem.value_and_grad(W, b)
     G = -2.0 * 0.8 * Y * np.maximum(1 - Y * (X @ W + b), 0)
     np.testing.assert_allclose(grad_W, W + X.T @ G, rtol=1e-12, atol=1e-12)
@@ -183,7 +183,7 @@ def test_preconditioner_cuts_iterations_on_ill_conditioned_histograms(shape):
     runs = []
     for scale in (None, jacobi_scale(basis.eigenvalues, C, n_samples=n, n_problems=3,
                                      fit_intercept=True, intercept_penalty=0.0)):
-        result, converged = minimize_lbfgs(SquaredHingeObjective(basis.Z, Y, C, scale=scale), tol=1e-6, max_iter=5000)
+        result, converged = minimize_lbfgs(QuadraticHingeObjective(basis.Z, Y, C, scale=scale), tol=1e-6, max_iter=5000)
         assert converged
         runs.append(result)
     plain, preconditioned = runs

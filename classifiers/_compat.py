@@ -1,0 +1,29 @@
+"""The private scikit-learn names the classifiers use, imported in one place.
+
+scikit-learn's parameter-validation machinery (``Interval``, ``StrOptions``,
+``InvalidParameterError``) and the ``fit``
+decorator ``_fit_context`` are not public API: they live in private modules
+that may move between releases.  Every module of the package imports them from
+here, so that a change of scikit-learn touches this file only.
+
+``InvalidParameterError`` (a subclass of both ``ValueError`` and ``TypeError``)
+is the error an estimator raises for a parameter outside its
+``_parameter_constraints``; callers outside :mod:`classify_images.classifiers`
+(the command line) import it from here too.
+"""
+
+from __future__ import annotations
+
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import (
+    Interval,
+    InvalidParameterError,
+    StrOptions,
+)
+
+__all__ = [
+    "Interval",
+    "InvalidParameterError",
+    "StrOptions",
+    "_fit_context",
+]
