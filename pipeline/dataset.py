@@ -1,6 +1,6 @@
 """Datasets as folders of class folders, and the seeded train/test split.
 
-Protocols (DESIGN.md §3): a dataset is a folder whose sub-folders are the
+Protocols: a dataset is a folder whose sub-folders are the
 classes (Caltech-101: 102 folders; ``BACKGROUND_Google`` is excluded unless
 asked for; ``Faces`` and ``Faces_easy`` are separate classes).  The split draws
 ``n_train`` random images per class for training and keeps the rest for
@@ -26,6 +26,7 @@ __all__ = [
     "discover_dataset",
     "split_indices",
     "file_fingerprint",
+    "dataset_digest",
 ]
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp"})
@@ -166,3 +167,12 @@ def file_fingerprint(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def dataset_digest(paths: list[str], fingerprints: list[str]) -> str:
+    """SHA-1 over the relative paths and content fingerprints of a dataset's images.
+
+    It changes when an image is added, removed, renamed or edited; it is part of the
+    feature set's config hash.
+    """
+    return hashlib.sha1("\n".join(f"{p}:{f}" for p, f in zip(paths, fingerprints)).encode()).hexdigest()
