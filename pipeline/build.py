@@ -146,9 +146,9 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
 def _check(images: _Images, config: PipelineConfig, runner: _Runner) -> tuple[np.ndarray, list[dict[str, str]]]:
     """Indices of the readable images, and the skipped ones with their reasons."""
     max_side, largest_patch = config.image.max_side, max(config.sift.patch_sizes)
+    check = delayed(runner.cache.check_image)
     checks = runner.map(
-        [delayed(runner.cache.check_image)(p, f, max_side, largest_patch) for p, f in zip(images.paths, images.fingerprints)],
-        "check images",
+        [check(p, f, max_side, largest_patch) for p, f in zip(images.paths, images.fingerprints)], "check images"
     )
     skipped = [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
     readable = np.flatnonzero([c["ok"] for c in checks])
@@ -181,9 +181,9 @@ def _sample_descriptors(images: _Images, train: np.ndarray, config: PipelineConf
     n_samples, seed = config.codebook.n_samples, config.codebook.seed
     per_image = max(1, math.ceil(n_samples / len(train)))
     sift, max_side = config.sift_params(), config.image.max_side
+    sample_of = delayed(runner.cache.descriptor_sample)
     samples = runner.map(
-        [delayed(runner.cache.descriptor_sample)(images.paths[i], images.fingerprints[i], max_side, sift, per_image, seed)
-         for i in train],
+        [sample_of(images.paths[i], images.fingerprints[i], max_side, sift, per_image, seed) for i in train],
         "sample descriptors",
     )
     sample = np.concatenate(samples)
@@ -227,10 +227,23 @@ def _fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> No
     """Fit a normaliser with training statistics on the training rows and apply it to all rows."""
     if extractor.normalizer.is_fitted:
         return
-    extractor.normalizer.fit(X["train"])
+    normalizer = extractor.normalizer.fit(X["train"])
     for part in X.values():
         for start in range(0, part.shape[0], _NORMALISE_CHUNK):
-            part[start : start + _NORMALISE_CHUNK] = extractor.normalizer.transform(part[start : start + _NORMALISE_CHUNK])
+            rows = slice(start, start + _NORMALISE_CHUNK)
+            part[rows] = normalizer.transform(part[rows])
+
+
+def _store(
+    writer: FeatureSetWriter, X: dict[str, np.ndarray], extractor: FeatureExtractor, labels: np.ndarray, split: _Split
+) -> None:
+    """Flush the rows; save the labels, the codebook and the normaliser's statistics."""
+    for part in X.values():
+        part.flush()
+    writer.save_normalizer(extractor.normalizer)
+    writer.save("y_train", labels[split.train])
+    writer.save("y_test", labels[split.test])
+    writer.save("codebook", extractor.codebook)
 
 
 def _manifest(
@@ -319,13 +332,8 @@ def build_feature_set(
             X = _encode_and_pool(extractor, images, split, writer, runner)
         with timer("normalise+write"):
             _fit_normalizer(extractor, X)
-            for part in X.values():
-                part.flush()
+            _store(writer, X, extractor, images.dataset.labels, split)
             del X
-            writer.save_normalizer(extractor.normalizer)
-            writer.save("y_train", images.dataset.labels[split.train])
-            writer.save("y_test", images.dataset.labels[split.test])
-            writer.save("codebook", extractor.codebook)
         writer.commit(_manifest(config, config_hash, images, split, extractor, int(sample.shape[0]), timer.timings))
     return BuildResult(
         path=out, n_images=len(images.paths), n_train=len(split.train), n_test=len(split.test),

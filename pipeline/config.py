@@ -124,6 +124,13 @@ def _int_list(low: int) -> _Check:
     return check
 
 
+def _int_or_list(key: str, value: Any) -> Any:
+    """The TOML shape of a sequence setting: an integer or a list (its items are checked after)."""
+    if isinstance(value, bool) or not isinstance(value, (int, list, tuple)):
+        raise ConfigError(f"{key} = {value!r}: expected an integer or a list of integers")
+    return value
+
+
 def _owned_by(rule: Callable[[Any], Any]) -> _Check:
     """A check done by the module that owns the value (its ``ValueError`` names the reason)."""
 
@@ -162,55 +169,74 @@ MIN_MAX_SIDE = 16
 class DatasetConfig:
     """``[dataset]``: which images, and the seeded train/test split."""
 
-    keep_background: bool = _setting(False, _bool)  #: keep Caltech-101's BACKGROUND_Google class
-    train_per_class: int = _setting(15, _int(1))  #: training images per class
-    test_per_class: int | None = _setting(50, _int(1, optional=True))  #: cap on test images per class (None: all)
-    seed: int = _setting(0, _int(0))  #: seed of the split
+    #: keep Caltech-101's BACKGROUND_Google class
+    keep_background: bool = _setting(False, _bool)
+    #: training images per class
+    train_per_class: int = _setting(15, _int(1))
+    #: cap on test images per class (None: all)
+    test_per_class: int | None = _setting(50, _int(1, optional=True))
+    #: seed of the split
+    seed: int = _setting(0, _int(0))
 
 
 @dataclass(frozen=True)
 class ImageConfig:
     """``[image]``: decoding."""
 
-    max_side: int = _setting(300, _all_of(_owned_by(validate_max_side), _int(MIN_MAX_SIDE)))  #: longer side after shrinking, px
+    #: longer side after shrinking, px
+    max_side: int = _setting(300, _all_of(_owned_by(validate_max_side), _int(MIN_MAX_SIDE)))
 
 
 @dataclass(frozen=True)
 class SiftConfig:
     """``[sift]``: dense SIFT."""
 
-    patch_sizes: tuple[int, ...] = _setting((16,), _owned_by(validate_patch_sizes))  #: patch sides, px
-    step: int = _setting(8, _owned_by(validate_step))  #: grid step, px
-    smooth: bool = _setting(True, _bool)  #: Gaussian smoothing per patch size
-    contrast_threshold: float = _setting(1.0, _float(0.0))  #: low-contrast descriptors set to zero
-    cache_descriptors: bool = _setting(True, _bool, semantic=False)  #: keep descriptors in the stage cache
+    #: patch sides, px
+    patch_sizes: tuple[int, ...] = _setting((16,), _all_of(_int_or_list, _owned_by(validate_patch_sizes)))
+    #: grid step, px
+    step: int = _setting(8, _owned_by(validate_step))
+    #: Gaussian smoothing per patch size
+    smooth: bool = _setting(True, _bool)
+    #: low-contrast descriptors set to zero
+    contrast_threshold: float = _setting(1.0, _float(0.0))
+    #: keep descriptors in the stage cache
+    cache_descriptors: bool = _setting(True, _bool, semantic=False)
 
 
 @dataclass(frozen=True)
 class CodebookConfig:
     """``[codebook]``: the codebook learnt from a sample of training descriptors."""
 
-    kind: str = _setting("kmeans", _choice(CODEBOOK_KINDS))  #: k-means centres or sparse-coding dictionary
-    size: int = _setting(1024, _int(2))  #: number of words K
-    n_samples: int = _setting(200_000, _int(100))  #: training descriptors sampled to learn it
-    lambda_: float = _setting(0.15, _float(0.0), key="lambda")  #: sparsity weight λ (sparse coding)
-    n_iter: int = _setting(100, _int(1))  #: iterations of the learner
-    seed: int = _setting(0, _int(0))  #: seed of the sample and the learner
+    #: k-means centres or sparse-coding dictionary
+    kind: str = _setting("kmeans", _choice(CODEBOOK_KINDS))
+    #: number of words K
+    size: int = _setting(1024, _int(2))
+    #: training descriptors sampled to learn it
+    n_samples: int = _setting(200_000, _int(100))
+    #: sparsity weight λ (sparse coding)
+    lambda_: float = _setting(0.15, _float(0.0), key="lambda")
+    #: iterations of the learner
+    n_iter: int = _setting(100, _int(1))
+    #: seed of the sample and the learner
+    seed: int = _setting(0, _int(0))
 
 
 @dataclass(frozen=True)
 class PoolingConfig:
     """``[pooling]``: spatial-pyramid pooling."""
 
-    method: str = _setting("average", _choice(POOLING_METHODS))  #: pooling function
-    levels: tuple[int, ...] = _setting((1, 2, 4), _int_list(1))  #: pyramid levels L (L × L cells each)
+    #: pooling function
+    method: str = _setting("average", _choice(POOLING_METHODS))
+    #: pyramid levels L (L × L cells each)
+    levels: tuple[int, ...] = _setting((1, 2, 4), _int_list(1))
 
 
 @dataclass(frozen=True)
 class NormalizationConfig:
     """``[normalization]``: normalisation of the pooled vectors."""
 
-    method: str = _setting("l1", _choice(NORMALIZATIONS))  #: normalisation method
+    #: normalisation method
+    method: str = _setting("l1", _choice(NORMALIZATIONS))
 
 
 def _toml_key(f: dataclasses.Field) -> str:

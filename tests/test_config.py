@@ -47,3 +47,44 @@ def test_overrides_and_stage_hash():
     assert stage_hash(base, ["dataset"]) != stage_hash(changed, ["dataset"])
     no_cache = load_config(None, {"sift": {"cache_descriptors": False}})
     assert stage_hash(base, ["sift"]) == stage_hash(no_cache, ["sift"])
+
+
+def test_config_is_frozen_dataclasses_with_defaults():
+    import dataclasses
+
+    from classify_images.pipeline.config import PipelineConfig, SiftConfig
+
+    config = load_config(None)
+    assert config == PipelineConfig() and config.sift == SiftConfig()
+    assert config.codebook.lambda_ == 0.15 and config.to_dict()["codebook"]["lambda"] == 0.15
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.sift.step = 4
+    assert PipelineConfig.from_dict(load_config("scspm").to_dict()) == load_config("scspm")
+    assert "cache_descriptors" not in config.sift_params()
+
+
+def test_config_hash_is_todays():
+    # The hash of the plain form is what feature sets record: it must not move with the
+    # representation (a changed hash rebuilds every feature set).
+    assert stage_hash(load_config(None), list(TABLES)) == "62a0f469c755bee0acc1e5d4edcf87f1bef3921a"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[sift]\nstep = 0\n", "sift.step = 0: step must be an integer >= 1"),
+        ("[sift]\npatch_sizes = [16, 16]\n", "sift.patch_sizes = \\[16, 16\\]: .*duplicates"),
+        ("[image]\nmax_side = 8\n", "image.max_side = 8: expected an integer ≥ 16"),
+        ('[image]\nmax_side = "big"\n', "image.max_side = 'big': max_side must be a positive integer"),
+        ('[codebook]\nkind = "gmm"\n', "codebook.kind = 'gmm': allowed values are 'kmeans', 'sparse'"),
+        ('[normalization]\nmethod = "l3"\n', "normalization.method = 'l3': allowed values are 'l2', 'l1', 'power', 'minmax', 'none'"),
+        ("[pooling]\nlevels = [0]\n", "pooling.levels = \\[0\\]: expected a non-empty list of integers ≥ 1"),
+        ("[dataset]\ntest_per_class = -1\n", "dataset.test_per_class = -1"),
+    ],
+)
+def test_rules_of_the_owning_modules_name_the_key(tmp_path, text, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert "\n" not in str(info.value) and str(info.value).startswith(str(path))
