@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["IMPLEMENTATION_VERSION", "learn_kmeans_codebook", "learn_sparse_dictionary", "sample_rows"]
+__all__ = ["IMPLEMENTATION_VERSION", "CODEBOOK_KINDS", "learn_kmeans_codebook", "learn_sparse_dictionary", "sample_rows"]
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
 #: config hash, so results computed by the old code are not reused.
 IMPLEMENTATION_VERSION = 1
 
+#: The codebook kinds: k-means centres (vector quantisation) or a sparse-coding dictionary.
+CODEBOOK_KINDS = ("kmeans", "sparse")
 
 
 def sample_rows(n_rows: int, n_samples: int, rng: np.random.Generator) -> np.ndarray:

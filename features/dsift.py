@@ -359,8 +359,8 @@ def grid_frames(
     Useful to know the number of descriptors of an image without computing
     them: ``len(grid_frames(shape, sizes, step)[0])``.
     """
-    sizes = _validate_patch_sizes(patch_sizes)
-    step = _validate_step(step)
+    sizes = validate_patch_sizes(patch_sizes)
+    step = validate_step(step)
     h, w = int(image_shape[0]), int(image_shape[1])
     return _frames([_geometry(h, w, p, step) for p in sizes], sizes)
 
@@ -426,7 +426,7 @@ def _validate_image(image: np.ndarray) -> np.ndarray:
     return img
 
 
-def _validate_patch_sizes(patch_sizes: Iterable[int] | int) -> tuple[int, ...]:
+def validate_patch_sizes(patch_sizes: Iterable[int] | int) -> tuple[int, ...]:
     if isinstance(patch_sizes, (Integral, np.integer)):
         patch_sizes = (patch_sizes,)
     try:
@@ -451,7 +451,7 @@ def _validate_patch_sizes(patch_sizes: Iterable[int] | int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _validate_step(step: int) -> int:
+def validate_step(step: int) -> int:
     if isinstance(step, bool) or not isinstance(step, (Integral, np.integer)) or step < 1:
         raise ValueError(f"step must be an integer >= 1, got {step!r}")
     return int(step)
@@ -668,8 +668,8 @@ def dense_sift(
         smoothing, threshold or clip values.
     """
     img = _validate_image(image)
-    sizes = _validate_patch_sizes(patch_sizes)
-    step = _validate_step(step)
+    sizes = validate_patch_sizes(patch_sizes)
+    step = validate_step(step)
     thr = _validate_nonneg("contrast_threshold", contrast_threshold, allow_inf=True, strictly=False)
     cl = _validate_nonneg("clip", clip, allow_inf=False, strictly=True)
     if isinstance(smooth, (bool, np.bool_)):

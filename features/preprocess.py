@@ -136,7 +136,7 @@ def resize_max_side(image: np.ndarray, max_side: int | None) -> np.ndarray:
     return cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_AREA)
 
 
-def _validate_max_side(max_side: int | None) -> int | None:
+def validate_max_side(max_side: int | None) -> int | None:
     if max_side is None:
         return None
     if isinstance(max_side, bool) or not isinstance(max_side, (Integral, np.integer)) or max_side < 1:
@@ -163,7 +163,7 @@ def decode_grayscale(data: bytes | np.ndarray, max_side: int | None = 300) -> np
     ImageReadError
         Empty data, not an image, truncated or corrupt image.
     """
-    max_side = _validate_max_side(max_side)
+    max_side = validate_max_side(max_side)
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.asarray(data, dtype=np.uint8).ravel()
     if buf.size == 0:
         raise ImageReadError("empty file")

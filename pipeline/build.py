@@ -1,16 +1,19 @@
 """Build a feature set from a folder of class folders (``classify-images build-features``).
 
-Stages (DESIGN.md §1), each timed and reported in the manifest:
+:func:`build_feature_set` runs these steps, each timed and reported in the manifest:
 
 1. ``discover``  — list classes and images; fingerprint every file (SHA-1).
 2. ``check``     — decode every image once; unreadable ones are skipped and listed.
 3. ``split``     — seeded per-class train/test split of the readable images.
 4. ``sample``    — a seeded sample of dense-SIFT descriptors of the *training* images.
 5. ``codebook``  — k-means centres or sparse-coding dictionary from that sample.
-6. ``encode+pool`` — per image: descriptors → codes → spatial pyramid (streamed
-   image by image into memory-mapped arrays; the descriptors of all images are
-   never in memory together).
-7. ``normalise`` and ``write`` — normalisation, then the feature store, atomically.
+6. ``encode+pool`` — per image, with the :class:`~classify_images.pipeline.extractor.FeatureExtractor`:
+   descriptors → codes → spatial pyramid (streamed image by image into memory-mapped
+   arrays; the descriptors of all images are never in memory together).  A per-vector
+   normalisation (``l1``, ``l2``, ``power``, ``none``) is applied here, image by image.
+7. ``normalise+write`` — a normalisation with training statistics (``minmax``) is fitted
+   on the training rows and applied to all rows; then the feature store is written,
+   atomically.
 
 Per-image work runs through :class:`joblib.Parallel` (``n_jobs``) and through
 the :class:`~classify_images.pipeline.stages.StageCache`, so re-running with the
@@ -20,28 +23,29 @@ reuses the cached codes.
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from joblib import Parallel, delayed
 
-from ..coding.normalize import apply_minmax, fit_minmax, normalize_rows
-from ..coding.pooling import pooled_dimension, spatial_pyramid_pool
-from .config import stage_hash
-from .dataset import DatasetError, discover_dataset, file_fingerprint, split_indices
+from .config import PipelineConfig, stage_hash
+from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
+from .extractor import FeatureExtractor
 from .feature_store import FeatureSetWriter, load_feature_set
-from .stages import StageCache, codes_matrix, implementation_versions
+from .stages import StageCache, implementation_versions
 
-__all__ = ["BuildResult", "build_feature_set", "featurize_images", "default_cache_dir"]
+__all__ = ["BuildResult", "build_feature_set", "default_cache_dir"]
 
 _PROGRESS = Callable[[Iterable, str, int], Iterable]
+
+#: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
+_NORMALISE_CHUNK = 1024
 
 
 def default_cache_dir() -> Path:
@@ -52,10 +56,6 @@ def default_cache_dir() -> Path:
 
 def _no_progress(iterable: Iterable, desc: str, total: int) -> Iterable:
     return iterable
-
-
-def _sift_params(config: dict) -> dict[str, Any]:
-    return {k: v for k, v in config["sift"].items() if k != "cache_descriptors"}
 
 
 @dataclass
@@ -73,29 +73,214 @@ class BuildResult:
     reused: bool
 
 
-def _pool_one(cache: StageCache, path: str, fingerprint: str, config: dict, codebook: np.ndarray, digest: str) -> np.ndarray:
-    codes = cache.image_codes(
-        path, fingerprint, config["image"]["max_side"], _sift_params(config), config["codebook"], digest, codebook
+class StageTimer:
+    """Wall-clock seconds per named step: ``with timer("check"): ...``."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, step: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.timings[step] = round(time.perf_counter() - start, 3)
+
+
+@dataclass
+class _Images:
+    """The discovered images: relative and absolute paths, content fingerprints, labels."""
+
+    dataset: Dataset
+    paths: list[str]
+    fingerprints: list[str]
+    digest: str
+
+
+@dataclass
+class _Split:
+    """The readable images split for training and testing, and the skipped files."""
+
+    train: np.ndarray
+    test: np.ndarray
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class _Runner:
+    """How per-image work runs: workers, stage cache, progress reporting."""
+
+    n_jobs: int
+    cache: StageCache
+    progress: _PROGRESS
+
+    def map(self, tasks: list, description: str, **parallel_options) -> list:
+        results = Parallel(n_jobs=self.n_jobs, return_as="generator", **parallel_options)(tasks)
+        return list(self.progress(results, description, len(tasks)))
+
+
+def _discover(dataset_dir: str | os.PathLike, config: PipelineConfig, n_jobs: int) -> _Images:
+    dataset = discover_dataset(dataset_dir, keep_background=config.dataset.keep_background)
+    paths = [str(dataset.absolute(p)) for p in dataset.paths]
+    fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(delayed(file_fingerprint)(p) for p in paths)
+    return _Images(dataset, paths, fingerprints, dataset_digest(dataset.paths, fingerprints))
+
+
+def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log) -> BuildResult | None:
+    """The existing feature set at ``out`` when it was built with ``config_hash``."""
+    if not (out / "manifest.json").exists():
+        return None
+    try:
+        existing = load_feature_set(out)
+    except ValueError:
+        return None
+    if existing.config_hash != config_hash:
+        return None
+    log(f"feature set {out} is up to date (config hash {config_hash[:12]}); nothing to do")
+    return BuildResult(
+        path=out, n_images=n_images, n_train=existing.X_train.shape[0], n_test=existing.X_test.shape[0],
+        n_skipped=len(existing.manifest["skipped"]), n_features=existing.n_features,
+        n_classes=len(existing.class_names), timings={"total": round(sum(timings.values()), 3)}, reused=True,
     )
-    matrix = codes_matrix(codes, codebook.shape[0])
-    pooled = spatial_pyramid_pool(
-        matrix,
-        codes["x"],
-        codes["y"],
-        tuple(int(v) for v in codes["shape"]),
-        codebook.shape[0],
-        levels=config["pooling"]["levels"],
-        method=config["pooling"]["method"],
+
+
+def _check(images: _Images, config: PipelineConfig, runner: _Runner) -> tuple[np.ndarray, list[dict[str, str]]]:
+    """Indices of the readable images, and the skipped ones with their reasons."""
+    max_side, largest_patch = config.image.max_side, max(config.sift.patch_sizes)
+    check = delayed(runner.cache.check_image)
+    checks = runner.map(
+        [check(p, f, max_side, largest_patch) for p, f in zip(images.paths, images.fingerprints)], "check images"
     )
-    if config["normalization"]["method"] != "minmax":
-        pooled = normalize_rows(pooled, config["normalization"]["method"])[0]
-    return pooled
+    skipped = [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
+    readable = np.flatnonzero([c["ok"] for c in checks])
+    if readable.size == 0:
+        raise DatasetError(f"no readable image in {images.dataset.root} ({len(skipped)} skipped)")
+    return readable, skipped
+
+
+def _split(images: _Images, readable: np.ndarray, skipped: list, config: PipelineConfig) -> _Split:
+    """Seeded per-class split of the readable images (every class needs a test image)."""
+    dataset, protocol = images.dataset, config.dataset
+    readable_per_class = np.bincount(dataset.labels[readable], minlength=len(dataset.class_names))
+    short = [n for n, k in zip(dataset.class_names, readable_per_class) if k < protocol.train_per_class + 1]
+    if short:
+        smallest = int(readable_per_class.min())
+        raise DatasetError(
+            f"class(es) {', '.join(short[:5])}{' …' if len(short) > 5 else ''} have fewer than "
+            f"{protocol.train_per_class + 1} readable images (smallest: {smallest}); "
+            f"lower --train-per-class to at most {smallest - 1}"
+            + (" or remove the classes whose images are all unreadable" if smallest == 0 else "")
+        )
+    train_local, test_local = split_indices(
+        dataset.labels[readable], protocol.train_per_class, protocol.test_per_class, protocol.seed
+    )
+    return _Split(readable[train_local], readable[test_local], skipped)
+
+
+def _sample_descriptors(images: _Images, train: np.ndarray, config: PipelineConfig, runner: _Runner) -> np.ndarray:
+    """``codebook.n_samples`` descriptors (uint8) drawn evenly from the training images, seeded."""
+    n_samples, seed = config.codebook.n_samples, config.codebook.seed
+    per_image = max(1, math.ceil(n_samples / len(train)))
+    sift, max_side = config.sift_params(), config.image.max_side
+    sample_of = delayed(runner.cache.descriptor_sample)
+    samples = runner.map(
+        [sample_of(images.paths[i], images.fingerprints[i], max_side, sift, per_image, seed) for i in train],
+        "sample descriptors",
+    )
+    sample = np.concatenate(samples)
+    if sample.shape[0] > n_samples:
+        rng = np.random.default_rng(seed)
+        sample = sample[np.sort(rng.choice(sample.shape[0], n_samples, replace=False))]
+    return sample
+
+
+def _learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache, log) -> np.ndarray:
+    kind, size = config.codebook.kind, config.codebook.size
+    log(f"learning a {kind} codebook of {size} words from {sample.shape[0]} training descriptors")
+    if sample.shape[0] < size:
+        raise DatasetError(
+            f"only {sample.shape[0]} training descriptors for a codebook of {size} words: "
+            "use a smaller codebook.size, a denser sift.step, or more training images"
+        )
+    return cache.learn_codebook(sample, config.to_dict()["codebook"])
+
+
+def _encode_and_pool(
+    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: _Runner
+) -> dict[str, np.ndarray]:
+    """The rows ``X_train``, ``X_test`` (memory-mapped), normalised when the normaliser is
+    per-vector, pooled only when it still has to be fitted."""
+    row_of = extractor.vector if extractor.normalizer.is_fitted else extractor.pooled
+    X = {"train": writer.open_rows("X_train", len(split.train), extractor.n_features),
+         "test": writer.open_rows("X_test", len(split.test), extractor.n_features)}
+    rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
+    order = np.concatenate([split.train, split.test])
+    # max_nbytes: the codebook is shipped to the workers once, memory-mapped.
+    vectors = Parallel(n_jobs=runner.n_jobs, return_as="generator", max_nbytes="100K")(
+        delayed(row_of)(images.paths[i], images.fingerprints[i]) for i in order
+    )
+    for (part, row), vector in zip(rows, runner.progress(vectors, "encode + pool", len(order))):
+        X[part][row] = vector
+    return X
+
+
+def _fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> None:
+    """Fit a normaliser with training statistics on the training rows and apply it to all rows."""
+    if extractor.normalizer.is_fitted:
+        return
+    normalizer = extractor.normalizer.fit(X["train"])
+    for part in X.values():
+        for start in range(0, part.shape[0], _NORMALISE_CHUNK):
+            rows = slice(start, start + _NORMALISE_CHUNK)
+            part[rows] = normalizer.transform(part[rows])
+
+
+def _store(
+    writer: FeatureSetWriter, X: dict[str, np.ndarray], extractor: FeatureExtractor, labels: np.ndarray, split: _Split
+) -> None:
+    """Flush the rows; save the labels, the codebook and the normaliser's statistics."""
+    for part in X.values():
+        part.flush()
+    writer.save_normalizer(extractor.normalizer)
+    writer.save("y_train", labels[split.train])
+    writer.save("y_test", labels[split.test])
+    writer.save("codebook", extractor.codebook)
+
+
+def _manifest(
+    config: PipelineConfig, config_hash: str, images: _Images, split: _Split, extractor: FeatureExtractor,
+    n_training_descriptors: int, timings: dict[str, float],
+) -> dict:
+    from ..classifiers.persistence import library_versions
+
+    dataset = images.dataset
+    return {
+        "config": config.to_dict(),
+        "config_hash": config_hash,
+        "dataset": {"root": str(dataset.root.resolve()), "digest": images.digest, "n_images": len(images.paths)},
+        "class_names": dataset.class_names,
+        "split": {
+            "seed": config.dataset.seed,
+            "train_per_class": config.dataset.train_per_class,
+            "test_per_class": config.dataset.test_per_class,
+            "train": [dataset.paths[i] for i in split.train],
+            "test": [dataset.paths[i] for i in split.test],
+        },
+        "skipped": split.skipped,
+        "n_features": extractor.n_features,
+        "codebook": {
+            "kind": config.codebook.kind, "size": int(extractor.codebook.shape[0]),
+            "n_training_descriptors": n_training_descriptors, "digest": extractor.codebook_digest,
+        },
+        "timings": timings,
+        "versions": library_versions(),
+        "implementation_versions": implementation_versions(),
+    }
 
 
 def build_feature_set(
     dataset_dir: str | os.PathLike,
     out: str | os.PathLike,
-    config: dict,
+    config: PipelineConfig,
     *,
     n_jobs: int = 1,
     cache_dir: str | os.PathLike | None = None,
@@ -110,10 +295,10 @@ def build_feature_set(
         Folder of class folders.
     out : path-like
         Feature-set folder to write (replaced atomically when it exists).
-    config : dict
-        Validated configuration (:func:`~classify_images.pipeline.config.load_config`).
+    config : PipelineConfig
+        The configuration (:func:`~classify_images.pipeline.config.load_config`).
     n_jobs : int
-        joblib workers for the per-image stages (-1: all cores).
+        joblib workers for the per-image steps (-1: all cores).
     cache_dir : path-like or None
         joblib cache folder (None: no cache).
     progress : callable
@@ -125,172 +310,33 @@ def build_feature_set(
     -------
     BuildResult
     """
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
+    out, timer = Path(out), StageTimer()
+    with timer("discover"):
+        images = _discover(dataset_dir, config, n_jobs)
+        config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions())
+    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log)
+    if reused is not None:
+        return reused
 
-    def lap(stage: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[stage] = round(now - clock, 3)
-        clock = now
-
-    dataset = discover_dataset(dataset_dir, keep_background=config["dataset"]["keep_background"])
-    paths = [str(dataset.absolute(p)) for p in dataset.paths]
-    fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(delayed(file_fingerprint)(p) for p in paths)
-    dataset_digest = hashlib.sha1("\n".join(f"{r}:{f}" for r, f in zip(dataset.paths, fingerprints)).encode()).hexdigest()
-    config_hash = stage_hash(config, list(config), dataset_digest, implementation_versions())
-    lap("discover")
-
-    out = Path(out)
-    if (out / "manifest.json").exists():
-        try:
-            existing = load_feature_set(out)
-        except ValueError:
-            existing = None
-        if existing is not None and existing.config_hash == config_hash:
-            manifest = existing.manifest
-            log(f"feature set {out} is up to date (config hash {config_hash[:12]}); nothing to do")
-            return BuildResult(
-                path=out, n_images=len(paths), n_train=existing.X_train.shape[0], n_test=existing.X_test.shape[0],
-                n_skipped=len(manifest["skipped"]), n_features=existing.n_features,
-                n_classes=len(existing.class_names), timings={"total": round(sum(timings.values()), 3)}, reused=True,
-            )
-
-    cache = StageCache(cache_dir, cache_descriptors=config["sift"]["cache_descriptors"])
-    max_side = config["image"]["max_side"]
-    largest_patch = max(config["sift"]["patch_sizes"])
-    checks = list(progress(
-        Parallel(n_jobs=n_jobs, return_as="generator")(
-            delayed(cache.check_image)(p, f, max_side, largest_patch) for p, f in zip(paths, fingerprints)
-        ),
-        "check images", len(paths),
-    ))
-    skipped = [{"path": dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
-    readable = np.flatnonzero([c["ok"] for c in checks])
-    lap("check")
-    if readable.size == 0:
-        raise DatasetError(f"no readable image in {dataset.root} ({len(skipped)} skipped)")
-
-    ds_cfg = config["dataset"]
-    readable_per_class = np.bincount(dataset.labels[readable], minlength=len(dataset.class_names))
-    short = [n for n, k in zip(dataset.class_names, readable_per_class) if k < ds_cfg["train_per_class"] + 1]
-    if short:
-        smallest = int(readable_per_class.min())
-        raise DatasetError(
-            f"class(es) {', '.join(short[:5])}{' …' if len(short) > 5 else ''} have fewer than "
-            f"{ds_cfg['train_per_class'] + 1} readable images (smallest: {smallest}); "
-            f"lower --train-per-class to at most {smallest - 1}"
-            + (" or remove the classes whose images are all unreadable" if smallest == 0 else "")
-        )
-    train_local, test_local = split_indices(
-        dataset.labels[readable], ds_cfg["train_per_class"], ds_cfg["test_per_class"], ds_cfg["seed"]
-    )
-    train_index, test_index = readable[train_local], readable[test_local]
-    lap("split")
-
-    cb_cfg = config["codebook"]
-    per_image = max(1, math.ceil(cb_cfg["n_samples"] / len(train_index)))
-    sift = _sift_params(config)
-    samples = list(progress(
-        Parallel(n_jobs=n_jobs, return_as="generator")(
-            delayed(cache.descriptor_sample)(paths[i], fingerprints[i], max_side, sift, per_image, cb_cfg["seed"])
-            for i in train_index
-        ),
-        "sample descriptors", len(train_index),
-    ))
-    sample = np.concatenate(samples)
-    if sample.shape[0] > cb_cfg["n_samples"]:
-        rng = np.random.default_rng(cb_cfg["seed"])
-        sample = sample[np.sort(rng.choice(sample.shape[0], cb_cfg["n_samples"], replace=False))]
-    lap("sample")
-
-    log(f"learning a {cb_cfg['kind']} codebook of {cb_cfg['size']} words from {sample.shape[0]} training descriptors")
-    if sample.shape[0] < cb_cfg["size"]:
-        raise DatasetError(
-            f"only {sample.shape[0]} training descriptors for a codebook of {cb_cfg['size']} words: "
-            "use a smaller codebook.size, a denser sift.step, or more training images"
-        )
-    codebook = cache.learn_codebook(sample, cb_cfg)
-    digest = hashlib.sha1(np.ascontiguousarray(codebook).tobytes()).hexdigest()
-    lap("codebook")
-
-    dim = pooled_dimension(codebook.shape[0], config["pooling"]["levels"])
-    order = np.concatenate([train_index, test_index])
+    runner = _Runner(n_jobs, StageCache(cache_dir, cache_descriptors=config.sift.cache_descriptors), progress)
+    with timer("check"):
+        readable, skipped = _check(images, config, runner)
+    with timer("split"):
+        split = _split(images, readable, skipped, config)
+    with timer("sample"):
+        sample = _sample_descriptors(images, split.train, config, runner)
+    with timer("codebook"):
+        extractor = FeatureExtractor(config, _learn_codebook(sample, config, runner.cache, log), cache=runner.cache)
     with FeatureSetWriter(out) as writer:
-        X = {"train": writer.open_rows("X_train", len(train_index), dim), "test": writer.open_rows("X_test", len(test_index), dim)}
-        rows = [("train", r) for r in range(len(train_index))] + [("test", r) for r in range(len(test_index))]
-        # max_nbytes: the codebook is shipped to the workers once, memory-mapped.
-        pooled_iter = Parallel(n_jobs=n_jobs, return_as="generator", max_nbytes="100K")(
-            delayed(_pool_one)(cache, paths[i], fingerprints[i], config, codebook, digest) for i in order
-        )
-        for (part, row), vector in zip(rows, progress(pooled_iter, "encode + pool", len(order))):
-            X[part][row] = vector
-        lap("encode+pool")
-
-        if config["normalization"]["method"] == "minmax":
-            minima, maxima = fit_minmax(X["train"])
-            for part in X.values():
-                for start in range(0, part.shape[0], 1024):
-                    part[start : start + 1024] = apply_minmax(part[start : start + 1024], minima, maxima)
-            writer.save("minmax", np.stack([minima, maxima]))
-        for part in X.values():
-            part.flush()
-        writer.save("y_train", dataset.labels[train_index])
-        writer.save("y_test", dataset.labels[test_index])
-        writer.save("codebook", codebook)
-        del X
-        lap("normalise+write")
-        from ..classifiers.persistence import library_versions
-
-        manifest = {
-            "config": config,
-            "config_hash": config_hash,
-            "dataset": {"root": str(dataset.root.resolve()), "digest": dataset_digest, "n_images": len(paths)},
-            "class_names": dataset.class_names,
-            "split": {
-                "seed": ds_cfg["seed"],
-                "train_per_class": ds_cfg["train_per_class"],
-                "test_per_class": ds_cfg["test_per_class"],
-                "train": [dataset.paths[i] for i in train_index],
-                "test": [dataset.paths[i] for i in test_index],
-            },
-            "skipped": skipped,
-            "n_features": dim,
-            "codebook": {"kind": cb_cfg["kind"], "size": int(codebook.shape[0]), "n_training_descriptors": int(sample.shape[0]), "digest": digest},
-            "timings": timings,
-            "versions": library_versions(),
-            "implementation_versions": implementation_versions(),
-        }
-        writer.commit(manifest)
+        with timer("encode+pool"):
+            X = _encode_and_pool(extractor, images, split, writer, runner)
+        with timer("normalise+write"):
+            _fit_normalizer(extractor, X)
+            _store(writer, X, extractor, images.dataset.labels, split)
+            del X
+        writer.commit(_manifest(config, config_hash, images, split, extractor, int(sample.shape[0]), timer.timings))
     return BuildResult(
-        path=out, n_images=len(paths), n_train=len(train_index), n_test=len(test_index), n_skipped=len(skipped),
-        n_features=dim, n_classes=len(dataset.class_names), timings=timings, reused=False,
+        path=out, n_images=len(images.paths), n_train=len(split.train), n_test=len(split.test),
+        n_skipped=len(split.skipped), n_features=extractor.n_features, n_classes=len(images.dataset.class_names),
+        timings=timer.timings, reused=False,
     )
-
-
-def featurize_images(paths: list[str], feature_set, *, cache_dir: str | os.PathLike | None = None) -> tuple[np.ndarray, list[dict]]:
-    """Feature vectors of new images, with the feature set's recorded pipeline and codebook.
-
-    Returns
-    -------
-    X : ndarray float32 (n_ok, d)
-        Rows of the images that could be read.
-    status : list of dict
-        Per input path: ``{"path", "ok", "reason"?}``.
-    """
-    config = feature_set.config
-    codebook = feature_set.codebook()
-    digest = feature_set.manifest["codebook"]["digest"]
-    cache = StageCache(cache_dir, cache_descriptors=False)
-    rows, status = [], []
-    for path in paths:
-        fingerprint = file_fingerprint(path) if os.path.isfile(path) else ""
-        check = cache.check_image(path, fingerprint, config["image"]["max_side"], max(config["sift"]["patch_sizes"])) if fingerprint else {"ok": False, "reason": "file does not exist"}
-        status.append({"path": path, **check})
-        if check["ok"]:
-            rows.append(_pool_one(cache, path, fingerprint, config, codebook, digest))
-    X = np.asarray(rows, dtype=np.float32).reshape(len(rows), -1)
-    minmax = feature_set.minmax()
-    if minmax is not None and X.shape[0]:
-        X = apply_minmax(X, minmax[0], minmax[1])
-    return X, status

@@ -171,7 +171,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from .build import featurize_images
+    from .extractor import FeatureExtractor
 
     model, meta = load_model(args.model)
     fs_path = args.feature_set or meta.get("feature_set", {}).get("path")
@@ -179,7 +179,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError("the model does not record its feature set: pass --feature-set DIR")
     feature_set = load_feature_set(fs_path)
     check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features)
-    X, status = featurize_images(args.images, feature_set)
+    X, status = FeatureExtractor.from_feature_set(feature_set).transform_images(args.images)
     scores = model.decision_function(X) if X.shape[0] else np.zeros((0, len(model.classes_)))
     if scores.ndim == 1:
         scores = np.stack([-scores, scores], axis=1)

@@ -1,57 +1,80 @@
-"""Pipeline configuration: TOML files validated against one schema.
+"""Pipeline configuration: TOML files read into frozen dataclasses.
 
-A configuration has one table per stage of the data flow (DESIGN.md §1)::
+A configuration has one table per stage of the data flow, in the order the data goes
+through them, each read into its own frozen dataclass::
 
-    [dataset]        keep_background, train_per_class, test_per_class, seed
-    [image]          max_side
-    [sift]           patch_sizes, step, smooth, contrast_threshold, cache_descriptors
-    [codebook]       kind ("kmeans" | "sparse"), size, n_samples, lambda, n_iter, seed
-    [pooling]        method ("average" | "max" | "sqrt" | "abs"), levels
-    [normalization]  method ("l2" | "l1" | "power" | "minmax" | "none")
+    [dataset]        DatasetConfig        keep_background, train_per_class, test_per_class, seed
+    [image]          ImageConfig          max_side
+    [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors
+    [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed
+    [pooling]        PoolingConfig        method, levels
+    [normalization]  NormalizationConfig  method
 
-Every key has a default (:data:`DEFAULTS`); a file or a command-line flag
-overrides some of them.  An unknown table or key, or a value of the wrong type
-or outside its allowed values, is a :class:`ConfigError` whose one-line message
-names the key and what is allowed.  Ready-made files live in ``configs/`` and
-can be named without their extension (``--config scspm``).
+and :class:`PipelineConfig` holds the six.  Every field has a default; a file or a
+command-line flag overrides some of them.  The allowed values come from the module that
+uses them: pooling methods from :data:`~classify_images.coding.pooling.POOLING_METHODS`,
+normalisations from :data:`~classify_images.coding.normalize.NORMALIZATIONS`, codebook
+kinds from :data:`~classify_images.coding.codebook.CODEBOOK_KINDS`, the patch-size and
+step rules from :func:`~classify_images.features.dsift.validate_patch_sizes` and
+:func:`~classify_images.features.dsift.validate_step`, the image-size rule from
+:func:`~classify_images.features.preprocess.validate_max_side`.
+
+An unknown table or key, or a value of the wrong type or outside its allowed values, is
+a :class:`ConfigError` whose one-line message names the key and what is allowed.
+Ready-made files live in ``configs/`` and can be named without their extension
+(``--config scspm``).
+
+The plain form of a configuration (:meth:`PipelineConfig.to_dict`: ``{table: {key:
+value}}``, lists for sequences) is what the feature-set manifest records, what
+:func:`stage_hash` digests and what the cached stage functions receive.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import json
 import os
 import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "DEFAULTS", "load_config", "validate_config", "stage_hash", "named_configs"]
+from ..coding.codebook import CODEBOOK_KINDS
+from ..coding.normalize import NORMALIZATIONS
+from ..coding.pooling import POOLING_METHODS
+from ..features.dsift import validate_patch_sizes, validate_step
+from ..features.preprocess import validate_max_side
+
+__all__ = [
+    "ConfigError",
+    "DatasetConfig",
+    "ImageConfig",
+    "SiftConfig",
+    "CodebookConfig",
+    "PoolingConfig",
+    "NormalizationConfig",
+    "PipelineConfig",
+    "TABLES",
+    "load_config",
+    "validate_config",
+    "stage_hash",
+    "named_configs",
+]
 
 
 class ConfigError(ValueError):
     """A configuration file or value is invalid (user error)."""
 
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "dataset": {"keep_background": False, "train_per_class": 15, "test_per_class": 50, "seed": 0},
-    "image": {"max_side": 300},
-    "sift": {
-        "patch_sizes": [16],
-        "step": 8,
-        "smooth": True,
-        "contrast_threshold": 1.0,
-        "cache_descriptors": True,
-    },
-    "codebook": {"kind": "kmeans", "size": 1024, "n_samples": 200_000, "lambda": 0.15, "n_iter": 100, "seed": 0},
-    "pooling": {"method": "average", "levels": [1, 2, 4]},
-    "normalization": {"method": "l1"},
-}
+# --- value checks: each returns the value to store or raises ConfigError naming ``key`` ---
+
+_Check = Callable[[str, Any], Any]
 
 
-def _int(low: int | None = None, *, optional: bool = False) -> Callable[[str, Any], Any]:
+def _int(low: int | None = None, *, optional: bool = False) -> _Check:
     def check(key: str, value: Any) -> Any:
         if optional and value in (None, 0, "all"):
             return None
@@ -63,7 +86,7 @@ def _int(low: int | None = None, *, optional: bool = False) -> Callable[[str, An
     return check
 
 
-def _float(low: float = 0.0) -> Callable[[str, Any], Any]:
+def _float(low: float = 0.0) -> _Check:
     def check(key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
             raise ConfigError(f"{key} = {value!r}: expected a number ≥ {low}")
@@ -78,7 +101,7 @@ def _bool(key: str, value: Any) -> Any:
     return value
 
 
-def _choice(*allowed: str) -> Callable[[str, Any], Any]:
+def _choice(allowed: tuple[str, ...]) -> _Check:
     def check(key: str, value: Any) -> Any:
         if value not in allowed:
             raise ConfigError(f"{key} = {value!r}: allowed values are {', '.join(map(repr, allowed))}")
@@ -87,83 +110,211 @@ def _choice(*allowed: str) -> Callable[[str, Any], Any]:
     return check
 
 
-def _int_list(low: int, *, multiple_of: int = 1) -> Callable[[str, Any], Any]:
+def _int_list(low: int) -> _Check:
     def check(key: str, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             value = [value]
-        ok = isinstance(value, list) and value and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= low and v % multiple_of == 0 for v in value
+        ok = isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= low for v in value
         )
         if not ok:
-            extra = f" multiple of {multiple_of}" if multiple_of > 1 else ""
-            raise ConfigError(f"{key} = {value!r}: expected a non-empty list of integers ≥ {low}{extra}")
-        return list(value)
+            raise ConfigError(f"{key} = {_plain(value)!r}: expected a non-empty list of integers ≥ {low}")
+        return tuple(value)
 
     return check
 
 
-SCHEMA: dict[str, dict[str, Callable[[str, Any], Any]]] = {
-    "dataset": {
-        "keep_background": _bool,
-        "train_per_class": _int(1),
-        "test_per_class": _int(1, optional=True),
-        "seed": _int(0),
-    },
-    "image": {"max_side": _int(16)},
-    "sift": {
-        "patch_sizes": _int_list(8, multiple_of=4),
-        "step": _int(1),
-        "smooth": _bool,
-        "contrast_threshold": _float(0.0),
-        "cache_descriptors": _bool,
-    },
-    "codebook": {
-        "kind": _choice("kmeans", "sparse"),
-        "size": _int(2),
-        "n_samples": _int(100),
-        "lambda": _float(0.0),
-        "n_iter": _int(1),
-        "seed": _int(0),
-    },
-    "pooling": {"method": _choice("average", "max", "sqrt", "abs"), "levels": _int_list(1)},
-    "normalization": {"method": _choice("l2", "l1", "power", "minmax", "none")},
-}
-
-#: Keys that do not change any computed number (excluded from hashes).
-NON_SEMANTIC_KEYS = {("sift", "cache_descriptors")}
+def _int_or_list(key: str, value: Any) -> Any:
+    """The TOML shape of a sequence setting: an integer or a list (its items are checked after)."""
+    if isinstance(value, bool) or not isinstance(value, (int, list, tuple)):
+        raise ConfigError(f"{key} = {value!r}: expected an integer or a list of integers")
+    return value
 
 
-def validate_config(config: dict[str, Any], *, source: str = "config") -> dict[str, dict[str, Any]]:
-    """Merge ``config`` over :data:`DEFAULTS` and validate every value.
+def _owned_by(rule: Callable[[Any], Any]) -> _Check:
+    """A check done by the module that owns the value (its ``ValueError`` names the reason)."""
 
-    Returns
-    -------
-    config : dict
-        A complete, validated configuration (new object).
+    def check(key: str, value: Any) -> Any:
+        try:
+            return rule(value)
+        except ValueError as exc:
+            raise ConfigError(f"{key} = {value!r}: {exc}") from None
 
-    Raises
-    ------
-    ConfigError
-        Unknown table or key, wrong type, value outside the allowed ones.
-    """
-    merged = copy.deepcopy(DEFAULTS)
-    if not isinstance(config, dict):
-        raise ConfigError(f"{source}: expected tables [dataset], [sift], …")
-    for table, values in config.items():
-        if table not in SCHEMA:
-            raise ConfigError(f"{source}: unknown table [{table}]; known tables: {', '.join(SCHEMA)}")
-        if not isinstance(values, dict):
-            raise ConfigError(f"{source}: [{table}] must be a table of key = value")
-        for key, value in values.items():
-            if key not in SCHEMA[table]:
-                raise ConfigError(
-                    f"{source}: unknown key {table}.{key}; known keys of [{table}]: {', '.join(SCHEMA[table])}"
-                )
-            merged[table][key] = value
-    for table, checks in SCHEMA.items():
-        for key, check in checks.items():
-            merged[table][key] = check(f"{source}: {table}.{key}", merged[table][key])
-    return merged
+    return check
+
+
+def _all_of(*checks: _Check) -> _Check:
+    def check(key: str, value: Any) -> Any:
+        for one in checks:
+            value = one(key, value)
+        return value
+
+    return check
+
+
+def _setting(default: Any, check: _Check, *, key: str | None = None, semantic: bool = True) -> Any:
+    """A config field: its default, its check, its TOML key (when not the field name), and
+    whether it changes any computed number (``semantic=False``: left out of hashes)."""
+    return field(default=default, metadata={"check": check, "key": key, "semantic": semantic})
+
+
+#: The pipeline's floor on ``image.max_side`` (the default patch, 16 px, must fit).
+MIN_MAX_SIDE = 16
+
+
+# --- the tables ---
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """``[dataset]``: which images, and the seeded train/test split."""
+
+    #: keep Caltech-101's BACKGROUND_Google class
+    keep_background: bool = _setting(False, _bool)
+    #: training images per class
+    train_per_class: int = _setting(15, _int(1))
+    #: cap on test images per class (None: all)
+    test_per_class: int | None = _setting(50, _int(1, optional=True))
+    #: seed of the split
+    seed: int = _setting(0, _int(0))
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """``[image]``: decoding."""
+
+    #: longer side after shrinking, px
+    max_side: int = _setting(300, _all_of(_owned_by(validate_max_side), _int(MIN_MAX_SIDE)))
+
+
+@dataclass(frozen=True)
+class SiftConfig:
+    """``[sift]``: dense SIFT."""
+
+    #: patch sides, px
+    patch_sizes: tuple[int, ...] = _setting((16,), _all_of(_int_or_list, _owned_by(validate_patch_sizes)))
+    #: grid step, px
+    step: int = _setting(8, _owned_by(validate_step))
+    #: Gaussian smoothing per patch size
+    smooth: bool = _setting(True, _bool)
+    #: low-contrast descriptors set to zero
+    contrast_threshold: float = _setting(1.0, _float(0.0))
+    #: keep descriptors in the stage cache
+    cache_descriptors: bool = _setting(True, _bool, semantic=False)
+
+
+@dataclass(frozen=True)
+class CodebookConfig:
+    """``[codebook]``: the codebook learnt from a sample of training descriptors."""
+
+    #: k-means centres or sparse-coding dictionary
+    kind: str = _setting("kmeans", _choice(CODEBOOK_KINDS))
+    #: number of words K
+    size: int = _setting(1024, _int(2))
+    #: training descriptors sampled to learn it
+    n_samples: int = _setting(200_000, _int(100))
+    #: sparsity weight λ (sparse coding)
+    lambda_: float = _setting(0.15, _float(0.0), key="lambda")
+    #: iterations of the learner
+    n_iter: int = _setting(100, _int(1))
+    #: seed of the sample and the learner
+    seed: int = _setting(0, _int(0))
+
+
+@dataclass(frozen=True)
+class PoolingConfig:
+    """``[pooling]``: spatial-pyramid pooling."""
+
+    #: pooling function
+    method: str = _setting("average", _choice(POOLING_METHODS))
+    #: pyramid levels L (L × L cells each)
+    levels: tuple[int, ...] = _setting((1, 2, 4), _int_list(1))
+
+
+@dataclass(frozen=True)
+class NormalizationConfig:
+    """``[normalization]``: normalisation of the pooled vectors."""
+
+    #: normalisation method
+    method: str = _setting("l1", _choice(NORMALIZATIONS))
+
+
+def _toml_key(f: dataclasses.Field) -> str:
+    return f.metadata["key"] or f.name
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _table_dict(table: Any, *, semantic_only: bool = False) -> dict[str, Any]:
+    return {
+        _toml_key(f): _plain(getattr(table, f.name))
+        for f in dataclasses.fields(table)
+        if f.metadata["semantic"] or not semantic_only
+    }
+
+
+def _read_table(cls: type, name: str, values: dict[str, Any], source: str) -> Any:
+    fields = {_toml_key(f): f for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in fields:
+            raise ConfigError(f"{source}: unknown key {name}.{key}; known keys of [{name}]: {', '.join(fields)}")
+    return cls(**{
+        f.name: f.metadata["check"](f"{source}: {name}.{key}", values.get(key, f.default))
+        for key, f in fields.items()
+    })
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The whole configuration: one field per TOML table."""
+
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    image: ImageConfig = field(default_factory=ImageConfig)
+    sift: SiftConfig = field(default_factory=SiftConfig)
+    codebook: CodebookConfig = field(default_factory=CodebookConfig)
+    pooling: PoolingConfig = field(default_factory=PoolingConfig)
+    normalization: NormalizationConfig = field(default_factory=NormalizationConfig)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "config") -> "PipelineConfig":
+        """Read and check ``{table: {key: value}}`` (missing keys take their defaults).
+
+        Raises
+        ------
+        ConfigError
+            Unknown table or key, wrong type, value outside the allowed ones.
+        """
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{source}: expected tables [dataset], [sift], …")
+        for name, values in raw.items():
+            if name not in TABLES:
+                raise ConfigError(f"{source}: unknown table [{name}]; known tables: {', '.join(TABLES)}")
+            if not isinstance(values, dict):
+                raise ConfigError(f"{source}: [{name}] must be a table of key = value")
+        return cls(**{name: _read_table(table, name, raw.get(name, {}), source) for name, table in TABLES.items()})
+
+    def to_dict(self, *, semantic_only: bool = False) -> dict[str, dict[str, Any]]:
+        """The plain form ``{table: {key: value}}`` (lists for sequences).
+
+        ``semantic_only`` leaves out the keys that change no computed number
+        (``sift.cache_descriptors``).
+        """
+        return {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in TABLES}
+
+    def sift_params(self) -> dict[str, Any]:
+        """The ``[sift]`` table as the dense-SIFT stages take it (semantic keys only)."""
+        return _table_dict(self.sift, semantic_only=True)
+
+
+#: The tables, by TOML name, in data-flow order.
+TABLES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(PipelineConfig)}
+
+
+def validate_config(config: dict[str, Any], *, source: str = "config") -> PipelineConfig:
+    """Read ``{table: {key: value}}`` over the defaults (:meth:`PipelineConfig.from_dict`)."""
+    return PipelineConfig.from_dict(config, source=source)
 
 
 def named_configs() -> dict[str, Path]:
@@ -176,8 +327,24 @@ def named_configs() -> dict[str, Path]:
     }
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> dict:
-    """Load and validate a configuration.
+def _read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
+    file = Path(path)
+    if not file.exists():
+        shipped = named_configs()
+        if str(path) not in shipped:
+            names = ", ".join(sorted(shipped))
+            raise ConfigError(f"config file {path} does not exist (ready-made configs: {names})")
+        file = shipped[str(path)]
+    try:
+        return tomllib.loads(file.read_text(encoding="utf-8")), str(file)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: not valid TOML ({exc})") from None
+
+
+def load_config(
+    path: str | os.PathLike | None = None, overrides: dict[str, dict[str, Any]] | None = None
+) -> PipelineConfig:
+    """Load and check a configuration.
 
     Parameters
     ----------
@@ -185,38 +352,25 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict[str, dict
         A TOML file, or the name of a ready-made config (``scspm``, ``bof-spm``, …).
         None: the defaults.
     overrides : dict, optional
-        ``{table: {key: value}}`` applied after the file (command-line flags).
+        ``{table: {key: value}}`` applied after the file (command-line flags); None
+        values are ignored.
+
+    Returns
+    -------
+    PipelineConfig
     """
-    raw: dict[str, Any] = {}
-    source = "defaults"
-    if path is not None:
-        file = Path(path)
-        if not file.exists():
-            shipped = named_configs()
-            if str(path) in shipped:
-                file = shipped[str(path)]
-            else:
-                names = ", ".join(sorted(shipped))
-                raise ConfigError(f"config file {path} does not exist (ready-made configs: {names})")
-        source = str(file)
-        try:
-            raw = tomllib.loads(file.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{source}: not valid TOML ({exc})") from None
+    raw, source = _read_toml(path) if path is not None else ({}, "defaults")
     for table, values in (overrides or {}).items():
         raw.setdefault(table, {}).update({k: v for k, v in values.items() if v is not None})
-    return validate_config(raw, source=source)
+    return PipelineConfig.from_dict(raw, source=source)
 
 
-def stage_hash(config: dict, tables: list[str] | tuple[str, ...], *extra: Any) -> str:
-    """Digest of the semantic keys of ``tables`` (and ``extra`` values).
+def stage_hash(config: PipelineConfig, tables: list[str] | tuple[str, ...], *extra: Any) -> str:
+    """SHA-1 of the semantic keys of ``tables`` (and ``extra`` values), over the plain form.
 
     Each stage's cache key includes the tables of every stage upstream of it,
     so an upstream change can never return a stale downstream result.
     """
-    payload = {
-        table: {k: v for k, v in config[table].items() if (table, k) not in NON_SEMANTIC_KEYS}
-        for table in tables
-    }
-    text = json.dumps([payload, list(extra)], sort_keys=True, default=str)
+    plain = config.to_dict(semantic_only=True)
+    text = json.dumps([{table: plain[table] for table in tables}, list(extra)], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()

@@ -1,12 +1,22 @@
 """Datasets as folders of class folders, and the seeded train/test split.
 
-Protocols (DESIGN.md §3): a dataset is a folder whose sub-folders are the
-classes (Caltech-101: 102 folders; ``BACKGROUND_Google`` is excluded unless
-asked for; ``Faces`` and ``Faces_easy`` are separate classes).  The split draws
-``n_train`` random images per class for training and keeps the rest for
-testing, capped at ``n_test`` per class when given (Caltech-101: 15 or 30
-training images, at most 50 test images; 15-Scenes: 100 training images, all the
-rest for testing).
+A dataset is a folder whose sub-folders are the classes (Caltech-101 [1]_: 102
+folders; ``BACKGROUND_Google`` is excluded unless asked for; ``Faces`` and
+``Faces_easy`` are separate classes).  The split draws ``n_train`` random images per
+class for training and keeps the rest for testing, capped at ``n_test`` per class when
+given — the protocols of the papers the package reproduces [2]_ [3]_: Caltech-101, 15 or
+30 training images and at most 50 test images per class; 15-Scenes, 100 training images
+per class and all the rest for testing.
+
+References
+----------
+.. [1] L. Fei-Fei, R. Fergus and P. Perona, "Learning generative visual models from few
+   training examples: an incremental Bayesian approach tested on 101 object
+   categories", CVPR Workshop on Generative-Model Based Vision, 2004.
+.. [2] S. Lazebnik, C. Schmid and J. Ponce, "Beyond bags of features: spatial pyramid
+   matching for recognizing natural scene categories", CVPR 2006.
+.. [3] J. Yang, K. Yu, Y. Gong and T. Huang, "Linear spatial pyramid matching using
+   sparse coding for image classification", CVPR 2009.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ __all__ = [
     "discover_dataset",
     "split_indices",
     "file_fingerprint",
+    "dataset_digest",
 ]
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp"})
@@ -166,3 +177,12 @@ def file_fingerprint(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def dataset_digest(paths: list[str], fingerprints: list[str]) -> str:
+    """SHA-1 over the relative paths and content fingerprints of a dataset's images.
+
+    It changes when an image is added, removed, renamed or edited; it is part of the
+    feature set's config hash.
+    """
+    return hashlib.sha1("\n".join(f"{p}:{f}" for p, f in zip(paths, fingerprints)).encode()).hexdigest()

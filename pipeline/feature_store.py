@@ -1,6 +1,6 @@
 """The feature store: one folder per feature set, readable without pickle.
 
-Layout (DESIGN.md §5)::
+Layout::
 
     manifest.json     config, config hash, versions, class names, the split
                       (paths of training and test images), skipped files with
@@ -10,7 +10,9 @@ Layout (DESIGN.md §5)::
     y_train.npy       int64 class indices
     y_test.npy        int64
     codebook.npy      float32 (K, 128)         to featurise new images
-    minmax.npy        float32 (2, d)           only with min-max normalisation
+    minmax.npy        float32 (2, d)           training minima and maxima, only with
+                                               min-max normalisation (the fitted
+                                               :class:`~classify_images.coding.normalize.Normalizer`)
 
 The folder is assembled under a temporary name and renamed into place, and the
 manifest is written last: a folder with a manifest is complete.
@@ -27,9 +29,15 @@ from typing import Any
 
 import numpy as np
 
+from ..coding.normalize import Normalizer
+from .atomic import atomic_write
+from .config import PipelineConfig
+
 __all__ = ["FeatureSetError", "FeatureSet", "load_feature_set", "write_json_atomic", "FeatureSetWriter"]
 
 MANIFEST = "manifest.json"
+#: The fitted normaliser's statistics (``[minima; maxima]``), when it has any.
+NORMALIZER_STATISTICS = "minmax"
 FORMAT_NAME = "classify-images-feature-set"
 FORMAT_VERSION = 1
 
@@ -39,11 +47,9 @@ class FeatureSetError(ValueError):
 
 
 def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
-    """Write JSON under a temporary name, then rename it over ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write ``payload`` as indented JSON to ``path`` atomically (:func:`~.atomic.atomic_write`)."""
+    with atomic_write(path, "w") as handle:
+        handle.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
 @dataclass
@@ -67,8 +73,9 @@ class FeatureSet:
         return str(self.manifest["config_hash"])
 
     @property
-    def config(self) -> dict:
-        return self.manifest["config"]
+    def config(self) -> PipelineConfig:
+        """The configuration the feature set was built with."""
+        return PipelineConfig.from_dict(self.manifest["config"], source=str(self.path / MANIFEST))
 
     @property
     def n_features(self) -> int:
@@ -88,9 +95,13 @@ class FeatureSet:
             self._codebook = _load_array(self.path, "codebook.npy")
         return self._codebook
 
-    def minmax(self) -> np.ndarray | None:
-        """Training minima and maxima (2 × d) when the normalisation is min-max."""
-        return _load_array(self.path, "minmax.npy") if (self.path / "minmax.npy").exists() else None
+    def normalizer(self) -> Normalizer:
+        """The normaliser the rows were normalised with, fitted on the training rows."""
+        method = self.manifest["config"]["normalization"]["method"]
+        statistics = None
+        if not Normalizer(method).per_vector:
+            statistics = _load_array(self.path, f"{NORMALIZER_STATISTICS}.npy")
+        return Normalizer.from_statistics(method, statistics)
 
     def identity(self) -> dict:
         """What a model records of the feature set it was trained on."""
@@ -167,6 +178,12 @@ class FeatureSetWriter:
 
     def save(self, name: str, array: np.ndarray) -> None:
         np.save(self.tmp / f"{name}.npy", np.asarray(array), allow_pickle=False)
+
+    def save_normalizer(self, normalizer: Normalizer) -> None:
+        """Store the fitted normaliser's statistics (nothing for per-vector methods)."""
+        statistics = normalizer.statistics()
+        if statistics is not None:
+            self.save(NORMALIZER_STATISTICS, statistics)
 
     def commit(self, manifest: dict) -> Path:
         manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest}

@@ -9,17 +9,24 @@ upstream change can never return a stale result, and a downstream change
 each result under a temporary name and renames it, so an interrupted run never
 leaves a half-written entry.
 
-What is cached per image is compact (DESIGN.md §1):
+What is cached per image is compact:
 
 * ``check_image``      — readable?, its size after resizing, or the reason it is not;
-* ``image_descriptors`` — dense SIFT as uint8 (VLFeat's 512·v convention) + grid
-  positions (only when ``sift.cache_descriptors`` is true: at ~40 000 descriptors
-  per image it would be 5 MB an image, and recomputing is cheap);
+* ``image_descriptors`` — dense SIFT as uint8 (VLFeat's 512·v convention [1]_) + grid
+  positions (only when ``sift.cache_descriptors`` is true: ``n`` descriptors take
+  ``128 n`` bytes, large for dense grids with several patch sizes, and recomputing
+  them is cheap; see BENCHMARKS.md, section "Feature building on 15-Scenes");
 * ``descriptor_sample`` — the few descriptors of a training image that feed the codebook;
 * ``image_codes``       — VQ indices (int16) or sparse codes (CSR float32) + positions.
 
 The codebook itself is learnt by :func:`learn_codebook`, cached on the content of
-the descriptor sample.
+the descriptor sample.  The cached functions take plain values (dicts, lists, numbers,
+strings): joblib's cache key is a hash of their arguments.
+
+References
+----------
+.. [1] A. Vedaldi and B. Fulkerson, "VLFeat: an open and portable library of computer
+   vision algorithms", ACM Multimedia 2010.
 """
 
 from __future__ import annotations

@@ -80,8 +80,9 @@ def compute_digests(dataset: Path, configs: dict, workdir: Path, classifiers: di
     """Build every config on ``dataset``, featurise its test images as new images and train
     every classifier: ``{config: {"features", "new_images", "models": {run: digest}}}``."""
     from classify_images.classifiers.registry import make_classifier
-    from classify_images.pipeline.build import build_feature_set, featurize_images
+    from classify_images.pipeline.build import build_feature_set
     from classify_images.pipeline.config import validate_config
+    from classify_images.pipeline.extractor import FeatureExtractor
     from classify_images.pipeline.feature_store import load_feature_set
 
     result = {}
@@ -89,7 +90,8 @@ def compute_digests(dataset: Path, configs: dict, workdir: Path, classifiers: di
         out = workdir / name
         build_feature_set(dataset, out, validate_config(json.loads(json.dumps(raw))), cache_dir=workdir / "cache")
         fs = load_feature_set(out)
-        X_new, _ = featurize_images([str(Path(fs.manifest["dataset"]["root"]) / p) for p in fs.test_paths[:4]], fs)
+        new_images = [str(Path(fs.manifest["dataset"]["root"]) / p) for p in fs.test_paths[:4]]
+        X_new, _ = FeatureExtractor.from_feature_set(fs).transform_images(new_images)
         models = {}
         for run, (classifier, params) in classifiers.items():
             estimator = make_classifier(classifier, params).fit(np.asarray(fs.X_train), fs.y_train)

@@ -6,12 +6,13 @@ import shutil
 import numpy as np
 import pytest
 
-from classify_images.pipeline import build as build_module
+from classify_images.pipeline import extractor as extractor_module
 from classify_images.pipeline import stages
-from classify_images.pipeline.build import build_feature_set, featurize_images
+from classify_images.pipeline.build import build_feature_set
 from classify_images.pipeline.cli import main
 from classify_images.pipeline.config import validate_config
 from classify_images.pipeline.dataset import DatasetError
+from classify_images.pipeline.extractor import FeatureExtractor
 from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
@@ -181,7 +182,7 @@ def test_interrupted_build_leaves_previous_set_and_resumes(tmp_path, small_datas
     before = (out / "manifest.json").read_text()
 
     calls = {"n": 0}
-    real = build_module.spatial_pyramid_pool
+    real = extractor_module.spatial_pyramid_pool
 
     def dying(*args, **kwargs):  # the user presses Ctrl-C during encode + pool
         calls["n"] += 1
@@ -189,7 +190,7 @@ def test_interrupted_build_leaves_previous_set_and_resumes(tmp_path, small_datas
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(build_module, "spatial_pyramid_pool", dying)
+    monkeypatch.setattr(extractor_module, "spatial_pyramid_pool", dying)
     with pytest.raises(KeyboardInterrupt):
         build_feature_set(small_dataset, out, _config(pooling__levels=[1, 2, 3]), cache_dir=cache)
     monkeypatch.undo()
@@ -214,7 +215,7 @@ def test_featurize_new_images_matches_stored_rows(tmp_path, small_dataset):
     build_feature_set(small_dataset, out, _config(), cache_dir=tmp_path / "cache")
     fs = load_feature_set(out)
     paths = [str(small_dataset / p) for p in fs.test_paths[:3]] + [str(tmp_path / "nope.jpg")]
-    X, status = featurize_images(paths, fs)
+    X, status = FeatureExtractor.from_feature_set(fs).transform_images(paths)
     assert [s["ok"] for s in status] == [True, True, True, False]
     np.testing.assert_allclose(X, np.asarray(fs.X_test[:3]), rtol=1e-6)
 

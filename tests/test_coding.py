@@ -3,12 +3,10 @@ import pytest
 import scipy.sparse as sp
 
 from classify_images.coding import (
+    Normalizer,
     SparseCoder,
-    apply_minmax,
-    fit_minmax,
     learn_kmeans_codebook,
     learn_sparse_dictionary,
-    normalize_rows,
     pooled_dimension,
     spatial_pyramid_pool,
     vq_encode,
@@ -90,16 +88,64 @@ def test_sparse_codes_satisfy_lasso_optimality():
 
 def test_normalisations():
     X = np.array([[3.0, -4.0, 0.0], [0.0, 0.0, 0.0]], dtype=np.float32)
-    np.testing.assert_allclose(normalize_rows(X, "l2")[0], [0.6, -0.8, 0.0], rtol=1e-6)
-    np.testing.assert_allclose(normalize_rows(X, "l1")[0], [3 / 7, -4 / 7, 0.0], rtol=1e-6)
-    power = normalize_rows(X, "power")[0]
+    np.testing.assert_allclose(Normalizer("l2").transform(X)[0], [0.6, -0.8, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(Normalizer("l1").transform(X)[0], [3 / 7, -4 / 7, 0.0], rtol=1e-6)
+    power = Normalizer("power").transform(X)[0]
     np.testing.assert_allclose(power, np.array([np.sqrt(3), -2.0, 0]) / np.sqrt(7), rtol=1e-6)
-    assert not normalize_rows(X, "l2")[1].any()  # zero vector stays zero, no NaN
+    assert not Normalizer("l2").transform(X)[1].any()  # zero vector stays zero, no NaN
     train = np.array([[0.0, 2.0], [1.0, 4.0]], dtype=np.float32)
-    lo, hi = fit_minmax(train)
-    np.testing.assert_allclose(apply_minmax(np.array([[0.5, 6.0], [-1.0, 3.0]]), lo, hi), [[0.5, 1.0], [0.0, 0.5]])
+    minmax = Normalizer("minmax").fit(train)
+    np.testing.assert_allclose(minmax.transform(np.array([[0.5, 6.0], [-1.0, 3.0]])), [[0.5, 1.0], [0.0, 0.5]])
     with pytest.raises(ValueError, match="not one of"):
-        normalize_rows(X, "l3")
+        Normalizer("l3")
+
+
+@pytest.mark.parametrize("method", ["l2", "l1", "power", "none"])
+def test_per_vector_normalizer_is_the_formula_and_needs_no_fit(method):
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((7, 20)) * (rng.random((7, 20)) < 0.6)).astype(np.float32)
+    X[3] = 0.0
+    normalizer = Normalizer(method)
+    assert normalizer.per_vector and normalizer.is_fitted and normalizer.statistics() is None
+    Z = X.astype(np.float64)
+    if method == "power":
+        Z = np.sign(Z) * np.sqrt(np.abs(Z))
+    norms = {"l2": np.linalg.norm(Z, axis=1), "power": np.linalg.norm(Z, axis=1),
+             "l1": np.abs(Z).sum(axis=1), "none": np.ones(len(Z))}[method]
+    expected = Z / np.where(norms > 0, norms, 1.0)[:, None]
+    out = normalizer.transform(X)
+    assert out.dtype == np.float32 and out.shape == X.shape
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
+    # Fitting changes nothing, and a row is normalised the same alone or in a batch.
+    np.testing.assert_array_equal(Normalizer(method).fit(X[:2] * 100).transform(X), out)
+    np.testing.assert_array_equal(normalizer.transform(X[5]), out[5:6])
+
+
+def test_minmax_normalizer_learns_from_training_rows_only():
+    rng = np.random.default_rng(1)
+    X_train = rng.random((30, 6)).astype(np.float32) * 4 - 1
+    X_train[:, 2] = 0.5  # constant on the training rows
+    X_test = rng.random((10, 6)).astype(np.float32) * 8 - 3
+    normalizer = Normalizer("minmax")
+    assert not normalizer.per_vector and not normalizer.is_fitted
+    with pytest.raises(ValueError, match="fitted"):
+        normalizer.transform(X_test)
+    normalizer.fit(X_train)
+    np.testing.assert_array_equal(normalizer.minima_, X_train.min(axis=0))
+    np.testing.assert_array_equal(normalizer.maxima_, X_train.max(axis=0))
+    lo, hi = X_train.min(axis=0).astype(np.float64), X_train.max(axis=0).astype(np.float64)
+    span = np.where(hi > lo, hi - lo, np.inf)
+    expected = np.clip((X_test - lo) / span, 0.0, 1.0)
+    out = normalizer.transform(X_test)
+    assert out.dtype == np.float32 and out.min() >= 0 and out.max() <= 1
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    assert not out[:, 2].any()  # a dimension constant on the training rows maps to 0
+    # The test rows do not move the statistics; transforming in chunks changes no bit.
+    np.testing.assert_array_equal(Normalizer("minmax").fit(X_train).transform(X_test), out)
+    np.testing.assert_array_equal(np.concatenate([normalizer.transform(X_test[:4]), normalizer.transform(X_test[4:])]), out)
+    np.testing.assert_array_equal(normalizer.fit_transform(X_train), normalizer.transform(X_train))
+    restored = Normalizer.from_statistics("minmax", normalizer.statistics())
+    np.testing.assert_array_equal(restored.transform(X_test), out)
 
 
 def test_codebooks_deterministic_and_shaped():

@@ -1,0 +1,151 @@
+"""The fitted front half of the pipeline: image file → feature vector.
+
+A :class:`FeatureExtractor` holds what turns an image into the vector a classifier
+reads — the configuration, the codebook and the fitted normaliser — and applies, per
+image,
+
+1. decoding, grayscale, shrinking to ``image.max_side`` (:mod:`~classify_images.features.preprocess`);
+2. dense SIFT (:mod:`~classify_images.features.dsift`);
+3. coding over the codebook: a VQ index or a sparse code per descriptor
+   (:mod:`~classify_images.coding.encode`);
+4. spatial-pyramid pooling (:mod:`~classify_images.coding.pooling`);
+5. normalisation (:class:`~classify_images.coding.normalize.Normalizer`).
+
+Steps 1–3 run through the per-image :class:`~classify_images.pipeline.stages.StageCache`.
+:func:`~classify_images.pipeline.build.build_feature_set` learns the codebook and fits the
+normaliser, then computes every row of the feature set with the extractor; ``predict``
+rebuilds the same extractor from the feature set (:meth:`FeatureExtractor.from_feature_set`)
+for new images, so a new image gets exactly the vector it would have had in the feature
+set.  The extractor's state is plain: the configuration, the codebook array and the
+normaliser's statistics array.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+
+from ..coding.normalize import Normalizer
+from ..coding.pooling import pooled_dimension, spatial_pyramid_pool
+from .config import PipelineConfig
+from .dataset import file_fingerprint
+from .stages import StageCache, codes_matrix
+
+__all__ = ["FeatureExtractor"]
+
+
+class FeatureExtractor:
+    """Image → feature vector, with a learnt codebook and a fitted normaliser.
+
+    Parameters
+    ----------
+    config : PipelineConfig
+        The pipeline's configuration (tables ``image``, ``sift``, ``codebook``,
+        ``pooling``, ``normalization`` are used).
+    codebook : ndarray of float32, shape (K, 128)
+        k-means centres or sparse-coding dictionary.
+    normalizer : Normalizer, optional
+        Default: an unfitted ``Normalizer(config.normalization.method)``.  A normaliser
+        that needs training statistics (``minmax``) must be fitted before
+        :meth:`vector` is called; until then :meth:`pooled` gives the vectors to fit it on.
+    cache : StageCache, optional
+        Per-image stage cache (default: none, every call recomputes).
+
+    Attributes
+    ----------
+    codebook_digest : str
+        SHA-1 of the codebook's bytes (keys the cached codes).
+    n_features : int
+        Length of the vectors, ``K · Σ_L L²`` over the pyramid levels ``L``.
+    """
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        codebook: np.ndarray,
+        normalizer: Normalizer | None = None,
+        *,
+        cache: StageCache | None = None,
+    ) -> None:
+        self.config = config
+        self.codebook = codebook
+        self.normalizer = normalizer if normalizer is not None else Normalizer(config.normalization.method)
+        self.cache = cache if cache is not None else StageCache(None, cache_descriptors=False)
+        self.codebook_digest = hashlib.sha1(np.ascontiguousarray(codebook).tobytes()).hexdigest()
+        self.n_features = pooled_dimension(codebook.shape[0], config.pooling.levels)
+        # Plain values for the cached stage functions (their cache keys).
+        self._sift = config.sift_params()
+        self._codebook_params = config.to_dict()["codebook"]
+
+    @classmethod
+    def from_feature_set(cls, feature_set: Any, *, cache_dir: str | os.PathLike | None = None) -> "FeatureExtractor":
+        """The extractor a feature set was built with (its config, codebook and normaliser).
+
+        Parameters
+        ----------
+        feature_set : FeatureSet
+            A loaded feature set (:func:`~classify_images.pipeline.feature_store.load_feature_set`).
+        cache_dir : path-like, optional
+            Stage cache for the codes of new images (descriptors are not cached).
+        """
+        return cls(
+            feature_set.config,
+            feature_set.codebook(),
+            feature_set.normalizer(),
+            cache=StageCache(cache_dir, cache_descriptors=False),
+        )
+
+    def check(self, path: str, fingerprint: str) -> dict[str, Any]:
+        """``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}`` for one image.
+
+        An image that cannot be decoded, or smaller than the largest patch once shrunk,
+        is not ok.
+        """
+        return self.cache.check_image(path, fingerprint, self.config.image.max_side, max(self.config.sift.patch_sizes))
+
+    def pooled(self, path: str, fingerprint: str) -> np.ndarray:
+        """The pooled, not yet normalised, vector of a readable image (float32, ``n_features``).
+
+        ``fingerprint`` is the SHA-1 of the file's bytes
+        (:func:`~classify_images.pipeline.dataset.file_fingerprint`); it keys the cache.
+        """
+        codes = self.cache.image_codes(
+            path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
+            self.codebook_digest, self.codebook,
+        )
+        n_words = self.codebook.shape[0]
+        return spatial_pyramid_pool(
+            codes_matrix(codes, n_words),
+            codes["x"],
+            codes["y"],
+            tuple(int(v) for v in codes["shape"]),
+            n_words,
+            levels=list(self.config.pooling.levels),
+            method=self.config.pooling.method,
+        )
+
+    def vector(self, path: str, fingerprint: str) -> np.ndarray:
+        """The feature vector of a readable image: :meth:`pooled`, then normalised."""
+        return self.normalizer.transform(self.pooled(path, fingerprint))[0]
+
+    def transform_images(self, paths: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """Feature vectors of image files; unreadable ones are reported, not raised.
+
+        Returns
+        -------
+        X : ndarray of float32, shape (n_ok, n_features)
+            The rows of the images that could be read, in input order.
+        status : list of dict
+            Per input path: ``{"path", "ok", "reason"?, "shape"?}``.
+        """
+        rows, status = [], []
+        for path in paths:
+            fingerprint = file_fingerprint(path) if os.path.isfile(path) else ""
+            check = self.check(path, fingerprint) if fingerprint else {"ok": False, "reason": "file does not exist"}
+            status.append({"path": path, **check})
+            if check["ok"]:
+                rows.append(self.vector(path, fingerprint))
+        return np.asarray(rows, dtype=np.float32).reshape(len(rows), self.n_features), status
