@@ -7,7 +7,6 @@ Estimator classes are imported lazily: ``from classify_images.classifiers import
 """
 
 from .base import OneVsRestClassifierBase
-from .persistence import ModelFileError, load_model, save_model
 from .registry import CLASSIFIERS, classifier_class, make_classifier
 
 _LAZY = {target.rpartition(":")[2]: name for name, target in CLASSIFIERS.items()}
@@ -21,9 +20,6 @@ def __getattr__(attribute: str):
 
 __all__ = [
     "OneVsRestClassifierBase",
-    "ModelFileError",
-    "load_model",
-    "save_model",
     "CLASSIFIERS",
     "classifier_class",
     "make_classifier",
