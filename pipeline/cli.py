@@ -22,12 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..classifiers.persistence import ModelFileError, check_model_matches, load_model, save_model
 from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
 from .config import ConfigError, load_config, named_configs
 from .dataset import DatasetError
 from .feature_store import FeatureSetError, load_feature_set
+from .model_file import ModelFileError, check_model_matches, load_model, save_model
+from .progress import tqdm_progress as _tqdm_progress
 
 __all__ = ["main", "build_parser"]
 
@@ -36,17 +37,6 @@ USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, Class
 
 class UsageError(ValueError):
     """A bad command-line value (one-line error)."""
-
-
-def _tqdm_progress(enabled: bool):
-    def progress(iterable, desc, total=None):
-        if not enabled:
-            return iterable
-        from tqdm import tqdm
-
-        return tqdm(iterable, desc=desc, total=total, unit="img", dynamic_ncols=True, leave=False)
-
-    return progress
 
 
 def _params(pairs: list[str] | None) -> dict[str, Any]:
@@ -116,55 +106,44 @@ def cmd_train(args: argparse.Namespace) -> int:
     import numpy as np
 
     from .evaluation import train_classifier
+    from .report import training_text
 
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
-        model, seconds = train_classifier(args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train)
+        training = train_classifier(args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train)
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
-    identity = {**feature_set.identity(), "train_seconds": round(seconds, 4)}
-    path = save_model(out, model, feature_set=identity)
-    print(f"trained {args.classifier} on {feature_set.X_train.shape[0]} images × {feature_set.n_features} dims "
-          f"in {seconds:.2f} s -> {path}")
+    path = save_model(out, training.estimator, feature_set=feature_set.identity(), train_seconds=training.train_seconds)
+    print(training_text(training, path))
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_model, write_report
+    from .evaluation import evaluate_model
+    from .report import evaluation_text, write_report
 
     feature_set = load_feature_set(args.featureset)
     model, meta = load_model(args.model)
-    meta = {**meta, "train_seconds": meta.get("feature_set", {}).get("train_seconds")}
-    report = evaluate_model(model, meta, feature_set)
+    evaluation = evaluate_model(model, meta, feature_set)
     out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
-    write_report(report, out)
-    print(f"{report['classifier']}: mean per-class accuracy {100 * report['mean_per_class_accuracy']:.2f} % "
-          f"on {report['n_test']} test images ({len(report['class_names'])} classes)")
-    width = max(len(name) for name in report["class_names"])
-    for name, rate in report["per_class_accuracy"].items():
-        print(f"  {name:<{width}}  {100 * rate:6.2f} %")
-    print(f"  training {report['train_seconds']} s, testing {report['test_seconds']} s; report: {out}/report.md")
+    write_report(evaluation, out)
+    print(evaluation_text(evaluation, out))
     return 0
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from .evaluation import run_experiment
-    from .feature_store import write_json_atomic
+    from .report import experiment_text, write_experiment
 
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
-        result = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
-    for run in result["runs"]:
-        print(f"  seed {run['seed']}: {100 * run['mean_per_class_accuracy']:.2f} %  "
-              f"(train {run['train_seconds']:.2f} s, test {run['test_seconds']:.2f} s)")
-    print(f"{args.classifier}: {100 * result['mean']:.2f} ± {100 * result['std']:.2f} % mean per-class accuracy "
-          f"over {args.repeats} splits ({result['note']})")
+        experiment = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
+    print(experiment_text(experiment))
     if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        write_json_atomic(Path(args.out) / "experiment.json", result)
+        write_experiment(experiment, args.out)
     return 0
 
 
