@@ -181,6 +181,53 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.workdir), n_jobs=args.n_jobs, quiet=args.quiet)
 
 
+def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
+    """The feature set, the classifier and its parameters (``train``, ``experiment``)."""
+    parser.add_argument("featureset")
+    parser.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
+    parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
+
+
+def _add_train_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("train", help="train a classifier on a feature set",
+                            description="Train a classifier on the training rows of a feature set and save it "
+                            "(.npz + JSON header, no pickle).")
+    _add_classifier_arguments(parser)
+    parser.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
+    parser.set_defaults(func=cmd_train)
+
+
+def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("evaluate", help="mean per-class accuracy, confusion, timings",
+                            description="Evaluate a model on the test rows of its feature set; writes report.json, "
+                            "report.md and confusion.png.")
+    parser.add_argument("featureset")
+    parser.add_argument("model")
+    parser.add_argument("--out", help="report folder (default: <model>-report)")
+    parser.set_defaults(func=cmd_evaluate)
+
+
+def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("experiment", help="mean ± std over random re-splits",
+                            description="Re-split the stored rows with R seeds under the feature set's protocol, "
+                            "train and test each time, and report mean ± std of the mean per-class accuracy.")
+    _add_classifier_arguments(parser)
+    parser.add_argument("--repeats", type=int, default=5, metavar="R")
+    parser.add_argument("--seed", type=int, default=0, help="first split seed")
+    parser.add_argument("--out", help="folder for experiment.json")
+    parser.set_defaults(func=cmd_experiment)
+
+
+def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("demo", help="build, train and evaluate on scikit-learn's bundled digits",
+                            description="Write scikit-learn's handwritten digits as an image folder and run "
+                            "build-features -> train -> evaluate on it (about a minute).")
+    parser.add_argument("--workdir", default="classify-images-demo", help="where to write images, features, model, report")
+    parser.add_argument("--n-jobs", type=int, default=2)
+    parser.add_argument("-q", "--quiet", action="store_true")
+    parser.set_defaults(func=cmd_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="classify-images",
@@ -213,33 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_build_features)
 
-    t = sub.add_parser("train", help="train a classifier on a feature set",
-                       description="Train a classifier on the training rows of a feature set and save it "
-                       "(.npz + JSON header, no pickle).")
-    t.add_argument("featureset")
-    t.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
-    t.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
-    t.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
-    t.set_defaults(func=cmd_train)
-
-    e = sub.add_parser("evaluate", help="mean per-class accuracy, confusion, timings",
-                       description="Evaluate a model on the test rows of its feature set; writes report.json, "
-                       "report.md and confusion.png.")
-    e.add_argument("featureset")
-    e.add_argument("model")
-    e.add_argument("--out", help="report folder (default: <model>-report)")
-    e.set_defaults(func=cmd_evaluate)
-
-    x = sub.add_parser("experiment", help="mean ± std over random re-splits",
-                       description="Re-split the stored rows with R seeds under the feature set's protocol, "
-                       "train and test each time, and report mean ± std of the mean per-class accuracy.")
-    x.add_argument("featureset")
-    x.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
-    x.add_argument("--repeats", type=int, default=5, metavar="R")
-    x.add_argument("--seed", type=int, default=0, help="first split seed")
-    x.add_argument("--param", action="append", metavar="KEY=VALUE")
-    x.add_argument("--out", help="folder for experiment.json")
-    x.set_defaults(func=cmd_experiment)
+    _add_train_parser(sub)
+    _add_evaluate_parser(sub)
+    _add_experiment_parser(sub)
 
     p = sub.add_parser("predict", help="top-k classes of new images",
                        description="Classify new images with a model, using the preprocessing and codebook "
@@ -250,13 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=3)
     p.set_defaults(func=cmd_predict)
 
-    d = sub.add_parser("demo", help="build, train and evaluate on scikit-learn's bundled digits",
-                       description="Write scikit-learn's handwritten digits as an image folder and run "
-                       "build-features -> train -> evaluate on it (about a minute).")
-    d.add_argument("--workdir", default="classify-images-demo", help="where to write images, features, model, report")
-    d.add_argument("--n-jobs", type=int, default=2)
-    d.add_argument("-q", "--quiet", action="store_true")
-    d.set_defaults(func=cmd_demo)
+    _add_demo_parser(sub)
     return parser
 
 
