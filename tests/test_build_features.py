@@ -14,7 +14,7 @@ from classify_images.pipeline.config import validate_config
 from classify_images.pipeline.dataset import DatasetError
 from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
 
-from .conftest import SMALL_CONFIG
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
 
 
 def _config(**changes):
@@ -25,11 +25,14 @@ def _config(**changes):
     return validate_config(raw)
 
 
-def test_build_caltech_mini_layout_and_manifest(tmp_path, caltech_mini):
+def test_build_layout_and_manifest(tmp_path):
+    dataset = tmp_path / "data"
+    shutil.copytree(FIXTURE_IMAGES, dataset)
+    shutil.copytree(FIXTURE_IMAGES / "china", dataset / "BACKGROUND_Google")  # Caltech-101's clutter class
     out = tmp_path / "fs"
-    result = build_feature_set(caltech_mini, out, _config(), cache_dir=tmp_path / "cache")
+    result = build_feature_set(dataset, out, _config(), cache_dir=tmp_path / "cache")
     fs = load_feature_set(out)
-    assert fs.class_names == ["Faces_easy", "accordion", "airplanes", "car_side"]  # background excluded
+    assert fs.class_names == ["china", "digit_0", "digit_1", "flower"]  # background excluded
     assert result.n_train == 20 and result.n_test == 20 and result.n_skipped == 0
     assert fs.X_train.shape == (20, 16 * 5) and fs.X_train.dtype == np.float32
     assert isinstance(fs.X_train, np.memmap)
@@ -103,7 +106,7 @@ def test_sparse_coding_max_pooling_path(tmp_path, small_dataset):
 
 
 def _write_bad_files(root, sample_jpeg):
-    cls = root / "Faces_easy"
+    cls = root / "flower"
     (cls / "zero.jpg").write_bytes(b"")
     (cls / "text.jpg").write_text("this is not an image")
     data = sample_jpeg.read_bytes()
@@ -111,11 +114,11 @@ def _write_bad_files(root, sample_jpeg):
     import cv2
 
     cv2.imwrite(str(cls / "tiny.png"), np.full((8, 8), 128, np.uint8))
-    return {"Faces_easy/zero.jpg", "Faces_easy/text.jpg", "Faces_easy/truncated.jpg", "Faces_easy/tiny.png"}
+    return {"flower/zero.jpg", "flower/text.jpg", "flower/truncated.jpg", "flower/tiny.png"}
 
 
 def test_unreadable_images_are_skipped_counted_and_listed(tmp_path, small_dataset, capsys):
-    bad = _write_bad_files(small_dataset, small_dataset / "accordion" / sorted((small_dataset / "accordion").iterdir())[0].name)
+    bad = _write_bad_files(small_dataset, small_dataset / "china" / sorted((small_dataset / "china").iterdir())[0].name)
     cfg = tmp_path / "c.toml"
     cfg.write_text("[dataset]\ntrain_per_class = 5\ntest_per_class = 5\n[image]\nmax_side = 96\n"
                    "[codebook]\nsize = 16\nn_samples = 3000\nn_iter = 20\n[pooling]\nlevels = [1, 2]\n")
@@ -148,7 +151,7 @@ def test_user_errors_exit_2_with_one_line(tmp_path, small_dataset, capsys, make,
 
 
 def _single_class(root):
-    for name in ("accordion", "car_side"):
+    for name in ("china", "digit_1"):
         shutil.rmtree(root / name)
     return root
 
@@ -217,7 +220,7 @@ def test_featurize_new_images_matches_stored_rows(tmp_path, small_dataset):
 
 
 def test_class_with_all_images_unreadable(tmp_path, small_dataset):
-    for f in (small_dataset / "car_side").iterdir():
+    for f in (small_dataset / "digit_1").iterdir():
         f.write_bytes(b"")
     with pytest.raises(DatasetError, match="lower --train-per-class"):
         build_feature_set(small_dataset, tmp_path / "fs", _config(), cache_dir=None)

@@ -1,4 +1,4 @@
-"""train / evaluate / experiment / predict on caltech101-mini through the command line."""
+"""train / evaluate / experiment / predict on the shipped fixture images through the command line."""
 
 import json
 import zipfile
@@ -8,11 +8,11 @@ import pytest
 
 from classify_images.pipeline.cli import main
 
-from .conftest import SMALL_CONFIG
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
 
 
 @pytest.fixture(scope="module")
-def feature_set(tmp_path_factory, caltech_mini):
+def feature_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     config = root / "small.toml"
     lines = []
@@ -21,7 +21,7 @@ def feature_set(tmp_path_factory, caltech_mini):
         lines += [f"{k} = {json.dumps(v) if not isinstance(v, bool) else str(v).lower()}" for k, v in values.items()]
     config.write_text("\n".join(lines) + "\n")
     out = root / "fs"
-    assert main(["build-features", str(caltech_mini), "--config", str(config), "--out", str(out),
+    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(out),
                  "--cache-dir", str(root / "cache"), "-q"]) == 0
     return out
 
@@ -37,7 +37,7 @@ def test_train_evaluate_report(tmp_path, feature_set, capsys):
     assert confusion.shape == (4, 4) and confusion.sum() == 20
     expected = np.mean(np.diag(confusion) / confusion.sum(1))
     assert report["mean_per_class_accuracy"] == pytest.approx(expected)
-    assert report["mean_per_class_accuracy"] > 0.5  # four easy Caltech classes: far above chance (0.25)
+    assert report["mean_per_class_accuracy"] > 0.5  # four easy classes: far above chance (0.25)
     assert (tmp_path / "rep" / "report.md").read_text().startswith("# Evaluation")
     assert (tmp_path / "rep" / "confusion.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -52,14 +52,14 @@ def test_every_classifier_trains_saves_and_evaluates(tmp_path, feature_set, caps
     assert main(["evaluate", str(feature_set), str(model), "--out", str(tmp_path / "rep")]) == 0
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["classifier"] == classifier
-    assert report["mean_per_class_accuracy"] > 0.4  # four Caltech classes, 5 training images each; chance 0.25
+    assert report["mean_per_class_accuracy"] > 0.4  # four classes, 5 training images each; chance 0.25
 
 
-def test_predict_new_images(tmp_path, feature_set, caltech_mini, capsys):
+def test_predict_new_images(tmp_path, feature_set, capsys):
     model = tmp_path / "m.npz"
     main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)])
     capsys.readouterr()
-    image = caltech_mini / "car_side" / "image_0020.jpg"
+    image = FIXTURE_IMAGES / "flower" / "11.jpg"
     assert main(["predict", str(model), str(image), str(tmp_path / "missing.jpg"), "--top-k", "2"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith(str(image) + ": ") and lines[0].count("(") == 2
@@ -75,14 +75,14 @@ def test_experiment_repeats(tmp_path, feature_set, capsys):
     assert "±" in capsys.readouterr().out
 
 
-def test_model_for_another_feature_set_is_refused(tmp_path, feature_set, caltech_mini, capsys):
+def test_model_for_another_feature_set_is_refused(tmp_path, feature_set, capsys):
     model = tmp_path / "m.npz"
     main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)])
     other = tmp_path / "other"
     config = tmp_path / "o.toml"
     config.write_text("[dataset]\ntrain_per_class = 5\ntest_per_class = 5\nseed = 7\n[image]\nmax_side = 96\n"
                       "[codebook]\nsize = 16\nn_samples = 3000\nn_iter = 20\n[pooling]\nlevels = [1, 2]\n")
-    main(["build-features", str(caltech_mini), "--config", str(config), "--out", str(other), "-q", "--no-cache"])
+    main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(other), "-q", "--no-cache"])
     capsys.readouterr()
     assert main(["evaluate", str(other), str(model)]) == 2
     err = capsys.readouterr().err

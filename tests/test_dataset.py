@@ -3,7 +3,23 @@ import pytest
 
 from classify_images.pipeline.dataset import DatasetError, discover_dataset, split_indices
 
+from .conftest import FIXTURE_IMAGES
 
+
+def test_fixture_layout_and_background_folder(tmp_path):
+    ds = discover_dataset(FIXTURE_IMAGES)
+    assert ds.class_names == ["china", "digit_0", "digit_1", "flower"]
+    assert len(ds.paths) == 48 and np.bincount(ds.labels).tolist() == [12] * 4
+    (tmp_path / "BACKGROUND_Google").mkdir()
+    (tmp_path / "BACKGROUND_Google" / "clutter.jpg").write_bytes(b"1")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.jpg").write_bytes(b"1")
+    assert discover_dataset(tmp_path).class_names == ["a", "b"]
+    assert "BACKGROUND_Google" in discover_dataset(tmp_path, keep_background=True).class_names
+
+
+@pytest.mark.realdata
 def test_caltech_layout_background_excluded_by_default(caltech_mini):
     ds = discover_dataset(caltech_mini)
     assert ds.class_names == ["Faces_easy", "accordion", "airplanes", "car_side"]

@@ -25,11 +25,7 @@ from classify_images.features import (
     triangular_kernel,
 )
 
-DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
-if not DATASETS.is_dir():  # repository checked out elsewhere
-    DATASETS = Path("/work/shared/datasets")
-SCENE_IMAGE = DATASETS / "scene15" / "Coast" / "image_0001.jpg"
-CALTECH_IMAGE = DATASETS / "caltech101-mini" / "accordion" / "image_0001.jpg"
+from .conftest import FIXTURE_PHOTO
 
 
 # ---------------------------------------------------------------------------
@@ -122,7 +118,7 @@ def rng():
 
 @pytest.fixture(scope="module")
 def real_image():
-    return load_grayscale(SCENE_IMAGE, max_side=300)
+    return load_grayscale(FIXTURE_PHOTO, max_side=300)
 
 
 def _random_image(rng, h, w):
@@ -165,7 +161,7 @@ def test_matches_reference_multiscale_without_smoothing(rng):
 
 @pytest.mark.parametrize("patch_size, step", [(16, 8), (24, 3), (40, 6)])
 def test_matches_reference_real_image(real_image, rng, patch_size, step):
-    """Selected patches (corners, borders, random) of a real 15-Scenes image."""
+    """Selected patches (corners, borders, random) of a real photograph."""
     img = real_image
     H, W = img.shape
     fast = dense_sift(img, (patch_size,), step)
@@ -178,8 +174,8 @@ def test_matches_reference_real_image(real_image, rng, patch_size, step):
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)
 
 
-def test_matches_reference_caltech_crop():
-    img = np.ascontiguousarray(load_grayscale(CALTECH_IMAGE)[100:160, 90:150])
+def test_matches_reference_photo_crop():
+    img = np.ascontiguousarray(load_grayscale(FIXTURE_PHOTO)[100:160, 90:150])
     fast = dense_sift(img, (16, 20), 11)
     for p in (16, 20):
         ref = reference_dense_sift(img, p, 11)
@@ -435,7 +431,7 @@ def test_quantize_round_trip():
     q2 = quantize_descriptors(np.array([[0.0, 0.9, -0.1, 1.0, 0.2]], np.float32))
     np.testing.assert_array_equal(q2, [[0, 255, 0, 255, 102]])
     # real descriptors: every value survives within 1/1024 unless saturated
-    d = dense_sift(load_grayscale(CALTECH_IMAGE), (16,), 8).descriptors
+    d = dense_sift(load_grayscale(FIXTURE_PHOTO), (16,), 8).descriptors
     back = dequantize_descriptors(quantize_descriptors(d))
     ok = d <= 255.5 / 512
     assert ok.mean() > 0.999

@@ -16,11 +16,7 @@ from classify_images.features import (
     resize_max_side,
 )
 
-DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
-if not DATASETS.is_dir():  # repository checked out elsewhere
-    DATASETS = Path("/work/shared/datasets")
-CALTECH_DIR = DATASETS / "caltech101-mini" / "accordion"
-CALTECH_IMAGE = CALTECH_DIR / "image_0001.jpg"
+from .conftest import FIXTURE_PHOTO
 
 
 def _write_png(path: Path, image: np.ndarray) -> Path:
@@ -50,7 +46,7 @@ def test_text_file_named_jpg(tmp_path):
 
 
 def test_truncated_jpeg(tmp_path, capfd):
-    data = CALTECH_IMAGE.read_bytes()
+    data = FIXTURE_PHOTO.read_bytes()
     p = tmp_path / "truncated.jpg"
     p.write_bytes(data[: len(data) // 2])
     with pytest.raises(ImageReadError, match="truncated or corrupt image"):
@@ -61,9 +57,9 @@ def test_truncated_jpeg(tmp_path, capfd):
 
 def test_jpeg_with_trailing_bytes_is_fine(tmp_path):
     p = tmp_path / "trailing.jpg"
-    p.write_bytes(CALTECH_IMAGE.read_bytes() + b"\x00" * 16)
+    p.write_bytes(FIXTURE_PHOTO.read_bytes() + b"\x00" * 16)
     img = load_grayscale(p)
-    np.testing.assert_array_equal(img, load_grayscale(CALTECH_IMAGE))
+    np.testing.assert_array_equal(img, load_grayscale(FIXTURE_PHOTO))
 
 
 def test_truncated_png(tmp_path):
@@ -148,19 +144,19 @@ def test_non_ascii_path(tmp_path):
     assert img.shape == (30, 40)
 
 
-def test_real_caltech_image_loads():
-    img = load_grayscale(CALTECH_IMAGE)
+def test_real_photo_loads():
+    img = load_grayscale(FIXTURE_PHOTO)
     assert img.ndim == 2 and img.dtype == np.float32 and img.flags["C_CONTIGUOUS"]
     assert max(img.shape) <= 300
     assert 0.0 <= img.min() and img.max() <= 1.0 and img.std() > 0.05
-    raw = cv2.imread(str(CALTECH_IMAGE), cv2.IMREAD_GRAYSCALE)
+    raw = cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_GRAYSCALE)
     if max(raw.shape) <= 300:
         np.testing.assert_allclose(img, raw / 255.0, atol=1e-6)
     check_min_size(img, (16, 24, 32, 40))
 
 
 def test_decode_grayscale_from_bytes():
-    data = CALTECH_IMAGE.read_bytes()
-    np.testing.assert_array_equal(decode_grayscale(data), load_grayscale(CALTECH_IMAGE))
+    data = FIXTURE_PHOTO.read_bytes()
+    np.testing.assert_array_equal(decode_grayscale(data), load_grayscale(FIXTURE_PHOTO))
     with pytest.raises(ImageReadError, match="empty file"):
         decode_grayscale(b"")

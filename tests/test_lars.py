@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from classify_images.coding import SparseCoder
 from classify_images.coding.lars import lasso_lars_codes, lasso_objective
 
-from .conftest import SCENE15, require
+from .conftest import FIXTURE_IMAGES, FIXTURE_PHOTO, SCENE15
 
 spams = pytest.importorskip("spams")
 
@@ -63,14 +63,20 @@ def test_random_dictionaries_match_spams(K, d):
     assert (A != 0).sum(1).mean() > 3
 
 
-@pytest.fixture(scope="module")
-def sift_data():
+@pytest.fixture(scope="module", params=["fixture", pytest.param("scene15", marks=pytest.mark.realdata)])
+def sift_data(request):
+    """Dense SIFT of real photographs: the shipped fixture photos, or six 15-Scenes images (realdata)."""
     from classify_images.features.dsift import dense_sift
     from classify_images.features.preprocess import load_grayscale
 
-    paths = sorted(require(SCENE15).glob("*/*.jpg"))
     rng = np.random.default_rng(0)
-    pick = [paths[i] for i in rng.choice(len(paths), 6, replace=False)]
+    if request.param == "fixture":
+        pick = [FIXTURE_PHOTO, *sorted(FIXTURE_IMAGES.glob("[cf]*/*.jpg"))]
+    else:
+        if not SCENE15.exists():
+            pytest.fail(f"real-data test: {SCENE15} is missing (set CLASSIFY_IMAGES_DATASETS)")
+        paths = sorted(SCENE15.glob("*/*.jpg"))
+        pick = [paths[i] for i in rng.choice(len(paths), 6, replace=False)]
     X = np.concatenate([dense_sift(load_grayscale(p), 16, 8).descriptors for p in pick])
     train, test = X[: len(X) // 2], X[len(X) // 2 :]
     norms = np.linalg.norm(train, axis=1)

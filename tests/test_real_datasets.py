@@ -1,0 +1,44 @@
+"""Checks that need the real datasets (marked ``realdata``; run by ``.ci/run``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from classify_images.pipeline.cli import main
+from classify_images.pipeline.dataset import discover_dataset, split_indices
+
+from .conftest import SMALL_CONFIG
+
+pytestmark = pytest.mark.realdata
+
+
+def test_scene15_protocol(scene15):
+    """15-Scenes: 15 classes, 4485 images, 200-410 per class; 100 training images per class."""
+    dataset = discover_dataset(scene15)
+    counts = np.bincount(dataset.labels)
+    assert len(dataset.class_names) == 15 and counts.sum() == 4485
+    assert counts.min() >= 200 and counts.max() <= 410
+    train, test = split_indices(dataset.labels, 100, None, 0)
+    assert len(train) == 1500 and len(test) == 2985 and not set(train) & set(test)
+    assert np.bincount(dataset.labels[train]).tolist() == [100] * 15
+
+
+def test_caltech_mini_end_to_end(tmp_path, caltech_mini, capsys):
+    """build-features -> train -> evaluate on four real Caltech-101 classes (background excluded)."""
+    config = tmp_path / "small.toml"
+    lines = []
+    for table, values in SMALL_CONFIG.items():
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    config.write_text("\n".join(lines) + "\n")
+    features, model, report = tmp_path / "fs", tmp_path / "m.npz", tmp_path / "rep"
+    assert main(["build-features", str(caltech_mini), "--config", str(config), "--out", str(features),
+                 "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    assert main(["train", str(features), "--classifier", "linear", "--param", "C=10", "--out", str(model)]) == 0
+    assert main(["evaluate", str(features), str(model), "--out", str(report)]) == 0
+    result = json.loads((report / "report.json").read_text())
+    assert result["class_names"] == ["Faces_easy", "accordion", "airplanes", "car_side"]
+    assert result["mean_per_class_accuracy"] > 0.5  # four easy Caltech classes; chance 0.25
