@@ -7,7 +7,6 @@ Estimator classes are imported lazily: ``from classify_images.classifiers import
 """
 
 from .base import NegativeFeaturesError
-from .persistence import ModelFileError, load_model, save_model
 from .registry import (
     CLASSIFIERS,
     ClassifierParameterError,
@@ -34,8 +33,5 @@ __all__ = [
     "classifier_name",
     "make_classifier",
     "parse_param",
-    "ModelFileError",
-    "load_model",
-    "save_model",
     *_LAZY,
 ]

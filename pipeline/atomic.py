@@ -10,12 +10,13 @@ leaves at most a stray ``.<name>.<pid>.tmp`` file, never a truncated destination
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "atomic_write_json"]
 
 
 @contextlib.contextmanager
@@ -57,3 +58,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+
+
+def atomic_write_json(path: str | os.PathLike, payload: Any) -> None:
+    """Write ``payload`` as indented UTF-8 JSON to ``path`` through :func:`atomic_write`."""
+    with atomic_write(path, "w") as handle:
+        handle.write(json.dumps(payload, indent=2) + "\n")

@@ -38,6 +38,7 @@ from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
 from .extractor import FeatureExtractor
 from .feature_store import FeatureSetWriter, load_feature_set
+from .provenance import library_versions
 from .stages import StageCache, implementation_versions
 
 __all__ = ["BuildResult", "build_feature_set", "default_cache_dir"]
@@ -250,8 +251,6 @@ def _manifest(
     config: PipelineConfig, config_hash: str, images: _Images, split: _Split, extractor: FeatureExtractor,
     n_training_descriptors: int, timings: dict[str, float],
 ) -> dict:
-    from ..classifiers.persistence import library_versions
-
     dataset = images.dataset
     return {
         "config": config.to_dict(),

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..classifiers.persistence import ModelFileError, check_model_matches, load_model, save_model
 from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
 from .config import ConfigError, load_config, named_configs
 from .dataset import DatasetError
 from .feature_store import FeatureSetError, load_feature_set
+from .model_file import ModelFileError, check_model_matches, load_model, save_model
+from .progress import tqdm_progress as _tqdm_progress
 
 __all__ = ["main", "build_parser"]
 
@@ -36,17 +36,6 @@ USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, Class
 
 class UsageError(ValueError):
     """A bad command-line value (one-line error)."""
-
-
-def _tqdm_progress(enabled: bool):
-    def progress(iterable, desc, total=None):
-        if not enabled:
-            return iterable
-        from tqdm import tqdm
-
-        return tqdm(iterable, desc=desc, total=total, unit="img", dynamic_ncols=True, leave=False)
-
-    return progress
 
 
 def _params(pairs: list[str] | None) -> dict[str, Any]:
@@ -99,7 +88,7 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
     a ``--param`` value outside the estimator's constraints, or signed features given to an
     additive-kernel classifier (PmSVM, HIK nSVM; signed features come from max pooling of
     signed sparse codes, for example)."""
-    from sklearn.utils._param_validation import InvalidParameterError
+    from ..classifiers._compat import InvalidParameterError
 
     try:
         yield
@@ -116,55 +105,44 @@ def cmd_train(args: argparse.Namespace) -> int:
     import numpy as np
 
     from .evaluation import train_classifier
+    from .report import training_text
 
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
-        model, seconds = train_classifier(args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train)
+        training = train_classifier(args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train)
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
-    identity = {**feature_set.identity(), "train_seconds": round(seconds, 4)}
-    path = save_model(out, model, feature_set=identity)
-    print(f"trained {args.classifier} on {feature_set.X_train.shape[0]} images × {feature_set.n_features} dims "
-          f"in {seconds:.2f} s -> {path}")
+    path = save_model(out, training.estimator, feature_set=feature_set.identity(), train_seconds=training.train_seconds)
+    print(training_text(training, path))
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_model, write_report
+    from .evaluation import evaluate_model
+    from .report import evaluation_text, write_report
 
     feature_set = load_feature_set(args.featureset)
     model, meta = load_model(args.model)
-    meta = {**meta, "train_seconds": meta.get("feature_set", {}).get("train_seconds")}
-    report = evaluate_model(model, meta, feature_set)
+    evaluation = evaluate_model(model, meta, feature_set)
     out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
-    write_report(report, out)
-    print(f"{report['classifier']}: mean per-class accuracy {100 * report['mean_per_class_accuracy']:.2f} % "
-          f"on {report['n_test']} test images ({len(report['class_names'])} classes)")
-    width = max(len(name) for name in report["class_names"])
-    for name, rate in report["per_class_accuracy"].items():
-        print(f"  {name:<{width}}  {100 * rate:6.2f} %")
-    print(f"  training {report['train_seconds']} s, testing {report['test_seconds']} s; report: {out}/report.md")
+    write_report(evaluation, out)
+    print(evaluation_text(evaluation, out))
     return 0
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from .evaluation import run_experiment
-    from .feature_store import write_json_atomic
+    from .report import experiment_text, write_experiment
 
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
-        result = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
-    for run in result["runs"]:
-        print(f"  seed {run['seed']}: {100 * run['mean_per_class_accuracy']:.2f} %  "
-              f"(train {run['train_seconds']:.2f} s, test {run['test_seconds']:.2f} s)")
-    print(f"{args.classifier}: {100 * result['mean']:.2f} ± {100 * result['std']:.2f} % mean per-class accuracy "
-          f"over {args.repeats} splits ({result['note']})")
+        experiment = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
+    print(experiment_text(experiment))
     if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        write_json_atomic(Path(args.out) / "experiment.json", result)
+        write_experiment(experiment, args.out)
     return 0
 
 
@@ -202,6 +180,53 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.workdir), n_jobs=args.n_jobs, quiet=args.quiet)
 
 
+def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
+    """The feature set, the classifier and its parameters (``train``, ``experiment``)."""
+    parser.add_argument("featureset")
+    parser.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
+    parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
+
+
+def _add_train_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("train", help="train a classifier on a feature set",
+                            description="Train a classifier on the training rows of a feature set and save it "
+                            "(.npz + JSON header, no pickle).")
+    _add_classifier_arguments(parser)
+    parser.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
+    parser.set_defaults(func=cmd_train)
+
+
+def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("evaluate", help="mean per-class accuracy, confusion, timings",
+                            description="Evaluate a model on the test rows of its feature set; writes report.json, "
+                            "report.md and confusion.png.")
+    parser.add_argument("featureset")
+    parser.add_argument("model")
+    parser.add_argument("--out", help="report folder (default: <model>-report)")
+    parser.set_defaults(func=cmd_evaluate)
+
+
+def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("experiment", help="mean ± std over random re-splits",
+                            description="Re-split the stored rows with R seeds under the feature set's protocol, "
+                            "train and test each time, and report mean ± std of the mean per-class accuracy.")
+    _add_classifier_arguments(parser)
+    parser.add_argument("--repeats", type=int, default=5, metavar="R")
+    parser.add_argument("--seed", type=int, default=0, help="first split seed")
+    parser.add_argument("--out", help="folder for experiment.json")
+    parser.set_defaults(func=cmd_experiment)
+
+
+def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("demo", help="build, train and evaluate on scikit-learn's bundled digits",
+                            description="Write scikit-learn's handwritten digits as an image folder and run "
+                            "build-features -> train -> evaluate on it (about a minute).")
+    parser.add_argument("--workdir", default="classify-images-demo", help="where to write images, features, model, report")
+    parser.add_argument("--n-jobs", type=int, default=2)
+    parser.add_argument("-q", "--quiet", action="store_true")
+    parser.set_defaults(func=cmd_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="classify-images",
@@ -234,33 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_build_features)
 
-    t = sub.add_parser("train", help="train a classifier on a feature set",
-                       description="Train a classifier on the training rows of a feature set and save it "
-                       "(.npz + JSON header, no pickle).")
-    t.add_argument("featureset")
-    t.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
-    t.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
-    t.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
-    t.set_defaults(func=cmd_train)
-
-    e = sub.add_parser("evaluate", help="mean per-class accuracy, confusion, timings",
-                       description="Evaluate a model on the test rows of its feature set; writes report.json, "
-                       "report.md and confusion.png.")
-    e.add_argument("featureset")
-    e.add_argument("model")
-    e.add_argument("--out", help="report folder (default: <model>-report)")
-    e.set_defaults(func=cmd_evaluate)
-
-    x = sub.add_parser("experiment", help="mean ± std over random re-splits",
-                       description="Re-split the stored rows with R seeds under the feature set's protocol, "
-                       "train and test each time, and report mean ± std of the mean per-class accuracy.")
-    x.add_argument("featureset")
-    x.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
-    x.add_argument("--repeats", type=int, default=5, metavar="R")
-    x.add_argument("--seed", type=int, default=0, help="first split seed")
-    x.add_argument("--param", action="append", metavar="KEY=VALUE")
-    x.add_argument("--out", help="folder for experiment.json")
-    x.set_defaults(func=cmd_experiment)
+    _add_train_parser(sub)
+    _add_evaluate_parser(sub)
+    _add_experiment_parser(sub)
 
     p = sub.add_parser("predict", help="top-k classes of new images",
                        description="Classify new images with a model, using the preprocessing and codebook "
@@ -271,13 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=3)
     p.set_defaults(func=cmd_predict)
 
-    d = sub.add_parser("demo", help="build, train and evaluate on scikit-learn's bundled digits",
-                       description="Write scikit-learn's handwritten digits as an image folder and run "
-                       "build-features -> train -> evaluate on it (about a minute).")
-    d.add_argument("--workdir", default="classify-images-demo", help="where to write images, features, model, report")
-    d.add_argument("--n-jobs", type=int, default=2)
-    d.add_argument("-q", "--quiet", action="store_true")
-    d.set_defaults(func=cmd_demo)
+    _add_demo_parser(sub)
     return parser
 
 

@@ -1,32 +1,39 @@
 """``classify-images demo``: the whole pipeline on data that ships with scikit-learn.
 
-scikit-learn bundles the UCI handwritten digits (1797 images of 8×8 pixels,
-10 classes).  The demo writes them, upscaled to 64×64, as a folder of class
-folders, then runs build-features → train → evaluate on it exactly as a user
-would on their own images, and prints the accuracy table.
+scikit-learn bundles the UCI handwritten digits [1]_ (8×8-pixel images, 10 classes).
+The demo writes them, upscaled to 64×64, as a folder of class folders, then builds
+the feature set with the shipped config ``configs/digits.toml``, trains the linear
+squared-hinge SVM, evaluates it and prints the accuracy table — the same library
+calls the ``build-features``, ``train`` and ``evaluate`` commands make.  It prints
+those equivalent commands as it goes, so that a user can re-run each step on their
+own images.
+
+References
+----------
+.. [1] E. Alpaydin and C. Kaynak, "Optical Recognition of Handwritten Digits",
+   UCI Machine Learning Repository, 1998.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["write_digits_dataset", "DEMO_CONFIG", "run_demo"]
+from .atomic import atomic_write
 
-#: A small pipeline suited to 64×64 digit images.
-DEMO_CONFIG = {
-    "dataset": {"train_per_class": 50, "test_per_class": 0, "seed": 0},
-    "image": {"max_side": 64},
-    "sift": {"patch_sizes": [16], "step": 4},
-    "codebook": {"kind": "kmeans", "size": 128, "n_samples": 20000, "n_iter": 50},
-    "pooling": {"method": "average", "levels": [1, 2]},
-    "normalization": {"method": "l1"},
-}
+__all__ = ["DEMO_CONFIG", "DEMO_CLASSIFIER", "write_digits_dataset", "demo_commands", "run_demo"]
+
+#: Name of the shipped config the demo builds its features with (``configs/digits.toml``).
+DEMO_CONFIG = "digits"
+#: Registered classifier the demo trains.
+DEMO_CLASSIFIER = "linear"
 
 
 def write_digits_dataset(root: str | Path, side: int = 64) -> Path:
-    """Write scikit-learn's digits as ``root/<digit>/<index>.png`` (grayscale, ``side`` px).
+    """Write scikit-learn's digits as ``root/digit_<label>/<index>.png`` (grayscale, ``side`` px).
 
     Existing files are kept (the write is idempotent), so a second demo run
     reuses the folder and the cache.
@@ -40,56 +47,73 @@ def write_digits_dataset(root: str | Path, side: int = 64) -> Path:
         path = root / f"digit_{label}" / f"{index:04d}.png"
         if path.exists():
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
         pixels = np.clip(255.0 - image * (255.0 / 16.0), 0, 255).astype(np.uint8)  # dark ink on white
         large = cv2.resize(pixels, (side, side), interpolation=cv2.INTER_CUBIC)
-        tmp = path.with_name(f".{path.stem}.tmp.png")
-        cv2.imwrite(str(tmp), large)
-        tmp.replace(path)
+        with atomic_write(path, "wb") as handle:
+            handle.write(cv2.imencode(".png", large)[1].tobytes())
     return root
 
 
-def run_demo(workdir: Path, *, n_jobs: int = 2, quiet: bool = False) -> int:
-    """Build features, train the linear L-BFGS SVM and evaluate it on the digits."""
-    from . import cli
-    from .config import validate_config
-    from .feature_store import write_json_atomic
-
-    workdir = Path(workdir)
-    images = write_digits_dataset(workdir / "digits")
-    config_path = workdir / "demo-config.toml"
-    config_path.write_text(_to_toml(validate_config(DEMO_CONFIG)), encoding="utf-8")
-    features = workdir / "features"
-    model = workdir / "model-linear.npz"
-    common = ["-q"] if quiet else []
-    steps = [
-        ["build-features", str(images), "--config", str(config_path), "--out", str(features),
-         "--cache-dir", str(workdir / "cache"), "--n-jobs", str(n_jobs), *common],
-        ["train", str(features), "--classifier", "linear", "--out", str(model)],
+def demo_commands(workdir: Path, *, n_jobs: int = 2, quiet: bool = False) -> list[list[str]]:
+    """The ``classify-images`` arguments equivalent to the demo's three steps."""
+    features, model = workdir / "features", workdir / f"model-{DEMO_CLASSIFIER}.npz"
+    return [
+        ["build-features", str(workdir / "digits"), "--config", DEMO_CONFIG, "--out", str(features),
+         "--cache-dir", str(workdir / "cache"), "--n-jobs", str(n_jobs), *(["-q"] if quiet else [])],
+        ["train", str(features), "--classifier", DEMO_CLASSIFIER, "--out", str(model)],
         ["evaluate", str(features), str(model), "--out", str(workdir / "report")],
     ]
-    for argv in steps:
-        print("$ classify-images " + " ".join(argv), flush=True)
-        status = cli.main(argv)
-        if status:
-            return status
-    write_json_atomic(workdir / "demo.json", {"steps": [" ".join(s) for s in steps]})
+
+
+def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> int:
+    """Write the digits, build features, train the linear SVM, evaluate it and print the accuracy table.
+
+    Files written under ``workdir``: ``digits/`` (images), ``cache/``, ``features/``,
+    ``model-linear.npz``, ``report/`` and ``demo.json`` (the equivalent commands).
+
+    Raises
+    ------
+    ConfigError, DatasetError, FeatureSetError, ModelFileError
+        As the equivalent commands would (the command line prints them as one line).
+    """
+    from .build import build_feature_set
+    from .config import load_config
+    from .evaluation import evaluate_model, train_classifier
+    from .feature_store import load_feature_set
+    from .model_file import load_model, save_model
+    from .progress import tqdm_progress
+    from .report import evaluation_text, training_text, write_report
+
+    workdir = Path(workdir)
+    write_digits_dataset(workdir / "digits")
+    build, train, evaluate = commands = demo_commands(workdir, n_jobs=n_jobs, quiet=quiet)
+    model_out, report_dir = train[-1], evaluate[-1]  # the --out of each command
+
+    _print_command(build)
+    built = build_feature_set(
+        workdir / "digits", workdir / "features", load_config(DEMO_CONFIG), n_jobs=n_jobs, cache_dir=workdir / "cache",
+        progress=tqdm_progress(not quiet), log=lambda message: None if quiet else print(message, file=sys.stderr),
+    )
+    print(f"feature set: {built.path}  ({built.n_classes} classes, {built.n_train} training and "
+          f"{built.n_test} test images, {built.n_features} dimensions)")
+    feature_set = load_feature_set(built.path)
+
+    _print_command(train)
+    training = train_classifier(DEMO_CLASSIFIER, {}, np.asarray(feature_set.X_train), feature_set.y_train)
+    model_path = save_model(model_out, training.estimator, feature_set=feature_set.identity(),
+                            train_seconds=training.train_seconds)
+    print(training_text(training, model_path))
+
+    _print_command(evaluate)
+    model, meta = load_model(model_path)
+    evaluation = evaluate_model(model, meta, feature_set)
+    write_report(evaluation, report_dir)
+    print(evaluation_text(evaluation, report_dir))
+
+    with atomic_write(workdir / "demo.json", "w") as handle:
+        handle.write(json.dumps({"steps": [" ".join(argv) for argv in commands]}, indent=2) + "\n")
     return 0
 
 
-def _to_toml(config: dict) -> str:
-    def value(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if v is None:
-            return "0"
-        if isinstance(v, str):
-            return f'"{v}"'
-        return str(v).replace("'", '"') if isinstance(v, list) else repr(v)
-
-    lines = []
-    for table, values in config.items():
-        lines.append(f"[{table}]")
-        lines += [f"{key} = {value(v)}" for key, v in values.items()]
-        lines.append("")
-    return "\n".join(lines)
+def _print_command(argv: list[str]) -> None:
+    print("$ classify-images " + " ".join(argv), flush=True)

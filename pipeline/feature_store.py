@@ -25,15 +25,14 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..coding.normalize import Normalizer
-from .atomic import atomic_write
+from .atomic import atomic_write_json
 from .config import PipelineConfig
 
-__all__ = ["FeatureSetError", "FeatureSet", "load_feature_set", "write_json_atomic", "FeatureSetWriter"]
+__all__ = ["FeatureSetError", "FeatureSet", "load_feature_set", "FeatureSetWriter"]
 
 MANIFEST = "manifest.json"
 #: The fitted normaliser's statistics (``[minima; maxima]``), when it has any.
@@ -44,12 +43,6 @@ FORMAT_VERSION = 1
 
 class FeatureSetError(ValueError):
     """A feature-set folder is missing, incomplete or corrupt (user-facing, one line)."""
-
-
-def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
-    """Write ``payload`` as indented JSON to ``path`` atomically (:func:`~.atomic.atomic_write`)."""
-    with atomic_write(path, "w") as handle:
-        handle.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
 @dataclass
@@ -187,7 +180,7 @@ class FeatureSetWriter:
 
     def commit(self, manifest: dict) -> Path:
         manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest}
-        write_json_atomic(self.tmp / MANIFEST, manifest)
+        atomic_write_json(self.tmp / MANIFEST, manifest)
         old = None
         if self.out.exists():
             old = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")

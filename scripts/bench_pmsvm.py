@@ -159,7 +159,7 @@ def make_estimator(kind: str, params: dict, C: float | None = None):
 
 def model_bytes(est, kind: str) -> int:
     if kind in ("pmsvm", "linear"):
-        from classify_images.classifiers import save_model
+        from classify_images.pipeline.model_file import save_model
 
         with tempfile.TemporaryDirectory() as tmp:
             return save_model(Path(tmp) / "model", est).stat().st_size

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.utils.estimator_checks import check_estimator
 
-from classify_images.classifiers import load_model, save_model
+from classify_images.pipeline.model_file import load_model, save_model
 from classify_images.classifiers import _hik_nsvm_kernels as K
 from classify_images.classifiers import hik_nsvm as hik_nsvm_module
 from classify_images.classifiers.hik_nsvm import HIKnSVM, hik_decision, hik_nsvm_objective

@@ -9,7 +9,7 @@ from sklearn.svm import LinearSVC
 from sklearn.utils.estimator_checks import check_estimator
 
 from classify_images.classifiers import _mbkl_kernels as kern
-from classify_images.classifiers import load_model, save_model
+from classify_images.pipeline.model_file import load_model, save_model
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 from classify_images.classifiers.mbkl import MBKL, _balanced_allocation, initial_signs, kernel_rows
 

@@ -11,7 +11,8 @@ import pytest
 import scipy.sparse as sp
 from sklearn.utils.estimator_checks import check_estimator
 
-from classify_images.classifiers import load_model, make_classifier, save_model
+from classify_images.classifiers import make_classifier
+from classify_images.pipeline.model_file import load_model, save_model
 from classify_images.classifiers.pmsvm import (
     ADHOC_NODES,
     PmSVM,

@@ -1,4 +1,4 @@
-"""Model files without pickle, and the classifier registry (registry.py, persistence.py)."""
+"""Model files without pickle (pipeline/model_file.py) and provenance (pipeline/provenance.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import make_classification
 
-from classify_images.classifiers import persistence, registry
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
-from classify_images.classifiers.persistence import (
+from classify_images.pipeline import model_file as model_file_module
+from classify_images.pipeline.model_file import (
     ModelFileError,
     check_model_matches,
     load_model,
@@ -192,55 +192,14 @@ def test_loaded_model_refuses_wrong_dimension(data, model_file):
         loaded.decision_function(X[:, :5])
 
 
-# ------------------------------------------------------------------ registry
-@pytest.mark.parametrize(
-    "text,expected",
-    [
-        ("C=0.01", ("C", 0.01)),
-        ("p=-8", ("p", -8)),
-        ("max_iter=100", ("max_iter", 100)),
-        ("tol=1e-5", ("tol", 1e-5)),
-        ("fit_intercept=false", ("fit_intercept", False)),
-        ("fit_intercept=True", ("fit_intercept", True)),
-        ("class_weight=none", ("class_weight", None)),
-        ("class_weight=balanced", ("class_weight", "balanced")),
-        ("nodes=chebyshev", ("nodes", "chebyshev")),
-        (" levels = (1, 2) ", ("levels", (1, 2))),
-        ("class_weight={0: 2.0}", ("class_weight", {0: 2.0})),
-        ("name=a=b", ("name", "a=b")),
-        ("empty=", ("empty", "")),
-    ],
-)
-def test_parse_param(text, expected):
-    key, value = registry.parse_param(text)
-    assert (key, value) == expected
-    assert type(value) is type(expected[1])
+def test_model_file_exports():
+    assert set(model_file_module.__all__) >= {"ModelFileError", "save_model", "load_model", "check_model_matches"}
 
 
-@pytest.mark.parametrize("text", ["C", "=3", " =3", ""])
-def test_parse_param_rejects_malformed(text):
-    with pytest.raises(ValueError, match="key=value"):
-        registry.parse_param(text)
+def test_header_records_training_time_and_library_versions(tmp_path, model):
+    from classify_images.pipeline.provenance import library_versions
 
-
-def test_make_classifier():
-    estimator = registry.make_classifier("linear", {"C": 3.0, "tol": 1e-3})
-    assert isinstance(estimator, QuadraticHingeSVC) and estimator.C == 3.0 and estimator.tol == 1e-3
-    assert registry.classifier_name(estimator) == "linear"
-    assert registry.classifier_class("linear") is QuadraticHingeSVC
-
-
-def test_make_classifier_unknown_param_lists_valid_ones():
-    with pytest.raises(ValueError) as info:
-        registry.make_classifier("linear", {"gamma": 1.0})
-    message = str(info.value)
-    assert "'gamma'" in message and "'linear'" in message and "max_iter" in message and "\n" not in message
-
-
-def test_unknown_classifier_lists_names():
-    with pytest.raises(ValueError, match="unknown classifier 'svm'.*linear"):
-        registry.make_classifier("svm")
-
-
-def test_persistence_exports():
-    assert set(persistence.__all__) >= {"ModelFileError", "save_model", "load_model", "check_model_matches"}
+    meta = read_model_meta(save_model(tmp_path / "t", model, feature_set=FEATURE_SET, train_seconds=1.234567))
+    assert meta["train_seconds"] == 1.2346 and meta["feature_set"] == FEATURE_SET
+    assert meta["versions"] == library_versions() and set(meta["versions"]) >= {"python", "numpy", "scikit-learn"}
+    assert read_model_meta(save_model(tmp_path / "u", model))["train_seconds"] is None

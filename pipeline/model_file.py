@@ -5,22 +5,25 @@ Layout of a model file (a NumPy ``.npz`` zip archive):
 ``__meta__``
     0-d unicode array holding a JSON document: format name and version,
     registered classifier name, its ``get_params()``, the class labels, the
-    feature set it was trained on (config hash, dimension, class names) and the
-    library versions.
+    identity of the feature set it was trained on (config hash, dimension,
+    class names, folder), the training time in seconds and the library
+    versions.
 ``model/<attribute>``
-    one plain numeric array per fitted attribute listed by the estimator's
-    ``_fitted_arrays``.
+    one plain numeric array per fitted attribute, as returned by the
+    estimator's ``_model_arrays()`` and given back to ``_restore_model_arrays()``.
 
 Files are read with ``np.load(..., allow_pickle=False)``: a tampered file can
-at worst fail to load, never run code.  Writes are atomic (temporary name in
-the same folder, then :func:`os.replace`).
+at worst fail to load, never run code.  Files are written through
+:func:`~classify_images.pipeline.atomic.atomic_write`.
+
+The model-to-feature-set check (:func:`check_model_matches`) lives here rather
+than with the classifiers: a classifier knows arrays, not feature sets.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from .registry import classifier_class, classifier_name
+from ..classifiers.registry import classifier_class, classifier_name
+from .atomic import atomic_write
+from .provenance import library_versions
 
-__all__ = ["ModelFileError", "save_model", "load_model", "read_model_meta", "check_model_matches", "library_versions"]
+__all__ = ["ModelFileError", "save_model", "load_model", "read_model_meta", "check_model_matches"]
 
 FORMAT_NAME = "classify-images-model"
 FORMAT_VERSION = 1
@@ -56,20 +61,9 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"parameter value {value!r} cannot be stored in a model file")
 
 
-def library_versions() -> dict[str, str]:
-    """Versions of Python and the numerical libraries, for provenance."""
-    import importlib.metadata as md
-
-    versions = {"python": platform.python_version()}
-    for dist in ("classify-images", "numpy", "scipy", "scikit-learn", "numba"):
-        try:
-            versions[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            versions[dist] = "unknown"
-    return versions
-
-
-def save_model(path: str | os.PathLike, estimator: Any, *, feature_set: dict | None = None) -> Path:
+def save_model(
+    path: str | os.PathLike, estimator: Any, *, feature_set: dict | None = None, train_seconds: float | None = None
+) -> Path:
     """Save a fitted classifier to ``path`` (``.npz``) without pickle.
 
     Parameters
@@ -79,7 +73,9 @@ def save_model(path: str | os.PathLike, estimator: Any, *, feature_set: dict | N
     estimator : fitted classifier of :mod:`classify_images.classifiers`
     feature_set : dict, optional
         Identity of the training feature set: ``config_hash``, ``n_features``,
-        ``class_names`` (checked again when the model is used).
+        ``class_names`` (checked again when the model is used), ``path``.
+    train_seconds : float, optional
+        Time the fit took, recorded in the header (rounded to 0.1 ms).
 
     Returns
     -------
@@ -98,6 +94,7 @@ def save_model(path: str | os.PathLike, estimator: Any, *, feature_set: dict | N
         "classes": _jsonable(classes),
         "classes_dtype": classes.dtype.kind,
         "feature_set": _jsonable(feature_set or {}),
+        "train_seconds": None if train_seconds is None else round(float(train_seconds), 4),
         "versions": library_versions(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -105,11 +102,8 @@ def save_model(path: str | os.PathLike, estimator: Any, *, feature_set: dict | N
     for key, value in arrays.items():
         if value.dtype.kind == "O":
             raise TypeError(f"fitted attribute {key} is an object array; cannot save without pickle")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
+    with atomic_write(path, "wb") as handle:
         np.savez(handle, **{_META_KEY: np.array(json.dumps(meta))}, **arrays)
-    os.replace(tmp, path)
     return path
 
 
@@ -150,7 +144,8 @@ def load_model(path: str | os.PathLike) -> tuple[Any, dict]:
     -------
     estimator : fitted classifier
     meta : dict
-        The file's JSON header (``feature_set`` holds the training feature set's identity).
+        The file's JSON header (``feature_set`` holds the training feature set's
+        identity, ``train_seconds`` the training time or None).
 
     Raises
     ------
@@ -171,7 +166,22 @@ def load_model(path: str | os.PathLike) -> tuple[Any, dict]:
 
 
 def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source: str = "feature set") -> None:
-    """Refuse a model trained on another feature set (one-line :class:`ModelFileError`)."""
+    """Refuse a model trained on another feature set.
+
+    Parameters
+    ----------
+    meta : dict
+        Header of the model file (:func:`load_model`, :func:`read_model_meta`).
+    config_hash, n_features : str, int
+        Identity of the features the model is about to be used on.
+    source : str
+        What those features are, for the message.
+
+    Raises
+    ------
+    ModelFileError
+        The dimension or the pipeline config differs (one-line message).
+    """
     trained = meta.get("feature_set", {})
     if trained.get("n_features") is not None and int(trained["n_features"]) != int(n_features):
         raise ModelFileError(
