@@ -48,6 +48,7 @@ def _default_feature_out(dataset: Path, config_name: str) -> Path:
 
 def cmd_build_features(args: argparse.Namespace) -> int:
     from .build import build_feature_set, default_cache_dir
+    from .report import build_text
 
     overrides = {
         "dataset": {
@@ -66,15 +67,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
         progress=_tqdm_progress(not args.quiet), log=lambda m: print(m, file=sys.stderr) if not args.quiet else None,
     )
     manifest = load_feature_set(result.path).manifest
-    print(f"feature set: {result.path}{'  (reused: already up to date)' if result.reused else ''}")
-    print(f"  classes: {result.n_classes}   images: {result.n_images}   train: {result.n_train}   "
-          f"test: {result.n_test}   skipped: {result.n_skipped}   dimensions: {result.n_features}")
-    for entry in manifest["skipped"][:10]:
-        print(f"  skipped {entry['path']}: {entry['reason']}")
-    if len(manifest["skipped"]) > 10:
-        print(f"  … {len(manifest['skipped']) - 10} more skipped files listed in {result.path / 'manifest.json'}")
-    timings = result.timings if result.reused else manifest["timings"]
-    print("  time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    print(build_text(result, manifest["skipped"], result.timings if result.reused else manifest["timings"]))
     return 0
 
 
@@ -180,6 +173,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.workdir), n_jobs=args.n_jobs, quiet=args.quiet)
 
 
+def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("build-features", help="folder of class folders -> cached feature set",
+                            description="Build a feature set (dense SIFT, codebook, spatial pyramid, normalisation) "
+                            "from a folder of class folders. Every stage is cached: re-running recomputes nothing, "
+                            "changing only pooling or normalisation reuses the codes.")
+    parser.add_argument("dataset", help="folder with one sub-folder of images per class")
+    parser.add_argument("--config", help="TOML config file, or a ready-made one by name: " + ", ".join(sorted(named_configs())))
+    parser.add_argument("--out", help="feature-set folder (default: feature-sets/<dataset>-<config>)")
+    parser.add_argument("--train-per-class", type=int, metavar="N", help="training images per class (overrides the config)")
+    parser.add_argument("--test-per-class", type=int, metavar="M", help="cap on test images per class (0: all the rest)")
+    parser.add_argument("--seed", type=int, help="seed of the train/test split")
+    parser.add_argument("--keep-background", action="store_true", help="keep Caltech-101's BACKGROUND_Google class")
+    parser.add_argument("--n-jobs", type=int, default=1, metavar="J", help="parallel workers for per-image stages (-1: all cores)")
+    parser.add_argument("--cache-dir", help="cache folder (default: $CLASSIFY_IMAGES_CACHE or ~/.cache/classify-images)")
+    parser.add_argument("--no-cache", action="store_true", help="do not cache intermediate stages")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(func=cmd_build_features)
+
+
 def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
     """The feature set, the classifier and its parameters (``train``, ``experiment``)."""
     parser.add_argument("featureset")
@@ -217,6 +229,17 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_experiment)
 
 
+def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("predict", help="top-k classes of new images",
+                            description="Classify new images with a model, using the preprocessing and codebook "
+                            "recorded with its feature set.")
+    parser.add_argument("model")
+    parser.add_argument("images", nargs="+", metavar="IMAGE")
+    parser.add_argument("--feature-set", help="feature set the model was trained on (default: the path it recorded)")
+    parser.add_argument("--top-k", type=int, default=3)
+    parser.set_defaults(func=cmd_predict)
+
+
 def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("demo", help="build, train and evaluate on scikit-learn's bundled digits",
                             description="Write scikit-learn's handwritten digits as an image folder and run "
@@ -242,36 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    b = sub.add_parser("build-features", help="folder of class folders -> cached feature set",
-                       description="Build a feature set (dense SIFT, codebook, spatial pyramid, normalisation) "
-                       "from a folder of class folders. Every stage is cached: re-running recomputes nothing, "
-                       "changing only pooling or normalisation reuses the codes.")
-    b.add_argument("dataset", help="folder with one sub-folder of images per class")
-    b.add_argument("--config", help="TOML config file, or a ready-made one by name: " + ", ".join(sorted(named_configs())))
-    b.add_argument("--out", help="feature-set folder (default: feature-sets/<dataset>-<config>)")
-    b.add_argument("--train-per-class", type=int, metavar="N", help="training images per class (overrides the config)")
-    b.add_argument("--test-per-class", type=int, metavar="M", help="cap on test images per class (0: all the rest)")
-    b.add_argument("--seed", type=int, help="seed of the train/test split")
-    b.add_argument("--keep-background", action="store_true", help="keep Caltech-101's BACKGROUND_Google class")
-    b.add_argument("--n-jobs", type=int, default=1, metavar="J", help="parallel workers for per-image stages (-1: all cores)")
-    b.add_argument("--cache-dir", help="cache folder (default: $CLASSIFY_IMAGES_CACHE or ~/.cache/classify-images)")
-    b.add_argument("--no-cache", action="store_true", help="do not cache intermediate stages")
-    b.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    b.set_defaults(func=cmd_build_features)
-
+    _add_build_features_parser(sub)
     _add_train_parser(sub)
     _add_evaluate_parser(sub)
     _add_experiment_parser(sub)
-
-    p = sub.add_parser("predict", help="top-k classes of new images",
-                       description="Classify new images with a model, using the preprocessing and codebook "
-                       "recorded with its feature set.")
-    p.add_argument("model")
-    p.add_argument("images", nargs="+", metavar="IMAGE")
-    p.add_argument("--feature-set", help="feature set the model was trained on (default: the path it recorded)")
-    p.add_argument("--top-k", type=int, default=3)
-    p.set_defaults(func=cmd_predict)
-
+    _add_predict_parser(sub)
     _add_demo_parser(sub)
     return parser
 

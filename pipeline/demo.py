@@ -16,13 +16,12 @@ References
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_write
+from .atomic import atomic_write, atomic_write_json
 
 __all__ = ["DEMO_CONFIG", "DEMO_CLASSIFIER", "write_digits_dataset", "demo_commands", "run_demo"]
 
@@ -82,7 +81,7 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> in
     from .feature_store import load_feature_set
     from .model_file import load_model, save_model
     from .progress import tqdm_progress
-    from .report import evaluation_text, training_text, write_report
+    from .report import build_text, evaluation_text, training_text, write_report
 
     workdir = Path(workdir)
     write_digits_dataset(workdir / "digits")
@@ -94,9 +93,8 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> in
         workdir / "digits", workdir / "features", load_config(DEMO_CONFIG), n_jobs=n_jobs, cache_dir=workdir / "cache",
         progress=tqdm_progress(not quiet), log=lambda message: None if quiet else print(message, file=sys.stderr),
     )
-    print(f"feature set: {built.path}  ({built.n_classes} classes, {built.n_train} training and "
-          f"{built.n_test} test images, {built.n_features} dimensions)")
     feature_set = load_feature_set(built.path)
+    print(build_text(built, feature_set.manifest["skipped"], built.timings))
 
     _print_command(train)
     training = train_classifier(DEMO_CLASSIFIER, {}, np.asarray(feature_set.X_train), feature_set.y_train)
@@ -110,8 +108,7 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> in
     write_report(evaluation, report_dir)
     print(evaluation_text(evaluation, report_dir))
 
-    with atomic_write(workdir / "demo.json", "w") as handle:
-        handle.write(json.dumps({"steps": [" ".join(argv) for argv in commands]}, indent=2) + "\n")
+    atomic_write_json(workdir / "demo.json", {"steps": [" ".join(argv) for argv in commands]})
     return 0
 
 

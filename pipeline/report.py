@@ -11,7 +11,7 @@
 
 and :func:`write_experiment` writes ``experiment.json``.  Every file goes through
 :func:`~classify_images.pipeline.atomic.atomic_write`.  The ``*_text`` functions give
-the lines the command line (and the demo) print.
+the lines the command line (and the demo) print, :func:`build_text` included.
 """
 
 from __future__ import annotations
@@ -22,10 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from .atomic import atomic_write, atomic_write_json
 from .evaluation import EXPERIMENT_NOTE, Evaluation, Experiment, TrainingResult
 
+if TYPE_CHECKING:
+    from .build import BuildResult
+
 __all__ = [
+    "build_text",
     "write_report",
     "write_experiment",
     "plot_confusion",
@@ -95,6 +101,20 @@ def write_experiment(experiment: Experiment, out_dir: str | os.PathLike) -> Path
     path = Path(out_dir) / "experiment.json"
     atomic_write_json(path, experiment.to_dict())
     return path
+
+
+def build_text(result: "BuildResult", skipped: list[dict], timings: dict[str, float], *, max_listed: int = 10) -> str:
+    """What a build made: sizes, the first ``max_listed`` skipped files with their reason, time per stage."""
+    lines = [
+        f"feature set: {result.path}{'  (reused: already up to date)' if result.reused else ''}",
+        f"  classes: {result.n_classes}   images: {result.n_images}   train: {result.n_train}   "
+        f"test: {result.n_test}   skipped: {result.n_skipped}   dimensions: {result.n_features}",
+    ]
+    lines += [f"  skipped {entry['path']}: {entry['reason']}" for entry in skipped[:max_listed]]
+    if len(skipped) > max_listed:
+        lines.append(f"  … {len(skipped) - max_listed} more skipped files listed in {result.path / 'manifest.json'}")
+    lines.append("  time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    return "\n".join(lines)
 
 
 def training_text(training: TrainingResult, model_path: str | os.PathLike) -> str:

@@ -10,6 +10,7 @@ they are selected and the data is missing they fail — they never pass or skip 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -36,6 +37,16 @@ SMALL_CONFIG = {
     "pooling": {"method": "average", "levels": [1, 2]},
     "normalization": {"method": "l1"},
 }
+
+
+def write_config_toml(path: Path, config: dict = SMALL_CONFIG) -> Path:
+    """``config`` (tables of scalars and lists) written as a TOML file at ``path``."""
+    lines = []
+    for table, values in config.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def require_real_data(request: pytest.FixtureRequest, path: Path) -> Path:

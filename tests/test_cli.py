@@ -8,18 +8,13 @@ import pytest
 
 from classify_images.pipeline.cli import main
 
-from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
+from .conftest import FIXTURE_IMAGES, write_config_toml
 
 
 @pytest.fixture(scope="module")
 def feature_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
-    config = root / "small.toml"
-    lines = []
-    for table, values in SMALL_CONFIG.items():
-        lines.append(f"[{table}]")
-        lines += [f"{k} = {json.dumps(v) if not isinstance(v, bool) else str(v).lower()}" for k, v in values.items()]
-    config.write_text("\n".join(lines) + "\n")
+    config = write_config_toml(root / "small.toml")
     out = root / "fs"
     assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(out),
                  "--cache-dir", str(root / "cache"), "-q"]) == 0

@@ -10,7 +10,7 @@ import pytest
 from classify_images.pipeline.cli import main
 from classify_images.pipeline.dataset import discover_dataset, split_indices
 
-from .conftest import SMALL_CONFIG
+from .conftest import write_config_toml
 
 pytestmark = pytest.mark.realdata
 
@@ -28,12 +28,7 @@ def test_scene15_protocol(scene15):
 
 def test_caltech_mini_end_to_end(tmp_path, caltech_mini, capsys):
     """build-features -> train -> evaluate on four real Caltech-101 classes (background excluded)."""
-    config = tmp_path / "small.toml"
-    lines = []
-    for table, values in SMALL_CONFIG.items():
-        lines.append(f"[{table}]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
-    config.write_text("\n".join(lines) + "\n")
+    config = write_config_toml(tmp_path / "small.toml")
     features, model, report = tmp_path / "fs", tmp_path / "m.npz", tmp_path / "rep"
     assert main(["build-features", str(caltech_mini), "--config", str(config), "--out", str(features),
                  "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
