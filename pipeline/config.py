@@ -184,7 +184,7 @@ class ImageConfig:
     """``[image]``: decoding."""
 
     #: longer side after shrinking, px
-    max_side: int = _setting(300, _all_of(_owned_by(validate_max_side), _int(MIN_MAX_SIDE)))
+    max_side: int = _setting(300, _all_of(_int(MIN_MAX_SIDE), _owned_by(validate_max_side)))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def test_shipped_configs_load_and_validate():
         ("[sift]\nstep = 0\n", "sift.step = 0: step must be an integer >= 1"),
         ("[sift]\npatch_sizes = [16, 16]\n", "sift.patch_sizes = \\[16, 16\\]: .*duplicates"),
         ("[image]\nmax_side = 8\n", "image.max_side = 8: expected an integer ≥ 16"),
-        ('[image]\nmax_side = "big"\n', "image.max_side = 'big': max_side must be a positive integer"),
+        ('[image]\nmax_side = "big"\n', "image.max_side = 'big': expected an integer ≥ 16"),
         ('[codebook]\nkind = "gmm"\n', "codebook.kind = 'gmm': allowed values are 'kmeans', 'sparse'"),
         ('[normalization]\nmethod = "l3"\n', "normalization.method = 'l3': allowed values are 'l2', 'l1', 'power', 'minmax', 'none'"),
         ("[pooling]\nlevels = [0]\n", "pooling.levels = \\[0\\]: expected a non-empty list of integers ≥ 1"),
