@@ -10,7 +10,7 @@ scikit-learn's LinearSVC on the result as a sanity check of the features.
 Example (the issue's numbers)::
 
     python scripts/bench_build_features.py --dataset ../shared/datasets/scene15 \
-        --config scspm --out /work/features/scene15-scspm --n-jobs 2 --linear-svc
+        --config scspm --out feature-sets/scene15-scspm --n-jobs 2 --linear-svc
 """
 
 from __future__ import annotations

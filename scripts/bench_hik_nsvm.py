@@ -23,7 +23,7 @@ use the training rows of the first split only, never test rows.
 
 Usage::
 
-    python scripts/bench_hik_nsvm.py --features /work/features/scene15-bof-spm --repeats 3
+    python scripts/bench_hik_nsvm.py --features feature-sets/scene15-bof-spm --repeats 3
 """
 
 from __future__ import annotations

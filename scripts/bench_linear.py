@@ -16,7 +16,7 @@ refits on all training rows and reports the test accuracy.
 
 Usage::
 
-    python scripts/bench_linear.py --features /work/features/scene15-scspm --out bench_linear.json
+    python scripts/bench_linear.py --features feature-sets/scene15-scspm --out bench_linear.json
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def tune_C(feats: U.Features, grid: list[float], tol: float, folds: int, seed: i
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--features", default="/work/features/scene15-scspm", help="feature set folder")
+    parser.add_argument("--features", required=True, help="feature set folder (e.g. a 15-Scenes scspm build)")
     parser.add_argument("--C", type=float, default=paper_lambda_to_C(0.1),
                         help="C of the side-by-side timing (default 5 = reference lambda 0.1)")
     parser.add_argument("--tol", type=float, default=1e-4, help="QuadraticHingeSVC tol")

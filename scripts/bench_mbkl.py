@@ -27,7 +27,7 @@ Everything runs single-threaded (BLAS limited to one thread).
 Usage::
 
     python scripts/bench_mbkl.py attributes --out /tmp/mbkl_attr.json
-    python scripts/bench_mbkl.py scenes --features /work/features/scene15-bof-spm --out /tmp/mbkl_scenes.json
+    python scripts/bench_mbkl.py scenes --features feature-sets/scene15-bof-spm --out /tmp/mbkl_scenes.json
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ def scenes_table(results: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("part", choices=["attributes", "scenes"])
-    parser.add_argument("--features", default="/work/features/scene15-bof-spm")
+    parser.add_argument("--features", required=True, help="feature set folder (e.g. a 15-Scenes bof-spm build)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--wait-minutes", type=float, default=60.0)
     parser.add_argument("--methods", nargs="*", help="scenes: run only these methods (names as printed)")

@@ -3,8 +3,8 @@
 
 Usage::
 
-    python scripts/bench_pmsvm.py --features /work/features/scene15-bof-spm \\
-        --features /work/features/scene15-scspm [--repeats 3] [--json out.json]
+    python scripts/bench_pmsvm.py --features feature-sets/scene15-bof-spm \\
+        --features feature-sets/scene15-scspm [--repeats 3] [--json out.json]
 
 Every method runs in its own fresh Python subprocess, single-threaded
 (``OMP_NUM_THREADS=1`` etc.), on the feature set's own train/test split:

@@ -20,8 +20,8 @@ for L1-normalised histograms).  Std is the sample standard deviation (ddof=1).
 
 Usage::
 
-    python scripts/bench_scspm_baselines.py --scspm /work/features/scene15-scspm \\
-        --bof /work/features/scene15-bof-spm --lspm /work/features/scene15-lspm --repeats 3 --out table.json
+    python scripts/bench_scspm_baselines.py --scspm feature-sets/scene15-scspm \\
+        --bof feature-sets/scene15-bof-spm --lspm feature-sets/scene15-lspm --repeats 3 --out table.json
 """
 
 from __future__ import annotations
@@ -137,9 +137,9 @@ def markdown_table(summary: dict, repeats: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scspm", default="/work/features/scene15-scspm")
-    parser.add_argument("--bof", default="/work/features/scene15-bof-spm", help="k-means SPM histograms for KSPM")
-    parser.add_argument("--lspm", default="/work/features/scene15-lspm", help="k-means-512 SPM histograms for LSPM")
+    parser.add_argument("--scspm", required=True, help="ScSPM feature set (configs/scspm.toml)")
+    parser.add_argument("--bof", required=True, help="k-means SPM histograms for KSPM")
+    parser.add_argument("--lspm", required=True, help="k-means-512 SPM histograms for LSPM")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-per-class", type=int, default=100)
     parser.add_argument("--tol", type=float, default=1e-4, help="QuadraticHingeSVC tol")

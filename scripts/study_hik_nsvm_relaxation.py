@@ -17,7 +17,7 @@ budget equal to Algorithm 1's (convergence speed).
 
 Usage::
 
-    python scripts/study_hik_nsvm_relaxation.py --features /work/features/scene15-bof-spm
+    python scripts/study_hik_nsvm_relaxation.py --features feature-sets/scene15-bof-spm
 """
 
 from __future__ import annotations
