@@ -49,16 +49,6 @@ class Epochs(NamedTuple):
     seed: int  #: seeds the per-epoch shuffles (numba's thread-local generator)
 
 
-class _Work(NamedTuple):
-    """The weights being learnt and the work arrays of :func:`_sgd_step`."""
-
-    W: np.ndarray  #: (D, P) weights, a feature's P weights contiguous
-    b: np.ndarray  #: (P,) biases
-    last: np.ndarray  #: (D,) part of the epoch's total shrink already applied to each feature
-    f: np.ndarray  #: (P,) scores of the current example
-    step: np.ndarray  #: (P,) update of the current example
-
-
 # --------------------------------------------------------------------------- scalar pieces
 @njit(cache=True, nogil=True)
 def _hik_term(wd, x):
@@ -89,19 +79,24 @@ def _gather(row, idx, val):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _catch_up(work, d, cum):
-    """Apply to feature ``d`` the shrinks of the epoch it has not received yet (see :func:`_sgd_step`)."""
-    pending = cum - work.last[d]
+def _catch_up(w, last, d, cum):
+    """Apply to feature ``d``, whose P weights are ``w`` (row ``d`` of ``W``), the shrinks
+    of the epoch it has not received yet (see :func:`_sgd_step`).
+
+    It takes the row rather than ``W``: numba inlines it into the loop over the example's
+    features, where indexing the 2-d ``W`` instead made that loop several times slower.
+    """
+    pending = cum - last[d]
     if pending > 0.0:
-        for p in range(work.W.shape[1]):
-            work.W[d, p] = _shrink(work.W[d, p], pending)
-        work.last[d] = cum
+        for p in range(w.shape[0]):
+            w[p] = _shrink(w[p], pending)
+        last[d] = cum
 
 
 # --------------------------------------------------------------------------- one SGD step
 @njit(cache=True, nogil=True)
-def _sgd_step(idx, val, nnz, y, c, work, cum, r, problems):
-    """One example of Algorithm 1 (lines 5-6) for the P problems of ``work.W`` (D, P) at once.
+def _sgd_step(idx, val, nnz, y, c, W, b, last, f, step, cum, r, margin, fit_intercept):
+    """One example of Algorithm 1 (lines 5-6) for the P problems of ``W`` (D, P) at once.
 
     Problem ``p`` sees the example with its own label ``y[p]`` and hinge weight ``c[p]``;
     its arithmetic does not depend on the other problems, so a group gives the same
@@ -111,31 +106,29 @@ def _sgd_step(idx, val, nnz, y, c, work, cum, r, problems):
 
     The l1 shrink ``w_d <- sign(w_d) max(0, |w_d| - r lambda)`` moves ``w_d`` towards 0
     and stops there, so k successive shrinks equal one shrink by their total.  ``cum``
-    is the total shrink of the epoch so far and ``work.last[d]`` the part of it already
+    is the total shrink of the epoch so far and ``last[d]`` the part of it already
     applied to feature ``d`` (of every problem): the features of the example are brought
     up to date before they are read, the others when the epoch ends.  The result is the
-    same as the eager update.  ``work.b`` (P,) is updated in place.
+    same as the eager update.  ``b`` (P,) is updated in place; ``f``, ``step`` are (P,)
+    work arrays (the example's scores and updates).  :func:`sgd` unpacks its named tuples
+    once and passes their fields.
     """
-    W = work.W
-    b = work.b
-    f = work.f
-    step = work.step
     P = W.shape[1]
     for p in range(P):
         f[p] = b[p]
     for k in range(nnz):
         d = idx[k]
-        _catch_up(work, d, cum)
+        _catch_up(W[d], last, d, cum)
         x = np.float64(val[k])
         for p in range(P):
             f[p] += _hik_term(W[d, p], x)
     any_step = False
     for p in range(P):
         step[p] = 0.0
-        if y[p] * f[p] < problems.margin:
+        if y[p] * f[p] < margin:
             step[p] = r * c[p] * y[p]
             any_step = True
-            if problems.fit_intercept:
+            if fit_intercept:
                 b[p] += step[p]
     if not any_step:
         return
@@ -160,6 +153,16 @@ def _flush(W, last, cum):
 
 # --------------------------------------------------------------------------- SGD driver
 @njit(cache=True, nogil=True)
+def _step_buffers(W, dense):
+    """The work arrays of :func:`_sgd_step` for the (D, P) weights ``W``: ``idx``, ``val``
+    (D,) for gathering a dense row (empty for CSR rows), ``last`` (D,) zeros, ``f``, ``step`` (P,)."""
+    D, P = W.shape
+    size = D if dense else 0
+    return (np.empty(size, dtype=np.int64), np.empty(size, dtype=np.float64), np.zeros(D, dtype=np.float64),
+            np.empty(P), np.empty(P))
+
+
+@njit(cache=True, nogil=True)
 def sgd(rows, problems, epochs, W, b, curve):
     """The SGD epochs of Algorithm 1 for P problems sharing the examples' order, in place.
 
@@ -178,35 +181,33 @@ def sgd(rows, problems, epochs, W, b, curve):
     curve : (E, P) float64 receiving the exact objective (Eq. 7a) after each epoch, or an
         empty (0, P) array to skip that (it costs one scoring pass per epoch).
     """
-    indptr = rows.indptr
-    data = rows.data
-    Y = problems.Y
-    C = problems.C
+    indptr, indices, data, dense = rows
+    Y, C, alpha, margin, fit_intercept = problems
+    rates, seed = epochs
     n = indptr.shape[0] - 1
-    D, P = W.shape
-    idx = np.empty(D if rows.dense else 0, dtype=np.int64)
-    val = np.empty(D if rows.dense else 0, dtype=np.float64)
-    work = _Work(W, b, np.zeros(D, dtype=np.float64), np.empty(P), np.empty(P))
-    np.random.seed(epochs.seed)
+    P = W.shape[1]
+    idx, val, last, f, step = _step_buffers(W, dense)
+    np.random.seed(seed)
     order = np.arange(n)
-    for e in range(epochs.rates.shape[0]):
+    for e in range(rates.shape[0]):
         np.random.shuffle(order)
-        r = epochs.rates[e]
+        r = rates[e]
         cum = 0.0
         for j in range(n):
             i = order[j]
             lo = indptr[i]
             hi = indptr[i + 1]
-            if rows.dense:
+            if dense:
                 nnz = _gather(data[lo:hi], idx, val)
-                _sgd_step(idx, val, nnz, Y[i], C[i], work, cum, r, problems)
+                _sgd_step(idx, val, nnz, Y[i], C[i], W, b, last, f, step, cum, r, margin, fit_intercept)
             else:
-                _sgd_step(rows.indices[lo:hi], data[lo:hi], hi - lo, Y[i], C[i], work, cum, r, problems)
-            cum += r * problems.alpha
-        _flush(W, work.last, cum)
+                _sgd_step(indices[lo:hi], data[lo:hi], hi - lo, Y[i], C[i], W, b, last, f, step, cum, r, margin,
+                          fit_intercept)
+            cum += r * alpha
+        _flush(W, last, cum)
         for p in range(P if curve.shape[0] > 0 else 0):
             y, c, w = np.ascontiguousarray(Y[:, p]), np.ascontiguousarray(C[:, p]), np.ascontiguousarray(W[:, p])
-            curve[e, p] = objective(rows, y, c, w, b[p], problems.alpha, problems.margin)
+            curve[e, p] = objective(rows, y, c, w, b[p], alpha, margin)
 
 
 # --------------------------------------------------------------------------- objective
@@ -216,8 +217,7 @@ def objective(rows, y, sw, w, b, alpha, margin):
 
     A zero feature adds ``min(0, |w_d|) = 0`` to ``f`` and is skipped.
     """
-    indptr = rows.indptr
-    data = rows.data
+    indptr, indices, data, dense = rows
     n = indptr.shape[0] - 1
     loss = 0.0
     for i in range(n):
@@ -225,7 +225,7 @@ def objective(rows, y, sw, w, b, alpha, margin):
         f = b
         for k in range(lo, indptr[i + 1]):
             if data[k] != 0.0:
-                f += _hik_term(w[column(rows, k, lo)], data[k])
+                f += _hik_term(w[column(k, lo, dense, indices)], data[k])
         z = margin - y[i] * f
         if z > 0.0:
             loss += sw[i] * z
@@ -244,8 +244,7 @@ def decision(rows, Wt, intercept, out):
     contiguous.  Zero features are skipped (their term is 0): O(nnz P) per CSR row,
     O(D + nnz P) per dense row.
     """
-    indptr = rows.indptr
-    data = rows.data
+    indptr, indices, data, dense = rows
     acc = np.empty(Wt.shape[1], dtype=np.float64)
     for i in range(indptr.shape[0] - 1):
         acc[:] = intercept
@@ -253,7 +252,7 @@ def decision(rows, Wt, intercept, out):
         for k in range(lo, indptr[i + 1]):
             x = data[k]
             if x != 0.0:
-                d = column(rows, k, lo)
+                d = column(k, lo, dense, indices)
                 for p in range(acc.shape[0]):
                     acc[p] += _hik_term(Wt[d, p], x)
         out[i, :] = acc

@@ -288,9 +288,13 @@ def signed_stump_matrix(bits, selected, scale):
 
 
 # -------------------------------------------------------------- prediction
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _accumulate_row(row, features, thresholds, weights, out_row):
-    """``out_row += sum_{k: row[f_k] > t_k} weights[k]``: one comparison per stump."""
+    """``out_row += sum_{k: row[f_k] > t_k} weights[k]``: one comparison per stump.
+
+    Not marked ``inline="always"``: numba inlining it at both call sites of :func:`decision`
+    (dense and CSR rows) made the loop over dense rows markedly slower.
+    """
     n_problems = weights.shape[1]
     for k in range(features.shape[0]):
         if row[features[k]] > thresholds[k]:
@@ -305,21 +309,20 @@ def decision(rows, n_features, features, thresholds, weights, base):
     A dense row is read in place; a CSR row is scattered into a dense buffer of
     ``n_features`` zeros first (and cleared after).
     """
-    indptr = rows.indptr
-    data = rows.data
+    indptr, indices, data, dense = rows
     n_rows = indptr.shape[0] - 1
     out = np.empty((n_rows, base.shape[0]), dtype=np.float64)
-    row = np.zeros(0 if rows.dense else n_features, dtype=np.float64)
+    row = np.zeros(0 if dense else n_features, dtype=np.float64)
     for i in range(n_rows):
         lo = indptr[i]
         hi = indptr[i + 1]
         out[i, :] = base
-        if rows.dense:
+        if dense:
             _accumulate_row(data[lo:hi], features, thresholds, weights, out[i])
             continue
         for p in range(lo, hi):
-            row[rows.indices[p]] = data[p]
+            row[indices[p]] = data[p]
         _accumulate_row(row, features, thresholds, weights, out[i])
         for p in range(lo, hi):
-            row[rows.indices[p]] = 0.0
+            row[indices[p]] = 0.0
     return out

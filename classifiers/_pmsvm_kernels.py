@@ -7,7 +7,9 @@ arithmetic in the same order and give identical numbers.  The other arguments
 come grouped in small named tuples: the
 :class:`~classify_images.classifiers.pmsvm.PolynomialApproximation` ``approx``,
 the :class:`DeltaTable` ``table``, the :class:`RowConstants` and the
-:class:`DualProblem` of the solver.
+:class:`DualProblem` of the solver.  Each kernel unpacks its tuples once, at its
+top, and passes plain arrays and scalars to its helpers (see
+:mod:`~classify_images.classifiers._rows` for why).
 
 Notation (Wu, CVPR 2012; Yang & Wu, JMLR W&CP 2012) shared with ``pmsvm.py``:
 
@@ -200,38 +202,36 @@ class DualProblem(NamedTuple):
 def column_max(rows, n_features):
     """Largest value of every column (0 for a column without stored entries)."""
     out = np.zeros(n_features)
-    indptr = rows.indptr
-    data = rows.data
+    indptr, indices, data, dense = rows
     n = indptr.shape[0] - 1
     for i in range(n):
         start = indptr[i]
         for k in range(start, indptr[i + 1]):
-            j = column(rows, k, start)
+            j = column(k, start, dense, indices)
             if data[k] > out[j]:
                 out[j] = data[k]
     return out
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _delta_row(x_hat, approx, out, i, scratch):
+def _delta_row(x_hat, p, eps, node_values, vinv, phi0, m_zero, out, i, scratch):
     """Write the delta row of the scaled value ``x_hat`` into ``out[i]`` (``2m+1`` floats).
 
     ``out[i, q-1] = t^q - t0^q`` (q = 1..m) and
     ``out[i, m:] = X^-1 (M_p(c, x~) - M_p(c, eps))`` (CVPR Eq. 11 minus its zero
-    part); ``scratch`` holds ``m+1`` floats.  ``approx`` is the
-    :class:`~classify_images.classifiers.pmsvm.PolynomialApproximation`.
+    part); ``scratch`` holds ``m+1`` floats.  The other arguments are the fields of the
+    :class:`~classify_images.classifiers.pmsvm.PolynomialApproximation`, which the callers
+    unpack once.
     """
-    phi0 = approx.phi0
-    vinv = approx.vinv
     m = phi0.shape[0] - 1
-    x_tilde = max(min(x_hat, 1.0), approx.eps)
+    x_tilde = max(min(x_hat, 1.0), eps)
     t = np.log(x_tilde + LOG_SHIFT)
     power = 1.0
     for q in range(1, m + 1):
         power *= t
         out[i, q - 1] = power - phi0[q]
     for k in range(m + 1):
-        scratch[k] = power_mean(approx.node_values[k], x_tilde, approx.p) - approx.m_zero[k]
+        scratch[k] = power_mean(node_values[k], x_tilde, p) - m_zero[k]
     for r in range(m + 1):
         s = 0.0
         for k in range(m + 1):
@@ -242,41 +242,47 @@ def _delta_row(x_hat, approx, out, i, scratch):
 @njit(cache=True, nogil=True)
 def delta_rows_values(values, approx):
     """Delta rows of scaled values (the look-up table T1/T2 of the LUT paper, Eqs. 18-19)."""
-    m = approx.phi0.shape[0] - 1
+    p, m, eps, node_values, vinv, phi0, m_zero, _ = approx
     out = np.empty((values.shape[0], 2 * m + 1), dtype=np.float32)
     scratch = np.empty(m + 1)
     for i in range(values.shape[0]):
-        _delta_row(values[i], approx, out, i, scratch)
+        _delta_row(values[i], p, eps, node_values, vinv, phi0, m_zero, out, i, scratch)
     return out
 
 
 @njit(cache=True, nogil=True)
 def delta_rows_csr(rows, inv_max, approx):
     """Delta rows of every stored entry of CSR ``rows`` (PmSVM's pre-computation, CVPR Sec. 4.4)."""
-    m = approx.phi0.shape[0] - 1
+    indices = rows.indices
     data = rows.data
+    p, m, eps, node_values, vinv, phi0, m_zero, _ = approx
     out = np.empty((data.shape[0], 2 * m + 1), dtype=np.float32)
     scratch = np.empty(m + 1)
     for k in range(data.shape[0]):
-        _delta_row(data[k] * inv_max[rows.indices[k]], approx, out, k, scratch)
+        _delta_row(data[k] * inv_max[indices[k]], p, eps, node_values, vinv, phi0, m_zero, out, k, scratch)
     return out
 
 
 # ------------------------------------------------------------- training
 @njit(cache=True, nogil=True, inline="always")
-def _table_row(k, start, rows, table):
-    """Column ``j`` of entry ``k`` and the row of ``table.values`` holding its delta row.
+def _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins):
+    """Column ``j`` of entry ``k`` and the row of the table's ``values`` holding its delta row.
+
+    The arguments after ``start`` are the fields of the
+    :class:`~classify_images.classifiers._rows.RowArrays` and of the
+    :class:`DeltaTable`, unpacked once by the calling kernel (see
+    :mod:`~classify_images.classifiers._rows` for why).
 
     LUT mode: the row is the bin ``h = floor(b x_hat)`` of the LUT paper
     (``x_hat * b = x * bin_scale[j]``), capped at ``b``; ``BIN_ROUNDING`` makes
     a value equal to the training maximum land in bin ``b`` despite rounding.  Otherwise the table
     holds one pre-computed row per stored entry and the row is ``k``.
     """
-    j = column(rows, k, start)
-    if table.use_lut:
-        h = int(rows.data[k] * table.bin_scale[j] + BIN_ROUNDING)
-        if h > table.n_bins:
-            h = table.n_bins
+    j = column(k, start, dense, indices)
+    if use_lut:
+        h = int(data[k] * bin_scale[j] + BIN_ROUNDING)
+        if h > n_bins:
+            h = n_bins
         return j, h
     return j, k
 
@@ -295,9 +301,8 @@ def row_constants(rows, table, inv_max, approx, n_features):
 
     (see :func:`dcd_solve` for their use).
     """
-    indptr = rows.indptr
-    data = rows.data
-    values = table.values
+    indptr, indices, data, dense = rows
+    use_lut, bin_scale, n_bins, values = table
     eps = approx.eps
     v0 = approx.v0
     phi0 = approx.phi0
@@ -317,7 +322,7 @@ def row_constants(rows, table, inv_max, approx, n_features):
             if data[k] == 0.0:
                 n_zero += 1
                 continue
-            j, row = _table_row(k, start, rows, table)
+            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
             sq += max(min(data[k] * inv_max[j], 1.0), eps)
             for q in range(m):
                 sr += v0[q + 1] * values[row, q]
@@ -330,26 +335,26 @@ def row_constants(rows, table, inv_max, approx, n_features):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rows_gradient(start, end, rows, table, b, bins, acc):
+def _rows_gradient(start, end, dense, indices, data, use_lut, bin_scale, n_bins, values, b, bins, acc):
     """``acc[c] = sum_{j in nz(x_i)} b[j, 1:, c] . (phi(x_ij) - phi0)[1:]`` for every class ``c``.
 
     Pre-computed mode (CSR only): entry ``k`` reads table row ``k``.  LUT mode:
     the bin of each entry is kept in ``bins`` for :func:`_rows_update` (``-1``
-    for a zero entry, whose delta row is zero).
+    for a zero entry, whose delta row is zero).  The rows and the table come as their
+    fields (see :func:`_table_row`).
     """
     m = b.shape[1] - 1
     n_classes = b.shape[2]
-    values = table.values
     acc[:] = 0.0
     for k in range(start, end):
-        if table.use_lut:
-            if rows.data[k] == 0.0:
+        if use_lut:
+            if data[k] == 0.0:
                 bins[k - start] = -1
                 continue
-            j, row = _table_row(k, start, rows, table)
+            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
             bins[k - start] = row
         else:
-            j = rows.indices[k]
+            j = indices[k]
             row = k
         for q in range(m):
             dphi = values[row, q]
@@ -358,19 +363,21 @@ def _rows_gradient(start, end, rows, table, b, bins, acc):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rows_update(start, end, rows, table, b, bins, delta):
-    """``b[j, :, c] += delta[c] (u(x_ij) - v0)`` for the non-zeros of row ``i`` (all classes)."""
+def _rows_update(start, end, dense, indices, use_lut, values, b, bins, delta):
+    """``b[j, :, c] += delta[c] (u(x_ij) - v0)`` for the non-zeros of row ``i`` (all classes).
+
+    The rows and the table come as their fields (see :func:`_table_row`).
+    """
     m = b.shape[1] - 1
     n_classes = b.shape[2]
-    values = table.values
     for k in range(start, end):
-        if table.use_lut:
+        if use_lut:
             row = bins[k - start]
             if row < 0:
                 continue
         else:
             row = k
-        j = column(rows, k, start)
+        j = column(k, start, dense, indices)
         for q in range(m + 1):
             du = values[row, m + q]
             for c in range(n_classes):
@@ -413,16 +420,12 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
     problem stopped).  ``w >= n_problems``: columns beyond the problems are padding
     (they stay 0), so that the loops over the group have a vector-friendly length.
     """
-    indptr = rows.indptr
-    q_kernel = constants.q_kernel
-    r = constants.r
-    z = constants.z
-    zero_value = constants.zero_value
-    C = problem.C
-    tol = problem.tol
-    max_iter = problem.max_iter
+    indptr, indices, data, dense = rows
+    use_lut, bin_scale, n_bins, values = table
+    q_kernel, r, z, zero_value = constants
+    l2_loss, C, tol, max_iter, seed = problem
     n, n_classes = Y.shape
-    if problem.l2_loss:
+    if l2_loss:
         diag = 0.5 / C
         upper = np.inf
     else:
@@ -445,10 +448,10 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
     longest = 0
     for i in range(n):
         longest = max(longest, indptr[i + 1] - indptr[i])
-    bins = np.empty(longest if table.use_lut else 0, dtype=np.int64)
+    bins = np.empty(longest if use_lut else 0, dtype=np.int64)
     index = np.arange(n)
     no_state = np.empty(0, dtype=np.uint64)  # numba's Mersenne Twister, seeded here
-    np.random.seed(problem.seed)
+    np.random.seed(seed)
     n_done = 0
     it = 0
     while it < max_iter and n_done < n_classes:
@@ -466,7 +469,7 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
                 continue
             start = indptr[i]
             end = indptr[i + 1]
-            _rows_gradient(start, end, rows, table, b, bins, acc)
+            _rows_gradient(start, end, dense, indices, data, use_lut, bin_scale, n_bins, values, b, bins, acc)
             any_delta = False
             for c in range(n_classes):
                 delta[c] = 0.0
@@ -503,7 +506,7 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
                         beta[c] += delta[c] * z[i]
                         S[c] += delta[c]
             if any_delta:
-                _rows_update(start, end, rows, table, b, bins, delta)
+                _rows_update(start, end, dense, indices, use_lut, values, b, bins, delta)
         it += 1
         for c in range(n_classes):
             if done[c]:
@@ -557,9 +560,8 @@ def decision_values(rows, table, inv_max, approx, coef, zero_scores):
     per problem.  LUT mode reads ``phi(q_j) - phi0`` from the table's bin of
     ``q_j``; otherwise ``t = ln(min(q_j / max_j, 1) ~ + 0.05)`` is computed.
     """
-    indptr = rows.indptr
-    data = rows.data
-    values = table.values
+    indptr, indices, data, dense = rows
+    use_lut, bin_scale, n_bins, values = table
     eps = approx.eps
     phi0 = approx.phi0
     n = indptr.shape[0] - 1
@@ -574,8 +576,8 @@ def decision_values(rows, table, inv_max, approx, coef, zero_scores):
         for k in range(start, indptr[i + 1]):
             if data[k] == 0.0:
                 continue
-            j, row = _table_row(k, start, rows, table)
-            if table.use_lut:
+            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
+            if use_lut:
                 for q in range(m):
                     dphi[q] = values[row, q]
             else:

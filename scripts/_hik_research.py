@@ -40,7 +40,7 @@ from classify_images.classifiers._hik_nsvm_kernels import (
     _flush,
     _gather,
     _hik_term,
-    _Work,
+    _step_buffers,
 )
 
 __all__ = ["intersection_gram", "relaxed_sgd", "relaxed_slope", "relaxed_term"]
@@ -71,58 +71,57 @@ def relaxed_slope(wd, x, t):
 
 
 @njit(cache=True, nogil=True)
-def _relaxed_step(idx, val, nnz, y, c, work, cum, r, t, problems):
+def _relaxed_step(idx, val, nnz, y, c, W, b, last, f, step, cum, r, t, margin, fit_intercept):
     """One example of Algorithm 1 on the relaxation at level ``t`` (the production step with
     :func:`relaxed_term` and :func:`relaxed_slope` in place of Eq. 7b's term and Eq. 9)."""
-    W = work.W
     P = W.shape[1]
     for p in range(P):
-        work.f[p] = work.b[p]
+        f[p] = b[p]
     for k in range(nnz):
         d = idx[k]
-        _catch_up(work, d, cum)
+        _catch_up(W[d], last, d, cum)
         for p in range(P):
-            work.f[p] += relaxed_term(W[d, p], np.float64(val[k]), t)
+            f[p] += relaxed_term(W[d, p], np.float64(val[k]), t)
     for p in range(P):
-        work.step[p] = 0.0
-        if y[p] * work.f[p] < problems.margin:
-            work.step[p] = r * c[p] * y[p]
-            if problems.fit_intercept:
-                work.b[p] += work.step[p]
+        step[p] = 0.0
+        if y[p] * f[p] < margin:
+            step[p] = r * c[p] * y[p]
+            if fit_intercept:
+                b[p] += step[p]
     for k in range(nnz):
         d = idx[k]
         for p in range(P):
-            W[d, p] += work.step[p] * relaxed_slope(W[d, p], val[k], t)
+            W[d, p] += step[p] * relaxed_slope(W[d, p], val[k], t)
 
 
 @njit(cache=True, nogil=True)
 def relaxed_sgd(rows, problems, epochs, levels, W, b):
     """As :func:`~classify_images.classifiers._hik_nsvm_kernels.sgd` (same shuffles, same
     lazy shrink), epoch ``e`` on the relaxation at level ``levels[e]``; no objective curve."""
-    indptr = rows.indptr
+    indptr, indices, data, dense = rows
+    Y, C, alpha, margin, fit_intercept = problems
+    rates, seed = epochs
     n = indptr.shape[0] - 1
-    D, P = W.shape
-    idx = np.empty(D if rows.dense else 0, dtype=np.int64)
-    val = np.empty(D if rows.dense else 0, dtype=np.float64)
-    work = _Work(W, b, np.zeros(D, dtype=np.float64), np.empty(P), np.empty(P))
-    np.random.seed(epochs.seed)
+    idx, val, last, f, step = _step_buffers(W, dense)
+    np.random.seed(seed)
     order = np.arange(n)
-    for e in range(epochs.rates.shape[0]):
+    for e in range(rates.shape[0]):
         np.random.shuffle(order)
-        r = epochs.rates[e]
+        r = rates[e]
+        t = levels[e]
         cum = 0.0
         for j in range(n):
             i = order[j]
             lo = indptr[i]
             hi = indptr[i + 1]
-            if rows.dense:
-                nnz = _gather(rows.data[lo:hi], idx, val)
-                _relaxed_step(idx, val, nnz, problems.Y[i], problems.C[i], work, cum, r, levels[e], problems)
+            if dense:
+                nnz = _gather(data[lo:hi], idx, val)
+                _relaxed_step(idx, val, nnz, Y[i], C[i], W, b, last, f, step, cum, r, t, margin, fit_intercept)
             else:
-                _relaxed_step(rows.indices[lo:hi], rows.data[lo:hi], hi - lo, problems.Y[i], problems.C[i], work,
-                              cum, r, levels[e], problems)
-            cum += r * problems.alpha
-        _flush(W, work.last, cum)
+                _relaxed_step(indices[lo:hi], data[lo:hi], hi - lo, Y[i], C[i], W, b, last, f, step, cum, r, t,
+                              margin, fit_intercept)
+            cum += r * alpha
+        _flush(W, last, cum)
 
 
 @njit(cache=True, nogil=True)
