@@ -103,7 +103,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
-        training = train_classifier(args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train)
+        training = train_classifier(
+            args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed
+        )
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     path = save_model(out, training.estimator, feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     print(training_text(training, path))
@@ -204,6 +206,8 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
                             description="Train a classifier on the training rows of a feature set and save it "
                             "(.npz + JSON header, no pickle).")
     _add_classifier_arguments(parser)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="random_state of a randomised classifier (pmsvm, mbkl, nsvm) unless --param sets it")
     parser.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
     parser.set_defaults(func=cmd_train)
 
@@ -224,7 +228,8 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
                             "train and test each time, and report mean ± std of the mean per-class accuracy.")
     _add_classifier_arguments(parser)
     parser.add_argument("--repeats", type=int, default=5, metavar="R")
-    parser.add_argument("--seed", type=int, default=0, help="first split seed")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="first split seed; each run's seed is also the classifier's random_state unless --param sets it")
     parser.add_argument("--out", help="folder for experiment.json")
     parser.set_defaults(func=cmd_experiment)
 

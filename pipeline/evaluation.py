@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
-from ..classifiers.registry import make_classifier
+from ..classifiers.registry import classifier_class, make_classifier
 from .dataset import split_indices
 from .feature_store import FeatureSet
 from .model_file import check_model_matches
@@ -132,8 +132,25 @@ class TrainingResult:
                           train_seconds=_seconds(self.train_seconds))
 
 
-def train_classifier(name: str, params: dict[str, Any], X: np.ndarray, y: np.ndarray) -> TrainingResult:
-    """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``."""
+def seeded_params(name: str, params: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    """``params`` with ``random_state=seed`` for a classifier that has one and was given none.
+
+    The commands pass their seed here, so that the same command on the same data trains the
+    same model (PmSVM's example order, MBKL's stumps and HIK nSVM's epochs are random).
+    """
+    if seed is None or "random_state" in params or "random_state" not in classifier_class(name)().get_params():
+        return dict(params)
+    return {**params, "random_state": int(seed)}
+
+
+def train_classifier(
+    name: str, params: dict[str, Any], X: np.ndarray, y: np.ndarray, *, seed: int | None = None
+) -> TrainingResult:
+    """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
+
+    ``seed`` becomes ``random_state`` unless ``params`` set it (:func:`seeded_params`).
+    """
+    params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
     start = time.perf_counter()
     estimator.fit(X, y)
@@ -278,7 +295,8 @@ def run_experiment(
     min-max normalisation, if any) stays the one learnt from the first split's
     training images, so the test images of later splits were seen, unlabelled,
     by the codebook — the usual practice when reporting mean ± std, but say so
-    (:data:`EXPERIMENT_NOTE`).
+    (:data:`EXPERIMENT_NOTE`).  A randomised classifier gets each run's split seed as its
+    ``random_state`` unless ``params`` set one, so the experiment is reproducible.
     """
     X_all = np.concatenate([np.asarray(feature_set.X_train), np.asarray(feature_set.X_test)])
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
@@ -287,7 +305,7 @@ def run_experiment(
     seeds = range(first_seed, first_seed + repeats)
     for seed in progress(seeds) if progress else seeds:
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
-        training = train_classifier(name, params, X_all[train], y_all[train])
+        training = train_classifier(name, params, X_all[train], y_all[train], seed=seed)
         predicted, test_seconds = _timed_predict(training.estimator, X_all[test])
         accuracy = mean_per_class_accuracy(y_all[test], predicted)
         runs.append(ExperimentRun(seed, accuracy, training.train_seconds, test_seconds))

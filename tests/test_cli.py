@@ -151,3 +151,27 @@ def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, caps
         err = capsys.readouterr().err.strip()
         assert "needs non-negative features" in err and str(signed) in err and len(err.splitlines()) == 1
     assert main([command, str(signed), "--classifier", "linear", "--out", str(tmp_path / "out2")]) == 0
+
+
+@pytest.mark.parametrize("classifier", ["pmsvm", "mbkl", "nsvm"])
+def test_randomised_classifiers_reproducible_from_the_command_line(tmp_path, feature_set, capsys, classifier):
+    """train twice -> identical models (random_state from --seed, recorded); experiment twice -> same runs."""
+    from classify_images.pipeline.model_file import load_model
+
+    models = []
+    for name in ("a", "b"):
+        assert main(["train", str(feature_set), "--classifier", classifier, "--out", str(tmp_path / f"{name}.npz")]) == 0
+        models.append(load_model(tmp_path / f"{name}.npz"))
+    (first, meta), (second, _) = models
+    assert meta["params"]["random_state"] == 0
+    for key, value in first._model_arrays().items():
+        np.testing.assert_array_equal(value, second._model_arrays()[key])
+    assert main(["train", str(feature_set), "--classifier", classifier, "--seed", "3",
+                 "--out", str(tmp_path / "c.npz")]) == 0
+    assert load_model(tmp_path / "c.npz")[1]["params"]["random_state"] == 3
+    runs = []
+    for name in ("x", "y"):
+        assert main(["experiment", str(feature_set), "--classifier", classifier, "--repeats", "2",
+                     "--out", str(tmp_path / name)]) == 0
+        runs.append(json.loads((tmp_path / name / "experiment.json").read_text())["runs"])
+    assert [r["mean_per_class_accuracy"] for r in runs[0]] == [r["mean_per_class_accuracy"] for r in runs[1]]
