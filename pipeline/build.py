@@ -37,7 +37,7 @@ from joblib import Parallel, delayed
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
 from .extractor import FeatureExtractor
-from .feature_store import FeatureSetWriter, load_feature_set
+from .feature_store import FeatureSetWriter, check_destination, load_feature_set
 from .provenance import library_versions
 from .stages import StageCache, implementation_versions
 
@@ -127,12 +127,14 @@ def _discover(dataset_dir: str | os.PathLike, config: PipelineConfig, n_jobs: in
 
 
 def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log) -> BuildResult | None:
-    """The existing feature set at ``out`` when it was built with ``config_hash``."""
+    """The existing feature set at ``out`` when it was built with ``config_hash``.
+
+    Any failure to load it (torn, tampered or partial files) means "rebuild it"."""
     if not (out / "manifest.json").exists():
         return None
     try:
         existing = load_feature_set(out)
-    except ValueError:
+    except Exception:  # noqa: BLE001 - whatever is wrong with it, the rebuild replaces it
         return None
     if existing.config_hash != config_hash:
         return None
@@ -293,7 +295,9 @@ def build_feature_set(
     dataset_dir : path-like
         Folder of class folders.
     out : path-like
-        Feature-set folder to write (replaced atomically when it exists).
+        Feature-set folder to write: absent, empty, or a feature set this project wrote
+        (replaced atomically); anything else is refused before any work
+        (:func:`~classify_images.pipeline.feature_store.check_destination`).
     config : PipelineConfig
         The configuration (:func:`~classify_images.pipeline.config.load_config`).
     n_jobs : int
@@ -309,7 +313,7 @@ def build_feature_set(
     -------
     BuildResult
     """
-    out, timer = Path(out), StageTimer()
+    out, timer = check_destination(out, dataset_dir), StageTimer()
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions())
@@ -326,7 +330,7 @@ def build_feature_set(
         sample = _sample_descriptors(images, split.train, config, runner)
     with timer("codebook"):
         extractor = FeatureExtractor(config, _learn_codebook(sample, config, runner.cache, log), cache=runner.cache)
-    with FeatureSetWriter(out) as writer:
+    with FeatureSetWriter(out, dataset_dir) as writer:
         with timer("encode+pool"):
             X = _encode_and_pool(extractor, images, split, writer, runner)
         with timer("normalise+write"):

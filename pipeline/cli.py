@@ -23,6 +23,7 @@ from typing import Any
 
 from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
+from .atomic import DISK_FULL_ERRNOS
 from .config import ConfigError, load_config, named_configs
 from .dataset import DatasetError
 from .feature_store import FeatureSetError, load_feature_set
@@ -288,6 +289,15 @@ def _thread_limits(threads: int | None):
     return threadpool_limits(limits=threads)
 
 
+def _os_error_text(exc: OSError) -> str:
+    """One line for an error of the operating system, with what to do about a full disk."""
+    what = exc.strerror or str(exc).splitlines()[0] or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in DISK_FULL_ERRNOS:
+        return f"{what}{where}: free some space (or choose another --out / --cache-dir) and re-run; nothing was replaced"
+    return f"{what}{where}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``classify-images`` console script."""
     parser = build_parser()
@@ -300,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args) or 0)
     except (*USER_ERRORS, UsageError) as exc:
         print(f"classify-images {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the system's refusal (full disk, permissions, …): one line, no traceback
+        print(f"classify-images {args.command}: error: {_os_error_text(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"classify-images {args.command}: interrupted (completed stages are cached; re-run to resume)", file=sys.stderr)

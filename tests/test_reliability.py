@@ -1,0 +1,363 @@
+"""Issue 14: never lose a user's data, never run a stranger's code, never end in a traceback.
+
+Each test is one case of docs/reliability.md: it asserts the one-line error (exit 2) or the
+data left intact.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from classify_images.pipeline import atomic
+from classify_images.pipeline.build import build_feature_set
+from classify_images.pipeline.cli import main
+from classify_images.pipeline.config import validate_config
+from classify_images.pipeline.feature_store import (
+    FeatureSetError,
+    FeatureSetWriter,
+    is_feature_set_folder,
+    load_feature_set,
+)
+
+from .conftest import SMALL_CONFIG, write_config_toml
+
+
+@pytest.fixture
+def config_file(tmp_path) -> Path:
+    return write_config_toml(tmp_path / "small.toml")
+
+
+def _build(dataset, out, config_file, cache, *extra) -> int:
+    return main(["build-features", str(dataset), "--out", str(out), "--config", str(config_file),
+                 "--cache-dir", str(cache), "-q", *extra])
+
+
+def _one_line_error(capsys, *needles) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path → bytes), symlinks as their target."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        key = str(path.relative_to(folder))
+        if path.is_symlink():
+            out[key] = os.readlink(path).encode()
+        elif path.is_file():
+            out[key] = path.read_bytes()
+        else:
+            out[key] = b"<dir>"
+    return out
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+# --- 1. data loss -------------------------------------------------------------------------
+
+
+def test_out_a_users_folder_is_refused_and_untouched(tmp_path, small_dataset, config_file, capsys):
+    pictures = tmp_path / "Pictures"
+    (pictures / "holiday").mkdir(parents=True)
+    (pictures / "holiday" / "beach.jpg").write_bytes(b"\xff\xd8 not really")
+    (pictures / "notes.txt").write_text("keep me")
+    before = _snapshot(pictures)
+    assert _build(small_dataset, pictures, config_file, tmp_path / "cache") == 2
+    _one_line_error(capsys, "refusing", "not a feature set", str(pictures))
+    assert _snapshot(pictures) == before
+
+
+@pytest.mark.parametrize("target", ["dataset", "parent", "inside"])
+def test_out_the_dataset_its_ancestors_or_inside_it_is_refused(tmp_path, small_dataset, config_file, capsys, target):
+    out = {"dataset": small_dataset, "parent": small_dataset.parent, "inside": small_dataset / "features"}[target]
+    before = _snapshot(small_dataset)
+    assert _build(small_dataset, out, config_file, tmp_path / "cache") == 2
+    _one_line_error(capsys, "refusing", "dataset")
+    assert _snapshot(small_dataset) == before
+
+
+def test_out_a_plain_file_is_refused(tmp_path, small_dataset, config_file, capsys):
+    out = tmp_path / "results"
+    out.write_text("my thesis")
+    assert _build(small_dataset, out, config_file, tmp_path / "cache") == 2
+    _one_line_error(capsys, "is a file")
+    assert out.read_text() == "my thesis"
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_out_a_symlink_is_refused(tmp_path, small_dataset, config_file, capsys, dangling):
+    target = tmp_path / "elsewhere"
+    if not dangling:
+        target.mkdir()
+        (target / "file.txt").write_text("x")
+    link = tmp_path / "fs"
+    link.symlink_to(target)
+    assert _build(small_dataset, link, config_file, tmp_path / "cache") == 2
+    _one_line_error(capsys, "symbolic link")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert dangling or (target / "file.txt").read_text() == "x"
+
+
+def test_out_the_current_folder_is_refused(tmp_path, small_dataset, config_file, capsys, monkeypatch):
+    here = tmp_path / "empty-here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert _build(small_dataset, ".", config_file, tmp_path / "cache") == 2
+    _one_line_error(capsys, "current folder")
+
+
+def test_empty_folder_and_own_feature_set_are_replaced(tmp_path, small_dataset, config_file, capsys):
+    out, cache = tmp_path / "fs", tmp_path / "cache"
+    out.mkdir()
+    assert _build(small_dataset, out, config_file, cache) == 0
+    first = load_feature_set(out).config_hash
+    other = write_config_toml(tmp_path / "other.toml", {**SMALL_CONFIG, "pooling": {"method": "max", "levels": [1]}})
+    assert _build(small_dataset, out, other, cache) == 0
+    assert load_feature_set(out).config_hash != first
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".fs")) == []
+
+
+def test_feature_set_with_a_foreign_file_is_refused(tmp_path, small_dataset, config_file, capsys):
+    out, cache = tmp_path / "fs", tmp_path / "cache"
+    assert _build(small_dataset, out, config_file, cache) == 0
+    (out / "my-notes.txt").write_text("results discussion")
+    assert not is_feature_set_folder(out)
+    other = write_config_toml(tmp_path / "other.toml", {**SMALL_CONFIG, "pooling": {"method": "max", "levels": [1]}})
+    capsys.readouterr()
+    assert _build(small_dataset, out, other, cache) == 2
+    _one_line_error(capsys, "not a feature set")
+    assert (out / "my-notes.txt").read_text() == "results discussion"
+
+
+def test_a_foreign_manifest_is_not_ours(tmp_path):
+    folder = tmp_path / "other-tool"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"format": "someone-else"}))
+    assert not is_feature_set_folder(folder)
+
+
+# --- 5. torn or partial files -------------------------------------------------------------
+
+
+def _tear(out: Path, how: str) -> None:
+    manifest = json.loads((out / "manifest.json").read_text())
+    if how == "empty X_train":
+        (out / "X_train.npy").write_bytes(b"")
+    elif how == "empty manifest":
+        (out / "manifest.json").write_bytes(b"")
+    elif how == "manifest without split":
+        del manifest["split"]
+        (out / "manifest.json").write_text(json.dumps(manifest))
+    elif how == "short y_test":
+        np.save(out / "y_test.npy", np.load(out / "y_test.npy")[:-1])
+    elif how == "label out of range":
+        y = np.load(out / "y_train.npy")
+        y[0] = 99
+        np.save(out / "y_train.npy", y)
+    elif how == "NaN in X_test":
+        X = np.load(out / "X_test.npy")
+        X[0, 0] = np.nan
+        np.save(out / "X_test.npy", X)
+    elif how == "float64 X_train":
+        np.save(out / "X_train.npy", np.load(out / "X_train.npy").astype(np.float64))
+    elif how == "pickled y_train":
+        np.save(out / "y_train.npy", np.array([object()] * 3, dtype=object), allow_pickle=True)
+    else:  # pragma: no cover
+        raise AssertionError(how)
+
+
+TEARS = ["empty X_train", "empty manifest", "manifest without split", "short y_test", "label out of range",
+         "NaN in X_test", "float64 X_train", "pickled y_train"]
+
+
+@pytest.mark.parametrize("how", TEARS)
+def test_torn_feature_set_is_one_line_everywhere_and_a_rebuild_repairs_it(tmp_path, small_dataset, config_file, capsys, how):
+    out, cache = tmp_path / "fs", tmp_path / "cache"
+    assert _build(small_dataset, out, config_file, cache) == 0
+    good = np.asarray(load_feature_set(out).X_test).copy()
+    _tear(out, how)
+    with pytest.raises(FeatureSetError):
+        load_feature_set(out)
+    capsys.readouterr()
+    for argv in (["train", str(out), "--classifier", "linear"],
+                 ["experiment", str(out), "--classifier", "linear", "--repeats", "1"]):
+        assert main(argv) == 2
+        _one_line_error(capsys, str(out))
+    assert _build(small_dataset, out, config_file, cache) == 0
+    np.testing.assert_array_equal(np.asarray(load_feature_set(out).X_test), good)
+
+
+def test_writer_syncs_every_file_and_the_folder_before_the_rename(tmp_path, monkeypatch):
+    synced, order = [], []
+    real_fsync_file, real_fsync_folder, real_replace = atomic.fsync_file, atomic.fsync_folder, atomic.replace_folder
+    monkeypatch.setattr("classify_images.pipeline.feature_store.fsync_file",
+                        lambda p: (synced.append(Path(p).name), real_fsync_file(p)))
+    monkeypatch.setattr(atomic, "fsync_folder", lambda p: (order.append(("fsync", Path(p).name)), real_fsync_folder(p)))
+    monkeypatch.setattr("classify_images.pipeline.feature_store.replace_folder",
+                        lambda *a: (order.append(("replace",)), real_replace(*a))[1])
+    with FeatureSetWriter(tmp_path / "fs") as writer:
+        rows = writer.open_rows("X_train", 3, 4)
+        rows[:] = 1.0
+        rows.flush()
+        writer.save("y_train", np.zeros(3, dtype=np.int64))
+        writer.commit({"n_features": 4})
+    assert {"X_train.npy", "y_train.npy"} <= set(synced)
+    # the new folder is synced before it is renamed (the manifest itself by atomic_write)
+    assert order.index(("fsync", ".fs.partial-%d" % os.getpid())) < order.index(("replace",))
+
+
+def test_open_rows_allocates_the_file_before_mapping(tmp_path):
+    with FeatureSetWriter(tmp_path / "fs") as writer:
+        rows = writer.open_rows("X_train", 64, 256)
+        path = writer.tmp / "X_train.npy"
+        stat = os.stat(path)
+        assert stat.st_blocks * 512 >= 64 * 256 * 4  # allocated, not a sparse file
+        rows[:] = np.arange(256, dtype=np.float32)
+        rows.flush()
+        del rows
+        np.testing.assert_array_equal(np.load(path)[5], np.arange(256, dtype=np.float32))
+
+
+def test_folder_swap_leaves_no_window_where_out_is_missing(tmp_path):
+    """A reader polling ``out/manifest.json`` while the folder is replaced 200 times never misses it."""
+    if atomic._RENAMEAT2 is None:
+        pytest.skip("renameat2 is not available on this platform: the fallback swap has a window")
+    out = tmp_path / "fs"
+    out.mkdir()
+    (out / "manifest.json").write_text("0")
+    probe = tmp_path / ".probe"
+    probe.mkdir()
+    if not atomic.exchange_paths(probe, out):
+        pytest.skip("this file system does not support RENAME_EXCHANGE")
+    atomic.exchange_paths(probe, out)
+    probe.rmdir()
+    missing, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            if not (out / "manifest.json").exists():
+                missing.append(1)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(200):
+            new = tmp_path / f".fs.partial-{i}"
+            new.mkdir()
+            (new / "manifest.json").write_text(str(i + 1))
+            assert atomic.replace_folder(new, out, tmp_path / f".fs.old-{i}")
+            shutil.rmtree(tmp_path / f".fs.old-{i}")
+    finally:
+        stop.set()
+        thread.join()
+    assert (out / "manifest.json").read_text() == "200"
+    assert missing == []
+
+
+# --- 2. full disk -------------------------------------------------------------------------
+
+
+def test_stale_temporaries_of_dead_processes_are_removed(tmp_path, small_dataset, config_file):
+    dead, alive = _dead_pid(), os.getppid()
+    for name in (f".fs.partial-{dead}", f".fs.old-{dead}", f".fs.partial-{alive}"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "X_train.npy").write_bytes(b"\0" * 1000)
+    (tmp_path / f".fs.old-{dead}" / "unrelated.txt").write_text("not ours")
+    (tmp_path / f".report.json.{dead}.tmp").write_text("{")
+    assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 0
+    assert not (tmp_path / f".fs.partial-{dead}").exists()
+    assert (tmp_path / f".fs.partial-{alive}").exists()  # its process still runs
+    # a stale folder loses only the files this project writes
+    assert sorted(p.name for p in (tmp_path / f".fs.old-{dead}").iterdir()) == ["unrelated.txt"]
+    atomic.atomic_write_json(tmp_path / "report.json", {})
+    assert not (tmp_path / f".report.json.{dead}.tmp").exists()
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_disk_full_while_allocating_rows_is_one_line_and_keeps_the_old_set(
+    tmp_path, small_dataset, config_file, capsys, monkeypatch
+):
+    out, cache = tmp_path / "fs", tmp_path / "cache"
+    assert _build(small_dataset, out, config_file, cache) == 0
+    before = _snapshot(out)
+    other = write_config_toml(tmp_path / "other.toml", {**SMALL_CONFIG, "pooling": {"method": "max", "levels": [1]}})
+    monkeypatch.setattr(os, "posix_fallocate", _enospc)
+    capsys.readouterr()
+    assert _build(small_dataset, out, other, cache) == 2
+    _one_line_error(capsys, "No space left on device", "free some space")
+    assert _snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".fs.")] == []
+
+
+def test_disk_full_while_writing_a_report_or_model_is_one_line(tmp_path, small_dataset, config_file, capsys, monkeypatch):
+    out, cache = tmp_path / "fs", tmp_path / "cache"
+    assert _build(small_dataset, out, config_file, cache) == 0
+    model = tmp_path / "model.npz"
+    assert main(["train", str(out), "--classifier", "linear", "--out", str(model)]) == 0
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", _enospc)
+    capsys.readouterr()
+    assert main(["evaluate", str(out), str(model), "--out", str(tmp_path / "report")]) == 2
+    _one_line_error(capsys, "No space left on device")
+    assert main(["train", str(out), "--classifier", "linear", "--out", str(tmp_path / "model2.npz")]) == 2
+    _one_line_error(capsys, "No space left on device")
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    leftovers = [p.name for p in tmp_path.rglob(".*.tmp")]
+    assert leftovers == []
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    return done.returncode == 0
+
+
+def test_disk_full_on_a_small_tmpfs(tmp_path, small_dataset, config_file):
+    """A real full disk: the build ends with one line (no SIGBUS), leaves no temporary folder."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("needs root and permission to mount a tmpfs (the injected-ENOSPC tests above still run)")
+    try:
+        ballast = disk / "ballast"
+        with open(ballast, "wb") as handle:  # fill the disk, then free a little
+            with pytest.raises(OSError):
+                while True:
+                    handle.write(bytes(64 * 1024))
+                    handle.flush()
+        os.truncate(ballast, max(0, os.path.getsize(ballast) - 12 * 1024))
+        script = ("import sys; from classify_images.pipeline.cli import main; "
+                  f"sys.exit(main({['build-features', str(small_dataset), '--out', str(disk / 'fs'), '--config', str(config_file), '--no-cache', '-q']!r}))")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, (done.returncode, done.stderr[-2000:])  # not -7 (SIGBUS)
+        assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+        assert sorted(p.name for p in disk.iterdir()) == ["ballast"]
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_validate_config_small_is_valid():
+    validate_config(SMALL_CONFIG)
