@@ -24,6 +24,7 @@ from typing import Any
 from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
 from .atomic import DISK_FULL_ERRNOS
+from .cache_store import CacheFolderError
 from .config import ConfigError, load_config, named_configs
 from .dataset import DatasetError
 from .feature_store import FeatureSetError, load_feature_set
@@ -32,7 +33,7 @@ from .progress import tqdm_progress as _tqdm_progress
 
 __all__ = ["main", "build_parser"]
 
-USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, ClassifierParameterError)
+USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, ClassifierParameterError, CacheFolderError)
 
 
 class UsageError(ValueError):

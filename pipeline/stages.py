@@ -7,7 +7,10 @@ key is the image content plus all upstream parameters: a changed image or an
 upstream change can never return a stale result, and a downstream change
 (pooling, normalisation, classifier) recomputes nothing here.  joblib writes
 each result under a temporary name and renames it, so an interrupted run never
-leaves a half-written entry.
+leaves a half-written entry.  Results are stored as ``.npz`` files read without
+pickle, in a private cache folder
+(:mod:`~classify_images.pipeline.cache_store`): a file planted in the cache cannot
+run code, it is a miss.
 
 What is cached per image is compact:
 
@@ -49,6 +52,7 @@ from ..features import dsift as dsift_module
 from ..features import preprocess as preprocess_module
 from ..features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
 from ..features.preprocess import ImageReadError, load_grayscale
+from .cache_store import BACKEND_NAME, secure_cache_folder
 
 __all__ = [
     "implementation_versions",
@@ -226,7 +230,10 @@ def codes_matrix(codes: dict[str, np.ndarray], n_words: int):
 class StageCache:
     """The per-image stages, memoised in ``cache_dir`` by :class:`joblib.Memory`.
 
-    With ``cache_dir=None`` nothing is cached (every call recomputes).  Every stage
+    With ``cache_dir=None`` nothing is cached (every call recomputes).  The folder is
+    created private, or refused when others could write into it
+    (:func:`~classify_images.pipeline.cache_store.secure_cache_folder`), and results
+    are stored without pickle.  Every stage
     function takes an ``implementation`` argument that it does not use: the cache passes
     the ``IMPLEMENTATION_VERSION`` of the modules upstream of the stage, so that it is
     part of the key.
@@ -235,7 +242,8 @@ class StageCache:
     def __init__(self, cache_dir: str | os.PathLike | None, *, cache_descriptors: bool = True) -> None:
         from joblib import Memory
 
-        self.memory = Memory(None if cache_dir is None else os.fspath(cache_dir), verbose=0)
+        location = None if cache_dir is None else os.fspath(secure_cache_folder(cache_dir))
+        self.memory = Memory(location, backend=BACKEND_NAME, verbose=0)
         # Keys are image *content* (fingerprint) and parameters; the path is not
         # part of the key, so moving a dataset keeps its cache.
         self.check_image = self._cached(check_image, ["path"])

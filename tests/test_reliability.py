@@ -361,3 +361,113 @@ def test_disk_full_on_a_small_tmpfs(tmp_path, small_dataset, config_file):
 
 def test_validate_config_small_is_valid():
     validate_config(SMALL_CONFIG)
+
+
+# --- 3. a stage cache without pickle --------------------------------------------------------
+
+
+class _Payload:
+    """A pickle that, when loaded, writes a marker file (what a planted pickle would do)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "code ran"))
+
+
+def test_planted_pickle_in_the_cache_never_runs(tmp_path, small_dataset, config_file):
+    import pickle
+
+    out, cache, marker = tmp_path / "fs", tmp_path / "cache", tmp_path / "PWNED"
+    assert _build(small_dataset, out, config_file, cache) == 0
+    good = np.asarray(load_feature_set(out).X_train).copy()
+    entries = sorted(cache.rglob("output.npz"))
+    assert len(entries) > 10 and not list(cache.rglob("output.pkl"))
+    payload = pickle.dumps(_Payload(marker))
+    for i, entry in enumerate(entries):
+        if i % 2:  # a pickle where joblib's own backend would look for it
+            entry.unlink()
+            entry.with_name("output.pkl").write_bytes(payload)
+        else:  # a pickle under the name this backend reads
+            entry.write_bytes(payload)
+    shutil.rmtree(out)
+    assert _build(small_dataset, out, config_file, cache) == 0
+    assert not marker.exists()
+    np.testing.assert_array_equal(np.asarray(load_feature_set(out).X_train), good)
+    # the planted entries were misses and were rewritten as .npz
+    assert len(list(cache.rglob("output.npz"))) == len(entries)
+
+
+def test_cache_round_trips_every_stage_output_exactly():
+    from classify_images.pipeline.cache_store import decode_result, encode_result
+
+    results = [
+        {"ok": True, "shape": (96, 72)},
+        {"ok": False, "reason": "truncated or corrupt image (JPEG has no end-of-image marker)"},
+        {"descriptors": np.arange(256, dtype=np.uint8).reshape(2, 128), "x": np.ones(2, np.float32),
+         "y": np.zeros(2, np.float32), "shape": np.array([5, 6], np.int32)},
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        {"index": np.array([1, 2], np.int16), "scale": 0.5, "count": 3},
+    ]
+    for result in results:
+        arrays = encode_result(result)
+        back = decode_result({k: np.asarray(v) for k, v in arrays.items()})
+        if isinstance(result, np.ndarray):
+            assert back.dtype == result.dtype and np.array_equal(back, result)
+            continue
+        assert set(back) == set(result)
+        for key, value in result.items():
+            if isinstance(value, np.ndarray):
+                assert back[key].dtype == value.dtype and np.array_equal(back[key], value)
+            else:
+                assert type(back[key]) is type(value) and back[key] == value
+    for bad in ([1, 2], {"a": [1]}, np.array([object()]), {"a": np.array([None])}):
+        with pytest.raises(TypeError):
+            encode_result(bad)
+
+
+def test_cache_folder_is_private_and_others_folders_are_refused(tmp_path, small_dataset, config_file, capsys):
+    cache = tmp_path / "new-cache"
+    assert _build(small_dataset, tmp_path / "fs", config_file, cache) == 0
+    assert (os.stat(cache).st_mode & 0o777) == 0o700
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    capsys.readouterr()
+    assert _build(small_dataset, tmp_path / "fs2", config_file, shared) == 2
+    _one_line_error(capsys, "writable by other users", "chmod go-w")
+    assert not (tmp_path / "fs2").exists()
+    if os.geteuid() == 0:
+        theirs = tmp_path / "their-cache"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        assert _build(small_dataset, tmp_path / "fs3", config_file, theirs) == 2
+        _one_line_error(capsys, "belongs to another user")
+
+
+def test_disk_full_in_the_cache_is_one_line_and_leaves_no_temporary_file(
+    tmp_path, small_dataset, config_file, capsys, monkeypatch
+):
+    from classify_images.pipeline import cache_store
+
+    def full_disk(handle, **arrays):
+        handle.write(b"PK\x03\x04 partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cache_store.np, "savez", full_disk)
+    cache = tmp_path / "cache"
+    assert _build(small_dataset, tmp_path / "fs", config_file, cache) == 2
+    _one_line_error(capsys, "No space left on device")
+    monkeypatch.undo()
+    assert [p for p in cache.rglob("output.npz*")] == []
+    assert not (tmp_path / "fs").exists()
+
+
+def test_parallel_build_with_the_npz_cache_matches_serial(tmp_path, small_dataset, config_file):
+    assert _build(small_dataset, tmp_path / "serial", config_file, tmp_path / "c1") == 0
+    assert _build(small_dataset, tmp_path / "parallel", config_file, tmp_path / "c2", "--n-jobs", "2") == 0
+    assert _build(small_dataset, tmp_path / "again", config_file, tmp_path / "c2", "--n-jobs", "2") == 0  # from cache
+    serial = np.asarray(load_feature_set(tmp_path / "serial").X_test)
+    for name in ("parallel", "again"):
+        np.testing.assert_array_equal(np.asarray(load_feature_set(tmp_path / name).X_test), serial)
