@@ -167,11 +167,15 @@ def _split(images: _Images, readable: np.ndarray, skipped: list, config: Pipelin
     short = [n for n, k in zip(dataset.class_names, readable_per_class) if k < protocol.train_per_class + 1]
     if short:
         smallest = int(readable_per_class.min())
+        classes = f"class(es) {', '.join(short[:5])}{' …' if len(short) > 5 else ''}"
+        if smallest < 2:  # no --train-per-class can help: a class needs a training and a test image
+            raise DatasetError(
+                f"{classes} have fewer than 2 readable images (smallest: {smallest}; each class needs one "
+                "training and one test image): add readable images or remove those class folders"
+            )
         raise DatasetError(
-            f"class(es) {', '.join(short[:5])}{' …' if len(short) > 5 else ''} have fewer than "
-            f"{protocol.train_per_class + 1} readable images (smallest: {smallest}); "
+            f"{classes} have fewer than {protocol.train_per_class + 1} readable images (smallest: {smallest}); "
             f"lower --train-per-class to at most {smallest - 1}"
-            + (" or remove the classes whose images are all unreadable" if smallest == 0 else "")
         )
     train_local, test_local = split_indices(
         dataset.labels[readable], protocol.train_per_class, protocol.test_per_class, protocol.seed

@@ -44,6 +44,37 @@ def _params(pairs: list[str] | None) -> dict[str, Any]:
     return dict(parse_param(pair) for pair in pairs or [])
 
 
+#: Seeds go to NumPy's ``RandomState`` (scikit-learn's ``random_state``): 0 … 2³² − 1.
+MAX_SEED = 2**32 - 1
+
+
+def _check_n_jobs(n_jobs: int) -> int:
+    if n_jobs == 0:
+        raise UsageError("--n-jobs must be a positive number of workers, or negative (-1: all cores), not 0")
+    return n_jobs
+
+
+def _check_seeds(first: int, count: int = 1) -> None:
+    """``--seed`` (and the ``count - 1`` seeds after it) within NumPy's seed range."""
+    if first < 0 or first + count - 1 > MAX_SEED:
+        last = "" if count == 1 else f" (and --seed + --repeats - 1 = {first + count - 1})"
+        raise UsageError(f"--seed must be from 0 to {MAX_SEED}{last}, got {first}")
+
+
+def _check_out_file(out: Path, what: str) -> Path:
+    """``--out`` naming a file to write: not an existing folder."""
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give the name of the {what} file to write")
+    return out
+
+
+def _check_out_folder(out: Path, what: str) -> Path:
+    """``--out`` naming a folder to write into: not an existing file."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder; give a folder for the {what}")
+    return out
+
+
 def _default_feature_out(dataset: Path, config_name: str) -> Path:
     return Path("feature-sets") / f"{dataset.resolve().name}-{config_name}"
 
@@ -60,6 +91,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
             "keep_background": True if args.keep_background else None,
         }
     }
+    _check_n_jobs(args.n_jobs)
     config = load_config(args.config, overrides)
     config_name = Path(args.config).stem if args.config else "default"
     out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
@@ -94,6 +126,9 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
             f"classifier {name!r} needs non-negative features, but {featureset} has negative values: "
             "rebuild it with pooling method 'abs' or 'average', or use --classifier linear"
         ) from None
+    except ValueError as exc:  # a parameter the estimator refuses at fit time (n_jobs=0, class_weight, …)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"classifier {name!r}: {first}") from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -102,13 +137,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .evaluation import train_classifier
     from .report import training_text
 
+    _check_seeds(args.seed)
+    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
+    _check_out_file(out, "model")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
         training = train_classifier(
             args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed
         )
-    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     path = save_model(out, training.estimator, feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     print(training_text(training, path))
     return 0
@@ -118,10 +155,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model
     from .report import evaluation_text, write_report
 
+    out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
+    _check_out_folder(out, "report")
     feature_set = load_feature_set(args.featureset)
     model, meta = load_model(args.model)
-    evaluation = evaluate_model(model, meta, feature_set)
-    out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
+    with _classifier_errors_as_usage_errors(meta.get("classifier", "model"), args.featureset):
+        evaluation = evaluate_model(model, meta, feature_set)
     write_report(evaluation, out)
     print(evaluation_text(evaluation, out))
     return 0
@@ -133,6 +172,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    _check_seeds(args.seed, args.repeats)
+    if args.out:
+        _check_out_folder(Path(args.out), "experiment")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
@@ -301,6 +343,9 @@ def _os_error_text(exc: OSError) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``classify-images`` console script."""
+    for stream in (sys.stdout, sys.stderr):  # file names that are not valid UTF-8 print escaped
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:

@@ -157,6 +157,11 @@ def split_indices(
     too_small = [(int(c), int(k)) for c, k in zip(classes, counts) if k < n_train + 1]
     if too_small:
         smallest = min(k for _, k in too_small)
+        if smallest < 2:
+            raise DatasetError(
+                f"{len(too_small)} class(es) have fewer than 2 images (smallest: {smallest}; each class needs "
+                "one training and one test image): add images or remove those classes"
+            )
         raise DatasetError(
             f"{len(too_small)} class(es) have fewer than {n_train + 1} images (smallest: {smallest}); "
             f"lower --train-per-class to at most {smallest - 1}"
@@ -185,4 +190,6 @@ def dataset_digest(paths: list[str], fingerprints: list[str]) -> str:
     It changes when an image is added, removed, renamed or edited; it is part of the
     feature set's config hash.
     """
-    return hashlib.sha1("\n".join(f"{p}:{f}" for p, f in zip(paths, fingerprints)).encode()).hexdigest()
+    # os.fsencode: a file name that is not valid UTF-8 (kept by Python as surrogates) is
+    # digested as its bytes on disk; a valid name gives the same bytes as str.encode().
+    return hashlib.sha1(b"\n".join(os.fsencode(f"{p}:{f}") for p, f in zip(paths, fingerprints))).hexdigest()

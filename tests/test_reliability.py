@@ -471,3 +471,79 @@ def test_parallel_build_with_the_npz_cache_matches_serial(tmp_path, small_datase
     serial = np.asarray(load_feature_set(tmp_path / "serial").X_test)
     for name in ("parallel", "again"):
         np.testing.assert_array_equal(np.asarray(load_feature_set(tmp_path / name).X_test), serial)
+
+
+# --- 6. inputs that used to end in tracebacks -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """A small feature set and a linear model trained on it (read-only for the tests)."""
+    root = tmp_path_factory.mktemp("built")
+    dataset = root / "data"
+    for name in ("china", "digit_1", "flower"):
+        shutil.copytree(Path(__file__).parent / "data" / "images" / name, dataset / name)
+    config = write_config_toml(root / "small.toml")
+    assert _build(dataset, root / "fs", config, root / "cache") == 0
+    assert main(["train", str(root / "fs"), "--classifier", "linear", "--out", str(root / "model.npz")]) == 0
+    return root
+
+
+def test_non_utf8_file_names_are_built_and_listed(tmp_path, small_dataset, config_file, capsys):
+    china = os.fsencode(small_dataset / "china")
+    shutil.copyfile(os.path.join(china, b"00.jpg"), os.path.join(china, b"caf\xe9.jpg"))
+    open(os.path.join(china, b"bro\xffken.jpg"), "wb").close()
+    assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 0
+    out = capsys.readouterr().out
+    assert "bro\\udcffken.jpg" in out or "bro\udcffken.jpg" in out, out.splitlines()  # listed as skipped
+    fs = load_feature_set(tmp_path / "fs")
+    assert any(p.endswith("bro\udcffken.jpg") for p in (s["path"] for s in fs.manifest["skipped"]))
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["build-features", "{data}", "--n-jobs", "0"], "--n-jobs"),
+    (["build-features", "{data}", "--config", "{root}"], "is a folder"),
+    (["build-features", "{data}", "--out", "{root}/model.npz"], "is a file"),
+    (["train", "{root}/fs", "--classifier", "linear", "--seed", "-1"], "--seed"),
+    (["train", "{root}/fs", "--classifier", "linear", "--seed", str(2**32)], "--seed"),
+    (["train", "{root}/fs", "--classifier", "linear", "--out", "{root}"], "is a folder"),
+    (["train", "{root}/model.npz", "--classifier", "linear"], "not a folder"),
+    (["experiment", "{root}/fs", "--classifier", "linear", "--seed", "-1"], "--seed"),
+    (["experiment", "{root}/fs", "--classifier", "linear", "--seed", str(2**32 - 1), "--repeats", "2"], "--seed"),
+    (["experiment", "{root}/fs", "--classifier", "linear", "--repeats", "1", "--out", "{root}/model.npz"], "is a file"),
+    (["evaluate", "{root}/fs", "{root}/model.npz", "--out", "{root}/model.npz"], "is a file"),
+    (["train", "{root}/fs", "--classifier", "pmsvm", "--param", "n_jobs=0"], "n_jobs"),
+    (["train", "{root}/fs", "--classifier", "linear", "--param", "class_weight={99: 2}"], "class_weight"),
+])
+def test_bad_command_line_values_are_one_line(built, capsys, argv, needle):
+    argv = [a.replace("{root}", str(built)).replace("{data}", str(built / "data")) for a in argv]
+    assert main(argv) == 2
+    _one_line_error(capsys, needle)
+
+
+@pytest.mark.parametrize("toml, needle", [
+    ("[sift]\ncontrast_threshold = nan\n", "sift.contrast_threshold"),
+    ("[codebook]\nlambda = inf\n", "codebook.lambda"),
+    ("[codebook]\nkind = \"sparse\"\nlambda = -inf\n", "codebook.lambda"),
+    (f"[dataset]\nseed = {2**32}\n", "dataset.seed"),
+    (f"[codebook]\nseed = {2**64}\n", "codebook.seed"),
+    ("[pooling]\nlevels = [3000]\n", "pooling.levels"),
+    ("[sift]\nstep = {a = 1}\n", "sift.step"),
+    ("[sift]\npatch_sizes = {a = 1}\n", "sift.patch_sizes"),
+    ("[image]\nmax_side = {a = 1}\n", "image.max_side"),
+    ("[dataset]\ntest_per_class = {a = 1}\n", "dataset.test_per_class"),
+    ("[pooling]\nmethod = {a = 1}\n", "pooling.method"),
+    ("[codebook]\nsize = 99999999999999999999\n", "codebook.size"),
+    ("[[dataset]]\nseed = 1\n", "[dataset]"),
+    ("dataset = 3\n", "[dataset]"),
+])
+def test_bad_config_values_are_one_line(tmp_path, small_dataset, capsys, toml, needle):
+    config = tmp_path / "bad.toml"
+    config.write_text(toml)
+    assert main(["build-features", str(small_dataset), "--config", str(config), "--out", str(tmp_path / "fs"), "-q"]) == 2
+    _one_line_error(capsys, needle)
+    assert not (tmp_path / "fs").exists()
+
+
+def test_seed_range_in_the_config_matches_the_command_line(built):
+    validate_config({"dataset": {"seed": 2**32 - 1}, "codebook": {"seed": 2**32 - 1}})
