@@ -24,6 +24,7 @@ reuses the cached codes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 from joblib import Parallel, delayed
 
+from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
 from .extractor import FeatureExtractor
@@ -104,6 +106,8 @@ class _Split:
     train: np.ndarray
     test: np.ndarray
     skipped: list[dict[str, str]] = field(default_factory=list)
+    #: readable images whose decoder warned (a damaged JPEG stream decoded in part)
+    warnings: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -122,8 +126,24 @@ class _Runner:
 def _discover(dataset_dir: str | os.PathLike, config: PipelineConfig, n_jobs: int) -> _Images:
     dataset = discover_dataset(dataset_dir, keep_background=config.dataset.keep_background)
     paths = [str(dataset.absolute(p)) for p in dataset.paths]
-    fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(delayed(file_fingerprint)(p) for p in paths)
+    fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(delayed(_fingerprint_or_reason)(p) for p in paths)
+    unreadable = [i for i, (_, reason) in enumerate(fingerprints) if reason is not None]
+    if unreadable:  # listed as skipped, like every file that cannot be used
+        keep = [i for i in range(len(paths)) if i not in set(unreadable)]
+        dataset = dataclasses.replace(
+            dataset, paths=[dataset.paths[i] for i in keep], labels=dataset.labels[keep],
+            unusable=dataset.unusable + [{"path": dataset.paths[i], "reason": fingerprints[i][1]} for i in unreadable],
+        )
+        paths, fingerprints = [paths[i] for i in keep], [fingerprints[i] for i in keep]
+    fingerprints = [digest for digest, _ in fingerprints]
     return _Images(dataset, paths, fingerprints, dataset_digest(dataset.paths, fingerprints))
+
+
+def _fingerprint_or_reason(path: str) -> tuple[str | None, str | None]:
+    try:
+        return file_fingerprint(path), None
+    except OSError as exc:
+        return None, f"cannot read file ({exc.strerror or exc})"
 
 
 def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log) -> BuildResult | None:
@@ -146,18 +166,32 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
     )
 
 
-def _check(images: _Images, config: PipelineConfig, runner: _Runner) -> tuple[np.ndarray, list[dict[str, str]]]:
-    """Indices of the readable images, and the skipped ones with their reasons."""
-    max_side, largest_patch = config.image.max_side, max(config.sift.patch_sizes)
+def _check(images: _Images, config: PipelineConfig, runner: _Runner) -> tuple[np.ndarray, list[dict[str, str]], list]:
+    """Indices of the readable images, the skipped ones with their reasons, and the readable
+    ones whose decoder warned."""
+    max_side, largest_patch, max_pixels = config.image.max_side, max(config.sift.patch_sizes), config.image.max_pixels
     check = delayed(runner.cache.check_image)
     checks = runner.map(
-        [check(p, f, max_side, largest_patch) for p, f in zip(images.paths, images.fingerprints)], "check images"
+        [check(p, f, max_side, largest_patch, max_pixels) for p, f in zip(images.paths, images.fingerprints)],
+        "check images",
     )
-    skipped = [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
+    skipped = list(images.dataset.unusable)
+    skipped += [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
+    warned = [{"path": images.dataset.paths[i], "warning": c["warning"]} for i, c in enumerate(checks) if c.get("warning")]
     readable = np.flatnonzero([c["ok"] for c in checks])
     if readable.size == 0:
         raise DatasetError(f"no readable image in {images.dataset.root} ({len(skipped)} skipped)")
-    return readable, skipped
+    return readable, skipped, warned
+
+
+@contextlib.contextmanager
+def _image_errors_as_dataset_errors(images: _Images) -> Iterator[None]:
+    """An image that passed the check but fails later (it changed on disk meanwhile): one line."""
+    try:
+        yield
+    except ImageReadError as exc:
+        where = exc.path or images.dataset.root
+        raise DatasetError(f"{where}: {exc.reason}") from None
 
 
 def _split(images: _Images, readable: np.ndarray, skipped: list, config: PipelineConfig) -> _Split:
@@ -271,6 +305,7 @@ def _manifest(
             "test": [dataset.paths[i] for i in split.test],
         },
         "skipped": split.skipped,
+        "decoder_warnings": split.warnings,
         "n_features": extractor.n_features,
         "codebook": {
             "kind": config.codebook.kind, "size": int(extractor.codebook.shape[0]),
@@ -327,15 +362,18 @@ def build_feature_set(
 
     runner = _Runner(n_jobs, StageCache(cache_dir, cache_descriptors=config.sift.cache_descriptors), progress)
     with timer("check"):
-        readable, skipped = _check(images, config, runner)
+        readable, skipped, warned = _check(images, config, runner)
+    for entry in warned[:3]:
+        log(f"warning: {entry['path']} is damaged but decodable ({entry['warning']}); kept, listed in the manifest")
     with timer("split"):
         split = _split(images, readable, skipped, config)
-    with timer("sample"):
+        split.warnings = warned
+    with timer("sample"), _image_errors_as_dataset_errors(images):
         sample = _sample_descriptors(images, split.train, config, runner)
     with timer("codebook"):
         extractor = FeatureExtractor(config, _learn_codebook(sample, config, runner.cache, log), cache=runner.cache)
     with FeatureSetWriter(out, dataset_dir) as writer:
-        with timer("encode+pool"):
+        with timer("encode+pool"), _image_errors_as_dataset_errors(images):
             X = _encode_and_pool(extractor, images, split, writer, runner)
         with timer("normalise+write"):
             _fit_normalizer(extractor, X)

@@ -4,7 +4,7 @@ A configuration has one table per stage of the data flow, in the order the data 
 through them, each read into its own frozen dataclass::
 
     [dataset]        DatasetConfig        keep_background, train_per_class, test_per_class, seed
-    [image]          ImageConfig          max_side
+    [image]          ImageConfig          max_side, max_pixels
     [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors
     [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed
     [pooling]        PoolingConfig        method, levels
@@ -47,7 +47,7 @@ from ..coding.codebook import CODEBOOK_KINDS
 from ..coding.normalize import NORMALIZATIONS
 from ..coding.pooling import POOLING_METHODS
 from ..features.dsift import validate_patch_sizes, validate_step
-from ..features.preprocess import validate_max_side
+from ..features.preprocess import DEFAULT_MAX_PIXELS, validate_max_side
 
 __all__ = [
     "ConfigError",
@@ -201,6 +201,10 @@ class ImageConfig:
 
     #: longer side after shrinking, px
     max_side: int = _setting(300, _all_of(_int(MIN_MAX_SIDE), _owned_by(validate_max_side)))
+    #: images announcing more pixels (width × height) are skipped without being decoded
+    #: (a safety limit, left out of the config hash: changing only it does not rebuild a
+    #: feature set, it keys the image checks in the stage cache)
+    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _int(1, high=2**62), semantic=False)
 
 
 @dataclass(frozen=True)

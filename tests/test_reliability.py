@@ -547,3 +547,123 @@ def test_bad_config_values_are_one_line(tmp_path, small_dataset, capsys, toml, n
 
 def test_seed_range_in_the_config_matches_the_command_line(built):
     validate_config({"dataset": {"seed": 2**32 - 1}, "codebook": {"seed": 2**32 - 1}})
+
+
+# --- 7. decompression bombs, 8. one read, 9. smaller items ----------------------------------
+
+
+def _gif(image: np.ndarray) -> bytes:
+    """A GIF of a grayscale image (LZW with a clear code before every pixel: valid, uncompressed)."""
+    import struct
+
+    height, width = image.shape
+    codes = [c for pixel in image.ravel() for c in (256, int(pixel))] + [257]
+    bits = "".join(format(code, "09b")[::-1] for code in codes)
+    bits += "0" * (-len(bits) % 8)
+    data = bytes(int(bits[i : i + 8][::-1], 2) for i in range(0, len(bits), 8))
+    blocks = b"".join(bytes([len(data[i : i + 255])]) + data[i : i + 255] for i in range(0, len(data), 255))
+    palette = bytes(v for g in range(256) for v in (g, g, g))
+    return (b"GIF89a" + struct.pack("<HHBBB", width, height, 0xF7, 0, 0) + palette
+            + b"," + struct.pack("<HHHHB", 0, 0, width, height, 0) + b"\x08" + blocks + b"\x00;")
+
+
+@pytest.mark.parametrize("extension", [".png", ".jpg", ".bmp", ".tif", ".webp", ".pgm", ".gif"])
+def test_image_size_reads_the_header_of_every_format(extension):
+    import cv2
+
+    from classify_images.features.preprocess import image_size
+
+    image = (np.arange(37 * 53) % 251).astype(np.uint8).reshape(37, 53)
+    data = _gif(image) if extension == ".gif" else cv2.imencode(extension, image)[1].tobytes()
+    assert image_size(data) == (53, 37)
+
+
+def _png_announcing(width: int, height: int) -> bytes:
+    import cv2
+    import struct
+
+    data = bytearray(cv2.imencode(".png", np.zeros((20, 20), np.uint8))[1].tobytes())
+    data[16:24] = struct.pack(">II", width, height)
+    return bytes(data)
+
+
+def _jpeg_announcing(width: int, height: int) -> bytes:
+    import struct
+
+    data = bytearray((Path(__file__).parent / "data" / "china-300.jpg").read_bytes())
+    sof = next(i for i in range(2, len(data) - 1) if data[i] == 0xFF and data[i + 1] in (0xC0, 0xC1, 0xC2))
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("bomb", [_png_announcing, _jpeg_announcing])
+def test_decompression_bomb_is_refused_before_decoding(bomb, monkeypatch):
+    import cv2
+
+    from classify_images.features import preprocess
+
+    calls = []
+    monkeypatch.setattr(preprocess.cv2, "imdecode", lambda *a: calls.append(1) or cv2.imdecode(*a))
+    with pytest.raises(preprocess.ImageReadError, match=r"image too large \(30000 x 30000 pixels"):
+        preprocess.decode_grayscale(bomb(30000, 30000), max_pixels=preprocess.DEFAULT_MAX_PIXELS)
+    assert calls == []
+
+
+def test_bomb_in_a_dataset_is_skipped_and_listed(tmp_path, small_dataset, config_file, capsys):
+    (small_dataset / "flower" / "bomb.png").write_bytes(_png_announcing(30000, 30000))
+    assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 0
+    skipped = {s["path"]: s["reason"] for s in load_feature_set(tmp_path / "fs").manifest["skipped"]}
+    assert skipped["flower/bomb.png"].startswith("image too large (30000 x 30000 pixels > image.max_pixels")
+    # the cap is configurable
+    config = write_config_toml(tmp_path / "cap.toml", {**SMALL_CONFIG, "image": {"max_side": 96, "max_pixels": 1000}})
+    assert _build(small_dataset, tmp_path / "fs2", config, tmp_path / "cache") == 2  # every image is above 1000 px
+    _one_line_error(capsys, "no readable image")
+
+
+def test_a_file_changed_during_the_build_is_not_decoded_under_the_old_fingerprint(
+    tmp_path, small_dataset, config_file, monkeypatch
+):
+    from classify_images.pipeline import build as build_module
+
+    real = build_module.file_fingerprint
+    target = str(small_dataset / "china" / "03.jpg")
+    # the file "changes" between fingerprinting and decoding: its fingerprint is of other bytes
+    monkeypatch.setattr(build_module, "file_fingerprint", lambda p: "0" * 40 if p == target else real(p))
+    assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 0
+    skipped = {s["path"]: s["reason"] for s in load_feature_set(tmp_path / "fs").manifest["skipped"]}
+    assert skipped["china/03.jpg"].startswith("file changed while the build was reading it")
+
+
+def test_corrupt_jpeg_is_listed_and_its_warning_does_not_leak(tmp_path, small_dataset, config_file, capfd):
+    path = small_dataset / "china" / "05.jpg"
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 40] = bytes(b ^ 0x55 for b in data[middle : middle + 40])
+    path.write_bytes(bytes(data))
+    assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 0
+    captured = capfd.readouterr()
+    assert "Corrupt JPEG" not in captured.err and captured.err == ""  # -q: nothing on stderr
+    warnings = load_feature_set(tmp_path / "fs").manifest["decoder_warnings"]
+    assert [w["path"] for w in warnings] == ["china/05.jpg"] and "Corrupt JPEG" in warnings[0]["warning"]
+
+
+def test_gif_is_an_image_for_build_features_as_for_predict(tmp_path, small_dataset, config_file):
+    from classify_images.pipeline.dataset import discover_dataset
+
+    image = (np.add.outer(np.arange(64), np.arange(64)) % 256).astype(np.uint8)
+    (small_dataset / "flower" / "extra.gif").write_bytes(_gif(image))
+    assert "flower/extra.gif" in discover_dataset(small_dataset).paths
+    assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 0
+    fs = load_feature_set(tmp_path / "fs")
+    listed = fs.train_paths + fs.test_paths + [s["path"] for s in fs.manifest["skipped"]]
+    assert "flower/extra.gif" in listed
+
+
+def test_dangling_and_looping_symlinks_are_listed_as_skipped(tmp_path, small_dataset, config_file):
+    (small_dataset / "china" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    loop = small_dataset / "china" / "loop.jpg"
+    loop.symlink_to(loop)
+    assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 0
+    skipped = {s["path"]: s["reason"] for s in load_feature_set(tmp_path / "fs").manifest["skipped"]}
+    assert skipped["china/gone.jpg"].startswith("broken symbolic link")
+    assert skipped["china/loop.jpg"] == "symbolic link loop"
