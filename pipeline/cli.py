@@ -332,6 +332,12 @@ def _thread_limits(threads: int | None):
     return threadpool_limits(limits=threads)
 
 
+def _one_line(message: str) -> str:
+    """``message`` with line breaks and other unprintable characters escaped (a value read
+    from a file may hold any of them)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+
+
 def _os_error_text(exc: OSError) -> str:
     """One line for an error of the operating system, with what to do about a full disk."""
     what = exc.strerror or str(exc).splitlines()[0] or type(exc).__name__
@@ -355,10 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         with _thread_limits(args.threads):
             return int(args.func(args) or 0)
     except (*USER_ERRORS, UsageError) as exc:
-        print(f"classify-images {args.command}: error: {exc}", file=sys.stderr)
+        print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # the system's refusal (full disk, permissions, …): one line, no traceback
-        print(f"classify-images {args.command}: error: {_os_error_text(exc)}", file=sys.stderr)
+        print(f"classify-images {args.command}: error: {_one_line(_os_error_text(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"classify-images {args.command}: interrupted (completed stages are cached; re-run to resume)", file=sys.stderr)
