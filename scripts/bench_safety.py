@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,13 +45,15 @@ def _shim(source: Path, where: Path) -> Path:
     return where
 
 
-def _build(pythonpath: Path, dataset: Path, out: Path, cache: Path, config: str, extra: list[str]) -> float:
+def _build(pythonpath: Path, dataset: Path, out: Path, cache: Path, config: str, extra: list[str]) -> tuple[float, float]:
+    """Wall-clock seconds and CPU seconds (user + system) of one ``build-features`` process."""
     argv = ["build-features", str(dataset), "--out", str(out), "--config", config, "--cache-dir", str(cache), "-q", *extra]
     script = f"import sys; from classify_images.pipeline.cli import main; sys.exit(main({argv!r}))"
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
-    start = time.perf_counter()
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run([sys.executable, "-c", script], env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _rows(folder: Path) -> list[np.ndarray]:
@@ -60,23 +63,27 @@ def _rows(folder: Path) -> list[np.ndarray]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old", required=True, type=Path, help="folder holding the older tree's code folders")
+    parser.add_argument("--new", default=REPO, type=Path, help="folder holding this tree's code folders (default: this checkout)")
     parser.add_argument("--dataset", required=True, type=Path)
     parser.add_argument("--config", default="bof-spm")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more build-features arguments")
     args = parser.parse_args()
 
-    times: dict[str, dict[str, list[float]]] = {tree: {"cold": [], "warm": []} for tree in ("old", "new")}
+    kinds = ("cold", "warm", "cold_cpu", "warm_cpu")
+    times: dict[str, dict[str, list[float]]] = {tree: {kind: [] for kind in kinds} for tree in ("old", "new")}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        paths = {"old": _shim(args.old.resolve(), tmp / "shim-old"), "new": _shim(REPO, tmp / "shim-new")}
+        paths = {"old": _shim(args.old.resolve(), tmp / "shim-old"), "new": _shim(args.new.resolve(), tmp / "shim-new")}
         for round_ in range(args.rounds):
             order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
             for tree in order:
                 work = tmp / f"{tree}-{round_}"
                 cache = work / "cache"
-                times[tree]["cold"].append(_build(paths[tree], args.dataset, work / "cold", cache, args.config, args.extra))
-                times[tree]["warm"].append(_build(paths[tree], args.dataset, work / "warm", cache, args.config, args.extra))
+                for kind in ("cold", "warm"):
+                    wall, cpu = _build(paths[tree], args.dataset, work / kind, cache, args.config, args.extra)
+                    times[tree][kind].append(wall)
+                    times[tree][f"{kind}_cpu"].append(cpu)
         same = all(np.array_equal(a, b) for a, b in zip(_rows(tmp / "old-0" / "cold"), _rows(tmp / "new-0" / "cold")))
         sizes = {tree: sum(f.stat().st_size for f in (tmp / f"{tree}-0" / "cache").rglob("*") if f.is_file())
                  for tree in ("old", "new")}

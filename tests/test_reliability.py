@@ -667,3 +667,17 @@ def test_dangling_and_looping_symlinks_are_listed_as_skipped(tmp_path, small_dat
     skipped = {s["path"]: s["reason"] for s in load_feature_set(tmp_path / "fs").manifest["skipped"]}
     assert skipped["china/gone.jpg"].startswith("broken symbolic link")
     assert skipped["china/loop.jpg"] == "symbolic link loop"
+
+
+# --- 4. reproducible from the command line (done before; checked here) -------------------------
+
+
+def test_experiment_json_records_each_runs_random_state_and_is_reproducible(built, tmp_path, capsys):
+    runs = []
+    for name in ("a", "b"):
+        argv = ["experiment", str(built / "fs"), "--classifier", "mbkl", "--repeats", "2", "--seed", "7",
+                "--param", "n_stumps=200", "--out", str(tmp_path / name)]
+        assert main(argv) == 0, capsys.readouterr().err
+        runs.append(json.loads((tmp_path / name / "experiment.json").read_text())["runs"])
+    assert [run["random_state"] for run in runs[0]] == [7, 8]
+    assert [r["mean_per_class_accuracy"] for r in runs[0]] == [r["mean_per_class_accuracy"] for r in runs[1]]
