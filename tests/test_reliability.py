@@ -681,3 +681,36 @@ def test_experiment_json_records_each_runs_random_state_and_is_reproducible(buil
         runs.append(json.loads((tmp_path / name / "experiment.json").read_text())["runs"])
     assert [run["random_state"] for run in runs[0]] == [7, 8]
     assert [r["mean_per_class_accuracy"] for r in runs[0]] == [r["mean_per_class_accuracy"] for r in runs[1]]
+
+
+def test_kill_9_during_encoding_keeps_the_old_set_and_the_resumed_build_is_bit_identical(
+    tmp_path, small_dataset, config_file
+):
+    out, cache = tmp_path / "fs", tmp_path / "cache"
+    assert _build(small_dataset, out, config_file, cache) == 0
+    before = _snapshot(out)
+    other = write_config_toml(tmp_path / "other.toml", {**SMALL_CONFIG, "pooling": {"method": "max", "levels": [1, 2]}})
+    argv = ["build-features", str(small_dataset), "--out", str(out), "--config", str(other), "--cache-dir", str(cache), "-q"]
+    script = (
+        "import os, signal, sys\n"
+        "from classify_images.pipeline import extractor\n"
+        "from classify_images.pipeline.cli import main\n"
+        "real, calls = extractor.spatial_pyramid_pool, [0]\n"
+        "def dying(*a, **k):\n"
+        "    calls[0] += 1\n"
+        "    if calls[0] > 10:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(*a, **k)\n"
+        "extractor.spatial_pyramid_pool = dying\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+    assert done.returncode == -9
+    assert _snapshot(out) == before  # the previous feature set is untouched
+    assert any(p.name.startswith(".fs.partial-") for p in tmp_path.iterdir())  # what the killed run left
+    assert main(argv) == 0
+    assert not any(p.name.startswith(".fs.") for p in tmp_path.iterdir())  # removed: its process is gone
+    fresh = tmp_path / "fresh"
+    assert _build(small_dataset, fresh, other, tmp_path / "fresh-cache") == 0
+    for name in ("X_train", "X_test", "y_train", "y_test", "codebook"):
+        assert (out / f"{name}.npy").read_bytes() == (fresh / f"{name}.npy").read_bytes()
