@@ -359,10 +359,6 @@ def test_disk_full_on_a_small_tmpfs(tmp_path, small_dataset, config_file):
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 
-def test_validate_config_small_is_valid():
-    validate_config(SMALL_CONFIG)
-
-
 # --- 3. a stage cache without pickle --------------------------------------------------------
 
 
