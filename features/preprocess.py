@@ -26,14 +26,39 @@ Broken files
       markers first avoids both the silent garbage and the warning.)  Other
       known formats that fail to decode get the same reason.
 
+Decompression bombs
+    A small file can announce a huge image (a 2.6 MB PNG of 30 000 × 30 000 pixels
+    decodes to 900 MB).  :func:`image_size` reads the width and height from the header
+    of PNG, JPEG, GIF, BMP, TIFF, WebP and PNM files without decoding, and
+    :func:`decode_grayscale` refuses an image above ``max_pixels`` before decoding it ->
+    ``"image too large (W x H pixels > cap)"``.  (Decoding large JPEGs reduced,
+    ``IMREAD_REDUCED_GRAYSCALE_*``, would change the numbers — libjpeg's scaled IDCT is
+    not ``INTER_AREA`` — so it is not done.)
+
+Decoder warnings
+    libjpeg accepts some damaged JPEG streams with a warning on stderr ("Corrupt JPEG
+    data: …") and decodes what it can.  The warning is captured instead of leaking to
+    the terminal (also under ``-q``) and returned by :func:`decode_grayscale_checked`, so
+    the pipeline can list the file.
+
+One read
+    :func:`load_grayscale` with ``sha1=`` checks that the bytes it decodes are the bytes
+    the caller fingerprinted (one read, hashed and decoded from the same buffer): a file
+    that changed since -> ``"file changed while the build was reading it"``.
+
 Missing files and directories are not "bad images": they raise the usual
 ``FileNotFoundError`` / ``IsADirectoryError``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import os
+import struct
+import tempfile
+import threading
 from collections.abc import Iterable
 from numbers import Integral
 
@@ -43,8 +68,11 @@ import numpy as np
 __all__ = [
     "IMPLEMENTATION_VERSION",
     "ImageReadError",
+    "DEFAULT_MAX_PIXELS",
     "check_min_size",
     "decode_grayscale",
+    "decode_grayscale_checked",
+    "image_size",
     "load_grayscale",
     "resize_max_side",
 ]
@@ -54,6 +82,9 @@ __all__ = [
 #: config hash, so results computed by the old code are not reused.
 IMPLEMENTATION_VERSION = 1
 
+#: Default cap on width × height of an image to decode (a 100-megapixel grayscale image is
+#: 100 MB in memory, per worker).
+DEFAULT_MAX_PIXELS = 100_000_000
 
 
 class ImageReadError(ValueError):
@@ -111,6 +142,155 @@ def _jpeg_is_truncated(data: bytes) -> bool:
     return sos < 0 or eoi < sos
 
 
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from the first start-of-frame marker of a JPEG stream."""
+    pos, n = 2, len(data)
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD9)):  # markers without a length
+            pos += 2
+            continue
+        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if pos + 9 > n:
+                return None
+            height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
+            return width, height
+        if marker == 0xDA or length < 2:  # start of scan before any frame header
+            return None
+        pos += 2 + length
+    return None
+
+
+def _tiff_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from the first image file directory of a TIFF file."""
+    order = "<" if data[:2] == b"II" else ">"
+    (offset,) = struct.unpack(order + "I", data[4:8])
+    if offset + 2 > len(data):
+        return None
+    (count,) = struct.unpack(order + "H", data[offset : offset + 2])
+    found = {}
+    for i in range(count):
+        entry = data[offset + 2 + 12 * i : offset + 14 + 12 * i]
+        if len(entry) < 12:
+            break
+        tag, kind = struct.unpack(order + "HH", entry[:4])
+        if tag in (256, 257) and kind in (3, 4):
+            found[tag] = struct.unpack(order + ("H" if kind == 3 else "I"), entry[8 : 10 if kind == 3 else 12])[0]
+    return (found[256], found[257]) if len(found) == 2 else None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8 " and len(data) >= 30:
+        width, height = struct.unpack("<HH", data[26:30])
+        return width & 0x3FFF, height & 0x3FFF
+    if chunk == b"VP8L" and len(data) >= 25:
+        b0, b1, b2, b3 = data[21:25]
+        return 1 + (b0 | (b1 & 0x3F) << 8), 1 + (b1 >> 6 | b2 << 2 | (b3 & 0x0F) << 10)
+    if chunk == b"VP8X" and len(data) >= 30:
+        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
+    return None
+
+
+def _pnm_size(data: bytes) -> tuple[int, int] | None:
+    tokens, pos = [], 2
+    while len(tokens) < 2 and pos < min(len(data), 4096):
+        char = data[pos : pos + 1]
+        if char == b"#":
+            end = data.find(b"\n", pos)
+            pos = len(data) if end < 0 else end + 1
+        elif char.isspace():
+            pos += 1
+        else:
+            start = pos
+            while pos < len(data) and not data[pos : pos + 1].isspace() and data[pos : pos + 1] != b"#":
+                pos += 1
+            tokens.append(data[start:pos])
+    if len(tokens) < 2 or not all(t.isdigit() for t in tokens):
+        return None
+    return int(tokens[0]), int(tokens[1])
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) announced by an image file's header, read without decoding it.
+
+    PNG (``IHDR``), JPEG (first start-of-frame marker), GIF (logical screen), BMP (DIB
+    header), TIFF (first image directory), WebP (``VP8``/``VP8L``/``VP8X``) and PNM.
+    None when the format is another one or the header cannot be read.
+    """
+    kind = _sniff_format(data[:16])
+    try:
+        if kind == "PNG" and data[12:16] == b"IHDR":
+            return struct.unpack(">II", data[16:24])
+        if kind == "JPEG":
+            return _jpeg_size(data)
+        if kind == "GIF":
+            return struct.unpack("<HH", data[6:10])
+        if kind == "BMP":
+            (header,) = struct.unpack("<I", data[14:18])
+            if header == 12:
+                return struct.unpack("<HH", data[18:22])
+            width, height = struct.unpack("<ii", data[18:26])
+            return abs(width), abs(height)
+        if kind == "TIFF":
+            return _tiff_size(data)
+        if kind == "WebP" and data[:4] == b"RIFF":
+            return _webp_size(data)
+        if kind == "PNM":
+            return _pnm_size(data)
+    except (struct.error, IndexError, ValueError):
+        return None
+    return None
+
+
+def _check_pixels(data: bytes, max_pixels: int | None) -> None:
+    if max_pixels is None:
+        return
+    size = image_size(data)
+    if size is not None and size[0] * size[1] > max_pixels:
+        raise ImageReadError(
+            f"image too large ({size[0]} x {size[1]} pixels > image.max_pixels = {max_pixels}); "
+            "raise image.max_pixels to read it"
+        )
+
+
+class _StderrCapture(threading.local):
+    """A per-thread temporary file standing in for file descriptor 2 while a decoder runs."""
+
+    sink = None
+
+
+_STDERR = _StderrCapture()
+_STDERR_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterable[list[str]]:
+    """Route the process's file descriptor 2 to a temporary file; yield the text it got."""
+    if _STDERR.sink is None:
+        _STDERR.sink = tempfile.TemporaryFile()
+    sink, messages = _STDERR.sink, []
+    with _STDERR_LOCK:
+        sink.seek(0)
+        sink.truncate()
+        saved = os.dup(2)
+        try:
+            os.dup2(sink.fileno(), 2)
+            yield messages
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        sink.seek(0)
+        text = sink.read().decode("utf-8", "replace")
+    messages.extend(line.strip() for line in text.splitlines() if line.strip())
+
+
 def _png_is_truncated(data: bytes) -> bool:
     """True if the PNG stream has no ``IEND`` chunk."""
     return data.rfind(b"IEND") < 0
@@ -144,7 +324,9 @@ def validate_max_side(max_side: int | None) -> int | None:
     return int(max_side)
 
 
-def decode_grayscale(data: bytes | np.ndarray, max_side: int | None = 300) -> np.ndarray:
+def decode_grayscale(
+    data: bytes | np.ndarray, max_side: int | None = 300, *, max_pixels: int | None = None
+) -> np.ndarray:
     """Decode an encoded image (file contents) as :func:`load_grayscale` does.
 
     Parameters
@@ -153,6 +335,8 @@ def decode_grayscale(data: bytes | np.ndarray, max_side: int | None = 300) -> np
         The encoded file contents.
     max_side : int or None, default 300
         Maximum length of the longer side after resizing (None: keep size).
+    max_pixels : int or None
+        Refuse, before decoding, an image whose header announces more pixels (None: no cap).
 
     Returns
     -------
@@ -161,8 +345,15 @@ def decode_grayscale(data: bytes | np.ndarray, max_side: int | None = 300) -> np
     Raises
     ------
     ImageReadError
-        Empty data, not an image, truncated or corrupt image.
+        Empty data, not an image, truncated or corrupt image, too large.
     """
+    return decode_grayscale_checked(data, max_side, max_pixels=max_pixels)[0]
+
+
+def decode_grayscale_checked(
+    data: bytes | np.ndarray, max_side: int | None = 300, *, max_pixels: int | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """:func:`decode_grayscale`, and the warnings the decoder printed (captured, not shown)."""
     max_side = validate_max_side(max_side)
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.asarray(data, dtype=np.uint8).ravel()
     if buf.size == 0:
@@ -173,7 +364,13 @@ def decode_grayscale(data: bytes | np.ndarray, max_side: int | None = 300) -> np
         raise ImageReadError("truncated or corrupt image (JPEG has no end-of-image marker)")
     if kind == "PNG" and _png_is_truncated(raw):
         raise ImageReadError("truncated or corrupt image (PNG has no IEND chunk)")
-    img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+    _check_pixels(raw, max_pixels)
+    warnings: list[str] = []
+    if kind == "JPEG":
+        with _captured_stderr() as warnings:
+            img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+    else:
+        img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
     if img is None:
         if kind is None:
             raise ImageReadError("not an image or unsupported format")
@@ -185,10 +382,12 @@ def decode_grayscale(data: bytes | np.ndarray, max_side: int | None = 300) -> np
     img = resize_max_side(img, max_side)
     out = img.astype(np.float32)
     out /= np.float32(255.0)
-    return np.ascontiguousarray(out)
+    return np.ascontiguousarray(out), warnings
 
 
-def load_grayscale(path: str | os.PathLike, max_side: int | None = 300) -> np.ndarray:
+def load_grayscale(
+    path: str | os.PathLike, max_side: int | None = 300, *, max_pixels: int | None = None, sha1: str | None = None
+) -> np.ndarray:
     """Read an image file as a grayscale float32 array in ``[0, 1]``.
 
     The image is decoded with ``cv2.imdecode(np.fromfile(path), IMREAD_GRAYSCALE)``
@@ -203,6 +402,11 @@ def load_grayscale(path: str | os.PathLike, max_side: int | None = 300) -> np.nd
     max_side : int or None, default 300
         Maximum length of the longer side (the ScSPM setting); None keeps the
         original size.
+    max_pixels : int or None
+        Refuse an image whose header announces more pixels (None: no cap).
+    sha1 : str or None
+        The SHA-1 the caller fingerprinted the file with: the bytes read are checked
+        against it, so what is decoded is what was fingerprinted.
 
     Returns
     -------
@@ -216,9 +420,19 @@ def load_grayscale(path: str | os.PathLike, max_side: int | None = 300) -> np.nd
     FileNotFoundError, IsADirectoryError, PermissionError
         The path cannot be read at all.
     """
+    return load_grayscale_checked(path, max_side, max_pixels=max_pixels, sha1=sha1)[0]
+
+
+def load_grayscale_checked(
+    path: str | os.PathLike, max_side: int | None = 300, *, max_pixels: int | None = None, sha1: str | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """:func:`load_grayscale`, and the decoder's warnings (:func:`decode_grayscale_checked`)."""
     data = np.fromfile(os.fspath(path), dtype=np.uint8)
     try:
-        return decode_grayscale(data, max_side)
+        if sha1 is not None and hashlib.sha1(data).hexdigest() != sha1:
+            raise ImageReadError("file changed while the build was reading it (its bytes no longer match "
+                                 "its fingerprint); re-run when it is stable")
+        return decode_grayscale_checked(data, max_side, max_pixels=max_pixels)
     except ImageReadError as err:
         raise ImageReadError(err.reason, path) from None
 

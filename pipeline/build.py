@@ -24,6 +24,7 @@ reuses the cached codes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -34,10 +35,11 @@ from pathlib import Path
 import numpy as np
 from joblib import Parallel, delayed
 
+from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
 from .extractor import FeatureExtractor
-from .feature_store import FeatureSetWriter, load_feature_set
+from .feature_store import FeatureSetWriter, check_destination, load_feature_set
 from .provenance import library_versions
 from .stages import StageCache, implementation_versions
 
@@ -104,6 +106,8 @@ class _Split:
     train: np.ndarray
     test: np.ndarray
     skipped: list[dict[str, str]] = field(default_factory=list)
+    #: readable images whose decoder warned (a damaged JPEG stream decoded in part)
+    warnings: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -122,17 +126,35 @@ class _Runner:
 def _discover(dataset_dir: str | os.PathLike, config: PipelineConfig, n_jobs: int) -> _Images:
     dataset = discover_dataset(dataset_dir, keep_background=config.dataset.keep_background)
     paths = [str(dataset.absolute(p)) for p in dataset.paths]
-    fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(delayed(file_fingerprint)(p) for p in paths)
+    fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(delayed(_fingerprint_or_reason)(p) for p in paths)
+    unreadable = [i for i, (_, reason) in enumerate(fingerprints) if reason is not None]
+    if unreadable:  # listed as skipped, like every file that cannot be used
+        keep = [i for i in range(len(paths)) if i not in set(unreadable)]
+        dataset = dataclasses.replace(
+            dataset, paths=[dataset.paths[i] for i in keep], labels=dataset.labels[keep],
+            unusable=dataset.unusable + [{"path": dataset.paths[i], "reason": fingerprints[i][1]} for i in unreadable],
+        )
+        paths, fingerprints = [paths[i] for i in keep], [fingerprints[i] for i in keep]
+    fingerprints = [digest for digest, _ in fingerprints]
     return _Images(dataset, paths, fingerprints, dataset_digest(dataset.paths, fingerprints))
 
 
+def _fingerprint_or_reason(path: str) -> tuple[str | None, str | None]:
+    try:
+        return file_fingerprint(path), None
+    except OSError as exc:
+        return None, f"cannot read file ({exc.strerror or exc})"
+
+
 def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log) -> BuildResult | None:
-    """The existing feature set at ``out`` when it was built with ``config_hash``."""
+    """The existing feature set at ``out`` when it was built with ``config_hash``.
+
+    Any failure to load it (torn, tampered or partial files) means "rebuild it"."""
     if not (out / "manifest.json").exists():
         return None
     try:
         existing = load_feature_set(out)
-    except ValueError:
+    except Exception:  # noqa: BLE001 - whatever is wrong with it, the rebuild replaces it
         return None
     if existing.config_hash != config_hash:
         return None
@@ -144,18 +166,32 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
     )
 
 
-def _check(images: _Images, config: PipelineConfig, runner: _Runner) -> tuple[np.ndarray, list[dict[str, str]]]:
-    """Indices of the readable images, and the skipped ones with their reasons."""
-    max_side, largest_patch = config.image.max_side, max(config.sift.patch_sizes)
+def _check(images: _Images, config: PipelineConfig, runner: _Runner) -> tuple[np.ndarray, list[dict[str, str]], list]:
+    """Indices of the readable images, the skipped ones with their reasons, and the readable
+    ones whose decoder warned."""
+    max_side, largest_patch, max_pixels = config.image.max_side, max(config.sift.patch_sizes), config.image.max_pixels
     check = delayed(runner.cache.check_image)
     checks = runner.map(
-        [check(p, f, max_side, largest_patch) for p, f in zip(images.paths, images.fingerprints)], "check images"
+        [check(p, f, max_side, largest_patch, max_pixels) for p, f in zip(images.paths, images.fingerprints)],
+        "check images",
     )
-    skipped = [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
+    skipped = list(images.dataset.unusable)
+    skipped += [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
+    warned = [{"path": images.dataset.paths[i], "warning": c["warning"]} for i, c in enumerate(checks) if c.get("warning")]
     readable = np.flatnonzero([c["ok"] for c in checks])
     if readable.size == 0:
         raise DatasetError(f"no readable image in {images.dataset.root} ({len(skipped)} skipped)")
-    return readable, skipped
+    return readable, skipped, warned
+
+
+@contextlib.contextmanager
+def _image_errors_as_dataset_errors(images: _Images) -> Iterator[None]:
+    """An image that passed the check but fails later (it changed on disk meanwhile): one line."""
+    try:
+        yield
+    except ImageReadError as exc:
+        where = exc.path or images.dataset.root
+        raise DatasetError(f"{where}: {exc.reason}") from None
 
 
 def _split(images: _Images, readable: np.ndarray, skipped: list, config: PipelineConfig) -> _Split:
@@ -165,11 +201,15 @@ def _split(images: _Images, readable: np.ndarray, skipped: list, config: Pipelin
     short = [n for n, k in zip(dataset.class_names, readable_per_class) if k < protocol.train_per_class + 1]
     if short:
         smallest = int(readable_per_class.min())
+        classes = f"class(es) {', '.join(short[:5])}{' …' if len(short) > 5 else ''}"
+        if smallest < 2:  # no --train-per-class can help: a class needs a training and a test image
+            raise DatasetError(
+                f"{classes} have fewer than 2 readable images (smallest: {smallest}; each class needs one "
+                "training and one test image): add readable images or remove those class folders"
+            )
         raise DatasetError(
-            f"class(es) {', '.join(short[:5])}{' …' if len(short) > 5 else ''} have fewer than "
-            f"{protocol.train_per_class + 1} readable images (smallest: {smallest}); "
+            f"{classes} have fewer than {protocol.train_per_class + 1} readable images (smallest: {smallest}); "
             f"lower --train-per-class to at most {smallest - 1}"
-            + (" or remove the classes whose images are all unreadable" if smallest == 0 else "")
         )
     train_local, test_local = split_indices(
         dataset.labels[readable], protocol.train_per_class, protocol.test_per_class, protocol.seed
@@ -265,6 +305,7 @@ def _manifest(
             "test": [dataset.paths[i] for i in split.test],
         },
         "skipped": split.skipped,
+        "decoder_warnings": split.warnings,
         "n_features": extractor.n_features,
         "codebook": {
             "kind": config.codebook.kind, "size": int(extractor.codebook.shape[0]),
@@ -293,7 +334,9 @@ def build_feature_set(
     dataset_dir : path-like
         Folder of class folders.
     out : path-like
-        Feature-set folder to write (replaced atomically when it exists).
+        Feature-set folder to write: absent, empty, or a feature set this project wrote
+        (replaced atomically); anything else is refused before any work
+        (:func:`~classify_images.pipeline.feature_store.check_destination`).
     config : PipelineConfig
         The configuration (:func:`~classify_images.pipeline.config.load_config`).
     n_jobs : int
@@ -309,7 +352,7 @@ def build_feature_set(
     -------
     BuildResult
     """
-    out, timer = Path(out), StageTimer()
+    out, timer = check_destination(out, dataset_dir), StageTimer()
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions())
@@ -319,15 +362,18 @@ def build_feature_set(
 
     runner = _Runner(n_jobs, StageCache(cache_dir, cache_descriptors=config.sift.cache_descriptors), progress)
     with timer("check"):
-        readable, skipped = _check(images, config, runner)
+        readable, skipped, warned = _check(images, config, runner)
+    for entry in warned[:3]:
+        log(f"warning: {entry['path']} is damaged but decodable ({entry['warning']}); kept, listed in the manifest")
     with timer("split"):
         split = _split(images, readable, skipped, config)
-    with timer("sample"):
+        split.warnings = warned
+    with timer("sample"), _image_errors_as_dataset_errors(images):
         sample = _sample_descriptors(images, split.train, config, runner)
     with timer("codebook"):
         extractor = FeatureExtractor(config, _learn_codebook(sample, config, runner.cache, log), cache=runner.cache)
-    with FeatureSetWriter(out) as writer:
-        with timer("encode+pool"):
+    with FeatureSetWriter(out, dataset_dir) as writer:
+        with timer("encode+pool"), _image_errors_as_dataset_errors(images):
             X = _encode_and_pool(extractor, images, split, writer, runner)
         with timer("normalise+write"):
             _fit_normalizer(extractor, X)

@@ -23,6 +23,8 @@ from typing import Any
 
 from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
+from .atomic import DISK_FULL_ERRNOS
+from .cache_store import CacheFolderError
 from .config import ConfigError, load_config, named_configs
 from .dataset import DatasetError
 from .feature_store import FeatureSetError, load_feature_set
@@ -31,7 +33,7 @@ from .progress import tqdm_progress as _tqdm_progress
 
 __all__ = ["main", "build_parser"]
 
-USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, ClassifierParameterError)
+USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, ClassifierParameterError, CacheFolderError)
 
 
 class UsageError(ValueError):
@@ -40,6 +42,37 @@ class UsageError(ValueError):
 
 def _params(pairs: list[str] | None) -> dict[str, Any]:
     return dict(parse_param(pair) for pair in pairs or [])
+
+
+#: Seeds go to NumPy's ``RandomState`` (scikit-learn's ``random_state``): 0 … 2³² − 1.
+MAX_SEED = 2**32 - 1
+
+
+def _check_n_jobs(n_jobs: int) -> int:
+    if n_jobs == 0:
+        raise UsageError("--n-jobs must be a positive number of workers, or negative (-1: all cores), not 0")
+    return n_jobs
+
+
+def _check_seeds(first: int, count: int = 1) -> None:
+    """``--seed`` (and the ``count - 1`` seeds after it) within NumPy's seed range."""
+    if first < 0 or first + count - 1 > MAX_SEED:
+        last = "" if count == 1 else f" (and --seed + --repeats - 1 = {first + count - 1})"
+        raise UsageError(f"--seed must be from 0 to {MAX_SEED}{last}, got {first}")
+
+
+def _check_out_file(out: Path, what: str) -> Path:
+    """``--out`` naming a file to write: not an existing folder."""
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give the name of the {what} file to write")
+    return out
+
+
+def _check_out_folder(out: Path, what: str) -> Path:
+    """``--out`` naming a folder to write into: not an existing file."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder; give a folder for the {what}")
+    return out
 
 
 def _default_feature_out(dataset: Path, config_name: str) -> Path:
@@ -58,6 +91,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
             "keep_background": True if args.keep_background else None,
         }
     }
+    _check_n_jobs(args.n_jobs)
     config = load_config(args.config, overrides)
     config_name = Path(args.config).stem if args.config else "default"
     out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
@@ -92,6 +126,9 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
             f"classifier {name!r} needs non-negative features, but {featureset} has negative values: "
             "rebuild it with pooling method 'abs' or 'average', or use --classifier linear"
         ) from None
+    except ValueError as exc:  # a parameter the estimator refuses at fit time (n_jobs=0, class_weight, …)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"classifier {name!r}: {first}") from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -100,13 +137,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .evaluation import train_classifier
     from .report import training_text
 
+    _check_seeds(args.seed)
+    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
+    _check_out_file(out, "model")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
         training = train_classifier(
             args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed
         )
-    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     path = save_model(out, training.estimator, feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     print(training_text(training, path))
     return 0
@@ -116,10 +155,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model
     from .report import evaluation_text, write_report
 
+    out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
+    _check_out_folder(out, "report")
     feature_set = load_feature_set(args.featureset)
     model, meta = load_model(args.model)
-    evaluation = evaluate_model(model, meta, feature_set)
-    out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
+    with _classifier_errors_as_usage_errors(meta.get("classifier", "model"), args.featureset):
+        evaluation = evaluate_model(model, meta, feature_set)
     write_report(evaluation, out)
     print(evaluation_text(evaluation, out))
     return 0
@@ -131,6 +172,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    _check_seeds(args.seed, args.repeats)
+    if args.out:
+        _check_out_folder(Path(args.out), "experiment")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
@@ -288,8 +332,26 @@ def _thread_limits(threads: int | None):
     return threadpool_limits(limits=threads)
 
 
+def _one_line(message: str) -> str:
+    """``message`` with line breaks and other unprintable characters escaped (a value read
+    from a file may hold any of them)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+
+
+def _os_error_text(exc: OSError) -> str:
+    """One line for an error of the operating system, with what to do about a full disk."""
+    what = exc.strerror or str(exc).splitlines()[0] or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in DISK_FULL_ERRNOS:
+        return f"{what}{where}: free some space (or choose another --out / --cache-dir) and re-run; nothing was replaced"
+    return f"{what}{where}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``classify-images`` console script."""
+    for stream in (sys.stdout, sys.stderr):  # file names that are not valid UTF-8 print escaped
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
@@ -299,7 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         with _thread_limits(args.threads):
             return int(args.func(args) or 0)
     except (*USER_ERRORS, UsageError) as exc:
-        print(f"classify-images {args.command}: error: {exc}", file=sys.stderr)
+        print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the system's refusal (full disk, permissions, …): one line, no traceback
+        print(f"classify-images {args.command}: error: {_one_line(_os_error_text(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"classify-images {args.command}: interrupted (completed stages are cached; re-run to resume)", file=sys.stderr)

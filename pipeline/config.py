@@ -4,7 +4,7 @@ A configuration has one table per stage of the data flow, in the order the data 
 through them, each read into its own frozen dataclass::
 
     [dataset]        DatasetConfig        keep_background, train_per_class, test_per_class, seed
-    [image]          ImageConfig          max_side
+    [image]          ImageConfig          max_side, max_pixels
     [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors
     [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed
     [pooling]        PoolingConfig        method, levels
@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import tomllib
 from collections.abc import Callable
@@ -46,7 +47,7 @@ from ..coding.codebook import CODEBOOK_KINDS
 from ..coding.normalize import NORMALIZATIONS
 from ..coding.pooling import POOLING_METHODS
 from ..features.dsift import validate_patch_sizes, validate_step
-from ..features.preprocess import validate_max_side
+from ..features.preprocess import DEFAULT_MAX_PIXELS, validate_max_side
 
 __all__ = [
     "ConfigError",
@@ -73,13 +74,29 @@ class ConfigError(ValueError):
 
 _Check = Callable[[str, Any], Any]
 
+#: Largest value of an integer setting (counts and sizes): far above any sensible value,
+#: and small enough for every array index and for NumPy's integer types.
+MAX_INT = 2**31 - 1
+#: Largest seed NumPy's legacy ``RandomState`` (scikit-learn's ``random_state``) accepts.
+MAX_SEED = 2**32 - 1
+#: Largest pyramid level (cells per side): 32 × 32 cells is already far finer than the
+#: dense-SIFT grid of a 300-px image, and the vector has K·ΣL² dimensions.
+MAX_PYRAMID_LEVEL = 32
 
-def _int(low: int | None = None, *, optional: bool = False) -> _Check:
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(low: int | None = None, *, high: int = MAX_INT, optional: bool = False) -> _Check:
     def check(key: str, value: Any) -> Any:
-        if optional and value in (None, 0, "all"):
+        if optional and (value is None or value == "all" or (_is_int(value) and value == 0)):
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
-            allowed = f"an integer ≥ {low}" if low is not None else "an integer"
+        if not _is_int(value) or (low is not None and value < low) or value > high:
+            if low is None:
+                allowed = f"an integer ≤ {high}"
+            else:
+                allowed = f"an integer ≥ {low}" + ("" if high == MAX_INT else f" and ≤ {high}")
             raise ConfigError(f"{key} = {value!r}: expected {allowed}" + (" (or 0 / \"all\" for no cap)" if optional else ""))
         return value
 
@@ -88,8 +105,8 @@ def _int(low: int | None = None, *, optional: bool = False) -> _Check:
 
 def _float(low: float = 0.0) -> _Check:
     def check(key: str, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
-            raise ConfigError(f"{key} = {value!r}: expected a number ≥ {low}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
+            raise ConfigError(f"{key} = {value!r}: expected a finite number ≥ {low}")
         return float(value)
 
     return check
@@ -110,15 +127,14 @@ def _choice(allowed: tuple[str, ...]) -> _Check:
     return check
 
 
-def _int_list(low: int) -> _Check:
+def _int_list(low: int, high: int = MAX_INT) -> _Check:
     def check(key: str, value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool):
+        if _is_int(value):
             value = [value]
-        ok = isinstance(value, (list, tuple)) and value and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= low for v in value
-        )
+        ok = isinstance(value, (list, tuple)) and value and all(_is_int(v) and low <= v <= high for v in value)
         if not ok:
-            raise ConfigError(f"{key} = {_plain(value)!r}: expected a non-empty list of integers ≥ {low}")
+            bound = f"≥ {low}" + ("" if high == MAX_INT else f" and ≤ {high}")
+            raise ConfigError(f"{key} = {_plain(value)!r}: expected a non-empty list of integers {bound}")
         return tuple(value)
 
     return check
@@ -137,7 +153,7 @@ def _owned_by(rule: Callable[[Any], Any]) -> _Check:
     def check(key: str, value: Any) -> Any:
         try:
             return rule(value)
-        except ValueError as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             raise ConfigError(f"{key} = {value!r}: {exc}") from None
 
     return check
@@ -176,7 +192,7 @@ class DatasetConfig:
     #: cap on test images per class (None: all)
     test_per_class: int | None = _setting(50, _int(1, optional=True))
     #: seed of the split
-    seed: int = _setting(0, _int(0))
+    seed: int = _setting(0, _int(0, high=MAX_SEED))
 
 
 @dataclass(frozen=True)
@@ -185,6 +201,10 @@ class ImageConfig:
 
     #: longer side after shrinking, px
     max_side: int = _setting(300, _all_of(_int(MIN_MAX_SIDE), _owned_by(validate_max_side)))
+    #: images announcing more pixels (width × height) are skipped without being decoded
+    #: (a safety limit, left out of the config hash: changing only it does not rebuild a
+    #: feature set, it keys the image checks in the stage cache)
+    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _int(1, high=2**62), semantic=False)
 
 
 @dataclass(frozen=True)
@@ -218,7 +238,7 @@ class CodebookConfig:
     #: iterations of the learner
     n_iter: int = _setting(100, _int(1))
     #: seed of the sample and the learner
-    seed: int = _setting(0, _int(0))
+    seed: int = _setting(0, _int(0, high=MAX_SEED))
 
 
 @dataclass(frozen=True)
@@ -228,7 +248,7 @@ class PoolingConfig:
     #: pooling function
     method: str = _setting("average", _choice(POOLING_METHODS))
     #: pyramid levels L (L × L cells each)
-    levels: tuple[int, ...] = _setting((1, 2, 4), _int_list(1))
+    levels: tuple[int, ...] = _setting((1, 2, 4), _int_list(1, MAX_PYRAMID_LEVEL))
 
 
 @dataclass(frozen=True)
@@ -335,10 +355,14 @@ def _read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
             names = ", ".join(sorted(shipped))
             raise ConfigError(f"config file {path} does not exist (ready-made configs: {names})")
         file = shipped[str(path)]
+    if file.is_dir():
+        raise ConfigError(f"config {path} is a folder, not a file: give a TOML file (or a ready-made config by name)")
     try:
         return tomllib.loads(file.read_text(encoding="utf-8")), str(file)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file} ({exc.strerror or exc})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file}: not valid TOML ({exc})") from None
+        raise ConfigError(f"{file}: not valid TOML ({str(exc).splitlines()[0]})") from None
 
 
 def load_config(
@@ -361,7 +385,9 @@ def load_config(
     """
     raw, source = _read_toml(path) if path is not None else ({}, "defaults")
     for table, values in (overrides or {}).items():
-        raw.setdefault(table, {}).update({k: v for k, v in values.items() if v is not None})
+        if not isinstance(raw.setdefault(table, {}), dict):
+            raise ConfigError(f"{source}: [{table}] must be a table of key = value")
+        raw[table].update({k: v for k, v in values.items() if v is not None})
     return PipelineConfig.from_dict(raw, source=source)
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+import errno
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,9 @@ __all__ = [
     "dataset_digest",
 ]
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp"})
+IMAGE_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp"}
+)
 BACKGROUND_CLASSES = frozenset({"BACKGROUND_Google"})
 
 
@@ -60,12 +63,16 @@ class Dataset:
         Image paths relative to ``root`` (``class/file``), sorted.
     labels : ndarray of int64
         Index into ``class_names`` of each path.
+    unusable : list of dict
+        Image names that are not files that can be read — a symbolic link whose target is
+        missing, a symbolic-link loop — as ``{"path", "reason"}`` (listed as skipped).
     """
 
     root: Path
     class_names: list[str]
     paths: list[str]
     labels: np.ndarray
+    unusable: list[dict[str, str]] = field(default_factory=list)
 
     def absolute(self, relative: str) -> Path:
         """Absolute path of an image given relative to the dataset root."""
@@ -95,13 +102,15 @@ def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) 
     if not keep_background:
         class_dirs = [d for d in class_dirs if d.name not in BACKGROUND_CLASSES]
     class_names, paths, labels = [], [], []
-    empty = []
+    empty, unusable = [], []
     for class_dir in class_dirs:
-        files = sorted(
-            f.name
-            for f in class_dir.iterdir()
-            if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTENSIONS
-        )
+        candidates = [f for f in class_dir.iterdir() if not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTENSIONS]
+        files = sorted(f.name for f in candidates if f.is_file())
+        unusable += [
+            {"path": f"{class_dir.name}/{f.name}", "reason": reason}
+            for f in sorted(candidates)
+            if (reason := _unusable_reason(f)) is not None
+        ]
         if not files:
             empty.append(class_dir.name)
             continue
@@ -118,7 +127,23 @@ def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) 
         )
     if len(class_names) < 2:
         raise DatasetError(f"dataset {root} has a single class ({class_names[0]}): classification needs at least two")
-    return Dataset(root=root, class_names=class_names, paths=paths, labels=np.asarray(labels, dtype=np.int64))
+    return Dataset(
+        root=root, class_names=class_names, paths=paths, labels=np.asarray(labels, dtype=np.int64), unusable=unusable
+    )
+
+
+def _unusable_reason(entry: Path) -> str | None:
+    """Why an entry with an image extension is not a readable file (None: it is a file)."""
+    if entry.is_file():
+        return None
+    if entry.is_symlink():
+        try:
+            os.stat(entry)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "symbolic link loop"
+            return "broken symbolic link (its target does not exist)"
+    return None  # a folder named like an image: not an image, not listed
 
 
 def split_indices(
@@ -157,6 +182,11 @@ def split_indices(
     too_small = [(int(c), int(k)) for c, k in zip(classes, counts) if k < n_train + 1]
     if too_small:
         smallest = min(k for _, k in too_small)
+        if smallest < 2:
+            raise DatasetError(
+                f"{len(too_small)} class(es) have fewer than 2 images (smallest: {smallest}; each class needs "
+                "one training and one test image): add images or remove those classes"
+            )
         raise DatasetError(
             f"{len(too_small)} class(es) have fewer than {n_train + 1} images (smallest: {smallest}); "
             f"lower --train-per-class to at most {smallest - 1}"
@@ -185,4 +215,6 @@ def dataset_digest(paths: list[str], fingerprints: list[str]) -> str:
     It changes when an image is added, removed, renamed or edited; it is part of the
     feature set's config hash.
     """
-    return hashlib.sha1("\n".join(f"{p}:{f}" for p, f in zip(paths, fingerprints)).encode()).hexdigest()
+    # os.fsencode: a file name that is not valid UTF-8 (kept by Python as surrogates) is
+    # digested as its bytes on disk; a valid name gives the same bytes as str.encode().
+    return hashlib.sha1(b"\n".join(os.fsencode(f"{p}:{f}") for p, f in zip(paths, fingerprints))).hexdigest()

@@ -240,10 +240,12 @@ class ExperimentRun:
     mean_per_class_accuracy: float  #: on this split's test rows
     train_seconds: float  #: wall-clock time of ``fit``
     test_seconds: float  #: wall-clock time of ``predict``
+    #: the classifier's ``random_state`` in this run (None: the classifier is not randomised)
+    random_state: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
-        return _json_form(self, "seed mean_per_class_accuracy train_seconds test_seconds",
+        return _json_form(self, "seed random_state mean_per_class_accuracy train_seconds test_seconds",
                           train_seconds=_seconds(self.train_seconds), test_seconds=_seconds(self.test_seconds))
 
 
@@ -308,5 +310,6 @@ def run_experiment(
         training = train_classifier(name, params, X_all[train], y_all[train], seed=seed)
         predicted, test_seconds = _timed_predict(training.estimator, X_all[test])
         accuracy = mean_per_class_accuracy(y_all[test], predicted)
-        runs.append(ExperimentRun(seed, accuracy, training.train_seconds, test_seconds))
+        random_state = training.estimator.get_params().get("random_state")
+        runs.append(ExperimentRun(seed, accuracy, training.train_seconds, test_seconds, random_state=random_state))
     return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs))

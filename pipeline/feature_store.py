@@ -14,31 +14,63 @@ Layout::
                                                min-max normalisation (the fitted
                                                :class:`~classify_images.coding.normalize.Normalizer`)
 
-The folder is assembled under a temporary name and renamed into place, and the
-manifest is written last: a folder with a manifest is complete.
+Writing.  The folder is assembled under a temporary name beside its destination
+(``.<name>.partial-<pid>``): the row files are allocated on the disk before they are
+memory-mapped (``posix_fallocate``), so a full disk is an ``ENOSPC`` error at allocation
+and not a ``SIGBUS`` while writing rows; every file is synced, the manifest is written
+last, and the folder takes the destination's place in one atomic exchange
+(:func:`~classify_images.pipeline.atomic.replace_folder`).
+
+What may be replaced.  A destination is replaced only when it is absent, an empty folder,
+or a feature set this project wrote (its manifest says so, or it holds nothing but the
+files listed above).  Anything else — a user's folder, the dataset or a folder holding
+it, a plain file, a symbolic link — is refused with one line before any work, and a
+replaced feature set is removed file by file, by the names above only.
+
+Reading.  :func:`load_feature_set` checks everything it returns (manifest keys and types,
+array shapes and dtypes, ``len(y) == len(X)``, labels within the classes, finite values):
+a torn or tampered feature set is a one-line :class:`FeatureSetError`, never a traceback
+later on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..coding.normalize import Normalizer
-from .atomic import atomic_write_json
-from .config import PipelineConfig
+from .atomic import atomic_write_json, fsync_file, remove_stale_siblings, replace_folder
+from .config import ConfigError, PipelineConfig
 
-__all__ = ["FeatureSetError", "FeatureSet", "load_feature_set", "FeatureSetWriter"]
+__all__ = [
+    "FeatureSetError",
+    "FeatureSet",
+    "load_feature_set",
+    "FeatureSetWriter",
+    "check_destination",
+    "is_feature_set_folder",
+]
 
 MANIFEST = "manifest.json"
 #: The fitted normaliser's statistics (``[minima; maxima]``), when it has any.
 NORMALIZER_STATISTICS = "minmax"
 FORMAT_NAME = "classify-images-feature-set"
 FORMAT_VERSION = 1
+#: The row arrays and the label arrays of a feature set.
+ROW_ARRAYS = ("X_train", "X_test")
+LABEL_ARRAYS = ("y_train", "y_test")
+#: Every file name a feature set may hold (what this project writes, and nothing else).
+FILE_NAMES = frozenset(
+    {MANIFEST, *(f"{name}.npy" for name in (*ROW_ARRAYS, *LABEL_ARRAYS, "codebook", NORMALIZER_STATISTICS))}
+)
+#: Rows checked for non-finite values at a time (bounded memory on memory-mapped arrays).
+_FINITE_CHECK_ROWS = 4096
 
 
 class FeatureSetError(ValueError):
@@ -85,7 +117,11 @@ class FeatureSet:
     def codebook(self) -> np.ndarray:
         """The codebook the features were encoded with."""
         if self._codebook is None:
-            self._codebook = _load_array(self.path, "codebook.npy")
+            codebook = _load_array(self.path, "codebook.npy")
+            if codebook.ndim != 2 or codebook.dtype.kind != "f" or codebook.shape[0] < 1:
+                raise FeatureSetError(f"feature set {self.path}: codebook.npy is not a matrix of floats; rebuild it")
+            _require_finite(self.path, "codebook.npy", codebook)
+            self._codebook = codebook
         return self._codebook
 
     def normalizer(self) -> Normalizer:
@@ -93,7 +129,12 @@ class FeatureSet:
         method = self.manifest["config"]["normalization"]["method"]
         statistics = None
         if not Normalizer(method).per_vector:
-            statistics = _load_array(self.path, f"{NORMALIZER_STATISTICS}.npy")
+            name = f"{NORMALIZER_STATISTICS}.npy"
+            statistics = _load_array(self.path, name)
+            if statistics.shape != (2, self.n_features) or statistics.dtype.kind != "f":
+                raise FeatureSetError(f"feature set {self.path}: {name} has shape {statistics.shape}, "
+                                      f"expected (2, {self.n_features}); rebuild it")
+            _require_finite(self.path, name, statistics)
         return Normalizer.from_statistics(method, statistics)
 
     def identity(self) -> dict:
@@ -112,36 +153,219 @@ def _load_array(folder: Path, name: str, mmap: bool = False) -> np.ndarray:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
         raise FeatureSetError(f"feature set {folder} is incomplete: {name} is missing; rebuild it") from None
-    except (OSError, ValueError) as exc:
-        raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({exc}); rebuild it") from None
+    except (OSError, ValueError, EOFError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({reason}); rebuild it") from None
+
+
+def _require_finite(folder: Path, name: str, array: np.ndarray) -> None:
+    """Raise :class:`FeatureSetError` if ``array`` holds NaN or ±inf (checked in row blocks)."""
+    for start in range(0, max(array.shape[0], 1), _FINITE_CHECK_ROWS):
+        if not np.isfinite(array[start : start + _FINITE_CHECK_ROWS]).all():
+            raise FeatureSetError(f"feature set {folder}: {name} holds NaN or infinite values; rebuild it")
+
+
+def _is_str_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _is_count(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_manifest(folder: Path, manifest) -> None:
+    """Raise :class:`FeatureSetError` unless the manifest has every key, of the right type."""
+
+    def bad(what: str) -> FeatureSetError:
+        return FeatureSetError(f"feature set {folder}: {MANIFEST} {what}; rebuild it")
+
+    if not isinstance(manifest, dict):
+        raise bad("is not a JSON object")
+    if manifest.get("format") != FORMAT_NAME:
+        raise FeatureSetError(f"{folder} is not a classify-images feature set")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise bad(f"has format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}")
+    checks = {
+        "config_hash": lambda v: isinstance(v, str) and bool(v),
+        "config": lambda v: isinstance(v, dict),
+        "class_names": lambda v: _is_str_list(v) and len(v) >= 2 and len(set(v)) == len(v),
+        "split": lambda v: isinstance(v, dict) and _is_str_list(v.get("train")) and _is_str_list(v.get("test")),
+        "skipped": lambda v: isinstance(v, list)
+        and all(isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("reason"), str) for e in v),
+        "n_features": lambda v: _is_count(v, 1),
+        "timings": lambda v: isinstance(v, dict),
+    }
+    for key, ok in checks.items():
+        if key not in manifest:
+            raise bad(f"has no {key!r}")
+        if not ok(manifest[key]):
+            raise bad(f"has an invalid {key!r}")
+    split = manifest["split"]
+    if not _is_count(split.get("train_per_class"), 1):
+        raise bad("has an invalid split.train_per_class")
+    if split.get("test_per_class") is not None and not _is_count(split.get("test_per_class"), 1):
+        raise bad("has an invalid split.test_per_class")
+    try:
+        PipelineConfig.from_dict(manifest["config"], source=str(folder / MANIFEST))
+    except ConfigError as exc:
+        raise FeatureSetError(f"{exc}; rebuild the feature set") from None
+
+
+def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -> None:
+    """Raise :class:`FeatureSetError` unless the arrays agree with each other and the manifest."""
+    n_classes, n_features = len(manifest["class_names"]), manifest["n_features"]
+    for part in ("train", "test"):
+        X, y = arrays[f"X_{part}"], arrays[f"y_{part}"]
+        n_rows = len(manifest["split"][part])
+        if X.ndim != 2 or X.dtype != np.float32 or X.shape != (n_rows, n_features):
+            raise FeatureSetError(
+                f"feature set {folder}: X_{part}.npy is {X.dtype} {X.shape}, the manifest announces "
+                f"float32 ({n_rows}, {n_features}); rebuild it"
+            )
+        if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != n_rows:
+            raise FeatureSetError(
+                f"feature set {folder}: y_{part}.npy is {y.dtype} {y.shape}, expected {n_rows} integer labels; rebuild it"
+            )
+        if n_rows and (int(y.min()) < 0 or int(y.max()) >= n_classes):
+            raise FeatureSetError(
+                f"feature set {folder}: y_{part}.npy has labels outside 0…{n_classes - 1}; rebuild it"
+            )
+        _require_finite(folder, f"X_{part}.npy", X)
 
 
 def load_feature_set(path: str | os.PathLike) -> FeatureSet:
-    """Open a feature set folder written by ``classify-images build-features``.
+    """Open a feature set folder written by ``classify-images build-features``, and check it.
 
     Raises
     ------
     FeatureSetError
-        Missing folder, no manifest (incomplete build), corrupt arrays, or
-        arrays whose shapes disagree with the manifest.
+        Missing folder, no manifest (incomplete build), a manifest without a required
+        key or with a value of the wrong type, unreadable or corrupt arrays, arrays whose
+        shapes or dtypes disagree with the manifest or with each other, labels outside the
+        classes, NaN or infinite values.
     """
     folder = Path(path)
     if not folder.is_dir():
+        if folder.exists():
+            raise FeatureSetError(f"feature set {folder} is not a folder (a feature set is the folder build-features wrote)")
         raise FeatureSetError(f"feature set {folder} does not exist (build it with: classify-images build-features DATASET --out {folder})")
     manifest_path = folder / MANIFEST
-    if not manifest_path.exists():
+    if not manifest_path.is_file():
         raise FeatureSetError(f"{folder} is not a complete feature set (no {MANIFEST}); rebuild it")
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise FeatureSetError(f"{manifest_path} is not valid JSON ({exc}); rebuild the feature set") from None
-    if manifest.get("format") != FORMAT_NAME:
-        raise FeatureSetError(f"{folder} is not a classify-images feature set")
-    arrays = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in ("X_train", "X_test", "y_train", "y_test")}
-    n_train, n_test = len(manifest["split"]["train"]), len(manifest["split"]["test"])
-    if arrays["X_train"].shape[0] != n_train or arrays["X_test"].shape[0] != n_test:
-        raise FeatureSetError(f"feature set {folder}: array shapes disagree with the manifest; rebuild it")
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FeatureSetError(f"{manifest_path} is not valid JSON ({reason}); rebuild the feature set") from None
+    _check_manifest(folder, manifest)
+    arrays = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in (*ROW_ARRAYS, *LABEL_ARRAYS)}
+    _check_arrays(folder, manifest, arrays)
     return FeatureSet(path=folder, manifest=manifest, **arrays)
+
+
+# --- what may be replaced ---
+
+
+def _manifest_format(folder: Path):
+    """The ``format`` a folder's manifest announces (None: no readable manifest)."""
+    try:
+        return json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def is_feature_set_folder(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` is empty or a feature set this project wrote.
+
+    A feature set holds nothing but :data:`FILE_NAMES` (regular files), and its manifest,
+    when readable, announces this project's format.  (A feature set whose manifest was
+    torn by a crash is still recognised by its file names, so a rebuild can repair it.)
+    """
+    folder = Path(folder)
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    if not all(entry.name in FILE_NAMES and entry.is_file(follow_symlinks=False) for entry in entries):
+        return False
+    if any(entry.name == MANIFEST for entry in entries):
+        announced = _manifest_format(folder)
+        return announced is None or announced == FORMAT_NAME
+    return True
+
+
+def _refuse(out: Path, why: str) -> FeatureSetError:
+    return FeatureSetError(f"refusing to write the feature set to {out}: {why}")
+
+
+def check_destination(out: str | os.PathLike, dataset: str | os.PathLike | None = None) -> Path:
+    """Check that the feature set may be written to ``out``; return its absolute path.
+
+    Allowed: ``out`` is absent, an empty folder, or a feature set this project wrote
+    (:func:`is_feature_set_folder`).  Refused, with one line saying why: a symbolic link,
+    a plain file (or anything else that is not a folder), a folder with other content,
+    the current folder, and — when ``dataset`` is given — the dataset folder, a folder
+    holding it, or a folder inside it (it would be read as a class folder).
+
+    Raises
+    ------
+    FeatureSetError
+    """
+    out = Path(os.path.abspath(out))
+    if os.path.islink(out):
+        raise _refuse(out, "it is a symbolic link; give the path of a folder (it is not followed or replaced)")
+    if out.exists() and not out.is_dir():
+        raise _refuse(out, "it is a file, not a folder; remove it or choose another --out")
+    if dataset is not None:
+        data, target = Path(dataset).resolve(), out.resolve()
+        if target == data:
+            raise _refuse(out, "it is the dataset folder; choose another --out")
+        if target in data.parents:
+            raise _refuse(out, f"it holds the dataset {dataset}; choose another --out")
+        if data in target.parents:
+            raise _refuse(out, f"it is inside the dataset {dataset}, where it would be read as a class; choose another --out")
+    if out.is_dir():
+        with contextlib.suppress(OSError):
+            if out.samefile(os.getcwd()):
+                raise _refuse(out, "it is the current folder; give the name of a new folder")
+        if not is_feature_set_folder(out):
+            raise _refuse(out, "the folder exists and is not a feature set (nothing was changed); "
+                               "choose another --out or empty it")
+    return out
+
+
+def _remove_feature_set_files(folder: Path) -> bool:
+    """Delete a feature set (or a partial one) by the names this project writes in it only:
+    :data:`FILE_NAMES` and the manifest's temporary name.  True when the folder is gone."""
+    for entry in os.scandir(folder):
+        ours = entry.name in FILE_NAMES or (entry.name.startswith(f".{MANIFEST}.") and entry.name.endswith(".tmp"))
+        if ours and not entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    try:
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
+
+
+def _allocate(handle, size: int) -> None:
+    """Reserve ``size`` bytes of disk for an open file (no sparse holes to fault on later)."""
+    try:
+        os.posix_fallocate(handle.fileno(), 0, size)
+        return
+    except AttributeError:  # pragma: no cover - not POSIX
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS):
+            raise
+    # The file system cannot allocate: write zeros instead (a full disk is then ENOSPC here).
+    handle.seek(0, os.SEEK_END)
+    block = bytes(1 << 20)
+    remaining = size - handle.tell()
+    while remaining > 0:
+        remaining -= handle.write(block[: min(remaining, len(block))])
+    handle.flush()
 
 
 class FeatureSetWriter:
@@ -150,27 +374,47 @@ class FeatureSetWriter:
     Usage::
 
         with FeatureSetWriter(out) as writer:
-            X_train = writer.open_rows("X_train", n, d)    # memory-mapped .npy
+            X_train = writer.open_rows("X_train", n, d)    # allocated, memory-mapped .npy
             ...
             writer.save("y_train", y)
-            writer.commit(manifest)                        # manifest last, then rename
+            writer.commit(manifest)                        # sync, manifest last, exchange
+
+    ``out`` is checked with :func:`check_destination` on entry and again at the commit.
+    Temporary folders of earlier runs whose process is gone are removed on entry.
     """
 
-    def __init__(self, out: str | os.PathLike) -> None:
-        self.out = Path(out)
+    def __init__(self, out: str | os.PathLike, dataset: str | os.PathLike | None = None) -> None:
+        self.out = Path(os.path.abspath(out))
+        self.dataset = dataset
         self.tmp = self.out.with_name(f".{self.out.name}.partial-{os.getpid()}")
+        self.aside = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
 
     def __enter__(self) -> "FeatureSetWriter":
+        check_destination(self.out, self.dataset)
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        remove_stale_siblings(self.out.parent, self.out.name, _remove_feature_set_files)
+        if self.tmp.exists():  # our own pid's leftover (a previous writer in this process)
+            _remove_feature_set_files(self.tmp)
         self.tmp.mkdir()
         return self
 
     def open_rows(self, name: str, n_rows: int, n_cols: int) -> np.ndarray:
-        return np.lib.format.open_memmap(self.tmp / f"{name}.npy", mode="w+", dtype=np.float32, shape=(n_rows, n_cols))
+        """A float32 ``(n_rows, n_cols)`` ``.npy`` file, allocated on disk, memory-mapped for writing."""
+        dtype = np.dtype(np.float32)
+        path = self.tmp / f"{name}.npy"
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n_rows, n_cols)}
+        with open(path, "wb") as handle:
+            np.lib.format.write_array_header_1_0(handle, header)
+            offset = handle.tell()
+            handle.flush()
+            _allocate(handle, offset + n_rows * n_cols * dtype.itemsize)
+        if n_rows * n_cols == 0:
+            return np.zeros((n_rows, n_cols), dtype=dtype)
+        return np.memmap(path, dtype=dtype, mode="r+", offset=offset, shape=(n_rows, n_cols))
 
     def save(self, name: str, array: np.ndarray) -> None:
-        np.save(self.tmp / f"{name}.npy", np.asarray(array), allow_pickle=False)
+        with open(self.tmp / f"{name}.npy", "wb") as handle:
+            np.save(handle, np.asarray(array), allow_pickle=False)
 
     def save_normalizer(self, normalizer: Normalizer) -> None:
         """Store the fitted normaliser's statistics (nothing for per-vector methods)."""
@@ -179,16 +423,17 @@ class FeatureSetWriter:
             self.save(NORMALIZER_STATISTICS, statistics)
 
     def commit(self, manifest: dict) -> Path:
+        """Sync every file, write the manifest, and put the folder at ``out``."""
+        for entry in os.scandir(self.tmp):
+            fsync_file(entry.path)
         manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest}
         atomic_write_json(self.tmp / MANIFEST, manifest)
-        old = None
-        if self.out.exists():
-            old = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
-            os.replace(self.out, old)
-        os.replace(self.tmp, self.out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        check_destination(self.out, self.dataset)
+        if replace_folder(self.tmp, self.out, self.aside):
+            # The previous feature set, by its file names only (anything foreign stays).
+            _remove_feature_set_files(self.aside)
         return self.out
 
     def __exit__(self, *exc_info) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp.exists():
+            _remove_feature_set_files(self.tmp)

@@ -7,7 +7,10 @@ key is the image content plus all upstream parameters: a changed image or an
 upstream change can never return a stale result, and a downstream change
 (pooling, normalisation, classifier) recomputes nothing here.  joblib writes
 each result under a temporary name and renames it, so an interrupted run never
-leaves a half-written entry.
+leaves a half-written entry.  Results are stored as ``.npz`` files read without
+pickle, in a private cache folder
+(:mod:`~classify_images.pipeline.cache_store`): a file planted in the cache cannot
+run code, it is a miss.
 
 What is cached per image is compact:
 
@@ -48,7 +51,8 @@ from ..coding.encode import SparseCoder, vq_encode
 from ..features import dsift as dsift_module
 from ..features import preprocess as preprocess_module
 from ..features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
-from ..features.preprocess import ImageReadError, load_grayscale
+from ..features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, load_grayscale, load_grayscale_checked
+from .cache_store import BACKEND_NAME, secure_cache_folder
 
 __all__ = [
     "implementation_versions",
@@ -96,14 +100,20 @@ def _stage_versions(stage: str) -> tuple[tuple[str, int], ...]:
     return tuple((module, versions[module]) for module in _STAGE_MODULES[stage])
 
 
-def check_image(path: str, fingerprint: str, max_side: int, min_side: int, implementation: tuple = ()) -> dict[str, Any]:
+def check_image(
+    path: str, fingerprint: str, max_side: int, min_side: int, max_pixels: int = DEFAULT_MAX_PIXELS,
+    implementation: tuple = (),
+) -> dict[str, Any]:
     """Decode an image once: ``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}``.
 
     ``min_side`` is the largest patch size: an image smaller than one patch has
-    no descriptor and is skipped.
+    no descriptor and is skipped.  An image whose header announces more than
+    ``max_pixels`` pixels is skipped without being decoded; the bytes decoded are
+    checked against ``fingerprint``.  A readable image whose decoder printed a
+    warning (a damaged JPEG stream) has it under ``"warning"``.
     """
     try:
-        image = load_grayscale(path, max_side=max_side)
+        image, warnings = load_grayscale_checked(path, max_side=max_side, max_pixels=max_pixels, sha1=fingerprint)
     except ImageReadError as exc:
         return {"ok": False, "reason": str(exc)}
     except OSError as exc:
@@ -111,12 +121,20 @@ def check_image(path: str, fingerprint: str, max_side: int, min_side: int, imple
     height, width = image.shape
     if min(height, width) < min_side:
         return {"ok": False, "reason": f"image smaller than one patch ({width}x{height} px < {min_side} px)"}
-    return {"ok": True, "shape": (int(height), int(width))}
+    result = {"ok": True, "shape": (int(height), int(width))}
+    if warnings:
+        result["warning"] = "; ".join(warnings)[:500]
+    return result
 
 
-def compute_descriptors(path: str, max_side: int, sift: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Dense SIFT of one image: ``descriptors`` (uint8, n×128), ``x``, ``y`` (float32), ``shape``."""
-    image = load_grayscale(path, max_side=max_side)
+def compute_descriptors(
+    path: str, max_side: int, sift: dict[str, Any], fingerprint: str | None = None
+) -> dict[str, np.ndarray]:
+    """Dense SIFT of one image: ``descriptors`` (uint8, n×128), ``x``, ``y`` (float32), ``shape``.
+
+    With ``fingerprint``, the bytes decoded must be the bytes fingerprinted.
+    """
+    image = load_grayscale(path, max_side=max_side, sha1=fingerprint)
     result = dense_sift(
         image,
         patch_sizes=tuple(sift["patch_sizes"]),
@@ -136,12 +154,12 @@ def image_descriptors(
     path: str, fingerprint: str, max_side: int, sift: dict[str, Any], implementation: tuple = ()
 ) -> dict[str, np.ndarray]:
     """Cached form of :func:`compute_descriptors` (the fingerprint keys the cache)."""
-    return compute_descriptors(path, max_side, sift)
+    return compute_descriptors(path, max_side, sift, fingerprint)
 
 
 def _descriptors(path, fingerprint, max_side, sift, descriptors_fn) -> dict[str, np.ndarray]:
     if descriptors_fn is None:
-        return compute_descriptors(path, max_side, sift)
+        return compute_descriptors(path, max_side, sift, fingerprint)
     return descriptors_fn(path, fingerprint, max_side, sift)
 
 
@@ -226,7 +244,10 @@ def codes_matrix(codes: dict[str, np.ndarray], n_words: int):
 class StageCache:
     """The per-image stages, memoised in ``cache_dir`` by :class:`joblib.Memory`.
 
-    With ``cache_dir=None`` nothing is cached (every call recomputes).  Every stage
+    With ``cache_dir=None`` nothing is cached (every call recomputes).  The folder is
+    created private, or refused when others could write into it
+    (:func:`~classify_images.pipeline.cache_store.secure_cache_folder`), and results
+    are stored without pickle.  Every stage
     function takes an ``implementation`` argument that it does not use: the cache passes
     the ``IMPLEMENTATION_VERSION`` of the modules upstream of the stage, so that it is
     part of the key.
@@ -235,7 +256,8 @@ class StageCache:
     def __init__(self, cache_dir: str | os.PathLike | None, *, cache_descriptors: bool = True) -> None:
         from joblib import Memory
 
-        self.memory = Memory(None if cache_dir is None else os.fspath(cache_dir), verbose=0)
+        location = None if cache_dir is None else os.fspath(secure_cache_folder(cache_dir))
+        self.memory = Memory(location, backend=BACKEND_NAME, verbose=0)
         # Keys are image *content* (fingerprint) and parameters; the path is not
         # part of the key, so moving a dataset keeps its cache.
         self.check_image = self._cached(check_image, ["path"])
