@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
@@ -95,19 +98,21 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import numpy as np
 
     from .evaluation import train_classifier
+    from .extractor import FeatureExtractor
     from .report import training_text
 
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
         training = train_classifier(
-            args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed
+            args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed,
+            class_names=feature_set.class_names,
         )
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
-    path = save_model(out, training.estimator, feature_set=feature_set.identity(), train_seconds=training.train_seconds)
+    path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
+                      feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     print(training_text(training, path))
     return 0
 
@@ -141,32 +146,109 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def _display(path: str) -> str:
+    """A path as printable text, whatever the bytes of its name (undecodable bytes as ``\\xNN``)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _predict_inputs(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
+    """Image files named by ``arguments`` (files, and folders searched recursively for files with
+    an image extension, hidden ones excepted), and the arguments that cannot be images, with why."""
+    from .dataset import IMAGE_EXTENSIONS
+
+    extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
+    files, skipped = [], []
+    for argument in arguments:
+        if os.path.isdir(argument):
+            found = []
+            for folder, subfolders, names in os.walk(argument):
+                subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+                for name in names:
+                    path = os.path.join(folder, name)
+                    if name.startswith(".") or os.path.splitext(name)[1].lower() not in IMAGE_EXTENSIONS:
+                        continue
+                    if os.path.isfile(path):
+                        found.append(path)
+                    else:
+                        skipped.append({"path": path, "reason": "dangling symbolic link or not a regular file"})
+            if not found:
+                skipped.append({"path": argument, "reason": f"folder holds no image file ({extensions})"})
+            files += sorted(found)
+        elif os.path.isfile(argument):
+            if os.path.splitext(argument)[1].lower() in IMAGE_EXTENSIONS:
+                files.append(argument)
+            else:
+                skipped.append({"path": argument, "reason": f"not an image file extension ({extensions})"})
+        elif os.path.islink(argument):
+            skipped.append({"path": argument, "reason": "dangling symbolic link"})
+        else:
+            skipped.append({"path": argument, "reason": "file or folder does not exist"})
+    return files, skipped
+
+
+def _top_k(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+    """The ``k`` classes of largest decision value of each row, with their values."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return [[(str(classes[j]), float(row[j])) for j in ranks] for row, ranks in zip(scores, order)]
+
+
+def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str) -> None:
+    import csv
+    import json
+
+    if fmt == "json":
+        document = {
+            "scores": "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
+            "top_k": k,
+            "predictions": [{"path": _display(path), "top": [{"class": c, "decision_value": round(v, 6)} for c, v in top]}
+                            for path, top in rows],
+            "skipped": [{"path": _display(s["path"]), "reason": s["reason"]} for s in skipped],
+        }
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+        return
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["path", "rank", "class", "decision_value"])
+        for path, top in rows:
+            for rank, (name, value) in enumerate(top, 1):
+                writer.writerow([_display(path), rank, name, f"{value:.6f}"])
+        for entry in skipped:
+            print(f"skipped {_display(entry['path'])}: {entry['reason']}", file=sys.stderr)
+        return
+    print(f"# top {k} classes per image with their decision values "
+          "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
+    for path, top in rows:
+        print(f"{_display(path)}: " + ", ".join(f"{name} ({value:+.3f})" for name, value in top))
+    for entry in skipped:
+        print(f"{_display(entry['path'])}: skipped ({entry['reason']})")
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
-    import numpy as np
+    from .model_file import load_image_model, read_model_meta
 
-    from .extractor import FeatureExtractor
-
-    model, meta = load_model(args.model)
-    fs_path = args.feature_set or meta.get("feature_set", {}).get("path")
-    if not fs_path:
-        raise UsageError("the model does not record its feature set: pass --feature-set DIR")
-    feature_set = load_feature_set(fs_path)
-    check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features)
-    X, status = FeatureExtractor.from_feature_set(feature_set).transform_images(args.images)
-    scores = model.decision_function(X) if X.shape[0] else np.zeros((0, len(model.classes_)))
-    if scores.ndim == 1:
+    model = load_image_model(args.model)
+    classifier, extractor = model[-1], model[0].extractor_
+    if args.feature_set:
+        feature_set = load_feature_set(args.feature_set)
+        check_model_matches(read_model_meta(args.model), config_hash=feature_set.config_hash,
+                            n_features=feature_set.n_features)
+    n_classes = len(classifier.classes_)
+    if not 1 <= args.top_k <= n_classes:
+        raise UsageError(f"--top-k must be between 1 and the number of classes ({n_classes}), not {args.top_k}")
+    files, skipped = _predict_inputs(args.images)
+    X, status = extractor.transform_images(files)
+    read = [entry["path"] for entry in status if entry["ok"]]
+    skipped += [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
+    if not read:
+        first = f" ({_display(skipped[0]['path'])}: {skipped[0]['reason']})" if skipped else ""
+        raise UsageError(f"no readable image among the {len(args.images)} input(s){first}; "
+                         f"{len(skipped)} skipped; give image files or folders of images")
+    scores = classifier.decision_function(X)
+    if scores.ndim == 1:  # two classes: one problem, positive for classes_[1]
         scores = np.stack([-scores, scores], axis=1)
-    names = feature_set.class_names
-    row = 0
-    for entry in status:
-        if not entry["ok"]:
-            print(f"{entry['path']}: skipped ({entry['reason']})")
-            continue
-        order = np.argsort(-scores[row])[: args.top_k]
-        ranked = ", ".join(f"{names[int(model.classes_[k])]} ({scores[row, k]:+.3f})" for k in order)
-        print(f"{entry['path']}: {ranked}")
-        row += 1
-    return 0 if row else 1
+    rows = list(zip(read, _top_k(scores, classifier.classes_, args.top_k)))
+    _print_predictions(rows, skipped, args.top_k, args.format)
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -236,12 +318,15 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("predict", help="top-k classes of new images",
-                            description="Classify new images with a model, using the preprocessing and codebook "
-                            "recorded with its feature set.")
+                            description="Classify images with a model file alone (it holds the classifier, the "
+                            "codebook, the normaliser and the pipeline config). Folders are searched recursively "
+                            "for image files; unreadable inputs are listed with the reason and skipped.")
     parser.add_argument("model")
-    parser.add_argument("images", nargs="+", metavar="IMAGE")
-    parser.add_argument("--feature-set", help="feature set the model was trained on (default: the path it recorded)")
-    parser.add_argument("--top-k", type=int, default=3)
+    parser.add_argument("images", nargs="+", metavar="IMAGE_OR_FOLDER")
+    parser.add_argument("--feature-set", help="also check that the model was trained on this feature set")
+    parser.add_argument("--top-k", type=int, default=3, metavar="K", help="classes shown per image (1 … n_classes)")
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                        help="table (default), csv (path,rank,class,decision_value) or json")
     parser.set_defaults(func=cmd_predict)
 
 
