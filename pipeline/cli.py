@@ -340,6 +340,16 @@ def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_demo)
 
 
+_THREADS_HELP = ("threads of the BLAS / OpenMP pools of this process (default: the libraries' own; "
+                 "1 is often fastest on a machine busy with other jobs). Parallel workers: --n-jobs, --param n_jobs=")
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="classify-images",
@@ -347,11 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
         "PmSVM / MBKL / HIK nSVM / linear L-BFGS SVM.",
         epilog="Run 'classify-images demo' for a complete example on bundled data.",
     )
-    parser.add_argument(
-        "--threads", type=int, metavar="T",
-        help="threads of the BLAS / OpenMP pools of this process (default: the libraries' own; "
-        "1 is often fastest on a machine busy with other jobs). Parallel workers: --n-jobs, --param n_jobs=",
-    )
+    parser.add_argument("--version", action="version", version=f"classify-images {_version()}")
+    parser.add_argument("--threads", type=int, metavar="T", help=_THREADS_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -361,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_experiment_parser(sub)
     _add_predict_parser(sub)
     _add_demo_parser(sub)
+    for command in sub.choices.values():  # --threads before or after the command
+        command.add_argument("--threads", type=int, metavar="T", default=argparse.SUPPRESS, help=_THREADS_HELP)
     return parser
 
 
