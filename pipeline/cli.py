@@ -6,7 +6,9 @@ Sub-commands::
     classify-images train FEATURESET --classifier NAME [--param key=value ...] [--out FILE]
     classify-images evaluate FEATURESET MODEL [--out DIR]
     classify-images experiment FEATURESET --classifier NAME --repeats R [--param ...]
-    classify-images predict MODEL IMAGE... [--top-k K]
+    classify-images predict MODEL IMAGE_OR_FOLDER... [--top-k K] [--format table|csv|json]
+    classify-images run DATASET --config NAME --classifier NAME [--param ...] [--out DIR]
+    classify-images cache info|clear
     classify-images demo [--workdir DIR]
 
 A user's mistake (missing folder, bad config key, model for another feature
@@ -71,6 +73,29 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     )
     manifest = load_feature_set(result.path).manifest
     print(build_text(result, manifest["skipped"], result.timings if result.reused else manifest["timings"]))
+    if cache_dir is not None:
+        print(_cache_text(cache_dir))
+    return 0
+
+
+def _cache_text(cache_dir) -> str:
+    from .cache_folder import cache_usage, format_bytes
+
+    usage = cache_usage(cache_dir)
+    return (f"stage cache: {usage.path} ({format_bytes(usage.n_bytes)} in {usage.n_files} files; "
+            "classify-images cache clear empties it)")
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .build import default_cache_dir
+    from .cache_folder import clear_cache, format_bytes
+
+    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    if args.action == "info":
+        print(_cache_text(cache_dir))
+        return 0
+    usage = clear_cache(cache_dir)
+    print(f"stage cache: {cache_dir}: deleted {format_bytes(usage.n_bytes)} in {usage.n_files} files")
     return 0
 
 
@@ -104,7 +129,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .report import training_text
 
     feature_set = load_feature_set(args.featureset)
-    params = _params(args.param)
+    params = getattr(args, "params", None) or _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
         training = train_classifier(
             args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed,
@@ -251,6 +276,35 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """build-features, train and evaluate in one command, into one folder."""
+    from .config import classifier_table
+
+    name, params = classifier_table(args.config)
+    if args.classifier is not None and args.classifier != name:
+        name, params = args.classifier, {}  # the table's parameters belong to the table's classifier
+    if name is None:
+        raise UsageError("name the classifier: --classifier NAME, or a [classifier] table in the config "
+                         "(name = \"pmsvm\", params = { ... })")
+    params = {**params, **_params(args.param)}
+    config_name = Path(args.config).stem if args.config else "default"
+    out = Path(args.out) if args.out else Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}"
+    steps = {
+        "build-features": (cmd_build_features, {"out": str(out / "features")}),
+        "train": (cmd_train, {"featureset": str(out / "features"), "classifier": name, "params": params,
+                              "param": None, "seed": 0 if args.seed is None else args.seed,
+                              "out": str(out / "model.npz")}),
+        "evaluate": (cmd_evaluate, {"featureset": str(out / "features"), "model": str(out / "model.npz"),
+                                    "out": str(out / "report")}),
+    }
+    for step, (command, values) in steps.items():
+        if not args.quiet:
+            print(f"== {step}", flush=True)
+        command(argparse.Namespace(**{**vars(args), **values}))
+    print(f"run folder: {out} (features/, model.npz, report/)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -270,7 +324,8 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="seed of the train/test split")
     parser.add_argument("--keep-background", action="store_true", help="keep Caltech-101's BACKGROUND_Google class")
     parser.add_argument("--n-jobs", type=int, default=1, metavar="J", help="parallel workers for per-image stages (-1: all cores)")
-    parser.add_argument("--cache-dir", help="cache folder (default: $CLASSIFY_IMAGES_CACHE or ~/.cache/classify-images)")
+    parser.add_argument("--cache-dir", help="cache folder (default: $CLASSIFY_IMAGES_CACHE, else "
+                        "$XDG_CACHE_HOME/classify-images, else ~/.cache/classify-images)")
     parser.add_argument("--no-cache", action="store_true", help="do not cache intermediate stages")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=cmd_build_features)
@@ -330,6 +385,34 @@ def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_predict)
 
 
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("run", help="build-features + train + evaluate in one command",
+                            description="From a folder of class folders to a report in one command: build the "
+                            "feature set, train the classifier and evaluate it, into OUT/features, OUT/model.npz "
+                            "and OUT/report. The classifier comes from --classifier/--param or from a [classifier] "
+                            "table of the config (name = \"pmsvm\", params = { p = -8 }); --param overrides it.")
+    # every build-features option (the same argparse actions, so the two commands never drift apart)
+    for action in sub.choices["build-features"]._actions:
+        if action.dest not in ("help", "out", "seed"):
+            parser._add_action(action)
+    parser.add_argument("--classifier", choices=sorted(CLASSIFIERS), help="default: the config's [classifier] table")
+    parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable")
+    parser.add_argument("--seed", type=int, help="seed of the split (default: the config's) and of a randomised "
+                        "classifier (default: 0)")
+    parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>)")
+    parser.set_defaults(func=cmd_run)
+
+
+def _add_cache_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("cache", help="where the stage cache is, its size; clear it",
+                            description="The stage cache: $CLASSIFY_IMAGES_CACHE, else $XDG_CACHE_HOME/classify-images, "
+                            "else ~/.cache/classify-images. 'info' prints its place and size; 'clear' deletes what "
+                            "classify-images cached there (nothing else).")
+    parser.add_argument("action", choices=("info", "clear"))
+    parser.add_argument("--cache-dir", help="cache folder (default: as above)")
+    parser.set_defaults(func=cmd_cache)
+
+
 def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("demo", help="build, train and evaluate on scikit-learn's bundled digits",
                             description="Write scikit-learn's handwritten digits as an image folder and run "
@@ -367,6 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate_parser(sub)
     _add_experiment_parser(sub)
     _add_predict_parser(sub)
+    _add_run_parser(sub)
+    _add_cache_parser(sub)
     _add_demo_parser(sub)
     for command in sub.choices.values():  # --threads before or after the command
         command.add_argument("--threads", type=int, metavar="T", default=argparse.SUPPRESS, help=_THREADS_HELP)
