@@ -38,8 +38,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .config import PipelineConfig, load_config
-from .dataset import file_fingerprint
-from .extractor import FeatureExtractor
+from .extractor import FeatureExtractor, readable_fingerprint
 from .stages import StageCache
 
 __all__ = ["ImageFeatures", "UnreadableImagesError"]
@@ -144,14 +143,15 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     @staticmethod
     def _readable(paths: list[str], extractor_check, runner) -> list[str]:
         """The fingerprints of ``paths``; raises :class:`UnreadableImagesError` naming unreadable ones."""
-        fingerprints = [file_fingerprint(p) if os.path.isfile(p) else "" for p in paths]
+        pairs = [readable_fingerprint(p) for p in paths]
+        fingerprints, reasons = [f for f, _ in pairs], [r for _, r in pairs]
         checks = runner.map(
             [delayed(extractor_check)(p, f) for p, f in zip(paths, fingerprints) if f], "check images"
         )
         checks = iter(checks)
         problems = []
-        for path, fingerprint in zip(paths, fingerprints):
-            check = next(checks) if fingerprint else {"ok": False, "reason": "file does not exist"}
+        for path, fingerprint, reason in zip(paths, fingerprints, reasons):
+            check = next(checks) if fingerprint else {"ok": False, "reason": reason}
             if not check["ok"]:
                 problems.append(f"{path} ({check['reason']})")
         if problems:

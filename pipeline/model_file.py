@@ -277,14 +277,18 @@ def _check_meta(meta: dict) -> None:
     _expect(len(set(classes)) == len(classes) and classes == sorted(classes), "class labels must be sorted and distinct")
     feature_set = meta.get("feature_set")
     _expect(isinstance(feature_set, dict), "no feature-set identity")
-    if feature_set:
-        _expect(isinstance(feature_set.get("config_hash"), str) and feature_set["config_hash"] != "",
-                "feature-set identity has no config hash")
-        n_features = feature_set.get("n_features")
-        _expect(type(n_features) is int and n_features > 0, "feature-set identity has no dimension")
-        names = feature_set.get("class_names")
-        _expect(isinstance(names, list) and len(names) == len(classes), "feature-set class names do not match the classes")
-        _expect(all(isinstance(c, str) for c in names), "feature-set class names are not names")
+    # Each recorded part of the identity must be well formed; a missing part is refused where the
+    # identity is needed (check_model_matches), not here: a classifier saved from Python may record none.
+    if "config_hash" in feature_set:
+        _expect(isinstance(feature_set["config_hash"], str) and feature_set["config_hash"] != "",
+                "feature-set identity has an empty config hash")
+    if "n_features" in feature_set:
+        n_features = feature_set["n_features"]
+        _expect(type(n_features) is int and n_features > 0, "feature-set identity has no valid dimension")
+    if "class_names" in feature_set:
+        names = feature_set["class_names"]
+        _expect(isinstance(names, list) and len(names) == len(classes) and all(isinstance(c, str) for c in names),
+                "feature-set class names do not match the classes")
     extractor = meta.get("extractor")
     _expect(extractor is None or (isinstance(extractor, dict) and isinstance(extractor.get("config"), dict)),
             "extractor header without a configuration")
@@ -371,12 +375,12 @@ def _load(path: str | os.PathLike) -> tuple[Any, Any, dict]:
         if meta.get("extractor") is not None:
             extractor = _restore_extractor(meta, arrays, estimator.n_features_in_)
         trained = meta["feature_set"]
-        if trained:
+        if "n_features" in trained:
             _expect(trained["n_features"] == estimator.n_features_in_,
                     "the feature-set identity's dimension differs from the classifier's")
-            if estimator.classes_.dtype.kind == "U":
-                _expect(trained["class_names"] == estimator.classes_.tolist(),
-                        "the class names differ from the feature set's")
+        if "class_names" in trained and estimator.classes_.dtype.kind == "U":
+            _expect(trained["class_names"] == estimator.classes_.tolist(),
+                    "the class names differ from the feature set's")
     except ModelFileError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:

@@ -215,6 +215,23 @@ def test_top_k_all_classes_and_formats(capsys, lone_model, inputs):
     assert len(document["skipped"]) == 3 and all(s["reason"] for s in document["skipped"])
 
 
+def test_file_that_cannot_be_opened_is_listed(capsys, lone_model, inputs, monkeypatch):
+    """A permission error (simulated: the tests may run as root, who reads anything) is a listed skip."""
+    from classify_images.pipeline import extractor
+
+    real = extractor.file_fingerprint
+
+    def fingerprint(path):
+        if path.endswith("a.jpg"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(extractor, "file_fingerprint", fingerprint)
+    code, out, err = _run(capsys, ["predict", lone_model, inputs / "a.jpg", inputs / "sub" / "deeper" / "b.JPG"])
+    assert code == 0, err
+    assert f"{inputs / 'a.jpg'}: skipped (cannot read file (Permission denied))" in out
+
+
 def test_undecodable_file_name(tmp_path, capsys, lone_model):
     folder = tmp_path / "odd"
     folder.mkdir()
