@@ -172,7 +172,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _display(path: str) -> str:
-    """A path as printable text, whatever the bytes of its name (undecodable bytes as ``\\xNN``)."""
+    """A path or class (folder) name as printable text, whatever its bytes (undecodable ones as ``\\xNN``)."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
@@ -214,7 +214,7 @@ def _predict_inputs(arguments: list[str]) -> tuple[list[str], list[dict[str, str
 def _top_k(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
     """The ``k`` classes of largest decision value of each row, with their values."""
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return [[(str(classes[j]), float(row[j])) for j in ranks] for row, ranks in zip(scores, order)]
+    return [[(_display(str(classes[j])), float(row[j])) for j in ranks] for row, ranks in zip(scores, order)]
 
 
 def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str) -> None:
