@@ -113,7 +113,13 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         "n_jobs": [int],
     }
 
-    def __init__(self, config: str | os.PathLike | PipelineConfig = "scspm", *, cache_dir=None, n_jobs: int = 1) -> None:
+    def __init__(
+        self,
+        config: str | os.PathLike | PipelineConfig = "scspm",
+        *,
+        cache_dir: str | os.PathLike | bool | None = None,
+        n_jobs: int = 1,
+    ) -> None:
         self.config = config
         self.cache_dir = cache_dir
         self.n_jobs = n_jobs
@@ -207,7 +213,9 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         self.n_features_out_ = extractor.n_features
 
     @classmethod
-    def from_extractor(cls, extractor: FeatureExtractor, *, cache_dir=False, n_jobs: int = 1) -> "ImageFeatures":
+    def from_extractor(
+        cls, extractor: FeatureExtractor, *, cache_dir: str | os.PathLike | bool | None = False, n_jobs: int = 1
+    ) -> "ImageFeatures":
         """A fitted transformer applying ``extractor`` (e.g. the one stored in a model file)."""
         features = cls(extractor.config, cache_dir=cache_dir, n_jobs=n_jobs)
         features._set_fitted(

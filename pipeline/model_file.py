@@ -54,13 +54,16 @@ import os
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..classifiers.registry import classifier_class, classifier_name
 from .atomic import atomic_write
 from .provenance import library_versions
+
+if TYPE_CHECKING:
+    from sklearn.pipeline import Pipeline
 
 __all__ = [
     "ModelFileError",
@@ -408,7 +411,7 @@ def load_model(path: str | os.PathLike) -> tuple[Any, dict]:
     return estimator, meta
 
 
-def load_image_model(path: str | os.PathLike):
+def load_image_model(path: str | os.PathLike) -> "Pipeline":
     """A model file as an estimator on image files: ``load_image_model(p).predict(["a.jpg"])``.
 
     Returns
