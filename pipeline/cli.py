@@ -82,6 +82,8 @@ def _cache_text(cache_dir) -> str:
     from .cache_folder import cache_usage, format_bytes
 
     usage = cache_usage(cache_dir)
+    if not usage.exists:
+        return f"stage cache: {usage.path} (empty: the folder does not exist yet)"
     return (f"stage cache: {usage.path} ({format_bytes(usage.n_bytes)} in {usage.n_files} files; "
             "classify-images cache clear empties it)")
 
@@ -289,6 +291,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     params = {**params, **_params(args.param)}
     config_name = Path(args.config).stem if args.config else "default"
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}"
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     steps = {
         "build-features": (cmd_build_features, {"out": str(out / "features")}),
         "train": (cmd_train, {"featureset": str(out / "features"), "classifier": name, "params": params,

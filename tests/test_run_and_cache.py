@@ -91,6 +91,15 @@ def test_run_without_a_classifier_is_one_line(tmp_path, capsys):
     assert "name the classifier" in err and len(err.splitlines()) == 1
 
 
+def test_run_out_is_a_file_is_one_line(tmp_path, capsys):
+    config = write_config_toml(tmp_path / "c.toml")
+    (tmp_path / "file").write_text("mine")
+    assert main(["run", str(FIXTURE_IMAGES), "--config", str(config), "--classifier", "linear", "-q",
+                 "--out", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a file" in err and len(err.splitlines()) == 1 and (tmp_path / "file").read_text() == "mine"
+
+
 # ---------------------------------------------------------------------- cache
 @pytest.mark.parametrize("environment, expected", [
     ({"CLASSIFY_IMAGES_CACHE": "/c/mine", "XDG_CACHE_HOME": "/x"}, "/c/mine"),
@@ -130,6 +139,7 @@ def test_cache_info_and_clear_delete_only_the_stage_cache(tmp_path, monkeypatch,
     (cache / "my-notes.txt").unlink()
     assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
     assert not cache.exists()  # empty folders are removed; clearing twice is fine
+    assert main(["cache", "info"]) == 0 and "does not exist yet" in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------- provenance
