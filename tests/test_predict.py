@@ -11,6 +11,8 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from classify_images.pipeline.cli import main
 
@@ -258,3 +260,26 @@ def test_model_without_extractor_is_one_line(tmp_path, capsys, trained):
     classifier, meta = load_model(trained[1])
     bare = save_model(tmp_path / "bare.npz", classifier, feature_set=meta["feature_set"])
     _one_line_error(capsys, ["predict", bare, FIXTURE_IMAGES / "flower" / "11.jpg"], "holds no feature extractor")
+
+
+# ------------------------------------------------------------------------ fuzz
+_ARGUMENTS = ["a.jpg", "sub", "sub/broken.png", "sub/empty.jpg", "sub/dangling.jpg", "notes.txt", "nope.jpg",
+              ".", "*.jpg", "sub/deeper/b.JPG", ""]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(names=st.lists(st.sampled_from(_ARGUMENTS), min_size=1, max_size=4),
+       top_k=st.integers(-3, 6) | st.just(2**70), fmt=st.sampled_from(["table", "csv", "json"]))
+def test_fuzzed_predict_arguments_never_end_in_a_traceback(capsys, lone_model, inputs, names, top_k, fmt):
+    argv = ["predict", str(lone_model), *[str(inputs / n) if n else "" for n in names],
+            "--top-k", str(top_k), "--format", fmt]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1
+    else:
+        assert 1 <= top_k <= 4
+        if fmt == "json":
+            json.loads(out)
