@@ -52,9 +52,12 @@ _NORMALISE_CHUNK = 1024
 
 
 def default_cache_dir() -> Path:
-    """``$CLASSIFY_IMAGES_CACHE`` or ``~/.cache/classify-images``."""
+    """``$CLASSIFY_IMAGES_CACHE``, else ``$XDG_CACHE_HOME/classify-images``, else ``~/.cache/classify-images``."""
     env = os.environ.get("CLASSIFY_IMAGES_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "classify-images"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # XDG Base Directory: a relative XDG_CACHE_HOME is invalid and ignored
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return Path(env) if env else base / "classify-images"
 
 
 def _no_progress(iterable: Iterable, desc: str, total: int) -> Iterable:

@@ -6,7 +6,9 @@ Sub-commands::
     classify-images train FEATURESET --classifier NAME [--param key=value ...] [--out FILE]
     classify-images evaluate FEATURESET MODEL [--out DIR]
     classify-images experiment FEATURESET --classifier NAME --repeats R [--param ...]
-    classify-images predict MODEL IMAGE... [--top-k K]
+    classify-images predict MODEL IMAGE_OR_FOLDER... [--top-k K] [--format table|csv|json]
+    classify-images run DATASET --config NAME --classifier NAME [--param ...] [--out DIR]
+    classify-images cache info|clear
     classify-images demo [--workdir DIR]
 
 A user's mistake (missing folder, bad config key, model for another feature
@@ -17,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
@@ -102,6 +107,31 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     )
     manifest = load_feature_set(result.path).manifest
     print(build_text(result, manifest["skipped"], result.timings if result.reused else manifest["timings"]))
+    if cache_dir is not None:
+        print(_cache_text(cache_dir))
+    return 0
+
+
+def _cache_text(cache_dir) -> str:
+    from .cache_folder import cache_usage, format_bytes
+
+    usage = cache_usage(cache_dir)
+    if not usage.exists:
+        return f"stage cache: {usage.path} (empty: the folder does not exist yet)"
+    return (f"stage cache: {usage.path} ({format_bytes(usage.n_bytes)} in {usage.n_files} files; "
+            "classify-images cache clear empties it)")
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .build import default_cache_dir
+    from .cache_folder import clear_cache, format_bytes
+
+    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    if args.action == "info":
+        print(_cache_text(cache_dir))
+        return 0
+    usage = clear_cache(cache_dir)
+    print(f"stage cache: {cache_dir}: deleted {format_bytes(usage.n_bytes)} in {usage.n_files} files")
     return 0
 
 
@@ -132,21 +162,22 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from .evaluation import train_classifier
+    from .extractor import FeatureExtractor
     from .report import training_text
 
     _check_seeds(args.seed)
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     _check_out_file(out, "model")
     feature_set = load_feature_set(args.featureset)
-    params = _params(args.param)
+    params = getattr(args, "params", None) or _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
         training = train_classifier(
-            args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed
+            args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed,
+            class_names=feature_set.class_names,
         )
-    path = save_model(out, training.estimator, feature_set=feature_set.identity(), train_seconds=training.train_seconds)
+    path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
+                      feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     print(training_text(training, path))
     return 0
 
@@ -185,32 +216,140 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def _display(path: str) -> str:
+    """A path or class (folder) name as printable text, whatever its bytes (undecodable ones as ``\\xNN``)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _predict_inputs(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
+    """Image files named by ``arguments`` (files, and folders searched recursively for files with
+    an image extension, hidden ones excepted), and the arguments that cannot be images, with why."""
+    from .dataset import IMAGE_EXTENSIONS
+
+    extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
+    files, skipped = [], []
+    for argument in arguments:
+        if os.path.isdir(argument):
+            found = []
+            for folder, subfolders, names in os.walk(argument):
+                subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+                for name in names:
+                    path = os.path.join(folder, name)
+                    if name.startswith(".") or os.path.splitext(name)[1].lower() not in IMAGE_EXTENSIONS:
+                        continue
+                    if os.path.isfile(path):
+                        found.append(path)
+                    else:
+                        skipped.append({"path": path, "reason": "dangling symbolic link or not a regular file"})
+            if not found:
+                skipped.append({"path": argument, "reason": f"folder holds no image file ({extensions})"})
+            files += sorted(found)
+        elif os.path.isfile(argument):
+            if os.path.splitext(argument)[1].lower() in IMAGE_EXTENSIONS:
+                files.append(argument)
+            else:
+                skipped.append({"path": argument, "reason": f"not an image file extension ({extensions})"})
+        elif os.path.islink(argument):
+            skipped.append({"path": argument, "reason": "dangling symbolic link"})
+        else:
+            skipped.append({"path": argument, "reason": "file or folder does not exist"})
+    return files, skipped
+
+
+def _top_k(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+    """The ``k`` classes of largest decision value of each row, with their values."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return [[(_display(str(classes[j])), float(row[j])) for j in ranks] for row, ranks in zip(scores, order)]
+
+
+def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str) -> None:
+    import csv
+    import json
+
+    if fmt == "json":
+        document = {
+            "scores": "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
+            "top_k": k,
+            "predictions": [{"path": _display(path), "top": [{"class": c, "decision_value": round(v, 6)} for c, v in top]}
+                            for path, top in rows],
+            "skipped": [{"path": _display(s["path"]), "reason": s["reason"]} for s in skipped],
+        }
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+        return
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["path", "rank", "class", "decision_value"])
+        for path, top in rows:
+            for rank, (name, value) in enumerate(top, 1):
+                writer.writerow([_display(path), rank, name, f"{value:.6f}"])
+        for entry in skipped:
+            print(f"skipped {_display(entry['path'])}: {entry['reason']}", file=sys.stderr)
+        return
+    print(f"# top {k} classes per image with their decision values "
+          "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
+    for path, top in rows:
+        print(f"{_display(path)}: " + ", ".join(f"{name} ({value:+.3f})" for name, value in top))
+    for entry in skipped:
+        print(f"{_display(entry['path'])}: skipped ({entry['reason']})")
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
-    import numpy as np
+    from .model_file import load_image_model, read_model_meta
 
-    from .extractor import FeatureExtractor
-
-    model, meta = load_model(args.model)
-    fs_path = args.feature_set or meta.get("feature_set", {}).get("path")
-    if not fs_path:
-        raise UsageError("the model does not record its feature set: pass --feature-set DIR")
-    feature_set = load_feature_set(fs_path)
-    check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features)
-    X, status = FeatureExtractor.from_feature_set(feature_set).transform_images(args.images)
-    scores = model.decision_function(X) if X.shape[0] else np.zeros((0, len(model.classes_)))
-    if scores.ndim == 1:
+    model = load_image_model(args.model)
+    classifier, extractor = model[-1], model[0].extractor_
+    if args.feature_set:
+        feature_set = load_feature_set(args.feature_set)
+        check_model_matches(read_model_meta(args.model), config_hash=feature_set.config_hash,
+                            n_features=feature_set.n_features)
+    n_classes = len(classifier.classes_)
+    if not 1 <= args.top_k <= n_classes:
+        raise UsageError(f"--top-k must be between 1 and the number of classes ({n_classes}), not {args.top_k}")
+    files, skipped = _predict_inputs(args.images)
+    X, status = extractor.transform_images(files)
+    read = [entry["path"] for entry in status if entry["ok"]]
+    skipped += [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
+    if not read:
+        first = f" ({_display(skipped[0]['path'])}: {skipped[0]['reason']})" if skipped else ""
+        raise UsageError(f"no readable image among the {len(args.images)} input(s){first}; "
+                         f"{len(skipped)} skipped; give image files or folders of images")
+    scores = classifier.decision_function(X)
+    if scores.ndim == 1:  # two classes: one problem, positive for classes_[1]
         scores = np.stack([-scores, scores], axis=1)
-    names = feature_set.class_names
-    row = 0
-    for entry in status:
-        if not entry["ok"]:
-            print(f"{entry['path']}: skipped ({entry['reason']})")
-            continue
-        order = np.argsort(-scores[row])[: args.top_k]
-        ranked = ", ".join(f"{names[int(model.classes_[k])]} ({scores[row, k]:+.3f})" for k in order)
-        print(f"{entry['path']}: {ranked}")
-        row += 1
-    return 0 if row else 1
+    rows = list(zip(read, _top_k(scores, classifier.classes_, args.top_k)))
+    _print_predictions(rows, skipped, args.top_k, args.format)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """build-features, train and evaluate in one command, into one folder."""
+    from .config import classifier_table
+
+    name, params = classifier_table(args.config)
+    if args.classifier is not None and args.classifier != name:
+        name, params = args.classifier, {}  # the table's parameters belong to the table's classifier
+    if name is None:
+        raise UsageError("name the classifier: --classifier NAME, or a [classifier] table in the config "
+                         "(name = \"pmsvm\", params = { ... })")
+    params = {**params, **_params(args.param)}
+    config_name = Path(args.config).stem if args.config else "default"
+    out = Path(args.out) if args.out else Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}"
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
+    steps = {
+        "build-features": (cmd_build_features, {"out": str(out / "features")}),
+        "train": (cmd_train, {"featureset": str(out / "features"), "classifier": name, "params": params,
+                              "param": None, "seed": 0 if args.seed is None else args.seed,
+                              "out": str(out / "model.npz")}),
+        "evaluate": (cmd_evaluate, {"featureset": str(out / "features"), "model": str(out / "model.npz"),
+                                    "out": str(out / "report")}),
+    }
+    for step, (command, values) in steps.items():
+        if not args.quiet:
+            print(f"== {step}", flush=True)
+        command(argparse.Namespace(**{**vars(args), **values}))
+    print(f"run folder: {out} (features/, model.npz, report/)")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -232,7 +371,8 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="seed of the train/test split")
     parser.add_argument("--keep-background", action="store_true", help="keep Caltech-101's BACKGROUND_Google class")
     parser.add_argument("--n-jobs", type=int, default=1, metavar="J", help="parallel workers for per-image stages (-1: all cores)")
-    parser.add_argument("--cache-dir", help="cache folder (default: $CLASSIFY_IMAGES_CACHE or ~/.cache/classify-images)")
+    parser.add_argument("--cache-dir", help="cache folder (default: $CLASSIFY_IMAGES_CACHE, else "
+                        "$XDG_CACHE_HOME/classify-images, else ~/.cache/classify-images)")
     parser.add_argument("--no-cache", action="store_true", help="do not cache intermediate stages")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=cmd_build_features)
@@ -280,13 +420,44 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("predict", help="top-k classes of new images",
-                            description="Classify new images with a model, using the preprocessing and codebook "
-                            "recorded with its feature set.")
+                            description="Classify images with a model file alone (it holds the classifier, the "
+                            "codebook, the normaliser and the pipeline config). Folders are searched recursively "
+                            "for image files; unreadable inputs are listed with the reason and skipped.")
     parser.add_argument("model")
-    parser.add_argument("images", nargs="+", metavar="IMAGE")
-    parser.add_argument("--feature-set", help="feature set the model was trained on (default: the path it recorded)")
-    parser.add_argument("--top-k", type=int, default=3)
+    parser.add_argument("images", nargs="+", metavar="IMAGE_OR_FOLDER")
+    parser.add_argument("--feature-set", help="also check that the model was trained on this feature set")
+    parser.add_argument("--top-k", type=int, default=3, metavar="K", help="classes shown per image (1 … n_classes)")
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                        help="table (default), csv (path,rank,class,decision_value) or json")
     parser.set_defaults(func=cmd_predict)
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("run", help="build-features + train + evaluate in one command",
+                            description="From a folder of class folders to a report in one command: build the "
+                            "feature set, train the classifier and evaluate it, into OUT/features, OUT/model.npz "
+                            "and OUT/report. The classifier comes from --classifier/--param or from a [classifier] "
+                            "table of the config (name = \"pmsvm\", params = { p = -8 }); --param overrides it.")
+    # every build-features option (the same argparse actions, so the two commands never drift apart)
+    for action in sub.choices["build-features"]._actions:
+        if action.dest not in ("help", "out", "seed"):
+            parser._add_action(action)
+    parser.add_argument("--classifier", choices=sorted(CLASSIFIERS), help="default: the config's [classifier] table")
+    parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable")
+    parser.add_argument("--seed", type=int, help="seed of the split (default: the config's) and of a randomised "
+                        "classifier (default: 0)")
+    parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>)")
+    parser.set_defaults(func=cmd_run)
+
+
+def _add_cache_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("cache", help="where the stage cache is, its size; clear it",
+                            description="The stage cache: $CLASSIFY_IMAGES_CACHE, else $XDG_CACHE_HOME/classify-images, "
+                            "else ~/.cache/classify-images. 'info' prints its place and size; 'clear' deletes what "
+                            "classify-images cached there (nothing else).")
+    parser.add_argument("action", choices=("info", "clear"))
+    parser.add_argument("--cache-dir", help="cache folder (default: as above)")
+    parser.set_defaults(func=cmd_cache)
 
 
 def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
@@ -299,6 +470,16 @@ def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_demo)
 
 
+_THREADS_HELP = ("threads of the BLAS / OpenMP pools of this process (default: the libraries' own; "
+                 "1 is often fastest on a machine busy with other jobs). Parallel workers: --n-jobs, --param n_jobs=")
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="classify-images",
@@ -306,11 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
         "PmSVM / MBKL / HIK nSVM / linear L-BFGS SVM.",
         epilog="Run 'classify-images demo' for a complete example on bundled data.",
     )
-    parser.add_argument(
-        "--threads", type=int, metavar="T",
-        help="threads of the BLAS / OpenMP pools of this process (default: the libraries' own; "
-        "1 is often fastest on a machine busy with other jobs). Parallel workers: --n-jobs, --param n_jobs=",
-    )
+    parser.add_argument("--version", action="version", version=f"classify-images {_version()}")
+    parser.add_argument("--threads", type=int, metavar="T", help=_THREADS_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -319,7 +497,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate_parser(sub)
     _add_experiment_parser(sub)
     _add_predict_parser(sub)
+    _add_run_parser(sub)
+    _add_cache_parser(sub)
     _add_demo_parser(sub)
+    for command in sub.choices.values():  # --threads before or after the command
+        command.add_argument("--threads", type=int, metavar="T", default=argparse.SUPPRESS, help=_THREADS_HELP)
     return parser
 
 

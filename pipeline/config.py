@@ -63,6 +63,8 @@ __all__ = [
     "validate_config",
     "stage_hash",
     "named_configs",
+    "CLASSIFIER_TABLE",
+    "classifier_table",
 ]
 
 
@@ -365,6 +367,10 @@ def _read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"{file}: not valid TOML ({str(exc).splitlines()[0]})") from None
 
 
+#: The optional table naming the classifier of ``classify-images run`` (not part of the feature set's config).
+CLASSIFIER_TABLE = "classifier"
+
+
 def load_config(
     path: str | os.PathLike | None = None, overrides: dict[str, dict[str, Any]] | None = None
 ) -> PipelineConfig:
@@ -382,13 +388,54 @@ def load_config(
     Returns
     -------
     PipelineConfig
+        The feature pipeline's tables; a ``[classifier]`` table is read by
+        :func:`classifier_table`, not here.
     """
     raw, source = _read_toml(path) if path is not None else ({}, "defaults")
+    raw.pop(CLASSIFIER_TABLE, None)
     for table, values in (overrides or {}).items():
         if not isinstance(raw.setdefault(table, {}), dict):
             raise ConfigError(f"{source}: [{table}] must be a table of key = value")
         raw[table].update({k: v for k, v in values.items() if v is not None})
     return PipelineConfig.from_dict(raw, source=source)
+
+
+def classifier_table(path: str | os.PathLike | None) -> tuple[str | None, dict[str, Any]]:
+    """The ``[classifier]`` table of a config file: ``(name, params)``, or ``(None, {})`` without one.
+
+    The table is ``name = "pmsvm"`` and an optional ``params`` table of the estimator's
+    parameters (``[classifier.params]`` or ``params = { p = -8, C = 0.01 }``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown key, a classifier name that is not registered, or a parameter the
+        estimator does not have (one line naming it).
+    """
+    from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, make_classifier
+
+    if path is None:
+        return None, {}
+    raw, source = _read_toml(path)
+    table = raw.get(CLASSIFIER_TABLE)
+    if table is None:
+        return None, {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [{CLASSIFIER_TABLE}] must be a table with name = \"...\" and a params table")
+    unknown = sorted(set(table) - {"name", "params"})
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {CLASSIFIER_TABLE}.{unknown[0]}; known keys: name, params")
+    name, params = table.get("name"), table.get("params", {})
+    if name not in CLASSIFIERS:
+        raise ConfigError(f"{source}: {CLASSIFIER_TABLE}.name = {name!r}: allowed values are "
+                          + ", ".join(map(repr, sorted(CLASSIFIERS))))
+    if not isinstance(params, dict):
+        raise ConfigError(f"{source}: {CLASSIFIER_TABLE}.params must be a table of parameter = value")
+    try:
+        make_classifier(name, params)
+    except ClassifierParameterError as exc:
+        raise ConfigError(f"{source}: {CLASSIFIER_TABLE}.params: {exc}") from None
+    return name, dict(params)
 
 
 def stage_hash(config: PipelineConfig, tables: list[str] | tuple[str, ...], *extra: Any) -> str:

@@ -78,6 +78,7 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> in
     from .build import build_feature_set
     from .config import load_config
     from .evaluation import evaluate_model, train_classifier
+    from .extractor import FeatureExtractor
     from .feature_store import load_feature_set
     from .model_file import load_model, save_model
     from .progress import tqdm_progress
@@ -97,8 +98,10 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> in
     print(build_text(built, feature_set.manifest["skipped"], built.timings))
 
     _print_command(train)
-    training = train_classifier(DEMO_CLASSIFIER, {}, np.asarray(feature_set.X_train), feature_set.y_train)
-    model_path = save_model(model_out, training.estimator, feature_set=feature_set.identity(),
+    training = train_classifier(DEMO_CLASSIFIER, {}, np.asarray(feature_set.X_train), feature_set.y_train,
+                                class_names=feature_set.class_names)
+    model_path = save_model(model_out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
+                            feature_set=feature_set.identity(),
                             train_seconds=training.train_seconds)
     print(training_text(training, model_path))
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
-from ..classifiers.registry import classifier_class, make_classifier
+from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
 from .dataset import split_indices
 from .feature_store import FeatureSet
 from .model_file import check_model_matches
@@ -52,6 +52,8 @@ __all__ = [
     "per_class_accuracy",
     "mean_per_class_accuracy",
     "train_classifier",
+    "named_class_weight",
+    "class_indices",
     "evaluate_model",
     "run_experiment",
 ]
@@ -143,19 +145,73 @@ def seeded_params(name: str, params: dict[str, Any], seed: int | None) -> dict[s
     return {**params, "random_state": int(seed)}
 
 
+def named_class_weight(params: dict[str, Any], class_names: list[str]) -> dict[str, Any]:
+    """``params`` with a ``class_weight`` dict keyed by class names.
+
+    A user names a class by its name or by its index in ``class_names``; the estimator is
+    trained on names, so both become names.
+
+    Raises
+    ------
+    ClassifierParameterError
+        A key that is neither a class name nor an index ``0 … n_classes - 1`` (one line).
+    """
+    weights = params.get("class_weight")
+    if not isinstance(weights, dict):
+        return dict(params)
+    named = {}
+    for key, value in weights.items():
+        if isinstance(key, str) and key in class_names:
+            name = key
+        elif isinstance(key, (int, np.integer)) and not isinstance(key, bool) and 0 <= key < len(class_names):
+            name = class_names[int(key)]
+        else:
+            shown = ", ".join(class_names[:10]) + (" …" if len(class_names) > 10 else "")
+            raise ClassifierParameterError(
+                f"class_weight: {key!r} is not a class; use a class name ({shown}) "
+                f"or an index 0 … {len(class_names) - 1}"
+            )
+        if name in named:
+            raise ClassifierParameterError(f"class_weight: class {name!r} is given twice")
+        named[name] = value
+    return {**params, "class_weight": named}
+
+
 def train_classifier(
-    name: str, params: dict[str, Any], X: np.ndarray, y: np.ndarray, *, seed: int | None = None
+    name: str,
+    params: dict[str, Any],
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    seed: int | None = None,
+    class_names: list[str] | None = None,
 ) -> TrainingResult:
     """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
 
     ``seed`` becomes ``random_state`` unless ``params`` set it (:func:`seeded_params`).
+    With ``class_names``, ``y`` holds indices into it and the estimator is trained on the
+    names (its ``classes_`` are names, a ``class_weight`` may name classes:
+    :func:`named_class_weight`); the one-vs-rest problems keep the order of the indices when
+    the names are sorted, as a dataset's class folders are.
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
+    if class_names is not None:
+        estimator.set_params(**named_class_weight(params, list(class_names)))
+        y = np.asarray(class_names, dtype=str)[np.asarray(y)]
     start = time.perf_counter()
     estimator.fit(X, y)
     seconds = time.perf_counter() - start
     return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]))
+
+
+def class_indices(predicted: np.ndarray, class_names: list[str]) -> np.ndarray:
+    """Predicted labels as indices into ``class_names`` (labels that are names are looked up)."""
+    predicted = np.asarray(predicted)
+    if predicted.dtype.kind in "iu":
+        return predicted
+    index = {name: i for i, name in enumerate(class_names)}
+    return np.array([index[str(label)] for label in predicted], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -215,6 +271,7 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features)
     X_test = np.asarray(feature_set.X_test)
     predicted, test_seconds = _timed_predict(model, X_test)
+    predicted = class_indices(predicted, feature_set.class_names)
     n_classes = len(feature_set.class_names)
     return Evaluation(
         classifier=meta["classifier"],
@@ -307,8 +364,10 @@ def run_experiment(
     seeds = range(first_seed, first_seed + repeats)
     for seed in progress(seeds) if progress else seeds:
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
-        training = train_classifier(name, params, X_all[train], y_all[train], seed=seed)
+        training = train_classifier(name, params, X_all[train], y_all[train], seed=seed,
+                                    class_names=feature_set.class_names)
         predicted, test_seconds = _timed_predict(training.estimator, X_all[test])
+        predicted = class_indices(predicted, feature_set.class_names)
         accuracy = mean_per_class_accuracy(y_all[test], predicted)
         random_state = training.estimator.get_params().get("random_state")
         runs.append(ExperimentRun(seed, accuracy, training.train_seconds, test_seconds, random_state=random_state))

@@ -34,7 +34,17 @@ from .config import PipelineConfig
 from .dataset import file_fingerprint
 from .stages import StageCache, codes_matrix
 
-__all__ = ["FeatureExtractor"]
+__all__ = ["FeatureExtractor", "readable_fingerprint"]
+
+
+def readable_fingerprint(path: str) -> tuple[str, str]:
+    """``(fingerprint, "")`` of a readable regular file, else ``("", reason)`` (never raises ``OSError``)."""
+    if not os.path.isfile(path):
+        return "", "file does not exist"
+    try:
+        return file_fingerprint(path), ""
+    except OSError as exc:
+        return "", f"cannot read file ({exc.strerror or exc})"
 
 
 class FeatureExtractor:
@@ -143,8 +153,8 @@ class FeatureExtractor:
         """
         rows, status = [], []
         for path in paths:
-            fingerprint = file_fingerprint(path) if os.path.isfile(path) else ""
-            check = self.check(path, fingerprint) if fingerprint else {"ok": False, "reason": "file does not exist"}
+            fingerprint, reason = readable_fingerprint(path)
+            check = self.check(path, fingerprint) if fingerprint else {"ok": False, "reason": reason}
             status.append({"path": path, **check})
             if check["ok"]:
                 rows.append(self.vector(path, fingerprint))

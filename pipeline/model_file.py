@@ -1,33 +1,60 @@
-"""Model files without pickle: one ``.npz`` holding the fitted arrays and a JSON header.
+"""Self-contained model files without pickle: one ``.npz`` holding the fitted arrays and a JSON header.
 
-Layout of a model file (a NumPy ``.npz`` zip archive):
+A model file holds everything needed to classify an image — the classifier, the fitted
+feature extractor (configuration, codebook, normaliser statistics), the class names — and
+the provenance of the model (the training feature set's identity, the training time, the
+library versions).  Moved alone to another machine, it classifies images
+(:func:`load_image_model`, ``classify-images predict``).
+
+Layout (a NumPy ``.npz`` zip archive, members stored uncompressed):
 
 ``__meta__``
-    0-d unicode array holding a JSON document: format name and version,
-    registered classifier name, its ``get_params()``, the class labels, the
-    identity of the feature set it was trained on (config hash, dimension,
-    class names, folder), the training time in seconds and the library
-    versions.
+    0-d unicode array holding a JSON document: format name and version, registered
+    classifier name, its ``get_params()``, the class labels (class *names* for models
+    trained by the command line), the identity of the feature set it was trained on
+    (``config_hash``, ``n_features``, ``class_names``, ``path``), the extractor's
+    configuration (``extractor.config``, the plain form of
+    :class:`~classify_images.pipeline.config.PipelineConfig`), the training time in
+    seconds and the library versions.
 ``model/<attribute>``
-    one plain numeric array per fitted attribute, as returned by the
+    one plain numeric array per fitted attribute of the classifier, as returned by the
     estimator's ``_model_arrays()`` and given back to ``_restore_model_arrays()``.
+``extractor/codebook``, ``extractor/normalizer``
+    the codebook (K × 128 float32) and, for a normalisation fitted on training rows
+    (``minmax``), its statistics (2 × d float32).
 
-Files are read with ``np.load(..., allow_pickle=False)``: a tampered file can
-at worst fail to load, never run code.  Files are written through
-:func:`~classify_images.pipeline.atomic.atomic_write`.
+Reading is defensive, because model files are shared: before any array is loaded, the
+``.npy`` header of every member is read (:func:`numpy.lib.format.read_array_header_1_0`)
+and the bytes it announces must be exactly the bytes the member holds — a header
+announcing a 74 GiB array in a small file is refused without allocating anything, and
+compressed members (which this module never writes) are refused, so memory use is bounded
+by the file's size.  Arrays are then read with ``np.load(..., allow_pickle=False)`` (a
+tampered file can at worst fail to load, never run code), and the header and arrays are
+validated: known classifier and valid parameters, at least two classes, the shape of every
+fitted array against the class count and the feature dimension
+(:data:`_FITTED_SHAPES`), finite values, a codebook and normaliser consistent with the
+configuration, and the identity of the training feature set.  Every failure is a
+:class:`ModelFileError` with a one-line message.
 
-The model-to-feature-set check (:func:`check_model_matches`) lives here rather
-than with the classifiers: a classifier knows arrays, not feature sets.
+Files are written through :func:`~classify_images.pipeline.atomic.atomic_write`.
+
+Files of format version 1 (before models held their extractor) are refused with a
+one-line message saying to re-train: they cannot classify an image on their own, and
+re-training from the feature set is quick and reproducible (the seed is recorded).
+
+The model-to-feature-set check (:func:`check_model_matches`) lives here rather than with
+the classifiers: a classifier knows arrays, not feature sets.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,12 +62,41 @@ from ..classifiers.registry import classifier_class, classifier_name
 from .atomic import atomic_write
 from .provenance import library_versions
 
-__all__ = ["ModelFileError", "save_model", "load_model", "read_model_meta", "check_model_matches"]
+if TYPE_CHECKING:
+    from sklearn.pipeline import Pipeline
+
+__all__ = [
+    "ModelFileError",
+    "save_model",
+    "load_model",
+    "load_image_model",
+    "read_model_meta",
+    "check_model_matches",
+]
 
 FORMAT_NAME = "classify-images-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _META_KEY = "__meta__"
 _ARRAY_PREFIX = "model/"
+_CODEBOOK_KEY = "extractor/codebook"
+_NORMALIZER_KEY = "extractor/normalizer"
+#: Descriptor length (dense SIFT).
+_DESCRIPTOR_LENGTH = 128
+
+#: Shape of every fitted array of each classifier, in the symbols ``d`` (feature dimension),
+#: ``P`` (one-vs-rest problems: 1 for two classes, else the class count), ``S`` (MBKL's
+#: selected stumps, the length of ``stump_features_``) and ``m+1`` (PmSVM's polynomial
+#: coefficients).  Checked before a loaded model is used, so that a tampered file never
+#: reaches a compiled kernel with arrays of the wrong size.
+_FITTED_SHAPES: dict[str, dict[str, tuple]] = {
+    "linear": {"coef_": ("P", "d"), "intercept_": ("P",), "n_iter_": (), "objective_": ()},
+    "nsvm": {"coef_": ("P", "d"), "intercept_": ("P",)},
+    "pmsvm": {"coef_": ("d", "m+1", "P"), "feature_max_": ("d",), "n_iter_": ("P",)},
+    "mbkl": {
+        "stump_features_": ("S",), "stump_thresholds_": ("S",), "theta_": ("S",), "coef_": ("P", "2S"),
+        "intercept_": ("P",), "n_stumps_": (), "n_stumps_step0_": (), "n_iter_kernel_": (), "n_iter_": (),
+    },
+}
 
 
 class ModelFileError(ValueError):
@@ -61,16 +117,42 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"parameter value {value!r} cannot be stored in a model file")
 
 
+# ------------------------------------------------------------------------- write
+def _split_pipeline(estimator: Any, extractor: Any) -> tuple[Any, Any]:
+    """``(classifier, extractor)`` from a fitted ``make_pipeline(ImageFeatures(...), classifier)``."""
+    from sklearn.pipeline import Pipeline
+
+    if not isinstance(estimator, Pipeline):
+        return estimator, extractor
+    from .image_features import ImageFeatures
+
+    steps = [step for _, step in estimator.steps if step not in (None, "passthrough")]
+    if len(steps) != 2 or not isinstance(steps[0], ImageFeatures):
+        raise TypeError("save_model saves a classifier, or a pipeline of ImageFeatures followed by a classifier")
+    return steps[1], steps[0].extractor_
+
+
 def save_model(
-    path: str | os.PathLike, estimator: Any, *, feature_set: dict | None = None, train_seconds: float | None = None
+    path: str | os.PathLike,
+    estimator: Any,
+    *,
+    extractor: Any = None,
+    feature_set: dict | None = None,
+    train_seconds: float | None = None,
 ) -> Path:
-    """Save a fitted classifier to ``path`` (``.npz``) without pickle.
+    """Save a fitted classifier, with the extractor that makes its features, to ``path`` (``.npz``).
 
     Parameters
     ----------
     path : path-like
         Destination; ``.npz`` is appended when missing.
-    estimator : fitted classifier of :mod:`classify_images.classifiers`
+    estimator : fitted classifier of :mod:`classify_images.classifiers`, or Pipeline
+        A fitted ``make_pipeline(ImageFeatures(...), classifier)`` gives both the
+        classifier and the extractor.
+    extractor : FeatureExtractor, optional
+        The fitted front half (config, codebook, normaliser) that makes the classifier's
+        input from an image (:meth:`FeatureExtractor.from_feature_set`).  Without it the
+        file classifies feature vectors only, not images.
     feature_set : dict, optional
         Identity of the training feature set: ``config_hash``, ``n_features``,
         ``class_names`` (checked again when the model is used), ``path``.
@@ -82,10 +164,20 @@ def save_model(
     path : Path
         The file written.
     """
+    estimator, extractor = _split_pipeline(estimator, extractor)
     path = Path(path)
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")
     classes = np.asarray(estimator.classes_)
+    arrays = {_ARRAY_PREFIX + k: np.asarray(v) for k, v in estimator._model_arrays().items()}
+    extractor_meta = None
+    if extractor is not None:
+        extractor_meta = {"config": extractor.config.to_dict(), "n_features": int(extractor.n_features),
+                          "codebook_digest": extractor.codebook_digest}
+        arrays[_CODEBOOK_KEY] = np.asarray(extractor.codebook, dtype=np.float32)
+        statistics = extractor.normalizer.statistics()
+        if statistics is not None:
+            arrays[_NORMALIZER_KEY] = np.asarray(statistics, dtype=np.float32)
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -94,17 +186,51 @@ def save_model(
         "classes": _jsonable(classes),
         "classes_dtype": classes.dtype.kind,
         "feature_set": _jsonable(feature_set or {}),
+        "extractor": extractor_meta,
         "train_seconds": None if train_seconds is None else round(float(train_seconds), 4),
         "versions": library_versions(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    arrays = {_ARRAY_PREFIX + k: np.asarray(v) for k, v in estimator._model_arrays().items()}
     for key, value in arrays.items():
         if value.dtype.kind == "O":
             raise TypeError(f"fitted attribute {key} is an object array; cannot save without pickle")
     with atomic_write(path, "wb") as handle:
         np.savez(handle, **{_META_KEY: np.array(json.dumps(meta))}, **arrays)
     return path
+
+
+# -------------------------------------------------------------------------- read
+def _gib(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.3g} GiB" if n_bytes >= 2**30 else f"{n_bytes} bytes"
+
+
+def _check_members(path: Path, bad: str) -> None:
+    """Refuse, from the ``.npy`` headers alone, members whose announced size is not what they hold."""
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = info.filename
+            if not name.endswith(".npy"):
+                raise ModelFileError(f"{bad} (unexpected member {name!r}); re-train it")
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ModelFileError(f"{bad} (member {name!r} is compressed; model files are written uncompressed)")
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                else:
+                    raise ModelFileError(f"{bad} (member {name!r} has .npy version {version})")
+                header_length = member.tell()
+            if dtype.hasobject or dtype.kind not in "biufU":
+                raise ModelFileError(f"{bad} (member {name!r} holds {dtype} values, not numbers); re-train it")
+            announced = math.prod(int(n) for n in shape) * dtype.itemsize
+            held = info.file_size - header_length
+            if announced != held:
+                raise ModelFileError(
+                    f"{bad} (member {name!r} announces a {tuple(shape)} {dtype} array of {_gib(announced)} "
+                    f"but holds {_gib(max(held, 0))}: truncated or tampered); re-train it"
+                )
 
 
 def read_model_meta(path: str | os.PathLike) -> dict:
@@ -115,30 +241,159 @@ def read_model_meta(path: str | os.PathLike) -> dict:
 def _read(path, *, arrays: bool) -> tuple[dict, dict[str, np.ndarray]]:
     path = Path(path)
     if not path.is_file():
-        raise ModelFileError(f"model file {path} does not exist")
+        what = "is a folder, not a model file" if path.is_dir() else "does not exist"
+        raise ModelFileError(f"model file {path} {what}")
     bad = f"model file {path} is not a valid classify-images model"
     try:
+        _check_members(path, bad)
         with np.load(path, allow_pickle=False) as archive:
             meta = json.loads(str(archive[_META_KEY][()]))
-            loaded = {}
-            if arrays:
-                for key in archive.files:
-                    if key.startswith(_ARRAY_PREFIX):
-                        loaded[key[len(_ARRAY_PREFIX):]] = archive[key]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+            loaded = {key: archive[key] for key in archive.files if key != _META_KEY} if arrays else {}
+    except ModelFileError:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, RecursionError) as exc:
         raise ModelFileError(f"{bad} (truncated, tampered or not a model: {type(exc).__name__}); re-train it") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ModelFileError(f"{bad} (unknown format header)")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ModelFileError(
-            f"model file {path} has format version {meta.get('format_version')}; "
-            f"this version of classify-images reads version {FORMAT_VERSION}: re-train it"
+            f"model file {path} has format version {meta.get('format_version')!r}; this version of "
+            f"classify-images reads version {FORMAT_VERSION} (self-contained models): re-train it with "
+            "classify-images train"
         )
     return meta, loaded
 
 
+def _expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _check_meta(meta: dict) -> None:
+    """The header's fields have the types and values this module writes."""
+    _expect(isinstance(meta.get("classifier"), str), "no classifier name")
+    _expect(isinstance(meta.get("params"), dict), "no classifier parameters")
+    classes = meta.get("classes")
+    _expect(isinstance(classes, list) and len(classes) >= 2, "fewer than two classes")
+    _expect(all(isinstance(c, str) for c in classes) or all(type(c) is int for c in classes),
+            "class labels must be all names or all integers")
+    _expect(len(set(classes)) == len(classes) and classes == sorted(classes), "class labels must be sorted and distinct")
+    feature_set = meta.get("feature_set")
+    _expect(isinstance(feature_set, dict), "no feature-set identity")
+    # Each recorded part of the identity must be well formed; a missing part is refused where the
+    # identity is needed (check_model_matches), not here: a classifier saved from Python may record none.
+    if "config_hash" in feature_set:
+        _expect(isinstance(feature_set["config_hash"], str) and feature_set["config_hash"] != "",
+                "feature-set identity has an empty config hash")
+    if "n_features" in feature_set:
+        n_features = feature_set["n_features"]
+        _expect(type(n_features) is int and n_features > 0, "feature-set identity has no valid dimension")
+    if "class_names" in feature_set:
+        names = feature_set["class_names"]
+        _expect(isinstance(names, list) and len(names) == len(classes) and all(isinstance(c, str) for c in names),
+                "feature-set class names do not match the classes")
+    extractor = meta.get("extractor")
+    _expect(extractor is None or (isinstance(extractor, dict) and isinstance(extractor.get("config"), dict)),
+            "extractor header without a configuration")
+
+
+def _symbols(name: str, arrays: dict[str, np.ndarray], n_classes: int, n_features: int, params: dict) -> dict:
+    symbols = {"d": n_features, "P": 1 if n_classes == 2 else n_classes}
+    if name == "pmsvm":
+        symbols["m+1"] = int(params.get("m", 0)) + 1
+    if name == "mbkl" and "stump_features_" in arrays and arrays["stump_features_"].ndim == 1:
+        symbols["S"] = arrays["stump_features_"].shape[0]
+        symbols["2S"] = 2 * symbols["S"]
+    return symbols
+
+
+def _check_fitted_arrays(name: str, arrays: dict[str, np.ndarray], n_classes: int, params: dict) -> None:
+    """Shapes against the class count and dimension, numeric dtypes, finite values."""
+    _expect("n_features_in_" in arrays and arrays["n_features_in_"].shape == ()
+            and arrays["n_features_in_"].dtype.kind in "iu", "no feature dimension")
+    n_features = int(arrays["n_features_in_"])
+    _expect(n_features > 0, "feature dimension is not positive")
+    expected = _FITTED_SHAPES.get(name, {})
+    missing = sorted(set(expected) - set(arrays))
+    _expect(not missing, f"fitted array {missing[0] if missing else ''} is missing")
+    symbols = _symbols(name, arrays, n_classes, n_features, params)
+    for key, dims in expected.items():
+        array = arrays[key]
+        shape = tuple(symbols[s] for s in dims)
+        _expect(array.shape == shape, f"fitted array {key} has shape {array.shape}, expected {shape} "
+                f"for {n_classes} classes and {n_features} features")
+        _expect(array.dtype.kind in "biuf", f"fitted array {key} is not numeric")
+        if array.dtype.kind == "f":
+            _expect(bool(np.isfinite(array).all()), f"fitted array {key} holds NaN or infinite values")
+    if name == "mbkl" and arrays["stump_features_"].size:
+        features = arrays["stump_features_"]
+        _expect(features.dtype.kind in "iu" and 0 <= int(features.min()) and int(features.max()) < n_features,
+                "stump_features_ index dimensions outside the features")
+
+
+def _restore_classifier(meta: dict, arrays: dict[str, np.ndarray]) -> Any:
+    name = meta["classifier"]
+    cls = classifier_class(name)
+    estimator = cls().set_params(**meta["params"])
+    estimator._validate_params()  # the parameters' constraints, as fit would check them
+    classes = np.asarray(meta["classes"])
+    model_arrays = {key[len(_ARRAY_PREFIX):]: value for key, value in arrays.items() if key.startswith(_ARRAY_PREFIX)}
+    _check_fitted_arrays(name, model_arrays, len(classes), meta["params"])
+    estimator._restore_model_arrays(model_arrays, classes)
+    return estimator
+
+
+def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: int) -> Any:
+    """The :class:`FeatureExtractor` stored in the file, checked against the classifier's dimension."""
+    from ..coding.normalize import Normalizer
+    from .config import PipelineConfig
+    from .extractor import FeatureExtractor
+
+    config = PipelineConfig.from_dict(meta["extractor"]["config"], source="model file's extractor config")
+    _expect(_CODEBOOK_KEY in arrays, "the extractor's codebook is missing")
+    codebook = arrays[_CODEBOOK_KEY]
+    shape = (config.codebook.size, _DESCRIPTOR_LENGTH)
+    _expect(codebook.shape == shape and codebook.dtype == np.float32,
+            f"codebook has shape {codebook.shape} {codebook.dtype}, expected {shape} float32")
+    _expect(bool(np.isfinite(codebook).all()), "codebook holds NaN or infinite values")
+    normalizer = Normalizer(config.normalization.method)
+    statistics = None
+    if not normalizer.per_vector:
+        _expect(_NORMALIZER_KEY in arrays, "the normaliser's statistics are missing")
+        statistics = arrays[_NORMALIZER_KEY]
+        _expect(statistics.shape == (2, n_features) and statistics.dtype == np.float32
+                and bool(np.isfinite(statistics).all()), "the normaliser's statistics do not fit the features")
+    extractor = FeatureExtractor(config, codebook, Normalizer.from_statistics(config.normalization.method, statistics))
+    _expect(extractor.n_features == n_features, f"the extractor makes {extractor.n_features}-dimensional vectors "
+            f"but the classifier takes {n_features}")
+    return extractor
+
+
+def _load(path: str | os.PathLike) -> tuple[Any, Any, dict]:
+    meta, arrays = _read(path, arrays=True)
+    try:
+        _check_meta(meta)
+        estimator = _restore_classifier(meta, arrays)
+        extractor = None
+        if meta.get("extractor") is not None:
+            extractor = _restore_extractor(meta, arrays, estimator.n_features_in_)
+        trained = meta["feature_set"]
+        if "n_features" in trained:
+            _expect(trained["n_features"] == estimator.n_features_in_,
+                    "the feature-set identity's dimension differs from the classifier's")
+        if "class_names" in trained and estimator.classes_.dtype.kind == "U":
+            _expect(trained["class_names"] == estimator.classes_.tolist(),
+                    "the class names differ from the feature set's")
+    except ModelFileError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelFileError(f"model file {path} is not a valid classify-images model ({reason}); re-train it") from None
+    return estimator, extractor, meta
+
+
 def load_model(path: str | os.PathLike) -> tuple[Any, dict]:
-    """Load a model saved by :func:`save_model`.
+    """Load the classifier of a model file saved by :func:`save_model` (input: feature vectors).
 
     Returns
     -------
@@ -152,21 +407,39 @@ def load_model(path: str | os.PathLike) -> tuple[Any, dict]:
     ModelFileError
         Missing, truncated, tampered or incompatible file (one-line message).
     """
-    meta, arrays = _read(path, arrays=True)
-    try:
-        cls = classifier_class(meta["classifier"])
-        estimator = cls().set_params(**meta["params"])
-        classes = np.asarray(meta["classes"])
-        if meta.get("classes_dtype") == "U":
-            classes = classes.astype(str)
-        estimator._restore_model_arrays(arrays, classes)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelFileError(f"model file {path} is not a valid classify-images model ({exc}); re-train it") from None
+    estimator, _, meta = _load(path)
     return estimator, meta
 
 
+def load_image_model(path: str | os.PathLike) -> "Pipeline":
+    """A model file as an estimator on image files: ``load_image_model(p).predict(["a.jpg"])``.
+
+    Returns
+    -------
+    model : sklearn.pipeline.Pipeline
+        ``make_pipeline(ImageFeatures, classifier)``, fitted: ``predict(paths)`` gives class
+        names (for models trained by the command line), ``decision_function(paths)`` the
+        one-vs-rest decision values, ``classes_`` the classes.  New images are not cached.
+
+    Raises
+    ------
+    ModelFileError
+        The file cannot be read (see :func:`load_model`), or holds no feature extractor
+        (saved from a classifier alone).
+    """
+    from sklearn.pipeline import Pipeline
+
+    from .image_features import ImageFeatures
+
+    estimator, extractor, _ = _load(path)
+    if extractor is None:
+        raise ModelFileError(f"model file {path} holds no feature extractor (it classifies feature vectors only): "
+                             "re-train it with classify-images train, or save it with save_model(..., extractor=...)")
+    return Pipeline([("features", ImageFeatures.from_extractor(extractor)), ("classifier", estimator)])
+
+
 def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source: str = "feature set") -> None:
-    """Refuse a model trained on another feature set.
+    """Refuse a model trained on another feature set, or one that does not say which.
 
     Parameters
     ----------
@@ -180,15 +453,20 @@ def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source
     Raises
     ------
     ModelFileError
-        The dimension or the pipeline config differs (one-line message).
+        No recorded feature set, or the dimension or the pipeline config differs (one-line message).
     """
-    trained = meta.get("feature_set", {})
-    if trained.get("n_features") is not None and int(trained["n_features"]) != int(n_features):
+    trained = meta.get("feature_set") or {}
+    if not trained.get("config_hash") or trained.get("n_features") is None:
+        raise ModelFileError(
+            f"the model does not record the feature set it was trained on, so it cannot be checked against the "
+            f"{source}: re-train it with classify-images train"
+        )
+    if int(trained["n_features"]) != int(n_features):
         raise ModelFileError(
             f"model was trained on {trained['n_features']}-dimensional features but the {source} "
             f"has {n_features} dimensions: use the feature set the model was trained on"
         )
-    if trained.get("config_hash") and trained["config_hash"] != config_hash:
+    if trained["config_hash"] != config_hash:
         raise ModelFileError(
             f"model was trained on feature set {trained['config_hash'][:12]} but the {source} is "
             f"{config_hash[:12]} (different pipeline config): re-train the model on this feature set"

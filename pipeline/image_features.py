@@ -1,0 +1,254 @@
+"""``ImageFeatures``: the feature pipeline as a scikit-learn transformer (image paths → vectors).
+
+``ImageFeatures(config)`` is the front half of the pipeline — dense SIFT, a codebook
+learnt from the training images, spatial-pyramid pooling and normalisation — with
+scikit-learn's ``fit`` / ``transform``, so that images can be classified with any
+scikit-learn tool::
+
+    from sklearn.model_selection import GridSearchCV, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from classify_images import ImageFeatures, PmSVM
+
+    model = make_pipeline(ImageFeatures("scspm"), PmSVM())
+    cross_val_score(model, paths, labels, cv=3)
+    GridSearchCV(model, {"pmsvm__C": [0.01, 0.1]}).fit(paths, labels).predict(new_paths)
+
+``fit(paths)`` does what ``build-features`` does to the training images (steps 4–5 and 7
+of :mod:`~classify_images.pipeline.build`): a seeded sample of their descriptors, the
+codebook learnt from it, and — for ``minmax`` — the normaliser fitted on their pooled
+vectors.  ``transform(paths)`` gives each image the vector of
+:class:`~classify_images.pipeline.extractor.FeatureExtractor`, the same code that computes
+the rows of a feature set.  Both go through the stage cache
+(:class:`~classify_images.pipeline.stages.StageCache`), keyed by image *content*: the folds
+of a cross-validation share the cached descriptors, and a codebook learnt once from the
+same sample is reused by every candidate of a grid search.
+
+The ``[dataset]`` table of the configuration is not used: the caller splits the data.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from joblib import delayed
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from .config import PipelineConfig, load_config
+from .extractor import FeatureExtractor, readable_fingerprint
+from .stages import StageCache
+
+__all__ = ["ImageFeatures", "UnreadableImagesError"]
+
+#: Unreadable images named in an error message (the rest are counted).
+_NAMED_IN_ERRORS = 3
+
+
+class UnreadableImagesError(ValueError):
+    """Some of the images given to :class:`ImageFeatures` cannot be read (one-line message)."""
+
+
+def _no_progress(iterable, description, total):
+    return iterable
+
+
+def _image_paths(X: Any) -> list[str]:
+    """Image paths as a list of ``str``: a sequence or 1-D array of paths, or one column."""
+    array = np.asarray(X, dtype=object)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1 or not all(isinstance(p, (str, os.PathLike)) for p in array):
+        raise ValueError("ImageFeatures takes a list of image file paths (str or path-like)")
+    return [os.fspath(p) for p in array]
+
+
+class ImageFeatures(TransformerMixin, BaseEstimator):
+    """Image files → feature vectors: dense SIFT, codebook, spatial pyramid, normalisation.
+
+    Parameters
+    ----------
+    config : str, path-like or PipelineConfig, default="scspm"
+        The pipeline configuration: a ready-made config by name (``"scspm"``,
+        ``"bof-spm"``, … — :func:`~classify_images.pipeline.config.named_configs`), a TOML
+        file, or a :class:`~classify_images.pipeline.config.PipelineConfig`.  Its
+        ``[dataset]`` table is ignored.
+    cache_dir : path-like, None or False, default=None
+        Stage cache folder; ``None``: the default cache (``$CLASSIFY_IMAGES_CACHE``,
+        else ``$XDG_CACHE_HOME/classify-images``, else ``~/.cache/classify-images``);
+        ``False``: no cache (every call recomputes).
+    n_jobs : int, default=1
+        joblib workers for the per-image work (-1: all cores).  The vectors do not
+        depend on it.
+
+    Attributes
+    ----------
+    config_ : PipelineConfig
+        The configuration read from ``config``.
+    codebook_ : ndarray of float32, shape (K, 128)
+        Codebook learnt from the training images' descriptors.
+    extractor_ : FeatureExtractor
+        Codebook, fitted normaliser and configuration: what ``transform`` applies.
+    n_features_out_ : int
+        Length of the vectors, ``K · Σ_L L²`` over the pyramid levels.
+
+    Raises
+    ------
+    UnreadableImagesError
+        ``fit`` or ``transform`` given images that cannot be read (missing, not an image,
+        smaller than a patch): a transformer returns one row per input, so it cannot skip
+        them; the message names them.
+
+    See Also
+    --------
+    classify_images.pipeline.build.build_feature_set : the same pipeline over a dataset
+        folder, stored as a feature set.
+    """
+
+    _parameter_constraints: dict = {
+        "config": [str, os.PathLike, PipelineConfig],
+        "cache_dir": [str, os.PathLike, None, "boolean"],
+        "n_jobs": [int],
+    }
+
+    def __init__(
+        self,
+        config: str | os.PathLike | PipelineConfig = "scspm",
+        *,
+        cache_dir: str | os.PathLike | bool | None = None,
+        n_jobs: int = 1,
+    ) -> None:
+        self.config = config
+        self.cache_dir = cache_dir
+        self.n_jobs = n_jobs
+
+    # ------------------------------------------------------------ helpers
+    def _read_config(self) -> PipelineConfig:
+        return self.config if isinstance(self.config, PipelineConfig) else load_config(self.config)
+
+    def _stage_cache(self, config: PipelineConfig) -> StageCache:
+        if self.cache_dir is False:
+            folder = None
+        elif self.cache_dir is None or self.cache_dir is True:
+            from .build import default_cache_dir
+
+            folder = default_cache_dir()
+        else:
+            folder = self.cache_dir
+        return StageCache(folder, cache_descriptors=config.sift.cache_descriptors)
+
+    def _runner(self, cache: StageCache):
+        from .build import _Runner
+
+        if self.n_jobs == 0:
+            raise ValueError("ImageFeatures: n_jobs must be a positive number of workers or -1 (all cores), not 0")
+        return _Runner(self.n_jobs, cache, _no_progress)
+
+    @staticmethod
+    def _readable(paths: list[str], extractor_check, runner) -> list[str]:
+        """The fingerprints of ``paths``; raises :class:`UnreadableImagesError` naming unreadable ones."""
+        pairs = [readable_fingerprint(p) for p in paths]
+        fingerprints, reasons = [f for f, _ in pairs], [r for _, r in pairs]
+        checks = runner.map(
+            [delayed(extractor_check)(p, f) for p, f in zip(paths, fingerprints) if f], "check images"
+        )
+        checks = iter(checks)
+        problems = []
+        for path, fingerprint, reason in zip(paths, fingerprints, reasons):
+            check = next(checks) if fingerprint else {"ok": False, "reason": reason}
+            if not check["ok"]:
+                problems.append(f"{path} ({check['reason']})")
+        if problems:
+            named = "; ".join(problems[:_NAMED_IN_ERRORS])
+            more = f"; and {len(problems) - _NAMED_IN_ERRORS} more" if len(problems) > _NAMED_IN_ERRORS else ""
+            raise UnreadableImagesError(
+                f"{len(problems)} of {len(paths)} images cannot be read: {named}{more}; remove them from the input"
+            )
+        return fingerprints
+
+    # ---------------------------------------------------------------- API
+    def fit(self, X: Any, y: Any = None) -> "ImageFeatures":
+        """Learn the codebook (and the normaliser's statistics) from the training images ``X``.
+
+        Parameters
+        ----------
+        X : sequence of path-like, shape (n_images,)
+            Training image files.
+        y : ignored
+
+        Returns
+        -------
+        self : ImageFeatures
+        """
+        from .build import _learn_codebook, _sample_descriptors
+
+        self._validate_params()
+        paths = _image_paths(X)
+        if not paths:
+            raise ValueError("ImageFeatures.fit needs at least one image")
+        config = self._read_config()
+        cache = self._stage_cache(config)
+        runner = self._runner(cache)
+        largest_patch = max(config.sift.patch_sizes)
+
+        def check(path, fingerprint):
+            return cache.check_image(path, fingerprint, config.image.max_side, largest_patch)
+
+        fingerprints = self._readable(paths, check, runner)
+        images = SimpleNamespace(paths=paths, fingerprints=fingerprints)
+        sample = _sample_descriptors(images, np.arange(len(paths)), config, runner)
+        extractor = FeatureExtractor(config, _learn_codebook(sample, config, cache, lambda message: None), cache=cache)
+        if not extractor.normalizer.is_fitted:
+            pooled = runner.map([delayed(extractor.pooled)(p, f) for p, f in zip(paths, fingerprints)], "pool")
+            extractor.normalizer.fit(np.asarray(pooled, dtype=np.float32))
+        self._set_fitted(extractor)
+        return self
+
+    def _set_fitted(self, extractor: FeatureExtractor) -> None:
+        self.config_ = extractor.config
+        self.extractor_ = extractor
+        self.codebook_ = extractor.codebook
+        self.n_features_out_ = extractor.n_features
+
+    @classmethod
+    def from_extractor(
+        cls, extractor: FeatureExtractor, *, cache_dir: str | os.PathLike | bool | None = False, n_jobs: int = 1
+    ) -> "ImageFeatures":
+        """A fitted transformer applying ``extractor`` (e.g. the one stored in a model file)."""
+        features = cls(extractor.config, cache_dir=cache_dir, n_jobs=n_jobs)
+        features._set_fitted(
+            FeatureExtractor(extractor.config, extractor.codebook, extractor.normalizer,
+                             cache=features._stage_cache(extractor.config))
+        )
+        return features
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Feature vectors of the images ``X``.
+
+        Returns
+        -------
+        vectors : ndarray of float32, shape (n_images, n_features_out_)
+            Row ``i`` is the vector of ``X[i]``, exactly as a feature set built with the
+            same configuration and codebook holds it.
+        """
+        check_is_fitted(self, "extractor_")
+        paths = _image_paths(X)
+        extractor = self.extractor_
+        runner = self._runner(extractor.cache)
+        fingerprints = self._readable(paths, extractor.check, runner)
+        rows = runner.map([delayed(extractor.vector)(p, f) for p, f in zip(paths, fingerprints)], "encode + pool")
+        return np.asarray(rows, dtype=np.float32).reshape(len(paths), extractor.n_features)
+
+    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+        """``imagefeatures0 … imagefeatures{d-1}``."""
+        check_is_fitted(self, "extractor_")
+        return np.asarray([f"imagefeatures{i}" for i in range(self.n_features_out_)], dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.requires_fit = True
+        return tags

@@ -1,0 +1,285 @@
+"""Self-contained models and ``classify-images predict``: a model file alone classifies images,
+and no input to ``predict`` ends in a traceback (issue 13 items 1 and 3, issue 14 section 6)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from classify_images.pipeline.cli import main
+
+from .conftest import FIXTURE_IMAGES, write_config_toml
+
+CLASSES = ["china", "digit_0", "digit_1", "flower"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A feature set of the fixture images and a linear model trained on it by the command line."""
+    root = tmp_path_factory.mktemp("predict")
+    config = write_config_toml(root / "small.toml")
+    fs = root / "fs"
+    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(fs),
+                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    model = root / "model.npz"
+    assert main(["train", str(fs), "--classifier", "linear", "--param", "C=10", "--out", str(model)]) == 0
+    return fs, model
+
+
+@pytest.fixture()
+def lone_model(tmp_path, trained):
+    """The model file moved alone into an empty folder (the feature set is out of reach)."""
+    _, model = trained
+    folder = tmp_path / "alone"
+    folder.mkdir()
+    return shutil.copy(model, folder / "model.npz")
+
+
+def _run(capsys, argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_error(capsys, argv, message):
+    code, _, err = _run(capsys, argv)
+    assert code == 2, err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+# --------------------------------------------------------------- self-contained
+def test_model_alone_predicts_class_names_from_image_paths(tmp_path, trained, lone_model, monkeypatch):
+    from classify_images import load_model
+    from classify_images.pipeline.extractor import FeatureExtractor
+    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.model_file import load_model as load_classifier
+
+    fs_path, _ = trained
+    moved = tmp_path / "moved-away"
+    shutil.move(fs_path, moved)  # the training feature set is gone from where the model recorded it
+    try:
+        monkeypatch.chdir(lone_model.parent)
+        model = load_model("model.npz")
+        images = [str(FIXTURE_IMAGES / c / "11.jpg") for c in CLASSES] + [str(FIXTURE_IMAGES / "china" / "10.jpg")]
+        predicted = model.predict(images)
+        assert predicted.dtype.kind == "U" and set(predicted) <= set(CLASSES)
+        assert list(model.classes_) == CLASSES
+        scores = model.decision_function(images)
+        assert scores.shape == (5, 4)
+        np.testing.assert_array_equal(predicted, np.asarray(CLASSES)[scores.argmax(axis=1)])
+        # the same vectors and scores as the feature set's extractor and the classifier give
+        feature_set = load_feature_set(moved)
+        X, _ = FeatureExtractor.from_feature_set(feature_set).transform_images(images)
+        classifier, _ = load_classifier("model.npz")
+        np.testing.assert_array_equal(model[0].transform(images), X)
+        np.testing.assert_array_equal(scores, classifier.decision_function(X))
+        assert (predicted == [p.split(os.sep)[-2] for p in images]).mean() >= 0.6  # easy classes
+        code, out, err = _run_cli(images[:1])
+        assert code == 0 and out.splitlines()[1].split(": ")[1].split(" (")[0] in CLASSES, err
+    finally:
+        shutil.move(moved, fs_path)
+
+
+def _run_cli(images):
+    import contextlib
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["predict", "model.npz", *images])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_trained_model_has_class_names(trained):
+    from classify_images.pipeline.model_file import load_model, read_model_meta
+
+    _, model = trained
+    classifier, meta = load_model(model)
+    assert list(classifier.classes_) == CLASSES and meta["classes"] == CLASSES
+    assert meta["extractor"]["config"]["codebook"]["size"] == 16
+    assert meta["feature_set"]["class_names"] == CLASSES and len(meta["feature_set"]["config_hash"]) == 40
+    assert read_model_meta(model)["format_version"] == 2
+
+
+def test_evaluate_is_unchanged_by_class_names(tmp_path, trained, capsys):
+    """A model trained on names scores exactly as one trained on indices (same problems, same order)."""
+    from classify_images.pipeline.evaluation import evaluate_model, train_classifier
+    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.model_file import load_model
+
+    fs_path, model_path = trained
+    fs = load_feature_set(fs_path)
+    by_index = train_classifier("linear", {"C": 10}, np.asarray(fs.X_train), fs.y_train).estimator
+    named, meta = load_model(model_path)
+    np.testing.assert_array_equal(by_index.coef_, named.coef_)
+    np.testing.assert_array_equal(by_index.decision_function(fs.X_test), named.decision_function(fs.X_test))
+    index_meta = {**meta, "classes": [0, 1, 2, 3]}
+    assert (evaluate_model(named, meta, fs).confusion == evaluate_model(by_index, index_meta, fs).confusion).all()
+
+
+def test_class_weight_by_name_or_index(tmp_path, trained, capsys):
+    from classify_images.pipeline.model_file import load_model
+
+    fs, _ = trained
+    by_name, by_index, plain = tmp_path / "name.npz", tmp_path / "index.npz", tmp_path / "plain.npz"
+    assert _run(capsys, ["train", fs, "--classifier", "linear", "--out", plain])[0] == 0
+    assert _run(capsys, ["train", fs, "--classifier", "linear", "--param", "class_weight={'flower': 3}",
+                         "--out", by_name])[0] == 0
+    assert _run(capsys, ["train", fs, "--classifier", "linear", "--param", "class_weight={3: 3}",
+                         "--out", by_index])[0] == 0
+    (a, meta), (b, _) = load_model(by_name), load_model(by_index)
+    assert meta["params"]["class_weight"] == {"flower": 3}
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert not np.array_equal(a.coef_, load_model(plain)[0].coef_)  # the weight changed the model
+
+
+@pytest.mark.parametrize("weights", ["{99: 2}", "{'accordion': 2}", "{-1: 2}", "{True: 2}"])
+def test_unknown_class_weight_key_is_one_line(trained, capsys, weights):
+    fs, _ = trained
+    _one_line_error(capsys, ["train", fs, "--classifier", "linear", "--param", f"class_weight={weights}"],
+                    "is not a class")
+
+
+# ----------------------------------------------------------------- predict inputs
+@pytest.fixture()
+def inputs(tmp_path):
+    """A folder tree with images, non-images and broken files."""
+    root = tmp_path / "inputs"
+    (root / "sub" / "deeper").mkdir(parents=True)
+    shutil.copy(FIXTURE_IMAGES / "flower" / "11.jpg", root / "a.jpg")
+    shutil.copy(FIXTURE_IMAGES / "china" / "11.jpg", root / "sub" / "deeper" / "b.JPG")
+    (root / "notes.txt").write_text("not an image")
+    (root / "sub" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    (root / "sub" / "empty.jpg").write_bytes(b"")
+    (root / ".hidden.jpg").write_bytes(b"")
+    os.symlink(root / "gone.jpg", root / "sub" / "dangling.jpg")
+    return root
+
+
+def test_predict_folder_recursively_lists_skips(capsys, lone_model, inputs):
+    code, out, err = _run(capsys, ["predict", lone_model, inputs, inputs / "notes.txt", inputs / "nope.jpg"])
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    predicted = [line for line in lines[1:] if "skipped" not in line]
+    assert [line.split(": ")[0] for line in predicted] == [str(inputs / "a.jpg"), str(inputs / "sub/deeper/b.JPG")]
+    skipped = {line.split(": ")[0]: line for line in lines if "skipped" in line}
+    assert set(skipped) == {str(inputs / "sub" / p) for p in ("broken.png", "empty.jpg", "dangling.jpg")} | {
+        str(inputs / "notes.txt"), str(inputs / "nope.jpg")}
+    assert "does not exist" in skipped[str(inputs / "nope.jpg")]
+    assert "extension" in skipped[str(inputs / "notes.txt")]
+    assert "symbolic link" in skipped[str(inputs / "sub" / "dangling.jpg")]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", ["missing", "empty-folder", "only-broken", "quoted-glob", "not-an-image"])
+def test_nothing_readable_is_one_line(tmp_path, capsys, lone_model, inputs, case):
+    argument = {
+        "missing": tmp_path / "missing.jpg",
+        "empty-folder": tmp_path,
+        "only-broken": inputs / "sub" / "broken.png",
+        "quoted-glob": str(inputs / "*.jpg"),
+        "not-an-image": inputs / "notes.txt",
+    }[case]
+    if case == "empty-folder":
+        argument = tmp_path / "empty"
+        argument.mkdir()
+    _one_line_error(capsys, ["predict", lone_model, argument], "no readable image")
+
+
+@pytest.mark.parametrize("k", ["0", "-1", "5", "99"])
+def test_top_k_outside_the_classes_is_one_line(capsys, lone_model, k):
+    _one_line_error(capsys, ["predict", lone_model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", k],
+                    "--top-k must be between 1 and the number of classes (4)")
+
+
+def test_top_k_all_classes_and_formats(capsys, lone_model, inputs):
+    image = inputs / "a.jpg"
+    code, out, _ = _run(capsys, ["predict", lone_model, image, "--top-k", "4", "--format", "csv"])
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["rank"] for r in rows] == ["1", "2", "3", "4"] and sorted(r["class"] for r in rows) == CLASSES
+    values = [float(r["decision_value"]) for r in rows]
+    assert values == sorted(values, reverse=True)
+    code, out, _ = _run(capsys, ["predict", lone_model, inputs, "--top-k", "2", "--format", "json"])
+    document = json.loads(out)
+    assert "decision values" in document["scores"] and document["top_k"] == 2
+    assert len(document["predictions"]) == 2 and all(len(p["top"]) == 2 for p in document["predictions"])
+    assert document["predictions"][0]["top"][0]["class"] == rows[0]["class"]
+    assert document["predictions"][0]["top"][0]["decision_value"] == pytest.approx(values[0], abs=1e-6)
+    assert len(document["skipped"]) == 3 and all(s["reason"] for s in document["skipped"])
+
+
+def test_file_that_cannot_be_opened_is_listed(capsys, lone_model, inputs, monkeypatch):
+    """A permission error (simulated: the tests may run as root, who reads anything) is a listed skip."""
+    from classify_images.pipeline import extractor
+
+    real = extractor.file_fingerprint
+
+    def fingerprint(path):
+        if path.endswith("a.jpg"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(extractor, "file_fingerprint", fingerprint)
+    code, out, err = _run(capsys, ["predict", lone_model, inputs / "a.jpg", inputs / "sub" / "deeper" / "b.JPG"])
+    assert code == 0, err
+    assert f"{inputs / 'a.jpg'}: skipped (cannot read file (Permission denied))" in out
+
+
+def test_undecodable_file_name(tmp_path, capsys, lone_model):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    name = os.path.join(os.fsencode(folder), b"caf\xe9.jpg")
+    shutil.copy(FIXTURE_IMAGES / "flower" / "11.jpg", name)
+    code, out, err = _run(capsys, ["predict", lone_model, folder])
+    assert code == 0, err
+    assert "caf\\xe9.jpg: " in out
+
+
+@pytest.mark.parametrize("model", ["missing.npz", "folder", "garbage"])
+def test_bad_model_argument_is_one_line(tmp_path, capsys, model):
+    path = tmp_path / model
+    if model == "folder":
+        path.mkdir()
+    elif model == "garbage":
+        path.write_bytes(b"PK\x03\x04 not really")
+    _one_line_error(capsys, ["predict", path, FIXTURE_IMAGES / "flower" / "11.jpg"], "model file")
+
+
+def test_model_without_extractor_is_one_line(tmp_path, capsys, trained):
+    from classify_images.pipeline.model_file import load_model, save_model
+
+    classifier, meta = load_model(trained[1])
+    bare = save_model(tmp_path / "bare.npz", classifier, feature_set=meta["feature_set"])
+    _one_line_error(capsys, ["predict", bare, FIXTURE_IMAGES / "flower" / "11.jpg"], "holds no feature extractor")
+
+
+# ------------------------------------------------------------------------ fuzz
+_ARGUMENTS = ["a.jpg", "sub", "sub/broken.png", "sub/empty.jpg", "sub/dangling.jpg", "notes.txt", "nope.jpg",
+              ".", "*.jpg", "sub/deeper/b.JPG", ""]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(names=st.lists(st.sampled_from(_ARGUMENTS), min_size=1, max_size=4),
+       top_k=st.integers(-3, 6) | st.just(2**70), fmt=st.sampled_from(["table", "csv", "json"]))
+def test_fuzzed_predict_arguments_never_end_in_a_traceback(capsys, lone_model, inputs, names, top_k, fmt):
+    argv = ["predict", str(lone_model), *[str(inputs / n) if n else "" for n in names],
+            "--top-k", str(top_k), "--format", fmt]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1
+    else:
+        assert 1 <= top_k <= 4
+        if fmt == "json":
+            json.loads(out)
