@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
+from ..classifiers.base import warm_up
 from ..classifiers.registry import classifier_class, make_classifier
 from .dataset import split_indices
 from .feature_store import FeatureSet
@@ -149,9 +150,13 @@ def train_classifier(
     """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
 
     ``seed`` becomes ``random_state`` unless ``params`` set it (:func:`seeded_params`).
+    The numba kernels are compiled on a tiny problem first
+    (:func:`~classify_images.classifiers.base.warm_up`), so that ``train_seconds`` is
+    the training alone, not numba's compilation.
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
+    warm_up(estimator, X, y)
     start = time.perf_counter()
     estimator.fit(X, y)
     seconds = time.perf_counter() - start
