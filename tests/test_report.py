@@ -188,3 +188,13 @@ def test_experiment_report(tmp_path, capsys):
     with open(tmp_path / "out" / "predictions.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert all(Path(row["path"]).exists() for row in rows)  # paths of the re-split are real files
+
+
+def test_missing_browser_says_what_to_install(monkeypatch, tmp_path):
+    """The browser tests fail (not skip) with the install command when Chromium is absent."""
+    from ._browser import BrowserMissing, chromium_binary
+
+    monkeypatch.delenv("CHROMIUM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BrowserMissing, match="apt-get install chromium"):
+        chromium_binary()
