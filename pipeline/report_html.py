@@ -39,6 +39,8 @@ __all__ = ["ConfusionFigure", "confusion_figure", "class_order", "thumbnail_data
 MAX_FIGURE_INCHES = 10.0
 #: Smallest tick-label font (points) drawn; below it the labels are left to the hover text.
 MIN_LABEL_POINTS = 5.5
+#: With more classes than this, the per-class table scrolls inside a box of ~30 rows.
+SCROLL_ROWS = 40
 #: Longer side of a gallery thumbnail, pixels.
 THUMBNAIL_SIDE = 144
 
@@ -142,6 +144,8 @@ th{border-bottom:1px solid #bbb}tr:nth-child(even) td{background:#f7f7f7}td.num{
 .confusion rect:hover{stroke:#f33;stroke-width:2;fill:rgba(255,255,255,.15)}
 .gallery{display:flex;flex-wrap:wrap;gap:10px}.card{width:156px;border:1px solid #ddd;border-radius:4px;padding:5px;font-size:.8em;overflow-wrap:anywhere}
 .card img{display:block;margin:0 auto 4px;max-width:144px;max-height:144px}.true{color:#2a7a2a}.pred{color:#b02a2a}
+.scroll{max-height:560px;overflow-y:auto;display:inline-block;border:1px solid #ddd}
+.scroll thead th{position:sticky;top:0;background:#fff}
 pre{background:#f4f4f4;padding:8px;overflow:auto;font-size:.8em;max-height:360px}
 """
 
@@ -206,9 +210,12 @@ def _per_class_table(evaluation: Evaluation, order: np.ndarray) -> str:
             f'<td><div class="barbox"><div class="bar {level}" style="width:{width:.1f}%"></div></div></td>'
             f'<td class="num">{_pct(rate)}</td><td class="num">{int(totals[k])}</td><td>{mistaken}</td></tr>'
         )
-    return ('<h2>Per-class accuracy, worst first</h2><table id="per-class"><thead><tr><th>#</th><th>class</th>'
+    scroll = len(order) > SCROLL_ROWS
+    note = (f'<p class="small muted">{len(order)} classes: the table scrolls (worst first).</p>' if scroll else "")
+    return (f'<h2>Per-class accuracy, worst first</h2>{note}<div class="{"scroll" if scroll else ""}">'
+            '<table id="per-class"><thead><tr><th>#</th><th>class</th>'
             '<th>accuracy</th><th></th><th>test images</th><th>most often predicted instead</th></tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _confused_table(evaluation: Evaluation, limit: int) -> str:
