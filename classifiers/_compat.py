@@ -15,15 +15,28 @@ is the error an estimator raises for a parameter outside its
 from __future__ import annotations
 
 from sklearn.base import _fit_context
+from numbers import Integral
+
 from sklearn.utils._param_validation import (
     Interval,
     InvalidParameterError,
+    Options,
     StrOptions,
 )
 
+#: ``n_jobs``: ``None``, a positive count or a negative one (joblib's ``-1``: all CPUs,
+#: ``-2``: all but one ...); ``0`` stands for no thread at all and is refused.
+N_JOBS_CONSTRAINT = [
+    Interval(Integral, 1, None, closed="left"),
+    Interval(Integral, None, -1, closed="right"),
+    None,
+]
+
 __all__ = [
+    "N_JOBS_CONSTRAINT",
     "Interval",
     "InvalidParameterError",
+    "Options",
     "StrOptions",
     "_fit_context",
 ]

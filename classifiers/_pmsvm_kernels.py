@@ -190,8 +190,8 @@ class RowConstants(NamedTuple):
 class DualProblem(NamedTuple):
     """The SVM dual solved by :func:`dcd_solve` and its stopping rule."""
 
-    l2_loss: bool  #: squared hinge (``D = I/(2C)``, no upper bound) rather than hinge
-    C: float  #: loss weight
+    l2_loss: bool  #: squared hinge (``D_ii = 1/(2 C_i)``, no upper bound) rather than hinge
+    cost: np.ndarray  #: loss weight ``C_ic`` (float64, shape (n, n_problems)): ``C`` times the row's weights
     tol: float  #: stop when ``max PG - min PG <= tol``
     max_iter: int  #: most outer iterations
     seed: int  #: seed of the per-iteration permutations (shared by all problems)
@@ -390,8 +390,9 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
 
     Solves, for every column ``c`` of ``Y`` (a one-vs-rest problem, labels in
     {-1, +1}), ``min_a 1/2 a^T (Q + D) a - e^T a`` s.t. ``0 <= a_i <= U`` with
-    ``Q_it = y_i y_t M_p(x_i, x_t)`` (CVPR Eq. 3); ``D = 0, U = C`` for the hinge
-    (``problem.l2_loss=False``), ``D = I/(2C), U = inf`` for the squared hinge, following
+    ``Q_it = y_i y_t M_p(x_i, x_t)`` (CVPR Eq. 3); ``D = 0, U_i = C_i`` for the hinge
+    (``problem.l2_loss=False``), ``D_ii = 1/(2 C_i), U = inf`` for the squared hinge, with
+    ``C_i = problem.cost[i, c]`` (``C`` times the sample and class weights of row ``i``), following
     LIBLINEAR's ``solve_l2r_l1l2_svc``: a random permutation every outer
     iteration, shrinking, and the stopping rule ``max PG - min PG <= tol`` on
     the projected gradient (all per problem).
@@ -423,14 +424,10 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
     indptr, indices, data, dense = rows
     use_lut, bin_scale, n_bins, values = table
     q_kernel, r, z, zero_value = constants
-    l2_loss, C, tol, max_iter, seed = problem
+    l2_loss, cost, tol, max_iter, seed = problem
     n, n_classes = Y.shape
-    if l2_loss:
-        diag = 0.5 / C
-        upper = np.inf
-    else:
-        diag = 0.0
-        upper = C
+    diag = 0.0
+    upper = np.inf
     alpha = np.zeros((n, n_classes))
     shrunk = np.zeros((n, n_classes), dtype=np.bool_)
     n_shrunk = np.zeros(n_classes, dtype=np.int64)
@@ -477,6 +474,10 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
                     continue
                 yi = float(Y[i, c])
                 a = alpha[i, c]
+                if l2_loss:
+                    diag = 0.5 / cost[i, c]
+                else:
+                    upper = cost[i, c]
                 G = yi * (acc[c] + S[c] * (r[i] + zero_value) + beta[c]) - 1.0 + diag * a
                 PG = 0.0
                 if a == 0.0:

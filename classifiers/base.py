@@ -12,11 +12,17 @@ it validates the parameters against the subclass's ``_parameter_constraints``
 for rules that tie parameters together, validates the data and encodes the
 labels.  A subclass implements
 
-``_fit_ovr(X, Y)``
+``_fit_ovr(X, Y, weights, sample_weight)``
     ``X`` is the validated input (``np.ndarray`` float32/float64 or
     ``scipy.sparse.csr_matrix`` with sorted indices), ``Y`` an ``int8`` array
-    of shape ``(n_samples, n_problems)`` with entries in ``{-1, +1}``.  It
-    stores its fitted attributes (names ending in ``_``).
+    of shape ``(n_samples, n_problems)`` with entries in ``{-1, +1}``,
+    ``weights`` ``None`` (every loss term weighs 1) or a float64 array of
+    ``Y``'s shape: ``weights[i, c] = s_i w_ic``, the sample weight of row ``i``
+    times the class weight it carries in problem ``c`` (:func:`loss_weights`).
+    Rows of zero sample weight are removed before, so every weight is positive;
+    ``sample_weight`` is ``None`` or the (positive) sample weights alone, for
+    statistics of the data that must weigh rows as repeated rows would (``C="auto"``).
+    It stores its fitted attributes (names ending in ``_``).
 ``_decision_ovr(X)``
     returns the decision values, shape ``(n_samples, n_problems)``.
 
@@ -27,18 +33,20 @@ plain arrays and restores without pickle.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
 from ._compat import _fit_context
 
-__all__ = ["NegativeFeaturesError", "OneVsRestClassifierBase", "ovr_targets"]
+__all__ = ["NegativeFeaturesError", "OneVsRestClassifierBase", "auto_scale_mean", "loss_weights", "ovr_targets", "warm_up"]
 
 
 class NegativeFeaturesError(ValueError):
@@ -68,6 +76,106 @@ def ovr_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:
     Y = -np.ones((y_index.shape[0], n_classes), dtype=np.int8)
     Y[np.arange(y_index.shape[0]), y_index] = 1
     return Y
+
+
+def loss_weights(
+    Y: np.ndarray, classes: np.ndarray, class_weight: dict | str | None, sample_weight: np.ndarray | None
+) -> np.ndarray | None:
+    """Weight of every loss term ``(i, c)``: ``s_i`` times the class weight (LIBLINEAR's one-vs-rest rule).
+
+    In problem ``c`` the positive rows (class ``c``) weigh ``s_i w_c`` and the negative
+    rows ``s_i``, as LIBLINEAR (and so ``LinearSVC``) do for one-vs-rest; with two
+    classes (one problem) each row weighs ``s_i w_{y_i}``, its own class's weight.
+    ``class_weight="balanced"`` is ``w_k = n / (K n_k)`` (:func:`sklearn.utils.class_weight.compute_class_weight`).
+
+    Parameters
+    ----------
+    Y : ndarray of int8, shape (n_samples, n_problems)
+        One-vs-rest targets (:func:`ovr_targets`).
+    classes : ndarray of shape (n_classes,)
+        The labels, in the order of ``Y``'s problems.
+    class_weight : dict, "balanced" or None
+        A dict maps labels (as given to ``fit``) to weights; labels it omits weigh 1.
+    sample_weight : ndarray of float64, shape (n_samples,), or None
+
+    Returns
+    -------
+    weights : ndarray of float64, shape (n_samples, n_problems), or None when every term weighs 1.
+
+    Raises
+    ------
+    ValueError
+        If ``class_weight`` names a label that is not among ``classes``.
+    """
+    if class_weight is None and sample_weight is None:
+        return None
+    n, n_problems = Y.shape
+    s = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    if class_weight is None:
+        return np.repeat(s[:, None], n_problems, axis=1)
+    if isinstance(class_weight, dict):
+        unknown = [label for label in class_weight if label not in set(classes.tolist())]
+        if unknown:
+            raise ValueError(
+                f"class_weight names {unknown[:5]!r}, which are not among the training labels "
+                f"{classes[:10].tolist()!r}{' …' if classes.size > 10 else ''}"
+            )
+    y_index = (Y[:, 0] > 0).astype(np.intp) if n_problems == 1 else np.argmax(Y, axis=1)
+    w = compute_class_weight(class_weight, classes=classes, y=classes[y_index])
+    if n_problems == 1:
+        return (s * w[y_index])[:, None]
+    return np.where(Y > 0, s[:, None] * w[None, :], s[:, None])
+
+
+def auto_scale_mean(values: np.ndarray, sample_weight: np.ndarray | None) -> float:
+    """Mean of a per-row statistic for the ``"auto"`` scale rules, each row counted ``sample_weight`` times.
+
+    Weighting the mean (rather than taking it over the distinct rows) keeps a weighted fit
+    the fit of the repeated rows.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return 0.0
+    if sample_weight is None:
+        return float(np.mean(values))
+    return float(np.average(values, weights=sample_weight))
+
+
+def _clip_negative(X):
+    """``max(X, 0)``, copying only when ``X`` has a negative value."""
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0 or values.min() >= 0:
+        return X
+    X = X.copy()
+    if sp.issparse(X):
+        np.maximum(X.data, 0, out=X.data)
+    else:
+        np.maximum(X, 0, out=X)
+    return X
+
+
+def warm_up(estimator: Any, X: Any, y: Any) -> None:
+    """Compile the numba kernels ``estimator.fit`` and ``predict`` will use, on a tiny problem.
+
+    Fits a clone of ``estimator`` on at most two rows per class of ``(X, y)`` (same dtype
+    and format as the real data, so the same kernel signatures) and predicts them.  Call it
+    before timing ``fit``: numba compiles a kernel on its first call in a process (or loads
+    it from its on-disk cache, ``cache=True``), and that time is not training.
+    """
+    from sklearn.base import clone
+
+    y = np.asarray(y)
+    labels = np.unique(y)
+    rows = np.concatenate([np.flatnonzero(y == label)[:2] for label in labels])
+    small = clone(estimator)
+    params = small.get_params()
+    for name, value in (("max_iter", 5), ("n_epochs", 2), ("n_stumps", 8), ("max_iter_kernel", 5)):
+        if name in params and params[name] is not None:
+            small.set_params(**{name: value})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        small.fit(X[rows], y[rows])
+        small.predict(X[rows])
 
 
 class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
@@ -108,6 +216,14 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------ validation
     def _validate_X(self, X: Any, *, reset: bool, y: Any = None):
+        """scikit-learn's validation (finite values, dtype, format, number of features).
+
+        For a classifier of non-negative features, negative training values raise
+        :class:`NegativeFeaturesError`; at prediction (``reset=False``) they are
+        clipped to 0, as values above the training range are clipped to it, so that
+        a test row scaled with the training statistics (``MinMaxScaler``) whose
+        values fall slightly below the training minimum is still scored.
+        """
         kwargs = dict(
             accept_sparse=["csr"] if self._accept_sparse else False,
             dtype=[np.float64, np.float32],
@@ -117,27 +233,35 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             X = validate_data(self, X, **kwargs)
         else:
             X, y = validate_data(self, X, y, **kwargs)
-        if self._requires_non_negative:
-            try:
-                check_non_negative(X, f"{type(self).__name__} (X)")
-            except ValueError as exc:
-                raise NegativeFeaturesError(str(exc)) from None
         if sp.issparse(X):
             X = sp.csr_matrix(X)
             X.sort_indices()
+        if self._requires_non_negative:
+            if reset:
+                try:
+                    check_non_negative(X, f"{type(self).__name__} (X)")
+                except ValueError as exc:
+                    raise NegativeFeaturesError(str(exc)) from None
+            else:
+                X = _clip_negative(X)
         return X if y is None else (X, y)
 
     # ------------------------------------------------------------------ API
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: Any, y: Any) -> "OneVsRestClassifierBase":
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OneVsRestClassifierBase":
         """Fit one binary classifier per class (one-vs-rest).
 
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training vectors.
+            Training vectors (finite values).
         y : array-like of shape (n_samples,)
             Class labels (any hashable, sortable values).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each row's loss term (``None``: all 1), multiplied
+            by the class weight (:func:`loss_weights`).  Rows of weight 0 are removed
+            before anything else, so they change nothing; each classifier's docstring
+            says how the weights enter its solver.
 
         Returns
         -------
@@ -158,13 +282,20 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         X, y = self._validate_X(X, reset=True, y=y)
         check_classification_targets(y)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+            kept = np.flatnonzero(sample_weight > 0)
+            if kept.size < sample_weight.size:
+                X, y, sample_weight = X[kept], y[kept], sample_weight[kept]
         self.classes_, y_index = np.unique(y, return_inverse=True)
         if self.classes_.shape[0] < 2:
             raise ValueError(
                 f"{type(self).__name__} needs samples of at least 2 classes; "
                 f"got 1 class ({self.classes_[0]!r})."
             )
-        self._fit_ovr(X, ovr_targets(y_index, self.classes_.shape[0]))
+        Y = ovr_targets(y_index, self.classes_.shape[0])
+        weights = loss_weights(Y, self.classes_, getattr(self, "class_weight", None), sample_weight)
+        self._fit_ovr(X, Y, weights, sample_weight)
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:
@@ -196,7 +327,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         Called by :meth:`fit` after the constraints are checked and before the
         data is looked at; raises ``InvalidParameterError``.
         """
-    def _fit_ovr(self, X, Y: np.ndarray) -> None:  # pragma: no cover - abstract
+    def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _decision_ovr(self, X) -> np.ndarray:  # pragma: no cover - abstract

@@ -10,7 +10,7 @@ which is the histogram intersection kernel ``K(w, x)`` of Eq. 5 with a signed "p
 
 .. math::  L(w) = \\lambda \\|w\\|_1 + \\frac1n \\sum_i c_i \\max(0, m - y_i f(w, x_i)),
 
-(``c_i = 1`` unless ``balanced=True``) with the stochastic sub-gradient method of
+(``c_i`` the product of the sample weight and the class weight, 1 by default) with the stochastic sub-gradient method of
 Algorithm 1: ``n_epochs`` shuffled passes; for each example with ``y_i f(w, x_i) < m``,
 ``w_d <- w_d + r c_i y_i`` on the coordinates with ``|w_d| < x_id`` (Eq. 9); then the l1
 shrink ``w_d <- sign(w_d) max(0, |w_d| - r lambda)`` on all coordinates; ``r`` is divided
@@ -32,17 +32,20 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _hik_nsvm_kernels as K
-from ._compat import Interval, StrOptions
+from ._compat import N_JOBS_CONSTRAINT, Interval, StrOptions
 from ._parallel import map_tasks, n_threads, problem_groups
 from ._random import kernel_seed
 from ._rows import matrix_arrays
-from .base import OneVsRestClassifierBase
+from .base import OneVsRestClassifierBase, auto_scale_mean
 
 __all__ = ["HIKnSVM", "hik_nsvm_objective", "hik_decision"]
 
 #: Dense training data with fewer non-zeros than this fraction is trained from a CSR copy
 #: (no larger than the dense array: 8 bytes per non-zero against 4 per entry).
 _CSR_DENSITY = 0.5
+
+#: ``margin="auto"``: m = this times the mean l1 norm of the training rows.
+_AUTO_MARGIN = 0.05
 
 #: ``learning_rate="auto"``: r = median non-zero training value / this.
 _AUTO_RATE_DIVISOR = 40.0
@@ -93,9 +96,14 @@ class HIKnSVM(OneVsRestClassifierBase):
     ----------
     alpha : float, default=1e-4
         lambda of Eq. 7a, weight of ``||w||_1`` (named as in ``SGDClassifier``).
-    margin : float, default=0.02
-        m of Eq. 7a, the hinge-loss margin (in the units of ``x``: ``sum_d x_d = 1`` for the
-        paper's l1-normalised histograms).
+    margin : float or "auto", default="auto"
+        m of Eq. 7a, the hinge-loss margin, in the units of ``x``.  ``"auto"``:
+        ``m = 0.05 * mean_i ||x_i||_1``, i.e. 0.05 on the paper's l1-normalised
+        histograms (``sum_d x_d = 1``), and on the same relative scale for other
+        features: a margin fixed in absolute units is reached by tiny weights on
+        features of large values, whose intersection score ``min(x_d, |w_d|)`` then
+        no longer depends on ``x`` (BENCHMARKS.md, section "Scale-aware defaults",
+        for the factor).  The value used is ``margin_``.
     learning_rate : float or "auto", default="auto"
         Initial step ``r`` of Algorithm 1, in the units of ``x`` (a coordinate moves by ``r``
         per update); divided by 10 after ``n_epochs // 2`` epochs.  The paper does not give
@@ -107,9 +115,11 @@ class HIKnSVM(OneVsRestClassifierBase):
     fit_intercept : bool, default=False
         Add an unregularised bias ``b`` to Eq. 7b, learnt with the same steps
         (``b <- b + r c_i y_i`` when the margin is violated).  The paper has none.
-    balanced : bool, default=False
-        Weight the hinge loss of each one-vs-rest problem so that positives and negatives
-        weigh the same: ``c_i = n / (2 n_{y_i})``.
+    class_weight : dict, "balanced" or None, default=None
+        Per-class multiplier ``c_i`` of the hinge loss of the positive rows of each
+        one-vs-rest problem (LIBLINEAR's rule, the same for every classifier of the
+        package: :func:`~classify_images.classifiers.base.loss_weights`).  The weight
+        scales the step of Algorithm 1: ``w_d <- w_d + r c_i y_i``.
     random_state : int, RandomState instance or None, default=None
         Seeds the shuffles (same seed, same model, whatever ``n_jobs``).
     n_jobs : int or None, default=None
@@ -122,6 +132,8 @@ class HIKnSVM(OneVsRestClassifierBase):
     ----------
     learning_rate_ : float
         The initial step ``r`` used.
+    margin_ : float
+        The margin ``m`` used.
     coef_ : ndarray of float64, shape (n_problems, n_features)
         ``w`` of each problem (``n_problems = 1`` with two classes).
     intercept_ : ndarray of float64, shape (n_problems,)
@@ -143,11 +155,21 @@ class HIKnSVM(OneVsRestClassifierBase):
     The successive-relaxation start of [1]_ §2.2 is not offered: in our study
     (``scripts/study_hik_nsvm_relaxation.py``, with its kernels in
     ``scripts/_hik_research.py``) it did not improve accuracy, and for the same number of
-    epochs Algorithm 1 alone reached a lower objective.  ``balanced`` and
-    ``fit_intercept`` are off by default, as in the paper: neither changed the accuracy
+    epochs Algorithm 1 alone reached a lower objective.  Class weights (formerly
+    ``balanced=True``: positives and negatives of each problem weighing the same; now
+    ``class_weight``, LIBLINEAR's rule) and ``fit_intercept`` are off by default, as in the paper: neither changed the accuracy
     beyond the split-to-split spread.  Accuracy, test time and model size against the
     explicit feature map + linear SVM and the exact HIK kernel SVM: see BENCHMARKS.md,
     section HIK nSVM.
+
+    ``fit(X, y, sample_weight)``: ``c_i`` is multiplied by ``sample_weight[i]``, which
+    scales row ``i``'s step.  This is the stochastic sub-gradient of the weighted loss, but
+    not the same run as repeating the row (a repeated row is visited, and tested against
+    the margin, twice per epoch): integer weights approximate repetition, they do not
+    reproduce it.  Rows of weight 0 are left out (exactly as dropping them).
+
+    Negative values are refused in ``fit``; at prediction they are clipped to 0 (a zero
+    feature adds nothing to Eq. 7b).
 
     References
     ----------
@@ -172,24 +194,24 @@ class HIKnSVM(OneVsRestClassifierBase):
 
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="left")],
-        "margin": [Interval(Real, 0, None, closed="neither")],
+        "margin": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
         "fit_intercept": ["boolean"],
-        "balanced": ["boolean"],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
         "random_state": ["random_state"],
-        "n_jobs": [Integral, None],
+        "n_jobs": N_JOBS_CONSTRAINT,
         "record_objective": ["boolean"],
     }
 
     def __init__(
         self,
         alpha: float = 1e-4,
-        margin: float = 0.02,
+        margin: float | str = "auto",
         learning_rate: float | str = "auto",
         n_epochs: int = 100,
         fit_intercept: bool = False,
-        balanced: bool = False,
+        class_weight: dict | str | None = None,
         random_state: Any = None,
         n_jobs: int | None = None,
         record_objective: bool = False,
@@ -199,7 +221,7 @@ class HIKnSVM(OneVsRestClassifierBase):
         self.learning_rate = learning_rate
         self.n_epochs = n_epochs
         self.fit_intercept = fit_intercept
-        self.balanced = balanced
+        self.class_weight = class_weight
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.record_objective = record_objective
@@ -212,6 +234,14 @@ class HIKnSVM(OneVsRestClassifierBase):
         values = X.data if sp.issparse(X) else X[X != 0]
         return float(np.median(values)) / _AUTO_RATE_DIVISOR if values.size else 1.0
 
+    def _margin(self, X, sample_weight: np.ndarray | None) -> float:
+        """``margin``, or for ``"auto"`` ``0.05 * mean_i ||x_i||_1`` (rows counted ``sample_weight`` times)."""
+        if self.margin != "auto":
+            return float(self.margin)
+        l1 = np.asarray(abs(X).sum(axis=1), dtype=np.float64).ravel()
+        value = _AUTO_MARGIN * auto_scale_mean(l1, sample_weight)
+        return value if value > 0 else _AUTO_MARGIN
+
     def _schedule(self, r: float) -> np.ndarray:
         """Learning rate of every epoch: ``r``, then ``r / 10`` from epoch ``n_epochs // 2``."""
         half = self.n_epochs // 2
@@ -221,17 +251,10 @@ class HIKnSVM(OneVsRestClassifierBase):
         """Seed of the epoch shuffles, drawn from ``random_state`` (shared by all problems)."""
         return kernel_seed(self.random_state)
 
-    def _hinge_weights(self, targets: np.ndarray) -> np.ndarray:
-        """``c_i`` per example and problem: 1, or ``n / (2 n_{y_i})`` with ``balanced=True``."""
-        if not self.balanced:
-            return np.ones_like(targets)
-        n = targets.shape[0]
-        n_pos = np.count_nonzero(targets > 0, axis=0).astype(np.float64)
-        return np.where(targets > 0, n / (2.0 * np.maximum(n_pos, 1.0)), n / (2.0 * np.maximum(n - n_pos, 1.0)))
-
     # ------------------------------------------------------------ fitting
-    def _fit_ovr(self, X, Y: np.ndarray) -> None:
+    def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         self.learning_rate_ = self._initial_rate(X)
+        self.margin_ = self._margin(X, sample_weight)
         epochs = K.Epochs(self._schedule(self.learning_rate_), self._shuffle_seed())
         if not sp.issparse(X) and np.count_nonzero(X) < _CSR_DENSITY * X.size:
             # Same numbers (the kernels visit the same non-zeros in the same order), but the
@@ -241,7 +264,7 @@ class HIKnSVM(OneVsRestClassifierBase):
         d = X.shape[1]
         n_problems = Y.shape[1]
         targets = Y.astype(np.float64)
-        weights = self._hinge_weights(targets)
+        weights = np.ones_like(targets) if weights is None else weights
         # The problems share the examples' order, so one pass serves a group of them
         # (same weights as one by one); threads get one group each.
         threads = n_threads(self.n_jobs)
@@ -254,7 +277,7 @@ class HIKnSVM(OneVsRestClassifierBase):
             lo, hi = bounds[group], bounds[group + 1]
             problems = K.HingeProblems(
                 np.ascontiguousarray(targets[:, lo:hi]), np.ascontiguousarray(weights[:, lo:hi]),
-                float(self.alpha), float(self.margin), bool(self.fit_intercept),
+                float(self.alpha), self.margin_, bool(self.fit_intercept),
             )
             W = np.zeros((d, hi - lo), dtype=np.float64)  # (D, P): a feature's P weights contiguous
             b = np.zeros(hi - lo, dtype=np.float64)

@@ -258,6 +258,11 @@ class MBKL(OneVsRestClassifierBase):
     C : float, default=1.0
         Loss weight of the Step-2 SVM (``1/2 ||w||^2 + C sum sq-hinge``) on the
         unit-norm map ``psi`` (module docstring).
+    class_weight : dict, "balanced" or None, default=None
+        Per-class multiplier of ``C`` for the positive rows of each one-vs-rest
+        problem of the Step-2 SVM (LIBLINEAR's rule, the same for every classifier
+        of the package: :func:`~classify_images.classifiers.base.loss_weights`).
+        Steps 0-1 do not use it: ``neg_pos_ratio`` already balances Step 1's rows.
     C_kernel : float, default=1.0
         Loss weight of the Step-1 l1-regularised SVM (Eq. 10, squared hinge):
         larger keeps more stumps.
@@ -271,7 +276,8 @@ class MBKL(OneVsRestClassifierBase):
         both on more, than half of their samples -- on sparse histograms,
         where most thresholds lie above most values, that is nearly all stumps).
     neg_pos_ratio : float, default=2.0
-        Negatives per positive in Step 1 (paper: 2, Table 3).
+        Negatives per positive in the subsample of Step 1 (paper: 2, Table 3): a
+        sampling ratio, not a loss weight (see ``class_weight`` for those).
     n_kernel_samples : int or None, default=5000
         Cap on the number of Step-1 rows (None: no cap).
     tol, max_iter : float, int, default=1e-4, 1000
@@ -307,6 +313,14 @@ class MBKL(OneVsRestClassifierBase):
     timings_ : dict
         Seconds spent in each stage of the last ``fit`` (not saved in model files).
 
+    Notes
+    -----
+    ``fit(X, y, sample_weight)``: the weights multiply the loss terms of the Step-2
+    SVM (exactly, as :class:`QuadraticHingeSVC`); rows of weight 0 are left out of
+    every step.  The stumps' ranges, Step 0's counts and Step 1's subsample do not
+    use the weights (they count rows), so integer weights do not give the model of
+    the repeated rows.
+
     References
     ----------
     .. [1] G. Roig, X. Boix and L. Van Gool, "Random Decision Stumps for Kernel
@@ -330,6 +344,7 @@ class MBKL(OneVsRestClassifierBase):
     _parameter_constraints: dict = {
         "n_stumps": [Interval(Integral, 1, None, closed="left"), None],
         "C": [Interval(Real, 0, None, closed="neither")],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
         "C_kernel": [Interval(Real, 0, None, closed="neither")],
         "learn_theta": ["boolean"],
         "init_rule": [StrOptions({"table1", "balanced"})],
@@ -348,6 +363,7 @@ class MBKL(OneVsRestClassifierBase):
         n_stumps: int | None = None,
         *,
         C: float = 1.0,
+        class_weight: dict | str | None = None,
         C_kernel: float = 1.0,
         learn_theta: bool = True,
         init_rule: str = "table1",
@@ -362,6 +378,7 @@ class MBKL(OneVsRestClassifierBase):
     ) -> None:
         self.n_stumps = n_stumps
         self.C = C
+        self.class_weight = class_weight
         self.C_kernel = C_kernel
         self.learn_theta = learn_theta
         self.init_rule = init_rule
@@ -379,7 +396,7 @@ class MBKL(OneVsRestClassifierBase):
         if self.verbose:
             print(f"[MBKL] {message}", flush=True)
 
-    def _fit_ovr(self, X, Y: np.ndarray) -> None:
+    def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         rng = check_random_state(self.random_state)
         n_samples, n_features = X.shape
         n_problems = Y.shape[1]
@@ -407,7 +424,7 @@ class MBKL(OneVsRestClassifierBase):
         start = time.perf_counter()
         psi = self._signed_map(bits, selected, theta)
         del bits  # the SVM needs only psi
-        self._fit_step2(psi, float(theta.sum()), selected.size, y_index)
+        self._fit_step2(psi, float(theta.sum()), selected.size, Y, weights)
         timings["step2"] = time.perf_counter() - start
         self._log(f"Step 2: linear SVM on {selected.size} stumps in {timings['step2']:.2f} s")
 
@@ -472,10 +489,10 @@ class MBKL(OneVsRestClassifierBase):
             return np.zeros((bits.shape[1], 1), dtype=np.float32)
         return kern.signed_stump_matrix(bits, selected.astype(np.int64), np.sqrt(theta / theta.sum()))
 
-    def _fit_step2(self, psi: np.ndarray, total: float, n_selected: int, y_index: np.ndarray) -> None:
+    def _fit_step2(self, psi: np.ndarray, total: float, n_selected: int, Y: np.ndarray, weights) -> None:
         """Step 2: linear SVM on ``psi``; stores ``coef_`` in Eq. 5's coordinates (module docstring)."""
         svm = QuadraticHingeSVC(C=self.C, tol=self.tol, max_iter=self.max_iter, fit_intercept=True)
-        svm.fit(psi, y_index)
+        svm._fit_ovr(psi, Y, weights, None)  # the same one-vs-rest targets and loss weights as this estimator
         c1 = svm.coef_[:, :n_selected] / np.sqrt(total) if n_selected else svm.coef_[:, :0]
         coef = np.empty((c1.shape[0], 2 * n_selected), dtype=np.float64)
         coef[:, 0::2] = c1

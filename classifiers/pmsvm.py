@@ -53,6 +53,8 @@ References
 .. [1] J. Wu, "Power Mean SVM for Large Scale Visual Classification", CVPR 2012.
 .. [2] H. Yang and J. Wu, "Practical Large Scale Classification with Additive
    Kernels", JMLR W&CP 25 (ACML), 2012.
+.. [3] T. Joachims, "Making Large-Scale SVM Learning Practical", in Advances in
+   Kernel Methods, MIT Press, 1999 (SVMlight's default ``C = 1 / mean K(x, x)``).
 """
 
 from __future__ import annotations
@@ -67,11 +69,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_array, check_non_negative
 
 from . import _pmsvm_kernels as _k
-from ._compat import Interval, InvalidParameterError, StrOptions
+from ._compat import N_JOBS_CONSTRAINT, Interval, InvalidParameterError, Options, StrOptions
 from ._parallel import even_bounds, map_tasks, n_threads, padded_width, problem_groups
 from ._random import kernel_seed
 from ._rows import RowArrays, matrix_arrays
-from .base import OneVsRestClassifierBase
+from .base import OneVsRestClassifierBase, auto_scale_mean
 
 __all__ = [
     "ADHOC_NODES",
@@ -237,9 +239,22 @@ class PmSVM(OneVsRestClassifierBase):
     p : float, default=-1.0
         Power of the kernel, ``p <= 0``: ``-1`` chi-square (fastest), ``-8``
         approximates histogram intersection (most accurate, CVPR Sec. 5.5),
-        ``-inf`` is intersection exactly, ``0`` Hellinger.
-    C : float, default=0.01
-        Loss weight (CVPR Sec. 5.1 and LUT Sec. 6: ``C = 0.01``).
+        ``-inf`` (``float("-inf")``, ``-np.inf``) is intersection exactly
+        (``M_p(x, y) = min(x, y)``), ``0`` Hellinger.
+    C : float or "auto", default="auto"
+        Loss weight (``C_i`` of row ``i`` is ``C`` times its sample and class
+        weights: the upper bound of ``alpha_i`` for ``loss="l1"``, ``1/(2 C_i)``
+        added to ``Q_ii`` for ``loss="l2"``).  ``"auto"``: SVMlight's default
+        ``C = 1 / mean_i M_p(x_i, x_i)`` [3]_ on the scaled features (the kernel's
+        diagonal, ``~ ||x_i||_1``), so that ``C Q_ii ~ 1`` whatever the number of
+        non-zero dimensions.  The papers' ``C = 0.01`` (CVPR Sec. 5.1, LUT Sec. 6)
+        is right for histograms of thousands of dimensions but fits nothing on a
+        few dimensions (BENCHMARKS.md, section "Scale-aware defaults").  The value
+        used is ``C_``.
+    class_weight : dict, "balanced" or None, default=None
+        Per-class multiplier of ``C`` for the positive rows of each one-vs-rest
+        problem (LIBLINEAR's rule, the same for every classifier of the package:
+        :func:`~classify_images.classifiers.base.loss_weights`).
     loss : {"l2", "l1"}, default="l2"
         ``"l1"``: hinge loss, box ``0 <= alpha_i <= C`` (the papers' Eq. 3 /
         Eq. 5).  ``"l2"``: squared hinge, ``alpha_i >= 0`` and ``1/(2C)``
@@ -275,6 +290,8 @@ class PmSVM(OneVsRestClassifierBase):
         (CVPR Algorithm 3's output), laid out as the solver and prediction use it.
     feature_max_ : ndarray of shape (n_features,)
         Training maximum of each dimension (the scale into ``[0, 1]``).
+    C_ : float
+        The loss weight used (``C``, or its value for ``C="auto"``).
     n_iter_ : ndarray of int of shape (n_problems,)
         Outer iterations run for each class.
     classes_ : ndarray of shape (n_classes,)
@@ -282,6 +299,16 @@ class PmSVM(OneVsRestClassifierBase):
 
     Notes
     -----
+    Features are scaled by the training maximum of each dimension; at prediction
+    the scaled values are clipped to ``[0, 1]``: values above the training
+    maximum count as the maximum, and negative values (a test row of a
+    ``MinMaxScaler`` fitted on the training rows can fall slightly below 0)
+    count as 0.  Negative *training* values are refused
+    (:class:`~classify_images.classifiers.base.NegativeFeaturesError`).
+
+    ``fit(X, y, sample_weight)``: ``C_i = C s_i`` per row (exact: integer weights
+    give the dual of the repeated rows); rows of weight 0 are left out.
+
     Memory during training, per stored training value: the input (value and
     column index) plus, without LUT, ``2m + 1`` float32 pre-computed numbers;
     with LUT nothing more.  Per class: ``d (m+1)`` float64 coefficients, ``n``
@@ -298,11 +325,12 @@ class PmSVM(OneVsRestClassifierBase):
 
     _requires_non_negative = True
     _accept_sparse = True
-    _fitted_arrays = ("coef_", "feature_max_", "n_iter_")
+    _fitted_arrays = ("coef_", "feature_max_", "n_iter_", "C_")
 
     _parameter_constraints: dict = {
-        "p": [Interval(Real, None, 0, closed="right")],
-        "C": [Interval(Real, 0, None, closed="neither")],
+        "p": [Interval(Real, None, 0, closed="right"), Options(Real, {-np.inf})],
+        "C": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
         "loss": [StrOptions({"l1", "l2"})],
         "m": [Interval(Integral, 1, 12, closed="both")],
         "nodes": [StrOptions({"chebyshev", "adhoc"})],
@@ -310,15 +338,16 @@ class PmSVM(OneVsRestClassifierBase):
         "eps": [Interval(Real, 0, 1, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "n_jobs": [Integral, None],
+        "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
     }
 
     def __init__(
         self,
         p: float = -1.0,
-        C: float = 0.01,
+        C: float | str = "auto",
         *,
+        class_weight: dict | str | None = None,
         loss: str = "l2",
         m: int = 2,
         nodes: str = "chebyshev",
@@ -331,6 +360,7 @@ class PmSVM(OneVsRestClassifierBase):
     ) -> None:
         self.p = p
         self.C = C
+        self.class_weight = class_weight
         self.loss = loss
         self.m = m
         self.nodes = nodes
@@ -371,7 +401,7 @@ class PmSVM(OneVsRestClassifierBase):
         return inv_max, bin_scale
 
     # ------------------------------------------------------------------ fit
-    def _fit_ovr(self, X, Y: np.ndarray) -> None:
+    def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         approx = self.approximation()
         d = X.shape[1]
         rows = matrix_arrays(X)
@@ -382,10 +412,12 @@ class PmSVM(OneVsRestClassifierBase):
         table = self._delta_table(approx, rows, inv_max)
         q_kernel, r, z = _k.row_constants(rows, table, inv_max, approx, d)
         constants = _k.RowConstants(q_kernel, r, z, d * float(approx.v0 @ approx.phi0))
-        problem = _k.DualProblem(
-            self.loss == "l2", float(self.C), float(self.tol), int(self.max_iter), kernel_seed(self.random_state)
-        )
         n_problems = Y.shape[1]
+        self.C_ = float(self.C) if self.C != "auto" else 1.0 / max(auto_scale_mean(q_kernel, sample_weight), np.finfo(float).tiny)
+        cost = np.full(Y.shape, self.C_) if weights is None else self.C_ * weights
+        problem = _k.DualProblem(
+            self.loss == "l2", cost, float(self.tol), int(self.max_iter), kernel_seed(self.random_state)
+        )
         threads = n_threads(self.n_jobs)
         bounds = problem_groups(n_problems, threads, _GROUP_PROBLEMS)
         n_iter = np.empty(n_problems, dtype=np.int64)

@@ -72,10 +72,10 @@ from typing import Any
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.class_weight import compute_class_weight
+import scipy.sparse as sp
 
 from ._compat import Interval, StrOptions
-from .base import OneVsRestClassifierBase, ovr_targets
+from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
 from .eigenbasis import EigenBasis
 from ._quadratic_hinge_objective import QuadraticHingeObjective, column_squared_norms, jacobi_scale, minimize_lbfgs
 
@@ -115,13 +115,20 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
 
     Parameters
     ----------
-    C : float, default=1.0
+    C : float or "auto", default="auto"
         Loss weight (scikit-learn convention, as ``LinearSVC(C=...)``).
+        ``"auto"``: SVMlight's default ``C = 1 / mean_i ||x_i||^2`` [3]_, which
+        follows the scale of the features: ``1`` for l2-normalised vectors, and
+        large for l1-normalised histograms (``||x||_2^2 << 1``), on which a fixed
+        ``C = 1`` regularises so strongly that most classes are never predicted
+        (BENCHMARKS.md, section "Scale-aware defaults").  The value used is ``C_``.
     class_weight : dict, "balanced" or None, default=None
         Multiply ``C`` for the positive samples of each one-vs-rest problem by
         the weight of its class (LIBLINEAR's semantics, the negatives keep
         ``C``; with two classes each sample's ``C`` is scaled by the weight of
-        its own class).
+        its own class), the same rule for every classifier of the package
+        (:func:`~classify_images.classifiers.base.loss_weights`).  A dict key
+        that is not a training label raises ``ValueError``.
     fit_intercept : bool, default=True
         Learn one bias per class.
     penalize_intercept : bool, default=False
@@ -160,6 +167,8 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         Weights ``w_c``, one row per class (a single row with two classes).
     intercept_ : ndarray of shape (n_problems,), float64
         Biases ``b_c`` (zeros when ``fit_intercept=False``).
+    C_ : float
+        The loss weight used (``C``, or its value for ``C="auto"``).
     n_iter_ : int
         L-BFGS iterations run.
     objective_ : float
@@ -175,18 +184,24 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
     float64.  ``solver="eigen"`` builds its matrices and coordinates in float64.
     Sparse input must be CSR (other formats are converted).
 
+    ``fit(X, y, sample_weight)``: the loss term of row ``i`` is multiplied by
+    ``sample_weight[i]`` (times its class weight), exactly: integer weights give
+    the model of the repeated rows.
+
     References
     ----------
     .. [1] J. Yang, K. Yu, Y. Gong and T. Huang, "Linear Spatial Pyramid Matching Using
        Sparse Coding for Image Classification", CVPR 2009.
+    .. [3] T. Joachims, "Making Large-Scale SVM Learning Practical", in Advances in
+       Kernel Methods, MIT Press, 1999 (SVMlight's default ``C = 1 / mean x.x``).
     """
 
     _requires_non_negative = False
     _accept_sparse = True
-    _fitted_arrays = ("coef_", "intercept_", "n_iter_", "objective_")
+    _fitted_arrays = ("coef_", "intercept_", "n_iter_", "objective_", "C_")
 
     _parameter_constraints: dict = {
-        "C": [Interval(Real, 0, None, closed="neither")],
+        "C": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "fit_intercept": ["boolean"],
         "penalize_intercept": ["boolean"],
@@ -199,7 +214,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
 
     def __init__(
         self,
-        C: float = 1.0,
+        C: float | str = "auto",
         *,
         class_weight: dict | str | None = None,
         fit_intercept: bool = True,
@@ -221,21 +236,20 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
-    def _costs(self, Y: np.ndarray) -> float | np.ndarray:
-        """Loss weights ``C * s_ic`` per (sample, problem), or the scalar ``C``."""
-        C = float(self.C)
-        if self.class_weight is None:
-            return C
-        y_index = (Y[:, 0] > 0).astype(np.intp) if Y.shape[1] == 1 else np.argmax(Y, axis=1)
-        weights = compute_class_weight(self.class_weight, classes=self.classes_, y=self.classes_[y_index])
-        if Y.shape[1] == 1:  # two classes: each sample weighted by its own class
-            return (C * weights[y_index])[:, None]
-        return np.where(Y > 0, C * weights[None, :], C)
+    def _resolve_C(self, X, sample_weight: np.ndarray | None = None) -> float:
+        """``C``, or for ``C="auto"`` SVMlight's default ``1 / mean_i ||x_i||^2`` [3]_ (weighted by ``sample_weight``)."""
+        if self.C != "auto":
+            return float(self.C)
+        squared = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else np.einsum("ij,ij->i", X, X, dtype=np.float64)
+        mean = auto_scale_mean(squared, sample_weight)
+        return 1.0 / mean if mean > 0 else 1.0
 
-    def _problem(self, X, Y: np.ndarray, basis: EigenBasis | None = None) -> QuadraticHingeObjective:
-        """Objective (1) on ``X``, or on the coordinates ``basis.Z``, preconditioned by (3)."""
+    def _problem(
+        self, X, Y: np.ndarray, C: float, weights: np.ndarray | None, basis: EigenBasis | None = None
+    ) -> QuadraticHingeObjective:
+        """Objective (1) with loss weights ``C * weights`` on ``X``, or on the coordinates ``basis.Z``, preconditioned by (3)."""
         penalty = float(self.intercept_scaling) ** -2 if self.penalize_intercept else 0.0
-        cost = self._costs(Y)
+        cost = C if weights is None else C * weights
         if basis is not None:
             X, diagonal = basis.Z, basis.eigenvalues
         else:
@@ -254,10 +268,11 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         n, d = X.shape
         return min(n, d) <= EIGEN_MAX_RANK and 8 * n * min(n, d) <= EIGEN_MAX_BYTES
 
-    def _fit_ovr(self, X, Y: np.ndarray) -> None:
+    def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         start = time.perf_counter()
+        self.C_ = self._resolve_C(X, sample_weight)
         basis = EigenBasis(X) if self._use_eigenbasis(X) else None
-        problem = self._problem(X, Y, basis)
+        problem = self._problem(X, Y, self.C_, weights, basis)
         result, converged = minimize_lbfgs(
             problem, tol=float(self.tol), max_iter=int(self.max_iter), verbose=int(self.verbose)
         )
@@ -287,7 +302,8 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         """Value of the training objective of the fitted model on ``(X, y)``.
 
         Useful to compare solvers: any ``coef_``/``intercept_`` (e.g. copied
-        from ``LinearSVC``) is evaluated with this estimator's ``C``,
+        from ``LinearSVC``) is evaluated with this estimator's ``C_`` (or ``C``
+        resolved on ``X`` when it has none),
         ``class_weight`` and intercept penalty, with float64 products.
 
         Parameters
@@ -304,7 +320,8 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         if unknown.size:
             raise ValueError(f"labels {unknown[:5].tolist()} are not among the fitted classes_")
         Y = ovr_targets(np.searchsorted(self.classes_, y), self.classes_.shape[0])
-        problem = self._problem(X, Y)
+        C = getattr(self, "C_", None) or self._resolve_C(X)
+        problem = self._problem(X, Y, C, loss_weights(Y, self.classes_, self.class_weight, None))
         problem.exact = True  # float64 products, whatever the dtype of X
         return problem.value(self.coef_.T, self.intercept_)
 

@@ -139,6 +139,10 @@ def _default_model_out(feature_set: Path, classifier: str) -> Path:
     return feature_set.parent / f"{feature_set.name}-{classifier}.npz"
 
 
+def _default_experiment_out(feature_set: Path, classifier: str) -> Path:
+    return feature_set.parent / f"{feature_set.name}-{classifier}-experiment"
+
+
 @contextlib.contextmanager
 def _classifier_errors_as_usage_errors(name: str, featureset: str):
     """Errors of a classifier that are the user's to fix, as one line instead of a traceback:
@@ -199,7 +203,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from .evaluation import run_experiment
-    from .report import experiment_text, write_experiment
+    from .report import experiment_text, write_experiment, write_report
 
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
@@ -210,9 +214,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
         experiment = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
+    out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
+    write_experiment(experiment, out)
+    write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))
-    if args.out:
-        write_experiment(experiment, args.out)
+    print(f"  report: {out / 'report.html'}")
     return 0
 
 
@@ -402,7 +408,8 @@ def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
                             "report.md and confusion.png.")
     parser.add_argument("featureset")
     parser.add_argument("model")
-    parser.add_argument("--out", help="report folder (default: <model>-report)")
+    parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, report.md, "
+                        "confusion.png (default: <model>-report)")
     parser.set_defaults(func=cmd_evaluate)
 
 
@@ -414,7 +421,8 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--repeats", type=int, default=5, metavar="R")
     parser.add_argument("--seed", type=int, default=0,
                         help="first split seed; each run's seed is also the classifier's random_state unless --param sets it")
-    parser.add_argument("--out", help="folder for experiment.json")
+    parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, experiment.json "
+                        "(default: <featureset>-<classifier>-experiment beside the feature set)")
     parser.set_defaults(func=cmd_experiment)
 
 

@@ -32,20 +32,25 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
+from ..classifiers.base import warm_up
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
 from .dataset import split_indices
 from .feature_store import FeatureSet
 from .model_file import check_model_matches
+from .provenance import library_versions
 
 __all__ = [
     "TrainingResult",
+    "Predictions",
     "Evaluation",
     "ExperimentRun",
     "Experiment",
@@ -53,10 +58,12 @@ __all__ = [
     "mean_per_class_accuracy",
     "train_classifier",
     "named_class_weight",
-    "class_indices",
     "evaluate_model",
     "run_experiment",
 ]
+
+#: The per-image predictions next to ``report.json`` (its ``"predictions"`` entry names it).
+PREDICTIONS_FILE = "predictions.csv"
 
 #: What :func:`run_experiment` re-uses from the first split, stated in its JSON form.
 EXPERIMENT_NOTE = "re-splits of the stored rows; the codebook was learnt from the first split's training images only"
@@ -111,10 +118,81 @@ def mean_per_class_accuracy(y_true: np.ndarray, y_pred: np.ndarray, n_classes: i
         return balanced_accuracy_score(y_true, y_pred)
 
 
-def _timed_predict(estimator: Any, X: np.ndarray) -> tuple[np.ndarray, float]:
+def _class_indices(labels: np.ndarray, class_names: Sequence[str]) -> np.ndarray:
+    """Class indices of ``labels``, which are indices already or class names."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "iu":
+        return labels.astype(np.int64)
+    index = {name: k for k, name in enumerate(class_names)}
+    return np.array([index[str(label)] for label in labels], dtype=np.int64)
+
+
+def _timed_decisions(estimator: Any, X: np.ndarray, class_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, float]:
+    """Predicted class index and the decision values of every class, timed as ``predict``.
+
+    ``predict`` is the class of the largest decision value (with two classes: the sign of
+    the single value, read here as the scores ``(-s, s)``), so the two come from one pass.
+
+    Returns
+    -------
+    predicted : ndarray of int64, shape (n,)
+    scores : ndarray of float64, shape (n, n_classes), columns in the order of ``class_names``
+    seconds : float
+    """
     start = time.perf_counter()
-    predicted = estimator.predict(X)
-    return predicted, time.perf_counter() - start
+    raw = np.asarray(estimator.decision_function(X), dtype=np.float64)
+    seconds = time.perf_counter() - start
+    if raw.ndim == 1:
+        raw = np.stack([-raw, raw], axis=1)
+    columns = _class_indices(estimator.classes_, class_names)
+    scores = np.full((raw.shape[0], len(class_names)), -np.inf)
+    scores[:, columns] = raw
+    predicted = columns[np.argmax(raw, axis=1)] if raw.shape[0] else np.zeros(0, dtype=np.int64)
+    return predicted, scores, seconds
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """What the classifier said about every test image (``predictions.csv``)."""
+
+    paths: list[str]  #: image files (absolute when the dataset root is known)
+    y_true: np.ndarray  #: int64 class index of each image
+    y_pred: np.ndarray  #: int64 predicted class index
+    scores: np.ndarray  #: float64 (n, n_classes) decision values, columns in class order
+
+    @classmethod
+    def from_scores(cls, paths: Sequence[str], y_true: np.ndarray, y_pred: np.ndarray, scores: np.ndarray) -> "Predictions":
+        return cls(list(paths), np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64),
+                   np.asarray(scores, dtype=np.float64))
+
+    @property
+    def predicted_score(self) -> np.ndarray:
+        """Decision value of the predicted class of each image."""
+        return self.scores[np.arange(self.y_pred.size), self.y_pred]
+
+    @property
+    def true_score(self) -> np.ndarray:
+        """Decision value of the true class of each image."""
+        return self.scores[np.arange(self.y_true.size), self.y_true]
+
+    def rows(self, class_names: Sequence[str]) -> list[dict[str, Any]]:
+        """One dict per image: path, true, predicted, correct, both decision values."""
+        return [
+            {"path": path, "true": class_names[t], "predicted": class_names[p], "correct": bool(t == p),
+             "score_predicted": round(float(sp), 6), "score_true": round(float(st), 6)}
+            for path, t, p, sp, st in zip(self.paths, self.y_true, self.y_pred, self.predicted_score, self.true_score)
+        ]
+
+
+def _now() -> str:
+    """The date and time of a report: ISO 8601, UTC, to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _image_paths(feature_set: FeatureSet, relative: Sequence[str]) -> list[str]:
+    """Paths of a feature set's images, made absolute with the dataset root it records."""
+    root = feature_set.manifest.get("dataset", {}).get("root")
+    return [str(Path(root) / path) if root else str(path) for path in relative]
 
 
 @dataclass(frozen=True)
@@ -192,26 +270,20 @@ def train_classifier(
     With ``class_names``, ``y`` holds indices into it and the estimator is trained on the
     names (its ``classes_`` are names, a ``class_weight`` may name classes:
     :func:`named_class_weight`); the one-vs-rest problems keep the order of the indices when
-    the names are sorted, as a dataset's class folders are.
+    the names are sorted, as a dataset's class folders are. The numba kernels are compiled on
+    a tiny problem first (:func:`~classify_images.classifiers.base.warm_up`), so that
+    ``train_seconds`` is the training alone, not numba's compilation.
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
     if class_names is not None:
         estimator.set_params(**named_class_weight(params, list(class_names)))
         y = np.asarray(class_names, dtype=str)[np.asarray(y)]
+    warm_up(estimator, X, y)
     start = time.perf_counter()
     estimator.fit(X, y)
     seconds = time.perf_counter() - start
     return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]))
-
-
-def class_indices(predicted: np.ndarray, class_names: list[str]) -> np.ndarray:
-    """Predicted labels as indices into ``class_names`` (labels that are names are looked up)."""
-    predicted = np.asarray(predicted)
-    if predicted.dtype.kind in "iu":
-        return predicted
-    index = {name: i for i, name in enumerate(class_names)}
-    return np.array([index[str(label)] for label in predicted], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -230,6 +302,38 @@ class Evaluation:
     train_seconds: float | None  #: training time recorded in the model file (None if absent)
     test_seconds: float  #: wall-clock time of ``predict`` on the test rows
     mean_per_class_accuracy: float  #: see the module docstring
+    predictions: Predictions | None = field(default=None, repr=False)  #: per test image (``predictions.csv``)
+    config: dict | None = None  #: the pipeline config of the feature set
+    versions: dict | None = None  #: :func:`~classify_images.pipeline.provenance.library_versions` at evaluation
+    date: str | None = None  #: when the evaluation ran (ISO 8601, UTC)
+
+    def most_confused(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The largest off-diagonal cells: ``true`` predicted as ``predicted``, ``count`` times.
+
+        ``rate`` is the count over the test images of the true class; ties are broken by
+        class order.  Cells with a zero count are never listed.
+        """
+        off = self.confusion.astype(np.int64).copy()
+        np.fill_diagonal(off, 0)
+        order = np.argsort(-off, axis=None, kind="stable")[:limit]
+        totals = self.confusion.sum(axis=1)
+        pairs = []
+        for flat in order:
+            i, j = divmod(int(flat), off.shape[1])
+            if off[i, j] == 0:
+                break
+            pairs.append({"true": self.class_names[i], "predicted": self.class_names[j], "count": int(off[i, j]),
+                          "rate": float(off[i, j] / max(totals[i], 1))})
+        return pairs
+
+    def misclassified(self, limit: int = 48) -> list[dict[str, Any]]:
+        """The wrongly classified test images, most confident mistakes first (empty without predictions)."""
+        if self.predictions is None:
+            return []
+        rows = self.predictions.rows(self.class_names)
+        wrong = [row for row in rows if not row["correct"]]
+        wrong.sort(key=lambda row: -row["score_predicted"])
+        return wrong[:limit]
 
     @property
     def per_class_accuracy(self) -> np.ndarray:
@@ -246,10 +350,14 @@ class Evaluation:
         return _json_form(
             self,
             "classifier params feature_set config_hash n_train n_test n_features mean_per_class_accuracy "
-            "overall_accuracy per_class_accuracy class_names confusion train_seconds test_seconds",
+            "overall_accuracy per_class_accuracy class_names confusion train_seconds test_seconds "
+            "most_confused misclassified predictions config versions date",
             per_class_accuracy={name: float(rate) for name, rate in zip(self.class_names, self.per_class_accuracy)},
             confusion=self.confusion.tolist(),
             test_seconds=_seconds(self.test_seconds),
+            most_confused=self.most_confused(),
+            misclassified=self.misclassified(),
+            predictions=PREDICTIONS_FILE if self.predictions is not None else None,
         )
 
 
@@ -269,23 +377,37 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
         The model was trained on another feature set.
     """
     check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features)
-    X_test = np.asarray(feature_set.X_test)
-    predicted, test_seconds = _timed_predict(model, X_test)
-    predicted = class_indices(predicted, feature_set.class_names)
-    n_classes = len(feature_set.class_names)
+    return _evaluation(
+        model, meta["classifier"], meta["params"], feature_set, np.asarray(feature_set.X_test), feature_set.y_test,
+        feature_set.test_paths, n_train=int(feature_set.X_train.shape[0]), train_seconds=meta.get("train_seconds"),
+    )
+
+
+def _evaluation(
+    model: Any, classifier: str, params: dict, feature_set: FeatureSet, X_test: np.ndarray, y_test: np.ndarray,
+    test_paths: Sequence[str], *, n_train: int, train_seconds: float | None,
+) -> Evaluation:
+    """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``): confusion, predictions, provenance."""
+    class_names = feature_set.class_names
+    predicted, scores, test_seconds = _timed_decisions(model, X_test, class_names)
+    y_test = np.asarray(y_test, dtype=np.int64)
     return Evaluation(
-        classifier=meta["classifier"],
-        params=meta["params"],
+        classifier=classifier,
+        params=params,
         feature_set=str(feature_set.path),
         config_hash=feature_set.config_hash,
-        n_train=int(feature_set.X_train.shape[0]),
+        n_train=n_train,
         n_test=int(X_test.shape[0]),
         n_features=feature_set.n_features,
-        class_names=feature_set.class_names,
-        confusion=confusion_matrix(feature_set.y_test, predicted, labels=np.arange(n_classes)),
-        train_seconds=meta.get("train_seconds"),
+        class_names=class_names,
+        confusion=confusion_matrix(y_test, predicted, labels=np.arange(len(class_names))),
+        train_seconds=train_seconds,
         test_seconds=test_seconds,
-        mean_per_class_accuracy=mean_per_class_accuracy(feature_set.y_test, predicted),
+        mean_per_class_accuracy=mean_per_class_accuracy(y_test, predicted),
+        predictions=Predictions.from_scores(_image_paths(feature_set, test_paths), y_test, predicted, scores),
+        config=feature_set.manifest.get("config"),
+        versions=library_versions(),
+        date=_now(),
     )
 
 
@@ -315,6 +437,7 @@ class Experiment:
     feature_set: str  #: folder of the feature set
     config_hash: str  #: pipeline config the features were computed with
     runs: tuple[ExperimentRun, ...]  #: one per seed, in seed order
+    first: Evaluation | None = field(default=None, repr=False)  #: the full evaluation of the first seed's split
 
     @property
     def accuracies(self) -> np.ndarray:
@@ -359,16 +482,21 @@ def run_experiment(
     """
     X_all = np.concatenate([np.asarray(feature_set.X_train), np.asarray(feature_set.X_test)])
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
+    paths_all = feature_set.train_paths + feature_set.test_paths
     split = feature_set.manifest["split"]
     runs = []
+    first = None
     seeds = range(first_seed, first_seed + repeats)
     for seed in progress(seeds) if progress else seeds:
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
         training = train_classifier(name, params, X_all[train], y_all[train], seed=seed,
                                     class_names=feature_set.class_names)
-        predicted, test_seconds = _timed_predict(training.estimator, X_all[test])
-        predicted = class_indices(predicted, feature_set.class_names)
-        accuracy = mean_per_class_accuracy(y_all[test], predicted)
+        evaluation = _evaluation(
+            training.estimator, name, training.params, feature_set, X_all[test], y_all[test],
+            [paths_all[k] for k in test], n_train=int(train.size), train_seconds=training.train_seconds,
+        )
+        first = first or evaluation
         random_state = training.estimator.get_params().get("random_state")
-        runs.append(ExperimentRun(seed, accuracy, training.train_seconds, test_seconds, random_state=random_state))
-    return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs))
+        runs.append(ExperimentRun(seed, evaluation.mean_per_class_accuracy, training.train_seconds,
+                                  evaluation.test_seconds, random_state=random_state))
+    return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first)

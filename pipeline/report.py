@@ -1,13 +1,21 @@
-"""Reports of an evaluation or an experiment: JSON, markdown, the confusion plot, console text.
+"""Reports of an evaluation or an experiment: HTML, JSON, CSV, markdown, the confusion plot, console text.
 
 :func:`write_report` writes into one folder
 
+``report.html``
+    the page to look at, self-contained (:mod:`.report_html`): headline, per-class bars
+    worst first, most-confused pairs, the confusion matrix with hover labels, misclassified
+    test images, config, versions, date.
 ``report.json``
-    :meth:`Evaluation.to_dict() <classify_images.pipeline.evaluation.Evaluation.to_dict>`.
+    :meth:`Evaluation.to_dict() <classify_images.pipeline.evaluation.Evaluation.to_dict>`
+    (the same content; for an experiment also ``"experiment"``, its runs and mean ± std).
+``predictions.csv``
+    one row per test image: path, true and predicted class, correct, the decision values
+    of the predicted and of the true class.
 ``report.md``
     the accuracies, sizes, timings and parameters, and one table row per class.
 ``confusion.png``
-    the row-normalised confusion matrix (rows: true class).
+    the row-normalised confusion matrix (rows: true class), classes worst first.
 
 and :func:`write_experiment` writes ``experiment.json``.  Every file goes through
 :func:`~classify_images.pipeline.atomic.atomic_write`.  The ``*_text`` functions give
@@ -16,16 +24,17 @@ the lines the command line (and the demo) print, :func:`build_text` included.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from typing import TYPE_CHECKING
-
 from .atomic import atomic_write, atomic_write_json
-from .evaluation import EXPERIMENT_NOTE, Evaluation, Experiment, TrainingResult
+from .evaluation import EXPERIMENT_NOTE, PREDICTIONS_FILE, Evaluation, Experiment, TrainingResult
+from .report_html import class_order, confusion_figure, render_html
 
 if TYPE_CHECKING:
     from .build import BuildResult
@@ -34,6 +43,7 @@ __all__ = [
     "build_text",
     "write_report",
     "write_experiment",
+    "write_predictions",
     "plot_confusion",
     "markdown_report",
     "training_text",
@@ -58,41 +68,59 @@ def markdown_report(evaluation: Evaluation) -> str:
         "|---|---:|",
     ]
     lines += [f"| {name} | {100 * rate:.2f} |" for name, rate in report["per_class_accuracy"].items()]
-    lines += ["", "Confusion matrix: `confusion.png` (rows: true class, normalised).", ""]
+    lines += ["", "Confusion matrix: `confusion.png` (rows: true class, normalised, worst class first). "
+              "The full report: `report.html`; every test image: `predictions.csv`.", ""]
     return "\n".join(lines)
 
 
-def plot_confusion(confusion: np.ndarray, class_names: list[str], path: str | os.PathLike) -> None:
-    """Row-normalised confusion matrix as a PNG (matplotlib's Agg backend, no display needed)."""
-    import matplotlib
+def plot_confusion(confusion: np.ndarray, class_names: list[str], path: str | os.PathLike,
+                   order: np.ndarray | None = None) -> None:
+    """Row-normalised confusion matrix as a PNG (matplotlib's Agg backend, no display needed).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    The figure's size is capped and the tick labels are drawn only while legible
+    (:func:`~classify_images.pipeline.report_html.confusion_figure`).
+    """
     totals = np.maximum(confusion.sum(axis=1, keepdims=True), 1)
-    normalised = confusion / totals
-    size = max(4.0, 0.35 * len(class_names) + 2.0)
-    fig, ax = plt.subplots(figsize=(size + 1.0, size))
-    image = ax.imshow(normalised, vmin=0.0, vmax=1.0, cmap="viridis")
-    ax.set_xticks(range(len(class_names)), class_names, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(class_names)), class_names, fontsize=7)
-    ax.set_xlabel("predicted class")
-    ax.set_ylabel("true class")
-    ax.set_title(f"mean per-class accuracy {100 * np.mean(np.diag(normalised)):.2f} %")
-    fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.tight_layout()
+    mean = 100 * np.mean(np.diag(confusion / totals))
+    figure = confusion_figure(confusion, class_names, order, title=f"mean per-class accuracy {mean:.2f} %")
     with atomic_write(path, "wb") as handle:
-        fig.savefig(handle, dpi=100, format="png")
-    plt.close(fig)
+        handle.write(figure.png)
 
 
-def write_report(evaluation: Evaluation, out_dir: str | os.PathLike) -> Path:
-    """Write ``report.json``, ``report.md`` and ``confusion.png`` into ``out_dir`` (created if needed)."""
+def write_predictions(evaluation: Evaluation, path: str | os.PathLike) -> None:
+    """``predictions.csv``: one row per test image (:meth:`Predictions.rows <classify_images.pipeline.evaluation.Predictions.rows>`)."""
+    rows = evaluation.predictions.rows(evaluation.class_names) if evaluation.predictions is not None else []
+    with atomic_write(path, "w") as handle:
+        writer = csv.DictWriter(handle, ["path", "true", "predicted", "correct", "score_predicted", "score_true"],
+                                lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_report(evaluation: Evaluation, out_dir: str | os.PathLike, *, experiment: Experiment | None = None,
+                 thumbnails: bool = True) -> Path:
+    """Write ``report.html``, ``report.json``, ``predictions.csv``, ``report.md`` and ``confusion.png`` into ``out_dir``.
+
+    With ``experiment``, ``evaluation`` is its first split's and the page and
+    ``report.json`` add the runs and their mean ± std.  ``thumbnails=False`` leaves the
+    images out of the gallery (no image is read).
+    """
     out_dir = Path(out_dir)
-    atomic_write_json(out_dir / "report.json", evaluation.to_dict())
+    payload = evaluation.to_dict()
+    if experiment is not None:
+        payload["experiment"] = experiment.to_dict()
+    atomic_write_json(out_dir / "report.json", payload)
+    write_predictions(evaluation, out_dir / PREDICTIONS_FILE)
     with atomic_write(out_dir / "report.md", "w") as handle:
         handle.write(markdown_report(evaluation))
-    plot_confusion(evaluation.confusion, evaluation.class_names, out_dir / "confusion.png")
+    order = class_order(evaluation)
+    mean = 100 * evaluation.mean_per_class_accuracy
+    figure = confusion_figure(evaluation.confusion, evaluation.class_names, order,
+                              title=f"mean per-class accuracy {mean:.2f} %")
+    with atomic_write(out_dir / "confusion.png", "wb") as handle:
+        handle.write(figure.png)
+    with atomic_write(out_dir / "report.html", "w") as handle:
+        handle.write(render_html(evaluation, figure, experiment=experiment, thumbnails=thumbnails))
     return out_dir
 
 
@@ -131,7 +159,7 @@ def evaluation_text(evaluation: Evaluation, report_dir: str | os.PathLike) -> st
              f"on {evaluation.n_test} test images ({len(evaluation.class_names)} classes)"]
     lines += [f"  {name:<{width}}  {100 * rate:6.2f} %" for name, rate in report["per_class_accuracy"].items()]
     lines.append(f"  training {report['train_seconds']} s, testing {report['test_seconds']} s; "
-                 f"report: {report_dir}/report.md")
+                 f"report: {report_dir}/report.html")
     return "\n".join(lines)
 
 

@@ -261,7 +261,7 @@ def learning_rate_study(Atr, ytr, grid) -> dict:
         accs = [mpca(ytr[b], HIKnSVM(learning_rate=lr, random_state=0).fit(Atr[a], ytr[a]).predict(Atr[b]))
                 for a, b in cv_folds(ytr)]
         clf = HIKnSVM(learning_rate=lr, random_state=0).fit(Atr, ytr)
-        objective = np.mean([hik_nsvm_objective(Atr, Y[:, k], clf.coef_[k], 0.0, clf.alpha, clf.margin)
+        objective = np.mean([hik_nsvm_objective(Atr, Y[:, k], clf.coef_[k], 0.0, clf.alpha, clf.margin_)
                              for k in range(Y.shape[1])])
         study[lr] = {"cv_acc": float(np.mean(accs)), "objective": float(objective), "rate": clf.learning_rate_,
                      "nonzero_weights": float(np.count_nonzero(clf.coef_) / clf.coef_.size)}
@@ -367,9 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     variants = {"nsvm": nsvm_params}
     if args.ablations:
         variants |= {
-            "nsvm balanced": {**nsvm_params, "balanced": True},
+            "nsvm balanced": {**nsvm_params, "class_weight": "balanced"},
             "nsvm +bias": {**nsvm_params, "fit_intercept": True},
-            "nsvm balanced +bias": {**nsvm_params, "balanced": True, "fit_intercept": True},
+            "nsvm balanced +bias": {**nsvm_params, "class_weight": "balanced", "fit_intercept": True},
         }
     results: dict[str, list[dict]] = {}
     speed = None

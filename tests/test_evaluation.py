@@ -141,7 +141,8 @@ def test_evaluation_numbers(feature_set, evaluation):
     report = result.to_dict()
     assert list(report) == ["classifier", "params", "feature_set", "config_hash", "n_train", "n_test", "n_features",
                             "mean_per_class_accuracy", "overall_accuracy", "per_class_accuracy", "class_names",
-                            "confusion", "train_seconds", "test_seconds"]
+                            "confusion", "train_seconds", "test_seconds", "most_confused", "misclassified",
+                            "predictions", "config", "versions", "date"]
     assert report["mean_per_class_accuracy"] == reference_mean_per_class_accuracy(feature_set.y_test, predicted, 3)
     assert report["overall_accuracy"] == np.trace(confusion) / confusion.sum()
     assert report["per_class_accuracy"] == {name: confusion[k, k] / 6 for k, name in enumerate(CLASS_NAMES)}
@@ -166,7 +167,8 @@ def test_write_report(tmp_path, evaluation):
     markdown = (out / "report.md").read_text()
     assert markdown.startswith("# Evaluation: linear on ") and "| dots |" in markdown
     assert (out / "confusion.png").read_bytes()[:4] == b"\x89PNG"
-    assert sorted(p.name for p in out.iterdir()) == ["confusion.png", "report.json", "report.md"]  # no temporaries
+    assert sorted(p.name for p in out.iterdir()) == [
+        "confusion.png", "predictions.csv", "report.html", "report.json", "report.md"]  # no temporaries
     text = evaluation_text(result, out).splitlines()
     assert text[0].startswith("linear: mean per-class accuracy") and len(text) == 2 + len(CLASS_NAMES)
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
-from sklearn.utils.estimator_checks import check_estimator
 
 from classify_images.pipeline.model_file import load_model, save_model
 from classify_images.classifiers import _hik_nsvm_kernels as K
@@ -78,7 +77,7 @@ def test_sgd_matches_literal_algorithm1(monkeypatch, sparse):
     rates = clf._schedule(clf.learning_rate_)
     assert_allclose(rates, [2e-3] * 6 + [2e-4] * 6)  # r / 10 after half the epochs
     orders = epoch_orders(X.shape[0], clf.n_epochs, clf._shuffle_seed())
-    w_ref = reference_algorithm1(X, y, orders, rates, clf.alpha, clf.margin)
+    w_ref = reference_algorithm1(X, y, orders, rates, clf.alpha, clf.margin_)
     assert np.count_nonzero(w_ref) > 0
     assert_allclose(clf.coef_[0], w_ref, rtol=1e-9, atol=1e-13)
 
@@ -94,7 +93,7 @@ def test_objective_does_not_increase_in_small_step_epochs():
     assert curve[-1] < 0.05 * curve[0]
     # the recorded value is Eq. 7a at the final weights
     y_pm = np.where(y == 1, 1.0, -1.0)
-    assert_allclose(curve[-1], hik_nsvm_objective(X, y_pm, clf.coef_[0], 0.0, clf.alpha, clf.margin), rtol=1e-12)
+    assert_allclose(curve[-1], hik_nsvm_objective(X, y_pm, clf.coef_[0], 0.0, clf.alpha, clf.margin_), rtol=1e-12)
 
 
 def test_objective_formula():
@@ -139,15 +138,15 @@ def test_negative_input_rejected():
 
 
 # ------------------------------------------------------------------ options
-def test_balanced_weights():
+def test_class_weight_scales_the_steps():
+    """A class weight of 2 is the step of a sample weight 2 on that class's rows (same run)."""
     X, y = histograms(10, n=40)
-    y = np.r_[np.zeros(20, int), np.ones(20, int)]  # exactly balanced: c_i = n / (2 n_y) = 1
+    y = np.r_[np.zeros(20, int), np.ones(20, int)]
     params = dict(learning_rate=1e-3, n_epochs=10, random_state=0)
-    assert_array_equal(HIKnSVM(balanced=True, **params).fit(X, y).coef_,
-                       HIKnSVM(**params).fit(X, y).coef_)
-    y[:15] = 1  # 5 negatives : 35 positives
-    assert not np.array_equal(HIKnSVM(balanced=True, **params).fit(X, y).coef_,
-                              HIKnSVM(**params).fit(X, y).coef_)
+    by_class = HIKnSVM(class_weight={1: 2.0}, **params).fit(X, y).coef_
+    by_sample = HIKnSVM(**params).fit(X, y, sample_weight=np.where(y == 1, 2.0, 1.0)).coef_
+    assert_array_equal(by_class, by_sample)
+    assert not np.array_equal(by_class, HIKnSVM(**params).fit(X, y).coef_)
 
 
 def test_auto_learning_rate():
@@ -180,11 +179,6 @@ def test_problems_trained_together_equal_problems_trained_alone(sparse):
 
 
 # ------------------------------------------------------------------ sklearn, persistence
-def test_check_estimator():
-    # parameters for sklearn's unnormalised 2-d blobs (entries up to ~5, not histograms)
-    check_estimator(HIKnSVM(learning_rate=0.2, margin=0.5, fit_intercept=True, n_epochs=30, random_state=0))
-
-
 def test_save_load_round_trip(tmp_path):
     X, y = histograms(12, n_classes=3)
     labels = np.array(["coast", "forest", "street"])[y]

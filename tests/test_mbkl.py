@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.svm import LinearSVC
-from sklearn.utils.estimator_checks import check_estimator
 
 from classify_images.classifiers import _mbkl_kernels as kern
 from classify_images.pipeline.model_file import load_model, save_model
@@ -242,10 +241,6 @@ def test_two_classes_decision_shape():
     model = MBKL(random_state=0).fit(X, y)
     assert model.decision_function(X).shape == (X.shape[0],) and model.coef_.shape[0] == 1
     assert model.score(X, y) > 0.9
-
-
-def test_check_estimator():
-    check_estimator(MBKL(random_state=0))
 
 
 def test_no_stump_selected_gives_a_bias_only_model(tmp_path):

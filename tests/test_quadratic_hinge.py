@@ -11,7 +11,6 @@ from scipy.optimize import check_grad, minimize
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
-from sklearn.utils.estimator_checks import check_estimator
 
 from classify_images.classifiers.base import ovr_targets
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC, paper_lambda_to_C
@@ -252,6 +251,3 @@ def test_invalid_parameters_are_rejected():
         QuadraticHingeSVC(solver="newton").fit(X, y)
 
 
-@pytest.mark.parametrize("solver", ["eigen", "features"])
-def test_check_estimator(solver):
-    check_estimator(QuadraticHingeSVC(solver=solver))

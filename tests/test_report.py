@@ -1,0 +1,200 @@
+"""The report of an evaluation and of an experiment: report.html, report.json, predictions.csv.
+
+The page is parsed with the standard library's HTML parser here; ``tests/test_report_browser.py``
+opens it in a real browser.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from classify_images.pipeline.evaluation import Evaluation, Predictions
+from classify_images.pipeline.report import write_report
+from classify_images.pipeline.report_html import class_order, confusion_figure
+
+from .conftest import FIXTURE_IMAGES
+
+
+class _Page(HTMLParser):
+    """Rows of every table (by id), the images, and the hover titles of the page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, int] = {}
+        self.images: list[dict] = []
+        self.titles = 0
+        self._table = None
+        self._in_tbody = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self._table = attrs.get("id")
+            self.rows[self._table] = 0
+        elif tag == "tbody":
+            self._in_tbody = True
+        elif tag == "tr" and self._in_tbody:
+            self.rows[self._table] += 1
+        elif tag == "img":
+            self.images.append(attrs)
+        elif tag == "title":
+            self.titles += 1
+
+    def handle_endtag(self, tag):
+        if tag == "tbody":
+            self._in_tbody = False
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def synthetic_evaluation(n_classes: int = 5, per_class: int = 6, seed: int = 0, image_root: Path = FIXTURE_IMAGES):
+    """An evaluation whose test images are real files (the fixture images, reused)."""
+    rng = np.random.default_rng(seed)
+    files = sorted(str(p) for p in image_root.rglob("*") if p.suffix.lower() in {".jpg", ".png", ".jpeg"})
+    y_true = np.repeat(np.arange(n_classes), per_class)
+    scores = rng.normal(size=(y_true.size, n_classes))
+    scores[np.arange(y_true.size), y_true] += rng.uniform(0, 2.5, n_classes)[y_true]
+    y_pred = np.argmax(scores, axis=1)
+    confusion = np.zeros((n_classes, n_classes), dtype=np.int64)
+    np.add.at(confusion, (y_true, y_pred), 1)
+    names = [f"class-{k:03d}" for k in range(n_classes)]
+    paths = [files[i % len(files)] for i in range(y_true.size)]
+    rates = np.diag(confusion) / confusion.sum(axis=1)
+    return Evaluation(
+        "pmsvm", {"C": "auto"}, "features/synthetic", "f" * 40, 100 * n_classes, int(y_true.size), 64, names,
+        confusion, 1.5, 0.25, float(rates.mean()),
+        predictions=Predictions.from_scores(paths, y_true, y_pred, scores),
+        config={"codebook": {"kind": "kmeans", "size": 16}}, versions={"python": "3", "numpy": "2"},
+        date="2026-11-24T08:00:00+00:00",
+    )
+
+
+def test_most_confused_pairs_are_the_largest_off_diagonal_cells():
+    evaluation = synthetic_evaluation(n_classes=9, per_class=10)
+    pairs = evaluation.most_confused(limit=1000)
+    off = evaluation.confusion.copy()
+    np.fill_diagonal(off, 0)
+    assert len(pairs) == np.count_nonzero(off)
+    assert [p["count"] for p in pairs] == sorted(off[off > 0].tolist(), reverse=True)
+    names = evaluation.class_names
+    for pair in pairs:
+        i, j = names.index(pair["true"]), names.index(pair["predicted"])
+        assert i != j and off[i, j] == pair["count"] and pair["rate"] == pair["count"] / 10
+
+
+def test_report_files_agree(tmp_path):
+    evaluation = synthetic_evaluation()
+    out = write_report(evaluation, tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    for key in ("most_confused", "misclassified", "config", "versions", "date", "per_class_accuracy"):
+        assert report[key] == json.loads(json.dumps(evaluation.to_dict()[key]))
+    assert report["predictions"] == "predictions.csv"
+    with open(out / "predictions.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == evaluation.n_test
+    wrong = [row for row in rows if row["correct"] == "False"]
+    assert len(wrong) == evaluation.n_test - np.trace(evaluation.confusion)
+    assert all(row["true"] != row["predicted"] for row in wrong)
+    misclassified = report["misclassified"]
+    assert [m["score_predicted"] for m in misclassified] == sorted((m["score_predicted"] for m in misclassified),
+                                                                   reverse=True)
+
+
+def test_report_html_content(tmp_path):
+    evaluation = synthetic_evaluation()
+    page = _parse(write_report(evaluation, tmp_path) / "report.html")
+    n = len(evaluation.class_names)
+    assert page.rows["per-class"] == n
+    assert page.rows["confused"] == len(evaluation.most_confused())
+    assert page.rows["versions"] == 2
+    n_wrong = evaluation.n_test - int(np.trace(evaluation.confusion))
+    gallery = [img for img in page.images if img.get("src", "").startswith("data:image/jpeg;base64,")]
+    assert len(gallery) == min(n_wrong, 48) > 0
+    confusion = [img for img in page.images if img.get("id") == "confusion"]
+    assert len(confusion) == 1 and confusion[0]["src"].startswith("data:image/png;base64,")
+    assert page.titles == 1 + np.count_nonzero(evaluation.confusion)  # the page title + one per non-zero cell
+    text = (tmp_path / "report.html").read_text()
+    assert "http://" not in text and "https://" not in text  # self-contained: nothing fetched
+
+
+def test_per_class_rows_are_worst_first(tmp_path):
+    evaluation = synthetic_evaluation(n_classes=7)
+    order = class_order(evaluation)
+    rates = evaluation.per_class_accuracy[order]
+    assert np.all(np.diff(rates) >= 0)
+    text = (write_report(evaluation, tmp_path) / "report.html").read_text()
+    positions = [text.index(f"<td>{evaluation.class_names[k]}</td>") for k in order]
+    assert positions == sorted(positions)
+
+
+@pytest.mark.parametrize("n_classes", [15, 101])
+def test_confusion_png_stays_a_readable_size(n_classes):
+    evaluation = synthetic_evaluation(n_classes=n_classes, per_class=3)
+    figure = confusion_figure(evaluation.confusion, evaluation.class_names, class_order(evaluation))
+    assert figure.width <= 1200 and figure.height <= 1000
+    left, top, right, bottom = figure.box
+    assert 0 <= left < right <= figure.width and 0 <= top < bottom <= figure.height
+    assert (right - left) / n_classes >= 5  # a cell is at least 5 px: hoverable
+
+
+def test_unreadable_gallery_image_is_a_text_not_a_broken_image(tmp_path):
+    evaluation = synthetic_evaluation()
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not an image")
+    predictions = evaluation.predictions
+    paths = [str(broken)] * len(predictions.paths)
+    evaluation = Evaluation(**{**evaluation.__dict__, "predictions": Predictions(paths, predictions.y_true,
+                                                                                 predictions.y_pred, predictions.scores)})
+    page = _parse(write_report(evaluation, tmp_path / "rep") / "report.html")
+    assert [img.get("id") for img in page.images] == ["confusion"]
+    assert "image not readable" in (tmp_path / "rep" / "report.html").read_text()
+
+
+def test_experiment_report(tmp_path, capsys):
+    """``experiment`` writes the page with the runs table and mean ± std, and experiment.json."""
+    from classify_images.pipeline.evaluation import run_experiment
+    from classify_images.pipeline.feature_store import FeatureSet
+    from classify_images.pipeline.report import write_experiment
+
+    rng = np.random.default_rng(0)
+    files = sorted(str(p.relative_to(FIXTURE_IMAGES)) for p in FIXTURE_IMAGES.rglob("*.*"))
+    y = np.repeat(np.arange(3), 8)
+    X = (rng.random((3, 6))[y] + rng.normal(0, 0.4, (24, 6))).astype(np.float32)
+    train = np.r_[0:4, 8:12, 16:20]
+    test = np.setdiff1d(np.arange(24), train)
+    manifest = {"class_names": ["a", "b", "c"], "config_hash": "c" * 40, "config": {"x": 1},
+                "dataset": {"root": str(FIXTURE_IMAGES)},
+                "split": {"train": [files[i] for i in train], "test": [files[i] for i in test],
+                          "train_per_class": 4, "test_per_class": None}}
+    fs = FeatureSet(tmp_path, manifest, X[train], X[test], y[train], y[test])
+    experiment = run_experiment(fs, "linear", {}, 3)
+    write_experiment(experiment, tmp_path / "out")
+    write_report(experiment.first, tmp_path / "out", experiment=experiment)
+    page = _parse(tmp_path / "out" / "report.html")
+    assert page.rows["runs"] == 3 and page.rows["per-class"] == 3
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["experiment"]["mean"] == pytest.approx(experiment.mean) and len(report["experiment"]["runs"]) == 3
+    assert report["mean_per_class_accuracy"] == experiment.runs[0].mean_per_class_accuracy
+    with open(tmp_path / "out" / "predictions.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert all(Path(row["path"]).exists() for row in rows)  # paths of the re-split are real files
+
+
+def test_missing_browser_says_what_to_install(monkeypatch, tmp_path):
+    """The browser tests fail (not skip) with the install command when Chromium is absent."""
+    from ._browser import BrowserMissing, chromium_binary
+
+    monkeypatch.delenv("CHROMIUM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BrowserMissing, match="apt-get install chromium"):
+        chromium_binary()
