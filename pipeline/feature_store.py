@@ -10,6 +10,8 @@ Layout::
     y_train.npy       int64 class indices
     y_test.npy        int64
     codebook.npy      float32 (K, 128)         to featurise new images
+    codebook.npz      instead of codebook.npy for Fisher vectors: the named arrays of
+                      the PCA + GMM model (``np.savez``, loaded without pickle)
     minmax.npy        float32 (2, d)           training minima and maxima, only with
                                                min-max normalisation (the fitted
                                                :class:`~classify_images.coding.normalize.Normalizer`)
@@ -35,6 +37,8 @@ from .config import PipelineConfig
 __all__ = ["FeatureSetError", "FeatureSet", "load_feature_set", "FeatureSetWriter"]
 
 MANIFEST = "manifest.json"
+#: The codebook: ``codebook.npy`` (one array) or ``codebook.npz`` (named arrays).
+CODEBOOK = "codebook"
 #: The fitted normaliser's statistics (``[minima; maxima]``), when it has any.
 NORMALIZER_STATISTICS = "minmax"
 FORMAT_NAME = "classify-images-feature-set"
@@ -82,10 +86,13 @@ class FeatureSet:
     def test_paths(self) -> list[str]:
         return list(self.manifest["split"]["test"])
 
-    def codebook(self) -> np.ndarray:
-        """The codebook the features were encoded with."""
+    def codebook(self) -> np.ndarray | dict[str, np.ndarray]:
+        """The codebook the features were encoded with (a dict of arrays for a Fisher model)."""
         if self._codebook is None:
-            self._codebook = _load_array(self.path, "codebook.npy")
+            if (self.path / f"{CODEBOOK}.npz").exists():
+                self._codebook = _load_arrays(self.path, f"{CODEBOOK}.npz")
+            else:
+                self._codebook = _load_array(self.path, f"{CODEBOOK}.npy")
         return self._codebook
 
     def normalizer(self) -> Normalizer:
@@ -112,6 +119,15 @@ def _load_array(folder: Path, name: str, mmap: bool = False) -> np.ndarray:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
         raise FeatureSetError(f"feature set {folder} is incomplete: {name} is missing; rebuild it") from None
+    except (OSError, ValueError) as exc:
+        raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({exc}); rebuild it") from None
+
+
+def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:
+    """The named arrays of an ``.npz`` file, read into memory, without pickle."""
+    try:
+        with np.load(folder / name, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
     except (OSError, ValueError) as exc:
         raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({exc}); rebuild it") from None
 
@@ -171,6 +187,13 @@ class FeatureSetWriter:
 
     def save(self, name: str, array: np.ndarray) -> None:
         np.save(self.tmp / f"{name}.npy", np.asarray(array), allow_pickle=False)
+
+    def save_codebook(self, codebook: np.ndarray | dict[str, np.ndarray]) -> None:
+        """Store the codebook: one array as ``codebook.npy``, named arrays as ``codebook.npz``."""
+        if isinstance(codebook, dict):
+            np.savez(self.tmp / f"{CODEBOOK}.npz", **{key: np.asarray(value) for key, value in codebook.items()})
+        else:
+            self.save(CODEBOOK, codebook)
 
     def save_normalizer(self, normalizer: Normalizer) -> None:
         """Store the fitted normaliser's statistics (nothing for per-vector methods)."""
