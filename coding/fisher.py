@@ -113,19 +113,9 @@ class FisherEncoder:
     def encode(self, descriptors: np.ndarray, cells: np.ndarray, n_cells: int) -> np.ndarray:
         """The improved Fisher vector of every pyramid cell, concatenated and L2-normalised.
 
-        Parameters
-        ----------
-        descriptors : ndarray (n, P)
-            Descriptors before PCA.
-        cells : ndarray of int (n_levels, n)
-            Global cell number of each descriptor at each level
-            (:func:`~classify_images.coding.pooling.pyramid_cells`).
-        n_cells : int
-            Total number of cells.
-
-        Returns
-        -------
-        vector : ndarray of float32, shape (n_cells · 2 · K · D,)
+        The arguments are those of :meth:`~classify_images.coding.vlad.VladEncoder.encode`
+        (``descriptors`` before PCA, ``(n, P)``); the result is float32 of
+        ``n_cells · 2 · K · D`` entries.
         """
         x = self.project(descriptors)
         posteriors = gmm_posteriors(x, self.weights, self.means, self.variances)
