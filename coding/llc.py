@@ -28,8 +28,8 @@ negative) and zeros elsewhere.  Codes are max-pooled over the pyramid (pooling m
 
 Speed: the ``k`` nearest codewords come from one BLAS product per chunk
 (:math:`\\lVert b\\rVert^2 - 2 b^\\top x`, the ``‖x‖²`` term does not change the order) and
-:func:`numpy.argpartition`; the ``n`` small ``k × k`` systems are solved in one batched
-:func:`numpy.linalg.solve`.
+a one-pass selection of the ``k`` smallest per row (numba, :mod:`._llc_kernels`); the ``n``
+small ``k × k`` systems are solved in one batched :func:`numpy.linalg.solve`.
 
 References
 ----------
@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
+from ._llc_kernels import k_smallest
 
 __all__ = ["IMPLEMENTATION_VERSION", "DEFAULT_N_NEIGHBORS", "DEFAULT_BETA", "nearest_codewords", "llc_codes", "LlcCoder"]
 
@@ -82,13 +84,7 @@ def nearest_codewords(descriptors: np.ndarray, codebook: np.ndarray, n_neighbors
     for start in range(0, descriptors.shape[0], _CHUNK):
         block = descriptors[start : start + _CHUNK]
         distances = sq_norms - 2.0 * (block @ codebook.T)
-        if n_neighbors < n_words:
-            candidates = np.argpartition(distances, n_neighbors - 1, axis=1)[:, :n_neighbors]
-        else:
-            candidates = np.broadcast_to(np.arange(n_words), distances.shape)
-        chosen = np.take_along_axis(distances, candidates, axis=1)
-        order = np.lexsort((candidates, chosen), axis=1)
-        neighbors[start : start + block.shape[0]] = np.take_along_axis(candidates, order, axis=1)
+        neighbors[start : start + block.shape[0]] = k_smallest(distances, n_neighbors)
     return neighbors
 
 

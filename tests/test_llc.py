@@ -55,6 +55,16 @@ def test_nearest_codewords_are_brute_force_order():
         nearest_codewords(X, codebook, 31)
 
 
+@pytest.mark.parametrize("k", [1, 2, 5, 12])
+def test_k_smallest_is_a_stable_sort_with_ties(k):
+    from classify_images.coding._llc_kernels import k_smallest
+
+    rng = np.random.default_rng(5)
+    distances = rng.integers(0, 6, size=(200, 12)).astype(np.float64)  # many ties
+    expected = np.argsort(distances, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(k_smallest(distances, k), expected)
+
+
 def test_llc_is_deterministic_and_chunking_free():
     rng = np.random.default_rng(3)
     codebook, X = rng.random((64, 128)).astype(np.float32), rng.random((9000, 128)).astype(np.float32)
