@@ -21,7 +21,11 @@ Learning follows the paper's Algorithm 1:
 Stumps
     ``f_k`` uniform over the dimensions, ``t_k`` uniform over the training range
     ``[min_i x_{i f_k}, max_i x_{i f_k}]`` of that dimension; no labels are used
-    (section 4).
+    (section 4).  Optional rule ``threshold_rule="quantile"`` (not in the paper):
+    ``t_k = Q_{f_k}(u_k)``, ``u_k`` uniform on [0, 1], the empirical quantile
+    (linear interpolation between order statistics) of the training values of
+    dimension ``f_k``: on sparse, heavy-tailed histogram bins the uniform rule puts
+    most thresholds above most values, this one spreads them like the data.
 Step 0 (Table 1)
     per class ``y`` and stump ``k``, ``(c^1, c^0) = (a, -a)`` with
     ``a in {-1, 0, +1}`` from the fraction of positives ``p / t_p`` and of
@@ -242,6 +246,24 @@ def kernel_rows(
     return np.concatenate(samples).astype(np.int64), np.concatenate(labels), problem_ptr
 
 
+def _quantile_thresholds(X, features: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """``Q_f(u)`` for each (feature ``f``, level ``u``): the empirical quantile of column ``f``
+    of ``X`` (implicit zeros of a sparse ``X`` included), linear interpolation."""
+    thresholds = np.empty(features.size, dtype=np.float64)
+    columns = sp.csc_matrix(X) if sp.issparse(X) else None
+    by_feature = np.argsort(features, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(features[by_feature]) != 0])
+    for group in np.split(by_feature, starts[1:]):
+        f = features[group[0]]
+        if columns is None:
+            values = np.asarray(X[:, f], dtype=np.float64)
+        else:
+            stored = columns.data[columns.indptr[f] : columns.indptr[f + 1]]
+            values = np.concatenate([stored, np.zeros(X.shape[0] - stored.size)]).astype(np.float64)
+        thresholds[group] = np.quantile(values, levels[group])
+    return thresholds
+
+
 class MBKL(OneVsRestClassifierBase):
     """Multiple Binary Kernel Learning with random decision stumps ([1]_, Algorithm 1).
 
@@ -269,6 +291,10 @@ class MBKL(OneVsRestClassifierBase):
     learn_theta : bool, default=True
         False: ``theta = 1`` for every stump, Steps 0-1 skipped and all stumps
         kept (the paper's "BMs as features of a linear SVM" baseline).
+    threshold_rule : {"range", "quantile"}, default="range"
+        How stump thresholds are drawn: uniform on each dimension's training range
+        (the paper's rule) or at a uniform random quantile of its training values
+        (module docstring).
     init_rule : {"table1", "balanced"}, default="table1"
         Step 0's rule (:func:`initial_signs`): the paper's Table 1, or
         ``"balanced"``, ``a = sign(p/t_p - n/t_n)`` (our addition: Table 1
@@ -347,6 +373,7 @@ class MBKL(OneVsRestClassifierBase):
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "C_kernel": [Interval(Real, 0, None, closed="neither")],
         "learn_theta": ["boolean"],
+        "threshold_rule": [StrOptions({"range", "quantile"})],
         "init_rule": [StrOptions({"table1", "balanced"})],
         "neg_pos_ratio": [Interval(Real, 0, None, closed="neither")],
         "n_kernel_samples": [Interval(Integral, 2, None, closed="left"), None],
@@ -366,6 +393,7 @@ class MBKL(OneVsRestClassifierBase):
         class_weight: dict | str | None = None,
         C_kernel: float = 1.0,
         learn_theta: bool = True,
+        threshold_rule: str = "range",
         init_rule: str = "table1",
         neg_pos_ratio: float = 2.0,
         n_kernel_samples: int | None = 5000,
@@ -381,6 +409,7 @@ class MBKL(OneVsRestClassifierBase):
         self.class_weight = class_weight
         self.C_kernel = C_kernel
         self.learn_theta = learn_theta
+        self.threshold_rule = threshold_rule
         self.init_rule = init_rule
         self.neg_pos_ratio = neg_pos_ratio
         self.n_kernel_samples = n_kernel_samples
@@ -405,7 +434,7 @@ class MBKL(OneVsRestClassifierBase):
         timings: dict[str, float] = {}
 
         start = time.perf_counter()
-        features, thresholds = self._random_stumps(X, n_stumps, rng)
+        features, thresholds = self._random_stumps(X, n_stumps, rng, self.threshold_rule)
         Xc = sp.csc_matrix(X)
         bits = kern.stump_bits_csc(
             Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64), Xc.data, n_samples, features, thresholds
@@ -435,15 +464,21 @@ class MBKL(OneVsRestClassifierBase):
         self.timings_ = timings
 
     @staticmethod
-    def _random_stumps(X, n_stumps: int, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
-        """Stumps of section 4, sorted by feature: ``f`` uniform, ``t`` uniform on the training range of ``f``."""
-        if sp.issparse(X):
-            low, high = (np.asarray(v, dtype=np.float64) for v in min_max_axis(X, axis=0))
-        else:
-            low = np.asarray(X.min(axis=0), dtype=np.float64)
-            high = np.asarray(X.max(axis=0), dtype=np.float64)
+    def _random_stumps(
+        X, n_stumps: int, rng: np.random.RandomState, threshold_rule: str = "range"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Stumps sorted by feature: ``f`` uniform; ``t`` uniform on the training range of ``f``
+        (section 4), or at a uniform random quantile of its training values."""
         features = rng.randint(0, X.shape[1], size=n_stumps).astype(np.int64)
-        thresholds = rng.uniform(low[features], high[features]).astype(np.float64)
+        if threshold_rule == "quantile":
+            thresholds = _quantile_thresholds(X, features, rng.uniform(0.0, 1.0, size=n_stumps))
+        else:
+            if sp.issparse(X):
+                low, high = (np.asarray(v, dtype=np.float64) for v in min_max_axis(X, axis=0))
+            else:
+                low = np.asarray(X.min(axis=0), dtype=np.float64)
+                high = np.asarray(X.max(axis=0), dtype=np.float64)
+            thresholds = rng.uniform(low[features], high[features]).astype(np.float64)
         order = np.lexsort((thresholds, features))
         return features[order], thresholds[order]
 

@@ -1,6 +1,6 @@
 """Codebooks learnt from a sample of training descriptors.
 
-Two kinds, as in the papers the package reproduces:
+The kinds (``codebook.kind``), as in the papers the package reproduces:
 
 * **k-means** (vector quantisation, BoF / SPM; Lazebnik et al. 2006): ``K``
   centres minimising :math:`\\sum_i \\min_k \\lVert x_i - c_k \\rVert^2`
@@ -9,24 +9,73 @@ Two kinds, as in the papers the package reproduces:
   :math:`\\min_{U,V} \\sum_i \\lVert x_i - V u_i \\rVert^2/2 + \\lambda \\lVert u_i \\rVert_1`
   s.t. :math:`\\lVert v_k \\rVert_2 \\le 1`, learnt by SPAMS' online dictionary
   learning (``spams.trainDL``, Mairal et al. 2010).
+* ``"llc"`` and ``"vlad"``: k-means centres as above, for LLC coding
+  (:mod:`~classify_images.coding.llc`) and VLAD (:mod:`~classify_images.coding.vlad`).
+* ``"fisher"``: a Fisher-vector model (:mod:`~classify_images.coding.fisher`), learnt
+  by :func:`learn_fisher_model`: PCA to ``D`` dimensions (no whitening), then a
+  diagonal-covariance GMM of ``K`` components fitted by EM (scikit-learn's
+  :class:`~sklearn.mixture.GaussianMixture`, k-means initialisation), as a dict of arrays.
 
-Both are learnt only from descriptors of *training* images, drawn by a seeded
+All are learnt only from descriptors of *training* images, drawn by a seeded
 sample (:func:`sample_rows`), so the codebook never sees test data.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
-__all__ = ["IMPLEMENTATION_VERSION", "CODEBOOK_KINDS", "learn_kmeans_codebook", "learn_sparse_dictionary", "sample_rows"]
+__all__ = [
+    "IMPLEMENTATION_VERSION",
+    "CODEBOOK_KINDS",
+    "KMEANS_KINDS",
+    "DEFAULT_PCA_DIMS",
+    "Codebook",
+    "codebook_size",
+    "codebook_digest",
+    "learn_kmeans_codebook",
+    "learn_sparse_dictionary",
+    "learn_fisher_model",
+    "sample_rows",
+]
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
 #: config hash, so results computed by the old code are not reused.
 IMPLEMENTATION_VERSION = 1
 
-#: The codebook kinds: k-means centres (vector quantisation) or a sparse-coding dictionary.
-CODEBOOK_KINDS = ("kmeans", "sparse")
+#: The codebook kinds: k-means centres (vector quantisation), a sparse-coding
+#: dictionary, k-means centres for LLC or VLAD, a PCA + GMM model for Fisher vectors.
+CODEBOOK_KINDS = ("kmeans", "sparse", "llc", "vlad", "fisher")
+
+#: The kinds whose codebook is a set of k-means centres.
+KMEANS_KINDS = ("kmeans", "llc", "vlad")
+
+#: PCA dimensions of the descriptors for Fisher vectors when the config does not say.
+DEFAULT_PCA_DIMS = 64
+
+#: A learnt codebook: a (K, d) array of words, or the named arrays of a Fisher model.
+Codebook = np.ndarray | dict[str, np.ndarray]
+
+
+def codebook_size(codebook: Codebook) -> int:
+    """Number of words ``K`` (GMM components for a Fisher model)."""
+    if isinstance(codebook, dict):
+        return int(codebook["weights"].shape[0])
+    return int(codebook.shape[0])
+
+
+def codebook_digest(codebook: Codebook) -> str:
+    """SHA-1 of the codebook's bytes (of every named array, in name order, for a dict)."""
+    if not isinstance(codebook, dict):
+        return hashlib.sha1(np.ascontiguousarray(codebook).tobytes()).hexdigest()
+    sha = hashlib.sha1()
+    for name in sorted(codebook):
+        array = np.ascontiguousarray(codebook[name])
+        sha.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        sha.update(array.tobytes())
+    return sha.hexdigest()
 
 
 def sample_rows(n_rows: int, n_samples: int, rng: np.random.Generator) -> np.ndarray:
@@ -144,3 +193,60 @@ def learn_sparse_dictionary(
         verbose=False,
     )
     return np.ascontiguousarray(np.asarray(D).T, dtype=np.float32)
+
+
+def learn_fisher_model(
+    descriptors: np.ndarray,
+    n_components: int,
+    *,
+    pca_dims: int = DEFAULT_PCA_DIMS,
+    max_iter: int = 100,
+    random_state: int = 0,
+) -> dict[str, np.ndarray]:
+    """PCA + diagonal GMM for improved Fisher vectors (Perronnin et al. 2010, §2 and §4.1).
+
+    The descriptors are centred and projected on their ``pca_dims`` principal axes
+    (:class:`~sklearn.decomposition.PCA`, full SVD, no whitening); a GMM with ``K``
+    diagonal components, :math:`p(x) = \\sum_k \\pi_k \\mathcal N(x; \\mu_k, \\mathrm{diag}\\,\\sigma_k^2)`,
+    is fitted to the projections by EM (:class:`~sklearn.mixture.GaussianMixture`,
+    ``covariance_type="diag"``, k-means initialisation, seeded).
+
+    Parameters
+    ----------
+    descriptors : ndarray (n_samples, P)
+        Training descriptors.
+    n_components : int
+        GMM components ``K`` (256 is the usual choice).
+    pca_dims : int
+        ``D ≤ P``, dimensions kept by PCA.
+    max_iter : int
+        EM iterations at most.
+    random_state : int
+        Seed of the GMM's initialisation.
+
+    Returns
+    -------
+    model : dict of float64 ndarrays
+        ``pca_mean`` (P,), ``pca_components`` (D, P), ``weights`` (K,), ``means`` (K, D),
+        ``variances`` (K, D) — :data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`.
+    """
+    from sklearn.decomposition import PCA
+    from sklearn.mixture import GaussianMixture
+
+    descriptors = _check_descriptors(descriptors, n_components, "Fisher-vector GMM")
+    if not 1 <= pca_dims <= descriptors.shape[1]:
+        raise ValueError(
+            f"Fisher-vector GMM: pca_dims must be in [1, {descriptors.shape[1]}] (the descriptor length), got {pca_dims}"
+        )
+    X = descriptors.astype(np.float64)
+    pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)
+    gmm = GaussianMixture(
+        n_components=n_components, covariance_type="diag", max_iter=max_iter, random_state=random_state
+    ).fit(pca.transform(X))
+    return {
+        "pca_mean": np.asarray(pca.mean_, dtype=np.float64),
+        "pca_components": np.asarray(pca.components_, dtype=np.float64),
+        "weights": np.asarray(gmm.weights_, dtype=np.float64),
+        "means": np.asarray(gmm.means_, dtype=np.float64),
+        "variances": np.asarray(gmm.covariances_, dtype=np.float64),
+    }

@@ -1,7 +1,10 @@
 """Spatial-pyramid pooling of codes (Lazebnik et al. 2006; ScSPM, Yang et al. 2009).
 
 The image is divided at level ``L`` into an ``L × L`` grid of cells; with the
-default levels (1, 2, 4) that is 1 + 4 + 16 = 21 cells.  Within each cell the
+default levels (1, 2, 4) that is 1 + 4 + 16 = 21 cells.  A level may also be a
+non-square grid written ``"RxC"`` (``R`` rows, ``C`` columns): ``"3x1"`` is the three
+horizontal strips of the Fisher-vector pyramid 1×1 + 2×2 + 3×1 (Perronnin, Sánchez &
+Mensink 2010 [1]_, §4.1).  Within each cell the
 codes :math:`u_i` (rows of the code matrix :math:`U`) of the descriptors whose
 centre lies in the cell are pooled, and the cell vectors are concatenated
 (level by level, cells row-major) into a vector of ``21·K`` dimensions.
@@ -13,9 +16,19 @@ Pooling functions (ScSPM §3.2 and its Table 6), over the ``M`` codes of a cell:
 ``max``      :math:`z_j = \\max_i |u_{ij}|` (ScSPM Eq. 5).
 ``sqrt``     :math:`z_j = \\sqrt{\\frac1M\\sum_i u_{ij}^2}`.
 ``abs``      :math:`z_j = \\frac1M\\sum_i |u_{ij}|`.
+``signed_max`` :math:`z_j = \\max_i u_{ij}` — the max of the signed codes, entries
+             outside a code's support counting as 0: LLC's pooling (Wang et al.
+             2010 [2]_, Eq. 5 as in the authors' released ``LLC_pooling.m``).
 
 An empty cell pools to zeros.  Codes are given either as VQ indices (int
 array) or as a dense / CSR matrix.
+
+References
+----------
+.. [1] F. Perronnin, J. Sánchez and T. Mensink, "Improving the Fisher kernel for
+   large-scale image classification", ECCV 2010.
+.. [2] J. Wang, J. Yang, K. Yu, F. Lv, T. Huang and Y. Gong, "Locality-constrained
+   linear coding for image classification", CVPR 2010.
 """
 
 from __future__ import annotations
@@ -25,7 +38,16 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["IMPLEMENTATION_VERSION", "POOLING_METHODS", "pyramid_cells", "spatial_pyramid_pool", "pooled_dimension"]
+__all__ = [
+    "IMPLEMENTATION_VERSION",
+    "POOLING_METHODS",
+    "pyramid_grids",
+    "validate_levels",
+    "n_pyramid_cells",
+    "pyramid_cells",
+    "spatial_pyramid_pool",
+    "pooled_dimension",
+]
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
@@ -33,16 +55,58 @@ __all__ = ["IMPLEMENTATION_VERSION", "POOLING_METHODS", "pyramid_cells", "spatia
 IMPLEMENTATION_VERSION = 1
 
 
-POOLING_METHODS = ("average", "max", "sqrt", "abs")
+POOLING_METHODS = ("average", "max", "sqrt", "abs", "signed_max")
+
+#: A pyramid level: ``L`` (an ``L × L`` grid) or ``"RxC"`` (``R`` rows, ``C`` columns).
+Level = int | str
 
 
-def pooled_dimension(n_words: int, levels: Sequence[int]) -> int:
-    """Length of the pooled vector: ``n_words · Σ_L L²``."""
-    return int(n_words * sum(level * level for level in levels))
+#: Largest number of rows or columns of a pyramid level (a guard against runaway configs:
+#: 32 × 32 cells of 4-pixel bins is already finer than a dense-SIFT grid).
+MAX_PYRAMID_LEVEL = 32
+_LEVELS_RULE = (
+    f'expected a non-empty list of integers from 1 to {MAX_PYRAMID_LEVEL} (L × L cells) '
+    'or "RxC" strings (R rows, C columns, e.g. "3x1")'
+)
+
+
+def _grid(level: Level) -> tuple[int, int]:
+    if isinstance(level, int) and not isinstance(level, bool) and 1 <= level <= MAX_PYRAMID_LEVEL:
+        return level, level
+    if isinstance(level, str):
+        parts = level.lower().replace("×", "x").split("x")
+        if len(parts) == 2 and all(p.strip().isdigit() and 1 <= int(p) <= MAX_PYRAMID_LEVEL for p in parts):
+            return int(parts[0]), int(parts[1])
+    raise ValueError(f"{_LEVELS_RULE}; got the level {level!r}")
+
+
+def pyramid_grids(levels: Sequence[Level]) -> list[tuple[int, int]]:
+    """``(rows, columns)`` of every level: ``L`` → ``(L, L)``, ``"RxC"`` → ``(R, C)``."""
+    return [_grid(level) for level in levels]
+
+
+def validate_levels(levels: Sequence[Level] | Level) -> tuple[Level, ...]:
+    """The levels as a tuple, each an integer ≥ 1 or an ``"RxC"`` string (ValueError otherwise)."""
+    if isinstance(levels, (int, str)) and not isinstance(levels, bool):
+        levels = [levels]
+    if not isinstance(levels, (list, tuple)) or not levels:
+        raise ValueError(_LEVELS_RULE)
+    pyramid_grids(levels)
+    return tuple(levels)
+
+
+def n_pyramid_cells(levels: Sequence[Level]) -> int:
+    """Number of cells of the pyramid: ``Σ R·C`` over its levels."""
+    return int(sum(rows * cols for rows, cols in pyramid_grids(levels)))
+
+
+def pooled_dimension(n_words: int, levels: Sequence[Level]) -> int:
+    """Length of the pooled vector: ``n_words · Σ_L L²`` (``n_words · Σ R·C`` in general)."""
+    return int(n_words * n_pyramid_cells(levels))
 
 
 def pyramid_cells(
-    x: np.ndarray, y: np.ndarray, image_shape: tuple[int, int], levels: Sequence[int]
+    x: np.ndarray, y: np.ndarray, image_shape: tuple[int, int], levels: Sequence[Level]
 ) -> np.ndarray:
     """Cell index of every descriptor at every pyramid level.
 
@@ -51,24 +115,24 @@ def pyramid_cells(
     x, y : ndarray (n,)
         Descriptor centres in pixels (column, row).
     image_shape : (height, width)
-    levels : sequence of int
-        Grid sizes, e.g. (1, 2, 4).
+    levels : sequence of int or "RxC"
+        Grid sizes, e.g. (1, 2, 4) or (1, 2, "3x1").
 
     Returns
     -------
     cells : ndarray of int32, shape (len(levels), n)
-        Global cell number (``offset(level) + row·L + col``) of each descriptor.
+        Global cell number (``offset(level) + row·C + col``) of each descriptor.
     """
     height, width = image_shape
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     cells = np.empty((len(levels), x.shape[0]), dtype=np.int32)
     offset = 0
-    for row, level in enumerate(levels):
-        col_bin = np.clip((x * level / width).astype(np.int64), 0, level - 1)
-        row_bin = np.clip((y * level / height).astype(np.int64), 0, level - 1)
-        cells[row] = offset + row_bin * level + col_bin
-        offset += level * level
+    for row, (n_rows, n_cols) in enumerate(pyramid_grids(levels)):
+        col_bin = np.clip((x * n_cols / width).astype(np.int64), 0, n_cols - 1)
+        row_bin = np.clip((y * n_rows / height).astype(np.int64), 0, n_rows - 1)
+        cells[row] = offset + row_bin * n_cols + col_bin
+        offset += n_rows * n_cols
     return cells
 
 
@@ -78,7 +142,7 @@ def spatial_pyramid_pool(
     y: np.ndarray,
     image_shape: tuple[int, int],
     n_words: int,
-    levels: Sequence[int] = (1, 2, 4),
+    levels: Sequence[Level] = (1, 2, 4),
     method: str = "average",
 ) -> np.ndarray:
     """Pool the codes of one image over a spatial pyramid.
@@ -91,9 +155,9 @@ def spatial_pyramid_pool(
     image_shape : (height, width)
     n_words : int
         Codebook size ``K``.
-    levels : sequence of int
+    levels : sequence of int or "RxC"
         Pyramid grid sizes.
-    method : {"average", "max", "sqrt", "abs"}
+    method : {"average", "max", "sqrt", "abs", "signed_max"}
 
     Returns
     -------
@@ -101,14 +165,14 @@ def spatial_pyramid_pool(
     """
     if method not in POOLING_METHODS:
         raise ValueError(f"pooling method {method!r} is not one of {POOLING_METHODS}")
-    n_cells = sum(level * level for level in levels)
+    n_cells = n_pyramid_cells(levels)
     cells = pyramid_cells(x, y, image_shape, levels)
     counts = np.bincount(cells.ravel(), minlength=n_cells).astype(np.float64)
     safe_counts = np.maximum(counts, 1.0)[:, None]
     codes_array = np.asarray(codes) if not sp.issparse(codes) else None
 
     if codes_array is not None and codes_array.ndim == 1:  # VQ indices: one-hot codes
-        if method == "max":
+        if method in ("max", "signed_max"):
             pooled = np.zeros(n_cells * n_words, dtype=np.float64)
             pooled[(cells * n_words + codes_array.astype(np.int64)).ravel()] = 1.0
             return pooled.astype(np.float32)
@@ -120,6 +184,8 @@ def spatial_pyramid_pool(
         return pooled.astype(np.float32).ravel()
 
     matrix = sp.csr_matrix(codes, dtype=np.float64)
+    if method == "signed_max":
+        return _signed_max_pool(matrix, cells, counts, n_cells, n_words)
     if method == "max":
         magnitude = abs(matrix).tocoo()
         pooled = np.zeros((n_cells, n_words), dtype=np.float64)
@@ -142,4 +208,22 @@ def spatial_pyramid_pool(
     pooled /= safe_counts
     if method == "sqrt":
         pooled = np.sqrt(pooled)
+    return pooled.astype(np.float32).ravel()
+
+
+def _signed_max_pool(
+    matrix: sp.csr_matrix, cells: np.ndarray, counts: np.ndarray, n_cells: int, n_words: int
+) -> np.ndarray:
+    """:math:`z_j = \\max_i u_{ij}` per cell, a code's implicit zeros included; empty cells 0."""
+    coo = matrix.tocoo()
+    pooled = np.full((n_cells, n_words), -np.inf)
+    stored = np.zeros((n_cells, n_words), dtype=np.int64)
+    for level_cells in cells:
+        where = (level_cells[coo.row], coo.col)
+        np.maximum.at(pooled, where, coo.data)
+        np.add.at(stored, where, 1)
+    # A cell where some descriptor does not use word j holds a zero for j.
+    has_zero = stored < counts[:, None]
+    pooled[has_zero] = np.maximum(pooled[has_zero], 0.0)
+    pooled[counts == 0] = 0.0
     return pooled.astype(np.float32).ravel()

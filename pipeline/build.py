@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 from joblib import Parallel, delayed
 
+from ..coding.codebook import codebook_size
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
@@ -287,7 +288,7 @@ def _store(
     writer.save_normalizer(extractor.normalizer)
     writer.save("y_train", labels[split.train])
     writer.save("y_test", labels[split.test])
-    writer.save("codebook", extractor.codebook)
+    writer.save_codebook(extractor.codebook)
 
 
 def _manifest(
@@ -311,12 +312,12 @@ def _manifest(
         "decoder_warnings": split.warnings,
         "n_features": extractor.n_features,
         "codebook": {
-            "kind": config.codebook.kind, "size": int(extractor.codebook.shape[0]),
+            "kind": config.codebook.kind, "size": codebook_size(extractor.codebook),
             "n_training_descriptors": n_training_descriptors, "digest": extractor.codebook_digest,
         },
         "timings": timings,
         "versions": library_versions(),
-        "implementation_versions": implementation_versions(),
+        "implementation_versions": implementation_versions(config.codebook.kind),
     }
 
 
@@ -358,7 +359,7 @@ def build_feature_set(
     out, timer = check_destination(out, dataset_dir), StageTimer()
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs)
-        config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions())
+        config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(config.codebook.kind))
     reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log)
     if reused is not None:
         return reused

@@ -6,7 +6,7 @@ through them, each read into its own frozen dataclass::
     [dataset]        DatasetConfig        keep_background, train_per_class, test_per_class, seed
     [image]          ImageConfig          max_side, max_pixels
     [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors
-    [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed
+    [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed, n_neighbors, pca_dims
     [pooling]        PoolingConfig        method, levels
     [normalization]  NormalizationConfig  method
 
@@ -45,7 +45,7 @@ from typing import Any
 
 from ..coding.codebook import CODEBOOK_KINDS
 from ..coding.normalize import NORMALIZATIONS
-from ..coding.pooling import POOLING_METHODS
+from ..coding.pooling import POOLING_METHODS, validate_levels
 from ..features.dsift import validate_patch_sizes, validate_step
 from ..features.preprocess import DEFAULT_MAX_PIXELS, validate_max_side
 
@@ -81,9 +81,6 @@ _Check = Callable[[str, Any], Any]
 MAX_INT = 2**31 - 1
 #: Largest seed NumPy's legacy ``RandomState`` (scikit-learn's ``random_state``) accepts.
 MAX_SEED = 2**32 - 1
-#: Largest pyramid level (cells per side): 32 × 32 cells is already far finer than the
-#: dense-SIFT grid of a 300-px image, and the vector has K·ΣL² dimensions.
-MAX_PYRAMID_LEVEL = 32
 
 
 def _is_int(value: Any) -> bool:
@@ -100,6 +97,20 @@ def _int(low: int | None = None, *, high: int = MAX_INT, optional: bool = False)
             else:
                 allowed = f"an integer ≥ {low}" + ("" if high == MAX_INT else f" and ≤ {high}")
             raise ConfigError(f"{key} = {value!r}: expected {allowed}" + (" (or 0 / \"all\" for no cap)" if optional else ""))
+        return value
+
+    return check
+
+
+def _int_or_unset(low: int, high: int | None = None) -> _Check:
+    """An integer in [low, high], or None (unset: the owning module's default, not hashed)."""
+
+    def check(key: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            bound = f" and ≤ {high}" if high is not None else ""
+            raise ConfigError(f"{key} = {value!r}: expected an integer ≥ {low}{bound}")
         return value
 
     return check
@@ -125,19 +136,6 @@ def _choice(allowed: tuple[str, ...]) -> _Check:
         if value not in allowed:
             raise ConfigError(f"{key} = {value!r}: allowed values are {', '.join(map(repr, allowed))}")
         return value
-
-    return check
-
-
-def _int_list(low: int, high: int = MAX_INT) -> _Check:
-    def check(key: str, value: Any) -> Any:
-        if _is_int(value):
-            value = [value]
-        ok = isinstance(value, (list, tuple)) and value and all(_is_int(v) and low <= v <= high for v in value)
-        if not ok:
-            bound = f"≥ {low}" + ("" if high == MAX_INT else f" and ≤ {high}")
-            raise ConfigError(f"{key} = {_plain(value)!r}: expected a non-empty list of integers {bound}")
-        return tuple(value)
 
     return check
 
@@ -170,10 +168,14 @@ def _all_of(*checks: _Check) -> _Check:
     return check
 
 
-def _setting(default: Any, check: _Check, *, key: str | None = None, semantic: bool = True) -> Any:
-    """A config field: its default, its check, its TOML key (when not the field name), and
-    whether it changes any computed number (``semantic=False``: left out of hashes)."""
-    return field(default=default, metadata={"check": check, "key": key, "semantic": semantic})
+def _setting(
+    default: Any, check: _Check, *, key: str | None = None, semantic: bool = True, omit_unset: bool = False
+) -> Any:
+    """A config field: its default, its check, its TOML key (when not the field name),
+    whether it changes any computed number (``semantic=False``: left out of hashes), and
+    whether the plain form leaves it out while it is None (``omit_unset``: a key added
+    later, so that the configurations written before it keep their hash)."""
+    return field(default=default, metadata={"check": check, "key": key, "semantic": semantic, "omit_unset": omit_unset})
 
 
 #: The pipeline's floor on ``image.max_side`` (the default patch, 16 px, must fit).
@@ -241,6 +243,10 @@ class CodebookConfig:
     n_iter: int = _setting(100, _int(1))
     #: seed of the sample and the learner
     seed: int = _setting(0, _int(0, high=MAX_SEED))
+    #: nearest codewords per LLC code (kind "llc"; unset: 5)
+    n_neighbors: int | None = _setting(None, _int_or_unset(1), omit_unset=True)
+    #: PCA dimensions of the descriptors (kind "fisher"; unset: 64)
+    pca_dims: int | None = _setting(None, _int_or_unset(1, 128), omit_unset=True)
 
 
 @dataclass(frozen=True)
@@ -249,8 +255,9 @@ class PoolingConfig:
 
     #: pooling function
     method: str = _setting("average", _choice(POOLING_METHODS))
-    #: pyramid levels L (L × L cells each)
-    levels: tuple[int, ...] = _setting((1, 2, 4), _int_list(1, MAX_PYRAMID_LEVEL))
+    #: pyramid levels: L (L × L cells) or "RxC" (R rows × C columns, e.g. "3x1"), at most
+    #: ``MAX_PYRAMID_LEVEL`` rows and columns
+    levels: tuple[int | str, ...] = _setting((1, 2, 4), _owned_by(validate_levels))
 
 
 @dataclass(frozen=True)
@@ -273,7 +280,8 @@ def _table_dict(table: Any, *, semantic_only: bool = False) -> dict[str, Any]:
     return {
         _toml_key(f): _plain(getattr(table, f.name))
         for f in dataclasses.fields(table)
-        if f.metadata["semantic"] or not semantic_only
+        if (f.metadata["semantic"] or not semantic_only)
+        and not (f.metadata["omit_unset"] and getattr(table, f.name) is None)
     }
 
 
@@ -315,7 +323,9 @@ class PipelineConfig:
                 raise ConfigError(f"{source}: unknown table [{name}]; known tables: {', '.join(TABLES)}")
             if not isinstance(values, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table of key = value")
-        return cls(**{name: _read_table(table, name, raw.get(name, {}), source) for name, table in TABLES.items()})
+        config = cls(**{name: _read_table(table, name, raw.get(name, {}), source) for name, table in TABLES.items()})
+        _check_codebook_keys(config.codebook, source)
+        return config
 
     def to_dict(self, *, semantic_only: bool = False) -> dict[str, dict[str, Any]]:
         """The plain form ``{table: {key: value}}`` (lists for sequences).
@@ -328,6 +338,17 @@ class PipelineConfig:
     def sift_params(self) -> dict[str, Any]:
         """The ``[sift]`` table as the dense-SIFT stages take it (semantic keys only)."""
         return _table_dict(self.sift, semantic_only=True)
+
+
+def _check_codebook_keys(codebook: CodebookConfig, source: str) -> None:
+    """The keys of one codebook kind are not set for another; LLC's ``k`` fits the codebook."""
+    for key, kind in (("n_neighbors", "llc"), ("pca_dims", "fisher")):
+        if getattr(codebook, key) is not None and codebook.kind != kind:
+            raise ConfigError(f"{source}: codebook.{key} applies to codebook.kind = {kind!r} only (kind is {codebook.kind!r}); remove it")
+    if codebook.n_neighbors is not None and codebook.n_neighbors > codebook.size:
+        raise ConfigError(
+            f"{source}: codebook.n_neighbors = {codebook.n_neighbors}: expected at most codebook.size = {codebook.size}"
+        )
 
 
 #: The tables, by TOML name, in data-flow order.

@@ -6,33 +6,36 @@ image,
 
 1. decoding, grayscale, shrinking to ``image.max_side`` (:mod:`~classify_images.features.preprocess`);
 2. dense SIFT (:mod:`~classify_images.features.dsift`);
-3. coding over the codebook: a VQ index or a sparse code per descriptor
-   (:mod:`~classify_images.coding.encode`);
+3. coding over the codebook: a VQ index, a sparse code or an LLC code per descriptor
+   (:mod:`~classify_images.coding.encode`, :mod:`~classify_images.coding.llc`);
 4. spatial-pyramid pooling (:mod:`~classify_images.coding.pooling`);
+   for VLAD and Fisher vectors (:mod:`~classify_images.coding.vlad`,
+   :mod:`~classify_images.coding.fisher`) steps 3–4 are one: the encoder aggregates the
+   descriptors of each pyramid cell and normalises the cell vectors itself;
 5. normalisation (:class:`~classify_images.coding.normalize.Normalizer`).
 
-Steps 1–3 run through the per-image :class:`~classify_images.pipeline.stages.StageCache`.
+Steps 1–3 (1–4 for VLAD and Fisher vectors) run through the per-image :class:`~classify_images.pipeline.stages.StageCache`.
 :func:`~classify_images.pipeline.build.build_feature_set` learns the codebook and fits the
 normaliser, then computes every row of the feature set with the extractor; ``predict``
 rebuilds the same extractor from the feature set (:meth:`FeatureExtractor.from_feature_set`)
 for new images, so a new image gets exactly the vector it would have had in the feature
-set.  The extractor's state is plain: the configuration, the codebook array and the
-normaliser's statistics array.
+set.  The extractor's state is plain: the configuration, the codebook array (the named
+arrays of a PCA + GMM model for Fisher vectors) and the normaliser's statistics array.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
 import numpy as np
 
+from ..coding.codebook import Codebook, codebook_digest, codebook_size
 from ..coding.normalize import Normalizer
 from ..coding.pooling import pooled_dimension, spatial_pyramid_pool
 from .config import PipelineConfig
 from .dataset import file_fingerprint
-from .stages import StageCache, codes_matrix
+from .stages import AGGREGATING_KINDS, StageCache, codes_matrix, encoder_cell_dimension
 
 __all__ = ["FeatureExtractor", "readable_fingerprint"]
 
@@ -55,8 +58,9 @@ class FeatureExtractor:
     config : PipelineConfig
         The pipeline's configuration (tables ``image``, ``sift``, ``codebook``,
         ``pooling``, ``normalization`` are used).
-    codebook : ndarray of float32, shape (K, 128)
-        k-means centres or sparse-coding dictionary.
+    codebook : ndarray of float32, shape (K, 128), or dict of ndarray
+        k-means centres or sparse-coding dictionary; for Fisher vectors the arrays of the
+        PCA + GMM model (:data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`).
     normalizer : Normalizer, optional
         Default: an unfitted ``Normalizer(config.normalization.method)``.  A normaliser
         that needs training statistics (``minmax``) must be fitted before
@@ -69,13 +73,14 @@ class FeatureExtractor:
     codebook_digest : str
         SHA-1 of the codebook's bytes (keys the cached codes).
     n_features : int
-        Length of the vectors, ``K · Σ_L L²`` over the pyramid levels ``L``.
+        Length of the vectors, ``K · Σ_L L²`` over the pyramid levels ``L`` (``K`` replaced
+        by ``K·128`` for VLAD and ``2·K·D`` for Fisher vectors).
     """
 
     def __init__(
         self,
         config: PipelineConfig,
-        codebook: np.ndarray,
+        codebook: Codebook,
         normalizer: Normalizer | None = None,
         *,
         cache: StageCache | None = None,
@@ -84,8 +89,10 @@ class FeatureExtractor:
         self.codebook = codebook
         self.normalizer = normalizer if normalizer is not None else Normalizer(config.normalization.method)
         self.cache = cache if cache is not None else StageCache(None, cache_descriptors=False)
-        self.codebook_digest = hashlib.sha1(np.ascontiguousarray(codebook).tobytes()).hexdigest()
-        self.n_features = pooled_dimension(codebook.shape[0], config.pooling.levels)
+        self.codebook_digest = codebook_digest(codebook)
+        self.n_features = pooled_dimension(
+            encoder_cell_dimension(config.codebook.kind, codebook), config.pooling.levels
+        )
         # Plain values for the cached stage functions (their cache keys).
         self._sift = config.sift_params()
         self._codebook_params = config.to_dict()["codebook"]
@@ -122,11 +129,16 @@ class FeatureExtractor:
         ``fingerprint`` is the SHA-1 of the file's bytes
         (:func:`~classify_images.pipeline.dataset.file_fingerprint`); it keys the cache.
         """
+        if self.config.codebook.kind in AGGREGATING_KINDS:
+            return self.cache.image_encoding(
+                path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
+                list(self.config.pooling.levels), self.codebook_digest, self.codebook,
+            )
         codes = self.cache.image_codes(
             path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
             self.codebook_digest, self.codebook,
         )
-        n_words = self.codebook.shape[0]
+        n_words = codebook_size(self.codebook)
         return spatial_pyramid_pool(
             codes_matrix(codes, n_words),
             codes["x"],

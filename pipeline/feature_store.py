@@ -10,6 +10,8 @@ Layout::
     y_train.npy       int64 class indices
     y_test.npy        int64
     codebook.npy      float32 (K, 128)         to featurise new images
+    codebook.npz      instead of codebook.npy for Fisher vectors: the named arrays of
+                      the PCA + GMM model (``np.savez``, loaded without pickle)
     minmax.npy        float32 (2, d)           training minima and maxima, only with
                                                min-max normalisation (the fitted
                                                :class:`~classify_images.coding.normalize.Normalizer`)
@@ -58,6 +60,8 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
+#: The codebook: ``codebook.npy`` (one array) or ``codebook.npz`` (named arrays).
+CODEBOOK = "codebook"
 #: The fitted normaliser's statistics (``[minima; maxima]``), when it has any.
 NORMALIZER_STATISTICS = "minmax"
 FORMAT_NAME = "classify-images-feature-set"
@@ -67,7 +71,7 @@ ROW_ARRAYS = ("X_train", "X_test")
 LABEL_ARRAYS = ("y_train", "y_test")
 #: Every file name a feature set may hold (what this project writes, and nothing else).
 FILE_NAMES = frozenset(
-    {MANIFEST, *(f"{name}.npy" for name in (*ROW_ARRAYS, *LABEL_ARRAYS, "codebook", NORMALIZER_STATISTICS))}
+    {MANIFEST, f"{CODEBOOK}.npz", *(f"{name}.npy" for name in (*ROW_ARRAYS, *LABEL_ARRAYS, CODEBOOK, NORMALIZER_STATISTICS))}
 )
 #: Rows checked for non-finite values at a time (bounded memory on memory-mapped arrays).
 _FINITE_CHECK_ROWS = 4096
@@ -114,14 +118,22 @@ class FeatureSet:
     def test_paths(self) -> list[str]:
         return list(self.manifest["split"]["test"])
 
-    def codebook(self) -> np.ndarray:
-        """The codebook the features were encoded with."""
+    def codebook(self) -> np.ndarray | dict[str, np.ndarray]:
+        """The codebook the features were encoded with (a dict of arrays for a Fisher model)."""
         if self._codebook is None:
-            codebook = _load_array(self.path, "codebook.npy")
-            if codebook.ndim != 2 or codebook.dtype.kind != "f" or codebook.shape[0] < 1:
-                raise FeatureSetError(f"feature set {self.path}: codebook.npy is not a matrix of floats; rebuild it")
-            _require_finite(self.path, "codebook.npy", codebook)
-            self._codebook = codebook
+            if (self.path / f"{CODEBOOK}.npz").exists():
+                arrays = _load_arrays(self.path, f"{CODEBOOK}.npz")
+                for key, array in arrays.items():
+                    if array.dtype.kind != "f":
+                        raise FeatureSetError(f"feature set {self.path}: {CODEBOOK}.npz[{key}] is not floats; rebuild it")
+                    _require_finite(self.path, f"{CODEBOOK}.npz[{key}]", array.reshape(array.shape[0] if array.ndim else 1, -1))
+                self._codebook = arrays
+            else:
+                codebook = _load_array(self.path, f"{CODEBOOK}.npy")
+                if codebook.ndim != 2 or codebook.dtype.kind != "f" or codebook.shape[0] < 1:
+                    raise FeatureSetError(f"feature set {self.path}: {CODEBOOK}.npy is not a matrix of floats; rebuild it")
+                _require_finite(self.path, f"{CODEBOOK}.npy", codebook)
+                self._codebook = codebook
         return self._codebook
 
     def normalizer(self) -> Normalizer:
@@ -231,6 +243,18 @@ def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -
                 f"feature set {folder}: y_{part}.npy has labels outside 0…{n_classes - 1}; rebuild it"
             )
         _require_finite(folder, f"X_{part}.npy", X)
+
+
+def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:
+    """The named arrays of an ``.npz`` file, read into memory, without pickle."""
+    try:
+        with np.load(folder / name, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except FileNotFoundError:
+        raise FeatureSetError(f"feature set {folder} is incomplete: {name} is missing; rebuild it") from None
+    except (OSError, ValueError, EOFError, KeyError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({reason}); rebuild it") from None
 
 
 def load_feature_set(path: str | os.PathLike) -> FeatureSet:
@@ -415,6 +439,13 @@ class FeatureSetWriter:
     def save(self, name: str, array: np.ndarray) -> None:
         with open(self.tmp / f"{name}.npy", "wb") as handle:
             np.save(handle, np.asarray(array), allow_pickle=False)
+
+    def save_codebook(self, codebook: np.ndarray | dict[str, np.ndarray]) -> None:
+        """Store the codebook: one array as ``codebook.npy``, named arrays as ``codebook.npz``."""
+        if isinstance(codebook, dict):
+            np.savez(self.tmp / f"{CODEBOOK}.npz", **{key: np.asarray(value) for key, value in codebook.items()})
+        else:
+            self.save(CODEBOOK, codebook)
 
     def save_normalizer(self, normalizer: Normalizer) -> None:
         """Store the fitted normaliser's statistics (nothing for per-vector methods)."""

@@ -20,7 +20,10 @@ What is cached per image is compact:
   ``128 n`` bytes, large for dense grids with several patch sizes, and recomputing
   them is cheap; see BENCHMARKS.md, section "Feature building on 15-Scenes");
 * ``descriptor_sample`` — the few descriptors of a training image that feed the codebook;
-* ``image_codes``       — VQ indices (int16) or sparse codes (CSR float32) + positions.
+* ``image_codes``       — VQ indices (int16) or sparse / LLC codes (CSR float32) + positions;
+* ``image_encoding``    — for VLAD and Fisher vectors, which aggregate the descriptors of
+  each pyramid cell themselves (not codes pooled afterwards): the image's whole vector,
+  cells concatenated and normalised (float32; as long as a row of the feature set).
 
 The codebook itself is learnt by :func:`learn_codebook`, cached on the content of
 the descriptor sample.  The cached functions take plain values (dicts, lists, numbers,
@@ -44,10 +47,25 @@ import scipy.sparse as sp
 
 from ..coding import codebook as codebook_module
 from ..coding import encode as encode_module
+from ..coding import fisher as fisher_module
+from ..coding import llc as llc_module
 from ..coding import normalize as normalize_module
 from ..coding import pooling as pooling_module
-from ..coding.codebook import learn_kmeans_codebook, learn_sparse_dictionary, sample_rows
+from ..coding import vlad as vlad_module
+from ..coding.codebook import (
+    DEFAULT_PCA_DIMS,
+    KMEANS_KINDS,
+    codebook_size,
+    learn_fisher_model,
+    learn_kmeans_codebook,
+    learn_sparse_dictionary,
+    sample_rows,
+)
 from ..coding.encode import SparseCoder, vq_encode
+from ..coding.fisher import FisherEncoder
+from ..coding.llc import DEFAULT_N_NEIGHBORS, LlcCoder
+from ..coding.pooling import n_pyramid_cells, pyramid_cells
+from ..coding.vlad import VladEncoder
 from ..features import dsift as dsift_module
 from ..features import preprocess as preprocess_module
 from ..features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
@@ -62,20 +80,45 @@ __all__ = [
     "descriptor_sample",
     "learn_codebook",
     "image_codes",
+    "AGGREGATING_KINDS",
+    "encoder_cell_dimension",
+    "image_encoding",
     "codes_matrix",
     "StageCache",
 ]
 
 
-def implementation_versions() -> dict[str, int]:
+#: Codebook kinds whose encoder aggregates each pyramid cell itself (:func:`image_encoding`).
+AGGREGATING_KINDS = ("vlad", "fisher")
+
+def encoder_cell_dimension(kind: str, codebook) -> int:
+    """Length of one pyramid cell's vector: ``K`` for pooled codes, ``K·d`` for VLAD,
+    ``2·K·D`` for Fisher vectors."""
+    if kind == "vlad":
+        return int(codebook.shape[0] * codebook.shape[1])
+    if kind == "fisher":
+        return 2 * int(np.prod(codebook["means"].shape))
+    return codebook_size(codebook)
+
+
+#: The encoder modules of a codebook kind, beyond the ones every kind uses (their versions
+#: enter the keys of that kind only, so adding an encoder changes no other kind's keys).
+_KIND_MODULES = {"llc": ("llc",), "vlad": ("vlad",), "fisher": ("vlad", "fisher")}
+
+
+def implementation_versions(kind: str | None = None) -> dict[str, int]:
     """``IMPLEMENTATION_VERSION`` of every module whose numbers end up in a feature set.
+
+    ``kind`` (the codebook kind) adds the versions of that kind's encoder modules
+    (:mod:`~classify_images.coding.llc`, :mod:`~classify_images.coding.vlad`,
+    :mod:`~classify_images.coding.fisher`).
 
     Stage-cache keys hold the versions of the modules upstream of their stage, and the
     feature set's config hash holds them all: bumping a module's version after a change
     to its numerical output invalidates exactly what that module produced.  (joblib's own
     key covers the cached function's source only, not the code it calls.)
     """
-    return {
+    versions = {
         "preprocess": preprocess_module.IMPLEMENTATION_VERSION,
         "dense_sift": dsift_module.IMPLEMENTATION_VERSION,
         "codebook": codebook_module.IMPLEMENTATION_VERSION,
@@ -83,6 +126,14 @@ def implementation_versions() -> dict[str, int]:
         "pooling": pooling_module.IMPLEMENTATION_VERSION,
         "normalize": normalize_module.IMPLEMENTATION_VERSION,
     }
+    encoder_versions = {
+        "llc": llc_module.IMPLEMENTATION_VERSION,
+        "vlad": vlad_module.IMPLEMENTATION_VERSION,
+        "fisher": fisher_module.IMPLEMENTATION_VERSION,
+    }
+    for module in _KIND_MODULES.get(kind, ()):
+        versions[module] = encoder_versions[module]
+    return versions
 
 
 #: The modules each cached stage depends on (the keys of :func:`implementation_versions`).
@@ -92,12 +143,14 @@ _STAGE_MODULES = {
     "descriptor_sample": ("preprocess", "dense_sift"),
     "learn_codebook": ("codebook",),
     "image_codes": ("preprocess", "dense_sift", "encode"),
+    "image_encoding": ("preprocess", "dense_sift", "encode", "pooling"),
 }
 
 
-def _stage_versions(stage: str) -> tuple[tuple[str, int], ...]:
-    versions = implementation_versions()
-    return tuple((module, versions[module]) for module in _STAGE_MODULES[stage])
+def _stage_versions(stage: str, kind: str | None = None) -> tuple[tuple[str, int], ...]:
+    versions = implementation_versions(kind)
+    modules = _STAGE_MODULES[stage] + (_KIND_MODULES.get(kind, ()) if stage in ("image_codes", "image_encoding") else ())
+    return tuple((module, versions[module]) for module in modules)
 
 
 def check_image(
@@ -183,12 +236,23 @@ def descriptor_sample(
     return data["descriptors"][rows]
 
 
-def learn_codebook(sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()) -> np.ndarray:
-    """Codebook (K × 128 float32) from a uint8 descriptor sample, by ``codebook["kind"]``."""
+def learn_codebook(
+    sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()
+) -> np.ndarray | dict[str, np.ndarray]:
+    """Codebook from a uint8 descriptor sample, by ``codebook["kind"]``: K × 128 float32
+    words, or the arrays of a Fisher-vector model (PCA + GMM)."""
     descriptors = dequantize_descriptors(sample)
-    if codebook["kind"] == "kmeans":
+    if codebook["kind"] in KMEANS_KINDS:
         return learn_kmeans_codebook(
             descriptors, codebook["size"], max_iter=codebook["n_iter"], random_state=codebook["seed"]
+        )
+    if codebook["kind"] == "fisher":
+        return learn_fisher_model(
+            descriptors,
+            codebook["size"],
+            pca_dims=codebook.get("pca_dims") or DEFAULT_PCA_DIMS,
+            max_iter=codebook["n_iter"],
+            random_state=codebook["seed"],
         )
     return learn_sparse_dictionary(
         descriptors,
@@ -199,7 +263,29 @@ def learn_codebook(sample: np.ndarray, codebook: dict[str, Any], implementation:
     )
 
 
-_CODERS: dict[str, SparseCoder] = {}
+#: The coder or encoder of the last codebook used (by digest), built once per process.
+_CODERS: dict[str, Any] = {}
+
+
+def _coder(codebook_params: dict[str, Any], codebook_digest: str, codebook):
+    """The :class:`SparseCoder`, :class:`LlcCoder`, :class:`VladEncoder` or
+    :class:`FisherEncoder` of a codebook, kept for the next image."""
+    coder = _CODERS.get(codebook_digest)
+    if coder is None:
+        kind = codebook_params["kind"]
+        if kind == "sparse":
+            coder = SparseCoder(codebook, codebook_params["lambda"])
+        elif kind == "llc":
+            coder = LlcCoder(codebook, codebook_params.get("n_neighbors") or DEFAULT_N_NEIGHBORS)
+        elif kind == "vlad":
+            coder = VladEncoder(codebook)
+        elif kind == "fisher":
+            coder = FisherEncoder(codebook)
+        else:
+            raise ValueError(f"codebook kind {kind!r} has no coder")
+        _CODERS.clear()
+        _CODERS[codebook_digest] = coder
+    return coder
 
 
 def image_codes(
@@ -216,7 +302,7 @@ def image_codes(
     """Codes of one image over the codebook (keyed by ``codebook_digest``, not the array).
 
     Returns ``x``, ``y``, ``shape`` and either ``index`` (VQ, int16) or the CSR
-    parts ``data``, ``indices``, ``indptr`` (sparse codes, float32).
+    parts ``data``, ``indices``, ``indptr`` (sparse or LLC codes, float32).
     """
     data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
     descriptors = dequantize_descriptors(data["descriptors"])
@@ -224,13 +310,29 @@ def image_codes(
     if codebook_params["kind"] == "kmeans":
         out["index"] = vq_encode(descriptors, codebook)
         return out
-    coder = _CODERS.get(codebook_digest)
-    if coder is None:
-        _CODERS.clear()
-        coder = _CODERS[codebook_digest] = SparseCoder(codebook, codebook_params["lambda"])
-    codes = coder.encode(descriptors)
+    codes = _coder(codebook_params, codebook_digest, codebook).encode(descriptors)
     out.update(data=codes.data.astype(np.float32), indices=codes.indices.astype(np.int16), indptr=codes.indptr.astype(np.int32))
     return out
+
+
+def image_encoding(
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    sift: dict[str, Any],
+    codebook_params: dict[str, Any],
+    levels: list,
+    codebook_digest: str,
+    codebook,
+    descriptors_fn=None,
+    implementation: tuple = (),
+) -> np.ndarray:
+    """The VLAD or Fisher vector of one image over the pyramid ``levels`` (float32), keyed
+    by ``codebook_digest``, not the codebook's arrays."""
+    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
+    cells = pyramid_cells(data["x"], data["y"], tuple(int(v) for v in data["shape"]), levels)
+    encoder = _coder(codebook_params, codebook_digest, codebook)
+    return encoder.encode(dequantize_descriptors(data["descriptors"]), cells, n_pyramid_cells(levels))
 
 
 def codes_matrix(codes: dict[str, np.ndarray], n_words: int):
@@ -265,6 +367,7 @@ class StageCache:
         self._descriptors = self._cached(image_descriptors, ["path"]) if cache_descriptors else None
         self._sample = self._cached(descriptor_sample, ["path", "descriptors_fn"])
         self._codes = self._cached(image_codes, ["path", "codebook", "descriptors_fn"])
+        self._encoding = self._cached(image_encoding, ["path", "codebook", "descriptors_fn"])
 
     def _cached(self, stage, ignore: list[str]):
         """``stage`` memoised, with its modules' implementation versions bound (and keyed)."""
@@ -275,5 +378,12 @@ class StageCache:
 
     def image_codes(self, path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook):
         return self._codes(
-            path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook, descriptors_fn=self._descriptors
+            path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook, descriptors_fn=self._descriptors,
+            implementation=_stage_versions("image_codes", codebook_params["kind"]),
+        )
+
+    def image_encoding(self, path, fingerprint, max_side, sift, codebook_params, levels, codebook_digest, codebook):
+        return self._encoding(
+            path, fingerprint, max_side, sift, codebook_params, levels, codebook_digest, codebook,
+            descriptors_fn=self._descriptors, implementation=_stage_versions("image_encoding", codebook_params["kind"]),
         )

@@ -1,0 +1,50 @@
+"""Shared pieces of the encoder tests: obvious pyramid-cell membership, a small build."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from classify_images.pipeline.config import validate_config
+
+from .conftest import SMALL_CONFIG
+
+
+def reference_cells(x, y, shape, grids):
+    """Lists of descriptor indices per cell, by explicit loops over (rows, cols) grids."""
+    h, w = shape
+    cells = []
+    for rows, cols in grids:
+        for r in range(rows):
+            for c in range(cols):
+                cells.append([
+                    i for i in range(len(x))
+                    if min(int(x[i] * cols / w), cols - 1) == c and min(int(y[i] * rows / h), rows - 1) == r
+                ])
+    return cells
+
+
+def random_layout(rng, n, shape=(50, 80)):
+    """``n`` random descriptor positions in an image of ``shape`` (h, w)."""
+    h, w = shape
+    return rng.uniform(0, w, n), rng.uniform(0, h, n), shape
+
+
+def small_config(codebook: dict, pooling: dict, normalization: str):
+    """The tests' small pipeline with another codebook, pooling and normalisation."""
+    raw = json.loads(json.dumps(SMALL_CONFIG))
+    raw["codebook"] = codebook
+    raw["pooling"] = pooling
+    raw["normalization"] = {"method": normalization}
+    return validate_config(raw)
+
+
+def assert_new_images_match_rows(feature_set, paths):
+    """The extractor rebuilt from a feature set gives its test rows to the same images."""
+    from classify_images.pipeline.extractor import FeatureExtractor
+
+    extractor = FeatureExtractor.from_feature_set(feature_set)
+    X, status = extractor.transform_images(paths)
+    assert all(s["ok"] for s in status)
+    np.testing.assert_allclose(X, np.asarray(feature_set.X_test)[: len(paths)], rtol=1e-5, atol=1e-7)

@@ -1,0 +1,49 @@
+"""The LLC, VLAD and Fisher-vector configs: shipped files, validation, hashes."""
+
+import pytest
+
+from classify_images.pipeline.config import ConfigError, PipelineConfig, TABLES, load_config, stage_hash
+
+
+def test_shipped_encoder_configs_load_and_round_trip():
+    expected = {"llc": ("llc", "signed_max", (1, 2, 4)), "vlad": ("vlad", "average", (1, 2)),
+                "fisher": ("fisher", "average", (1, 2, "3x1"))}
+    for name, (kind, method, levels) in expected.items():
+        config = load_config(name)
+        assert (config.codebook.kind, config.pooling.method, config.pooling.levels) == (kind, method, levels)
+        assert PipelineConfig.from_dict(config.to_dict()) == config
+    assert load_config("llc").codebook.n_neighbors == 5 and load_config("fisher").codebook.pca_dims == 64
+    assert load_config("fisher").to_dict()["pooling"]["levels"] == [1, 2, "3x1"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[codebook]\nkind = "gmm"\n', "codebook.kind = 'gmm': allowed values are 'kmeans', 'sparse', 'llc', 'vlad', 'fisher'"),
+        ('[codebook]\npca_dims = 32\n', "codebook.pca_dims applies to codebook.kind = 'fisher' only"),
+        ('[codebook]\nkind = "vlad"\nn_neighbors = 5\n', "codebook.n_neighbors applies to codebook.kind = 'llc' only"),
+        ('[codebook]\nkind = "llc"\nsize = 4\nn_neighbors = 5\n', "codebook.n_neighbors = 5: expected at most codebook.size = 4"),
+        ('[codebook]\nkind = "fisher"\npca_dims = 200\n', "codebook.pca_dims = 200: expected an integer ≥ 1 and ≤ 128"),
+        ('[codebook]\nkind = "llc"\nn_neighbors = 0\n', "codebook.n_neighbors = 0: expected an integer ≥ 1"),
+        ('[pooling]\nlevels = [1, "3y1"]\n', "pooling.levels = \\[1, '3y1'\\]: expected a non-empty list of integers ≥ 1 .* \"RxC\""),
+        ('[pooling]\nlevels = []\n', "pooling.levels = \\[\\]: expected a non-empty list"),
+        ('[pooling]\nlevels = [1, "0x2"]\n', "pooling.levels"),
+        ('[pooling]\nmethod = "median"\n', "allowed values are .*'signed_max'"),
+    ],
+)
+def test_bad_encoder_config_is_one_line_error_naming_the_key(tmp_path, text, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert "\n" not in str(info.value)
+
+
+def test_new_keys_change_the_hash_only_when_set():
+    base = load_config(None)
+    llc = load_config(None, {"codebook": {"kind": "llc"}})
+    llc5 = load_config(None, {"codebook": {"kind": "llc", "n_neighbors": 5}})
+    assert "n_neighbors" not in base.to_dict()["codebook"] and "pca_dims" not in base.to_dict()["codebook"]
+    assert len({stage_hash(c, list(TABLES)) for c in (base, llc, llc5)}) == 3
+    single = load_config(None, {"pooling": {"levels": 2}})
+    assert single.pooling.levels == (2,)

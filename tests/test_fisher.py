@@ -1,0 +1,125 @@
+"""Improved Fisher vectors against the formulas with explicit loops; the PCA + GMM model;
+a small build storing the model without pickle; the linear SVM on long signed vectors."""
+
+import numpy as np
+import pytest
+
+from classify_images.classifiers.registry import make_classifier
+from classify_images.coding import FisherEncoder, learn_fisher_model
+from classify_images.coding.fisher import FISHER_MODEL_KEYS, gmm_posteriors
+from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
+from classify_images.pipeline.build import build_feature_set
+from classify_images.pipeline.feature_store import load_feature_set
+
+from ._encoder_helpers import assert_new_images_match_rows, random_layout, reference_cells, small_config
+
+
+def _random_model(rng, K=4, D=3, P=6):
+    weights = rng.random(K) + 0.2
+    return {
+        "pca_mean": rng.normal(size=P),
+        "pca_components": np.linalg.qr(rng.normal(size=(P, D)))[0].T,
+        "weights": weights / weights.sum(),
+        "means": rng.normal(size=(K, D)),
+        "variances": rng.random((K, D)) + 0.3,
+    }
+
+
+def _reference_fisher(S, model, cells):
+    """G_μk and G_σk per cell by loops over descriptors, components and dimensions
+    (DESIGN.md §6), then signed sqrt and L2 per cell, then L2 of the concatenation."""
+    m, P = model["pca_mean"], model["pca_components"]
+    pi, mu, var = model["weights"], model["means"], model["variances"]
+    K, D = mu.shape
+    X = np.array([P @ (s - m) for s in S])
+    gamma = np.zeros((len(X), K))
+    for i, x in enumerate(X):
+        likelihood = [
+            pi[k] * np.prod([np.exp(-((x[d] - mu[k, d]) ** 2) / (2 * var[k, d])) / np.sqrt(2 * np.pi * var[k, d]) for d in range(D)])
+            for k in range(K)
+        ]
+        gamma[i] = np.array(likelihood) / np.sum(likelihood)
+    out = []
+    for members in cells:
+        g_mu, g_sigma = np.zeros((K, D)), np.zeros((K, D))
+        for k in range(K):
+            for d in range(D):
+                sigma = np.sqrt(var[k, d])
+                for i in members:
+                    g_mu[k, d] += gamma[i, k] * (X[i, d] - mu[k, d]) / sigma
+                    g_sigma[k, d] += gamma[i, k] * ((X[i, d] - mu[k, d]) ** 2 / var[k, d] - 1)
+        N = max(len(members), 1)
+        g_mu /= N * np.sqrt(pi)[:, None]
+        g_sigma /= N * np.sqrt(2 * pi)[:, None]
+        v = np.concatenate([g_mu.ravel(), g_sigma.ravel()])
+        v = np.sign(v) * np.sqrt(np.abs(v))
+        out.append(v / np.linalg.norm(v) if np.linalg.norm(v) > 0 else v)
+    out = np.concatenate(out)
+    return out / np.linalg.norm(out)
+
+
+def test_fisher_vector_matches_formulas():
+    rng = np.random.default_rng(0)
+    model = _random_model(rng)
+    n = 60
+    x, y, shape = random_layout(rng, n)
+    x[:] = np.minimum(x, 35.0)  # nothing in the right column of the 2x2 level: empty cells zero
+    S = rng.normal(size=(n, 6))
+    levels, grids = (1, 2, "3x1"), [(1, 1), (2, 2), (3, 1)]
+    encoder = FisherEncoder(model)
+    got = encoder.encode(S, pyramid_cells(x, y, shape, levels), n_pyramid_cells(levels))
+    expected = _reference_fisher(S, model, reference_cells(x, y, shape, grids))
+    assert got.dtype == np.float32 and got.shape == (8 * 2 * 4 * 3,) == (8 * encoder.cell_dimension,)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    cell_vectors = got.reshape(8, -1)
+    assert not cell_vectors[[2, 4]].any() and (got < 0).any()
+    np.testing.assert_array_equal(got, encoder.encode(S, pyramid_cells(x, y, shape, levels), 8))
+
+
+def test_posteriors_are_sklearns_and_survive_far_points():
+    from sklearn.mixture import GaussianMixture
+
+    rng = np.random.default_rng(1)
+    X = np.concatenate([rng.normal(size=(300, 5)), rng.normal(3.0, 0.5, size=(300, 5))])
+    gmm = GaussianMixture(3, covariance_type="diag", random_state=0).fit(X)
+    got = gmm_posteriors(X, gmm.weights_, gmm.means_, gmm.covariances_)
+    np.testing.assert_allclose(got, gmm.predict_proba(X), rtol=1e-7, atol=1e-10)
+    far = gmm_posteriors(np.full((1, 5), 1e3), gmm.weights_, gmm.means_, gmm.covariances_)
+    assert np.isfinite(far).all() and np.isclose(far.sum(), 1.0)  # log-sum-exp: no 0/0
+
+
+def test_learn_fisher_model_shapes_determinism_and_errors():
+    rng = np.random.default_rng(2)
+    S = rng.random((2000, 16)).astype(np.float32)
+    model = learn_fisher_model(S, 5, pca_dims=4, max_iter=20, random_state=0)
+    assert tuple(model) == FISHER_MODEL_KEYS
+    assert model["pca_components"].shape == (4, 16) and model["means"].shape == (5, 4)
+    assert model["variances"].shape == (5, 4) and np.isclose(model["weights"].sum(), 1.0)
+    np.testing.assert_allclose(model["pca_components"] @ model["pca_components"].T, np.eye(4), atol=1e-10)  # no whitening
+    again = learn_fisher_model(S, 5, pca_dims=4, max_iter=20, random_state=0)
+    for key in FISHER_MODEL_KEYS:
+        np.testing.assert_array_equal(model[key], again[key])
+    with pytest.raises(ValueError, match="pca_dims must be in"):
+        learn_fisher_model(S, 5, pca_dims=17)
+
+
+def test_fisher_build_end_to_end(tmp_path, small_dataset):
+    config = small_config(
+        {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30},
+        {"levels": [1, "3x1"]},
+        "none",
+    )
+    result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache")
+    fs = load_feature_set(tmp_path / "fs")
+    assert result.n_features == 4 * 2 * 4 * 8
+    assert not (tmp_path / "fs" / "codebook.npy").exists() and (tmp_path / "fs" / "codebook.npz").exists()
+    model = fs.codebook()
+    assert set(model) == set(FISHER_MODEL_KEYS) and model["means"].shape == (4, 8)
+    assert fs.manifest["codebook"]["size"] == 4 and fs.manifest["implementation_versions"]["fisher"] >= 1
+    X = np.asarray(fs.X_train)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, rtol=1e-5)
+    build_feature_set(small_dataset, tmp_path / "fs2", config, cache_dir=None)
+    np.testing.assert_array_equal(np.asarray(load_feature_set(tmp_path / "fs2").X_train), X)
+    assert_new_images_match_rows(fs, [str(small_dataset / p) for p in fs.test_paths[:3]])
+    linear = make_classifier("linear", {}).fit(X, np.asarray(fs.y_train))
+    assert linear.score(np.asarray(fs.X_test), np.asarray(fs.y_test)) > 0.5
