@@ -66,6 +66,7 @@ DESCRIPTOR_VARIANTS: dict[str, tuple[dict, int | None]] = {
     "low-contrast zero (thr 1.0)": ({"low_contrast": "zero"}, 300),
     "contrast threshold 0.1 (keep)": ({"contrast_threshold": 0.1}, 300),
     "contrast threshold 0 (normalise every patch)": ({"contrast_threshold": 0.0}, 300),
+    "contrast threshold 2 (keep)": ({"contrast_threshold": 2.0}, 300),
     "window 1.5 (vl_phow)": ({"window_size": 1.5}, 300),
     "smoothing sigma = s/6 (vl_phow)": ({"smoothing": "phow"}, 300),
     "grids centre-aligned": ({"grid_alignment": "centre"}, 300),
