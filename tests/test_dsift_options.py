@@ -196,3 +196,55 @@ def test_matches_vlfeat_dsift(bin_size):
             assert np.abs(A - B).mean() < 1e-3
         else:
             assert np.corrcoef(A.ravel(), B.ravel())[0, 1] < 0.99
+
+
+# ---------------------------------------------------------------------------
+# The options in the pipeline's [sift] table
+# ---------------------------------------------------------------------------
+NEW_KEYS = {
+    "smoothing": "phow",
+    "window_size": 1.5,
+    "bin_centres": "integer",
+    "grid_alignment": "centre",
+    "low_contrast": "zero",
+    "root_sift": True,
+}
+
+
+def test_config_keys_hashed_only_when_set():
+    from classify_images.pipeline.config import stage_hash, validate_config
+
+    default = validate_config({"sift": {"patch_sizes": [16, 24], "step": 3}})
+    explicit = validate_config({"sift": {"patch_sizes": [16, 24], "step": 3, "smoothing": "dsift", "window_size": 0.0,
+                                         "bin_centres": "patch", "grid_alignment": "corner", "low_contrast": "keep",
+                                         "root_sift": False}})
+    # existing configurations keep their hashes (and stage caches)
+    assert set(default.sift_params()) == {"patch_sizes", "step", "smooth", "contrast_threshold"}
+    assert stage_hash(default, ["sift"]) == stage_hash(explicit, ["sift"])
+    for key, value in NEW_KEYS.items():
+        changed = validate_config({"sift": {"patch_sizes": [16, 24], "step": 3, key: value}})
+        assert changed.sift_params()[key] == value
+        assert stage_hash(changed, ["sift"]) != stage_hash(default, ["sift"])
+
+
+@pytest.mark.parametrize("key, bad", [("smoothing", "gauss"), ("bin_centres", 1), ("grid_alignment", "middle"),
+                                      ("low_contrast", "remove"), ("window_size", -1.0), ("root_sift", "yes")])
+def test_config_rejects_bad_values(key, bad):
+    from classify_images.pipeline.config import ConfigError, validate_config
+
+    with pytest.raises(ConfigError, match=f"sift.{key}"):
+        validate_config({"sift": {key: bad}})
+
+
+def test_pipeline_passes_the_options_to_dense_sift():
+    from classify_images.features import dequantize_descriptors
+    from classify_images.pipeline.config import validate_config
+    from classify_images.pipeline.stages import compute_descriptors
+
+    config = validate_config({"sift": {"patch_sizes": [16, 24], "step": 6, **NEW_KEYS}})
+    got = compute_descriptors(str(FIXTURE_PHOTO), 300, config.sift_params())
+    img = load_grayscale(FIXTURE_PHOTO, max_side=300)
+    want = dense_sift(img, (16, 24), 6, smoothing="phow", window_size=1.5, bin_centres="integer",
+                      grid_alignment="centre", low_contrast="zero", root=True)
+    np.testing.assert_allclose(dequantize_descriptors(got["descriptors"]), want.descriptors, atol=1 / 1024 + 1e-7)
+    np.testing.assert_array_equal(got["x"], want.x)
