@@ -177,12 +177,12 @@ def _normalize_row(d, contrast_threshold, clip):
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
-def gather_descriptors(G, row_idx, col_idx, out, raw_norm, offset, normalize, contrast_threshold, clip):
+def gather_descriptors(G, row_idx, col_idx, bin_weight, out, raw_norm, offset, normalize, contrast_threshold, clip):
     """Copy the 4 x 4 x 8 values of every patch of one size into ``out``.
 
     Patch ``(py, px)`` of the grid becomes row ``offset + py * nx + px`` of
     ``out``; its spatial bin ``(by, bx)`` reads ``G[row_idx[py, by],
-    col_idx[px, bx]]`` (the 8 orientations).  ``raw_norm`` receives each raw
+    col_idx[px, bx]]`` (the 8 orientations) times ``bin_weight[by, bx]``.  ``raw_norm`` receives each raw
     descriptor's L2 norm; with ``normalize`` the row is then normalised in
     place as :func:`normalize_descriptors` does.
     """
@@ -198,9 +198,10 @@ def gather_descriptors(G, row_idx, col_idx, out, raw_norm, offset, normalize, co
                 gr = G[row_idx[py, by]]
                 for bx in range(4):
                     src = gr[col_idx[px, bx]]
+                    wb = bin_weight[by, bx]
                     b = (by * 4 + bx) * 8
                     for k in range(8):
-                        d[b + k] = src[k]
+                        d[b + k] = src[k] * wb
             if normalize:
                 raw_norm[n] = _normalize_row(d, thr, cl)
             else:

@@ -18,6 +18,12 @@ Parameters at a glance (details in :func:`dense_sift`)
     contrast_threshold  raw L2 norm at or below which a patch is low-contrast and kept raw
     clip                upper bound on the unit-normalised values before renormalising
     normalize           False: return the raw descriptors, no normalisation at all
+    smoothing           sigma rule with smooth=True: "dsift" (default) or "phow" (s / magnif)
+    window_size         None (every bin weighs 1) or VLFeat's Gaussian bin weights (vl_phow: 1.5)
+    bin_centres         "patch" (default, half-integers for even s) or "integer" (VLFeat)
+    grid_alignment      "corner" (default, every grid at 0) or "centre" (vl_phow)
+    low_contrast        "keep" (default, ScSPM), "zero" (vl_phow) or "drop"
+    root                RootSIFT (Hellinger) mapping of the normalised descriptors
 
 Fields of the result (:class:`DenseSIFT`)::
 
@@ -113,15 +119,20 @@ Quantisation
 
 Deviations from VLFeat [2]_ and from the ScSPM reference code [3]_, [4]_
 ------------------------------------------------------------------------
-From VLFeat's ``vl_dsift`` / ``vl_phow`` [2]_:
+From VLFeat's ``vl_dsift`` / ``vl_phow`` [2]_ (each of these has an option that
+removes it, below; with ``bin_centres="integer"`` and the same ``window_size`` our
+descriptors equal VLFeat's ``fast`` dsift up to its coarser ``atan`` approximation
+and the border handling: measured in BENCHMARKS.md, "Dense SIFT vs VLFeat dsift
+(issue 11)"; test ``tests/test_dsift_options.py``, marker ``vlfeat``):
 
 * *Bin centres.*  VLFeat puts every bin centre on an integer pixel, so its
   outer bin centres are ``3 s`` apart and a frame spans ``3 s + 1`` pixels
   between them; here a patch covers exactly ``P = 4 s`` pixels and, for even
-  ``s``, the bin centres are half-integers.
+  ``s``, the bin centres are half-integers (option ``bin_centres``).
 * *Window.*  VLFeat's flat-window ("fast") path still weighs each spatial bin
   by the mean of a Gaussian window over it (``WindowSize``: 2 bins in
-  ``vl_dsift``, 1.5 in ``vl_phow``); here every bin has weight 1.
+  ``vl_dsift``, 1.5 in ``vl_phow``); here every bin has weight 1 (option
+  ``window_size``).
 * *Borders.*  VLFeat filters the orientation maps extended by continuity
   (border values repeated); here pixels outside the image contribute
   nothing.
@@ -129,11 +140,15 @@ From VLFeat's ``vl_dsift`` / ``vl_phow`` [2]_:
   ``sqrt((s / magnif)**2 - 0.25)`` used here is the formula the ``vl_dsift``
   documentation gives to match ``vl_sift``, whose input is assumed blurred by
   0.5 px.  ``vl_phow`` also offsets the grids of the different sizes so that
-  their centres align; here every grid starts at corner 0.
+  their centres align; here every grid starts at corner 0 (options
+  ``smoothing`` and ``grid_alignment``).
 * *Contrast.*  VLFeat always normalises (dividing by ``norm + eps``) and
   ``vl_phow`` then sets descriptors whose raw norm is below 0.005 to zero;
   here a low-contrast descriptor is kept raw, as in ScSPM's
-  ``sp_normalize_sift`` [3]_.
+  ``sp_normalize_sift`` [3]_ (option ``low_contrast``).  VLFeat's norm is on
+  another scale, smaller by a factor that grows with the bin size (the ratio
+  per patch size is in BENCHMARKS.md), so ``vl_phow``'s threshold 0.005 is
+  well below our default 1.0 in our units.
 * *Quantisation.*  VLFeat truncates ``512 v`` to uint8 (error ``< 1/512``);
   here it is rounded (error ``<= 1/1024`` below saturation).
 
@@ -181,6 +196,8 @@ References
    reference MATLAB code (``sp_dense_sift.m``, ``sp_normalize_sift.m``).
 .. [4] S. Lazebnik, C. Schmid and J. Ponce, "Beyond bags of features: spatial
    pyramid matching for recognizing natural scene categories", CVPR 2006.
+.. [5] R. Arandjelović and A. Zisserman, "Three things everyone should know to
+   improve object retrieval", CVPR 2012 (RootSIFT).
 """
 
 from __future__ import annotations
@@ -201,7 +218,10 @@ __all__ = [
     "DESCRIPTOR_SIZE",
     "DenseSIFT",
     "dense_sift",
+    "bin_window_weights",
     "dequantize_descriptors",
+    "grid_offsets",
+    "root_sift",
     "gaussian_kernel",
     "grid_frames",
     "grid_origins",
@@ -336,19 +356,65 @@ def triangular_kernel(bin_size: int) -> tuple[np.ndarray, int]:
     return w.astype(np.float32), lo
 
 
-def _anchor_offset(bin_size: int) -> int:
-    """Anchor of bin 0 relative to the patch corner: ``(s - 1) // 2``."""
-    return (int(bin_size) - 1) // 2
+def _integer_triangular_kernel(bin_size: int) -> tuple[np.ndarray, int]:
+    """Bilinear weights ``1 - |u| / s`` for ``u = -(s-1) .. s-1`` around an integer centre."""
+    s = int(bin_size)
+    u = np.arange(-(s - 1), s, dtype=np.float64)
+    return (1.0 - np.abs(u) / s).astype(np.float32), -(s - 1)
 
 
-def grid_origins(length: int, patch_size: int, step: int) -> np.ndarray:
-    """Patch corners ``0, step, 2 step, ...`` with ``corner + patch_size <= length``.
+def _anchor_offset(bin_size: int, bin_centres: str = "patch") -> int:
+    """Anchor of bin 0 relative to the patch corner.
+
+    ``(s - 1) // 2`` for ``bin_centres="patch"``; ``s // 2`` for
+    ``"integer"`` (the same pixel for odd ``s``, half a pixel right of the
+    half-integer centre for even ``s``).
+    """
+    s = int(bin_size)
+    return s // 2 if bin_centres == "integer" else (s - 1) // 2
+
+
+def grid_origins(length: int, patch_size: int, step: int, offset: int = 0) -> np.ndarray:
+    """Patch corners ``offset, offset + step, ...`` with ``corner + patch_size <= length``.
 
     Returns an int64 array (empty when the patch does not fit).
     """
-    if length < patch_size:
+    if length < patch_size + offset:
         return np.zeros(0, dtype=np.int64)
-    return np.arange(0, length - patch_size + 1, step, dtype=np.int64)
+    return np.arange(offset, length - patch_size + 1, step, dtype=np.int64)
+
+
+def grid_offsets(patch_sizes: tuple[int, ...], grid_alignment: str = "corner") -> tuple[int, ...]:
+    """First patch corner of each size's grid (the same along x and y).
+
+    ``"corner"``: 0 for every size.  ``"centre"``: ``(P_max - P) / 2`` so that
+    the first patch centres of every size coincide (``vl_phow`` aligns its
+    grids the same way [2]_), and with them every centre the steps share.
+    """
+    if grid_alignment == "corner":
+        return tuple(0 for _ in patch_sizes)
+    p_max = max(patch_sizes)
+    return tuple((p_max - p) // 2 for p in patch_sizes)
+
+
+def bin_window_weights(bin_size: int, window_size: float | None) -> np.ndarray:
+    """Weight of each of the 4 x 4 spatial bins (float32, shape (4, 4)).
+
+    ``None``: 1 for every bin (flat window).  A number ``w``: VLFeat's
+    flat-window approximation of the Gaussian window [2]_: bin ``b`` (centre
+    ``delta_b = s (b - 3/2)`` from the patch centre) weighs the mean of
+    ``exp(-u**2 / (2 (w s)**2))`` over ``u = delta_b - (s-1) .. delta_b + (s-1)``
+    (``vl_dsift``'s ``_vl_dsift_get_bin_window_mean``), and bin ``(by, bx)``
+    the product of its two axes' weights.
+    """
+    if window_size is None:
+        return np.ones((N_SPATIAL_BINS, N_SPATIAL_BINS), dtype=np.float32)
+    s = int(bin_size)
+    sigma = float(window_size) * s
+    u = np.arange(-(s - 1), s, dtype=np.float64)
+    delta = s * (np.arange(N_SPATIAL_BINS) - 0.5 * (N_SPATIAL_BINS - 1))
+    w = np.exp(-0.5 * ((u[None, :] - delta[:, None]) / sigma) ** 2).mean(axis=1)
+    return np.outer(w, w).astype(np.float32)
 
 
 def grid_frames(
@@ -488,7 +554,9 @@ class _AxisTable:
     patch_idx: np.ndarray  # int64 (n_patches, 4) anchor index per patch / bin
 
 
-def _axis_table(length: int, patch_size: int, step: int) -> _AxisTable:
+def _axis_table(
+    length: int, patch_size: int, step: int, offset: int = 0, bin_centres: str = "patch"
+) -> _AxisTable:
     """Anchors of the 4 bins of every patch along one axis, and per-pixel weights.
 
     Bin ``b`` of the patch at corner ``o`` has anchor ``o + b*s + (s-1)//2``;
@@ -496,12 +564,15 @@ def _axis_table(length: int, patch_size: int, step: int) -> _AxisTable:
     :func:`triangular_kernel`).  Pixels outside ``[0, length)`` are dropped.
     """
     s = patch_size // N_SPATIAL_BINS
-    kernel, k_lo = triangular_kernel(s)
-    origins = grid_origins(length, patch_size, step)
+    if bin_centres == "integer":
+        kernel, k_lo = _integer_triangular_kernel(s)
+    else:
+        kernel, k_lo = triangular_kernel(s)
+    origins = grid_origins(length, patch_size, step, offset)
     anchors = (
         origins[:, None]
         + np.arange(N_SPATIAL_BINS, dtype=np.int64)[None, :] * s
-        + _anchor_offset(s)
+        + _anchor_offset(s, bin_centres)
     )
     uniq, inv = np.unique(anchors.ravel(), return_inverse=True)
     patch_idx = inv.reshape(anchors.shape).astype(np.int64)
@@ -538,13 +609,17 @@ class _Geometry:
 
 
 @functools.lru_cache(maxsize=256)
-def _geometry(height: int, width: int, patch_size: int, step: int) -> _Geometry:
+def _geometry(
+    height: int, width: int, patch_size: int, step: int, offset: int = 0, bin_centres: str = "patch"
+) -> _Geometry:
     """Tables and frames of the grid (cached; every array is read-only)."""
-    cols = _axis_table(width, patch_size, step)
-    rows = _axis_table(height, patch_size, step)
-    c = (patch_size - 1) / 2.0
-    x0 = grid_origins(width, patch_size, step).astype(np.float32) + np.float32(c)
-    y0 = grid_origins(height, patch_size, step).astype(np.float32) + np.float32(c)
+    cols = _axis_table(width, patch_size, step, offset, bin_centres)
+    rows = _axis_table(height, patch_size, step, offset, bin_centres)
+    s = patch_size // N_SPATIAL_BINS
+    # frame centre: centre of bin 0 plus 1.5 bins
+    c = _anchor_offset(s, bin_centres) + 1.5 * s if bin_centres == "integer" else (patch_size - 1) / 2.0
+    x0 = grid_origins(width, patch_size, step, offset).astype(np.float32) + np.float32(c)
+    y0 = grid_origins(height, patch_size, step, offset).astype(np.float32) + np.float32(c)
     fy, fx = np.meshgrid(y0, x0, indexing="ij")
     fx = np.ascontiguousarray(fx.ravel(), dtype=np.float32)
     fy = np.ascontiguousarray(fy.ravel(), dtype=np.float32)
@@ -607,6 +682,36 @@ def normalize_sift(
     return D, raw
 
 
+SMOOTHING_RULES = ("dsift", "phow")
+BIN_CENTRES = ("patch", "integer")
+GRID_ALIGNMENTS = ("corner", "centre")
+LOW_CONTRAST_MODES = ("keep", "zero", "drop")
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value
+
+
+def root_sift(descriptors: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """RootSIFT (Hellinger) mapping ``v <- sqrt(v / ||v||_1)`` of non-negative rows, in place.
+
+    Arandjelović and Zisserman's RootSIFT [5]_: the Euclidean distance of the
+    mapped descriptors is the Hellinger distance of the L1-normalised ones;
+    the result has unit L2 norm.  ``rows``: boolean mask of the rows to map
+    (default all); all-zero rows stay zero.
+    """
+    D = descriptors if rows is None else descriptors[rows]
+    l1 = D.sum(axis=1, keepdims=True, dtype=np.float32)
+    D = np.sqrt(D / np.maximum(l1, np.float32(1e-30)))
+    if rows is None:
+        descriptors[...] = D
+    else:
+        descriptors[rows] = D
+    return descriptors
+
+
 def dense_sift(
     image: np.ndarray,
     patch_sizes: Iterable[int] | int = (16,),
@@ -617,6 +722,12 @@ def dense_sift(
     contrast_threshold: float = 1.0,
     clip: float = 0.2,
     normalize: bool = True,
+    smoothing: str = "dsift",
+    window_size: float | None = None,
+    bin_centres: str = "patch",
+    grid_alignment: str = "corner",
+    low_contrast: str = "keep",
+    root: bool = False,
 ) -> DenseSIFT:
     """Dense SIFT descriptors of a grayscale image on a regular grid.
 
@@ -638,19 +749,43 @@ def dense_sift(
     step : int, default 6
         Grid step in pixels (the same for every size).
     smooth : bool or float, default True
-        ``True``: smooth per patch size with ``sigma = sqrt((P / 4 /
-        magnif)**2 - 0.25)`` (:func:`smoothing_sigma`).  ``False``: no
-        smoothing.  A number ``>= 0``: that fixed sigma (pixels) for every size.
+        ``True``: smooth per patch size with the ``smoothing`` rule.
+        ``False``: no smoothing.  A number ``>= 0``: that fixed sigma
+        (pixels) for every size.
     magnif : float, default 6.0
         Magnification factor (bin size over smoothing scale, ``vl_phow``'s
         default 6) used when ``smooth is True``.
     contrast_threshold : float, default 1.0
-        Raw-norm threshold below which (``<=``) a patch is low-contrast and
-        left un-normalised; ``inf`` keeps every descriptor raw.
+        Raw-norm threshold at or below which a patch is low-contrast (what
+        happens to it: ``low_contrast``); ``inf`` makes every patch low-contrast.
     clip : float, default 0.2
         Clipping value of the unit-normalised descriptor before renormalising.
     normalize : bool, default True
-        If False, return the raw descriptors (no normalisation at all).
+        If False, return the raw descriptors (no normalisation at all;
+        ``low_contrast`` and ``root`` are then ignored).
+    smoothing : {"dsift", "phow"}, default "dsift"
+        Sigma rule when ``smooth is True``: ``"dsift"``
+        ``sqrt((P / 4 / magnif)**2 - 0.25)`` (:func:`smoothing_sigma`);
+        ``"phow"`` ``P / 4 / magnif``, as ``vl_phow`` does.
+    window_size : float or None, default None
+        ``None``: every spatial bin weighs 1.  A number: VLFeat's
+        flat-window Gaussian bin weights (:func:`bin_window_weights`;
+        ``vl_dsift`` uses 2, ``vl_phow`` 1.5).
+    bin_centres : {"patch", "integer"}, default "patch"
+        ``"patch"``: bin centres ``x0 + b s + (s - 1) / 2`` (the patch is
+        exactly ``P`` pixels; half-integers for even ``s``).  ``"integer"``:
+        ``x0 + b s + floor(s / 2)``, on pixels as in VLFeat, with weights
+        ``1 - |u| / s`` (the same for odd ``s``).
+    grid_alignment : {"corner", "centre"}, default "corner"
+        First patch corner of each size: 0, or :func:`grid_offsets` so that
+        the grids of all sizes share their centres (``vl_phow``).
+    low_contrast : {"keep", "zero", "drop"}, default "keep"
+        Low-contrast patches (raw norm ``<= contrast_threshold``): kept
+        un-normalised (ScSPM), normalised like the others and then set to
+        zero (``vl_phow``), or removed with their frames.
+    root : bool, default False
+        Map the normalised descriptors to RootSIFT (:func:`root_sift`);
+        low-contrast rows kept raw are left as they are.
 
     Returns
     -------
@@ -658,38 +793,52 @@ def dense_sift(
         ``descriptors`` float32 of shape ``(N, 128)``; ``x``, ``y`` (float32),
         ``patch_size`` (int16) and ``raw_norm`` (float32) of shape ``(N,)``;
         ``image_shape = (H, W)``.  ``N = sum_P n(H, P) * n(W, P)`` over the
-        patch sizes, with ``n(L, P) = floor((L - P) / step) + 1`` grid
-        positions along a side of length ``L >= P`` and 0 when ``L < P``.
+        patch sizes, with ``n(L, P) = floor((L - o - P) / step) + 1`` grid
+        positions along a side of length ``L >= P + o`` (``o`` the grid
+        offset, 0 unless ``grid_alignment="centre"``) and 0 otherwise,
+        less the dropped patches with ``low_contrast="drop"``.
 
     Raises
     ------
     ValueError
         Non-2-D or non-float image, non-finite values, bad patch sizes, step,
-        smoothing, threshold or clip values.
+        smoothing, threshold, clip or option values.
     """
     img = _validate_image(image)
     sizes = validate_patch_sizes(patch_sizes)
     step = validate_step(step)
     thr = _validate_nonneg("contrast_threshold", contrast_threshold, allow_inf=True, strictly=False)
     cl = _validate_nonneg("clip", clip, allow_inf=False, strictly=True)
+    _check_choice("smoothing", smoothing, SMOOTHING_RULES)
+    _check_choice("bin_centres", bin_centres, BIN_CENTRES)
+    _check_choice("grid_alignment", grid_alignment, GRID_ALIGNMENTS)
+    _check_choice("low_contrast", low_contrast, LOW_CONTRAST_MODES)
+    if window_size is not None:
+        window_size = _validate_nonneg("window_size", window_size, allow_inf=False, strictly=True)
     if isinstance(smooth, (bool, np.bool_)):
         magnif = _validate_nonneg("magnif", magnif, allow_inf=False, strictly=True)
-        sigmas = [smoothing_sigma(p, magnif) if smooth else 0.0 for p in sizes]
+        if smoothing == "phow":
+            sigmas = [p / N_SPATIAL_BINS / magnif if smooth else 0.0 for p in sizes]
+        else:
+            sigmas = [smoothing_sigma(p, magnif) if smooth else 0.0 for p in sizes]
     else:
         sig = _validate_nonneg("smooth (sigma)", smooth, allow_inf=False, strictly=False)
         sigmas = [sig] * len(sizes)
 
     h, w = img.shape
-    geoms = [_geometry(h, w, p, step) for p in sizes]
+    offsets = grid_offsets(sizes, grid_alignment)
+    geoms = [_geometry(h, w, p, step, o, bin_centres) for p, o in zip(sizes, offsets)]
     counts = [g.frame_x.shape[0] for g in geoms]
     total = int(sum(counts))
     out = np.empty((total, DESCRIPTOR_SIZE), dtype=np.float32)
     raw = np.empty(total, dtype=np.float32)
-    thr32 = _as_f32_threshold(thr)
+    keep_raw = normalize and low_contrast == "keep"
+    # "zero" / "drop" normalise every patch with a positive norm first
+    thr32 = _as_f32_threshold(thr) if keep_raw else np.float32(0.0)
 
     smoothed_cache: dict[float, np.ndarray] = {}
     offset = 0
-    for g, sigma, cnt in zip(geoms, sigmas, counts):
+    for g, sigma, cnt, p in zip(geoms, sigmas, counts, sizes):
         if cnt == 0:
             continue
         sm = smoothed_cache.get(sigma)
@@ -700,8 +849,20 @@ def dense_sift(
         G = binned_orientation_maps(
             sm, c.ptr, c.idx8, c.weight, r.ptr, r.idx, r.weight, c.n_anchors, r.n_anchors
         )
-        gather_descriptors(G, r.patch_idx, c.patch_idx, out, raw, offset, bool(normalize), thr32, np.float32(cl))
+        weights = bin_window_weights(p // N_SPATIAL_BINS, window_size)
+        gather_descriptors(
+            G, r.patch_idx, c.patch_idx, weights, out, raw, offset, bool(normalize), thr32, np.float32(cl)
+        )
         offset += cnt
 
     fx, fy, ps = _frames(geoms, sizes)
+    if normalize:
+        low = raw <= _as_f32_threshold(thr)
+        if root:
+            root_sift(out, None if low_contrast != "keep" else ~low)
+        if low_contrast == "zero":
+            out[low] = 0.0
+        elif low_contrast == "drop":
+            keep = ~low
+            out, raw, fx, fy, ps = out[keep], raw[keep], fx[keep], fy[keep], ps[keep]
     return DenseSIFT(out, fx, fy, ps, (int(h), int(w)), raw)

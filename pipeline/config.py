@@ -5,7 +5,9 @@ through them, each read into its own frozen dataclass::
 
     [dataset]        DatasetConfig        keep_background, train_per_class, test_per_class, seed
     [image]          ImageConfig          max_side, max_pixels
-    [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors
+    [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors,
+                                          smoothing, window_size, bin_centres, grid_alignment,
+                                          low_contrast, root_sift
     [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed, n_neighbors, pca_dims
     [pooling]        PoolingConfig        method, levels
     [normalization]  NormalizationConfig  method
@@ -46,7 +48,14 @@ from typing import Any
 from ..coding.codebook import CODEBOOK_KINDS
 from ..coding.normalize import NORMALIZATIONS
 from ..coding.pooling import POOLING_METHODS, validate_levels
-from ..features.dsift import validate_patch_sizes, validate_step
+from ..features.dsift import (
+    BIN_CENTRES,
+    GRID_ALIGNMENTS,
+    LOW_CONTRAST_MODES,
+    SMOOTHING_RULES,
+    validate_patch_sizes,
+    validate_step,
+)
 from ..features.preprocess import DEFAULT_MAX_PIXELS, validate_max_side
 
 __all__ = [
@@ -168,14 +177,12 @@ def _all_of(*checks: _Check) -> _Check:
     return check
 
 
-def _setting(
-    default: Any, check: _Check, *, key: str | None = None, semantic: bool = True, omit_unset: bool = False
-) -> Any:
-    """A config field: its default, its check, its TOML key (when not the field name),
-    whether it changes any computed number (``semantic=False``: left out of hashes), and
-    whether the plain form leaves it out while it is None (``omit_unset``: a key added
-    later, so that the configurations written before it keep their hash)."""
-    return field(default=default, metadata={"check": check, "key": key, "semantic": semantic, "omit_unset": omit_unset})
+def _setting(default: Any, check: _Check, *, key: str | None = None, semantic: bool | str = True) -> Any:
+    """A config field: its default, its check, its TOML key (when not the field name), and
+    whether it changes any computed number (``semantic=False``: left out of hashes;
+    ``"unless-default"``: left out while it has its default, so that adding the key
+    keeps the hashes and caches of every existing configuration)."""
+    return field(default=default, metadata={"check": check, "key": key, "semantic": semantic})
 
 
 #: The pipeline's floor on ``image.max_side`` (the default patch, 16 px, must fit).
@@ -221,10 +228,22 @@ class SiftConfig:
     step: int = _setting(8, _owned_by(validate_step))
     #: Gaussian smoothing per patch size
     smooth: bool = _setting(True, _bool)
-    #: low-contrast descriptors set to zero
+    #: raw descriptor norm at or below which a patch is low-contrast (see low_contrast)
     contrast_threshold: float = _setting(1.0, _float(0.0))
     #: keep descriptors in the stage cache
     cache_descriptors: bool = _setting(True, _bool, semantic=False)
+    #: smoothing sigma rule: "dsift" sqrt((s/6)² − ¼) or "phow" s/6 (s = patch / 4)
+    smoothing: str = _setting("dsift", _choice(SMOOTHING_RULES), semantic="unless-default")
+    #: VLFeat's Gaussian bin weights (vl_phow 1.5); 0: every bin weighs 1
+    window_size: float = _setting(0.0, _float(0.0), semantic="unless-default")
+    #: spatial-bin centres: "patch" (half-integers for even bins) or "integer" (VLFeat)
+    bin_centres: str = _setting("patch", _choice(BIN_CENTRES), semantic="unless-default")
+    #: grids of the patch sizes: "corner" (all at 0) or "centre" (shared centres, vl_phow)
+    grid_alignment: str = _setting("corner", _choice(GRID_ALIGNMENTS), semantic="unless-default")
+    #: low-contrast patches: "keep" un-normalised, "zero" (vl_phow) or "drop"
+    low_contrast: str = _setting("keep", _choice(LOW_CONTRAST_MODES), semantic="unless-default")
+    #: RootSIFT (Hellinger) descriptors
+    root_sift: bool = _setting(False, _bool, semantic="unless-default")
 
 
 @dataclass(frozen=True)
@@ -244,9 +263,9 @@ class CodebookConfig:
     #: seed of the sample and the learner
     seed: int = _setting(0, _int(0, high=MAX_SEED))
     #: nearest codewords per LLC code (kind "llc"; unset: 5)
-    n_neighbors: int | None = _setting(None, _int_or_unset(1), omit_unset=True)
+    n_neighbors: int | None = _setting(None, _int_or_unset(1), semantic="unless-default")
     #: PCA dimensions of the descriptors (kind "fisher"; unset: 64)
-    pca_dims: int | None = _setting(None, _int_or_unset(1, 128), omit_unset=True)
+    pca_dims: int | None = _setting(None, _int_or_unset(1, 128), semantic="unless-default")
 
 
 @dataclass(frozen=True)
@@ -276,12 +295,18 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def _in_hash(table: Any, f: dataclasses.Field) -> bool:
+    semantic = f.metadata["semantic"]
+    if semantic == "unless-default":
+        return getattr(table, f.name) != f.default
+    return bool(semantic)
+
+
 def _table_dict(table: Any, *, semantic_only: bool = False) -> dict[str, Any]:
     return {
         _toml_key(f): _plain(getattr(table, f.name))
         for f in dataclasses.fields(table)
-        if (f.metadata["semantic"] or not semantic_only)
-        and not (f.metadata["omit_unset"] and getattr(table, f.name) is None)
+        if not semantic_only or _in_hash(table, f)
     }
 
 

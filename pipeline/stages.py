@@ -194,6 +194,13 @@ def compute_descriptors(
         step=sift["step"],
         smooth=sift["smooth"],
         contrast_threshold=sift["contrast_threshold"],
+        # the issue-11 options appear in ``sift`` only when they differ from their defaults
+        smoothing=sift.get("smoothing", "dsift"),
+        window_size=sift.get("window_size") or None,
+        bin_centres=sift.get("bin_centres", "patch"),
+        grid_alignment=sift.get("grid_alignment", "corner"),
+        low_contrast=sift.get("low_contrast", "keep"),
+        root=sift.get("root_sift", False),
     )
     return {
         "descriptors": quantize_descriptors(result.descriptors),

@@ -32,7 +32,9 @@ from .conftest import FIXTURE_PHOTO
 # ---------------------------------------------------------------------------
 # Slow reference: one patch at a time, one pixel at a time
 # ---------------------------------------------------------------------------
-def reference_descriptor(smoothed: np.ndarray, x0: int, y0: int, patch_size: int) -> np.ndarray:
+def reference_descriptor(
+    smoothed: np.ndarray, x0: int, y0: int, patch_size: int, centre_offset: float | None = None, bin_weight=None
+) -> np.ndarray:
     """Raw dense-SIFT descriptor of the patch with top-left corner (x0, y0).
 
     Straight from the definition: every pixel near the patch adds its
@@ -41,13 +43,16 @@ def reference_descriptor(smoothed: np.ndarray, x0: int, y0: int, patch_size: int
     max(0, 1 - |x - c_bx| / s) * max(0, 1 - |y - c_by| / s),
     bin centres c_b = corner + b*s + (s-1)/2.  Gradients are numpy's central
     differences (one-sided at the image border), in float64.
+    ``centre_offset`` replaces ``(s-1)/2`` (``s // 2``: VLFeat's integer
+    centres); ``bin_weight`` (4 x 4) multiplies each spatial bin.
     """
     img = smoothed.astype(np.float64)
     H, W = img.shape
     gy, gx = np.gradient(img)
     s = patch_size // 4
-    cx = [x0 + b * s + (s - 1) / 2 for b in range(4)]
-    cy = [y0 + b * s + (s - 1) / 2 for b in range(4)]
+    c0 = (s - 1) / 2 if centre_offset is None else centre_offset
+    cx = [x0 + b * s + c0 for b in range(4)]
+    cy = [y0 + b * s + c0 for b in range(4)]
     desc = np.zeros((4, 4, 8))
     # the patch plus a margin of s pixels: enough for every non-zero weight
     for y in range(max(0, y0 - s), min(H, y0 + patch_size + s)):
@@ -69,7 +74,7 @@ def reference_descriptor(smoothed: np.ndarray, x0: int, y0: int, patch_size: int
                 if wy[by] == 0.0:
                     continue
                 for bx in range(4):
-                    w = wy[by] * wx[bx]
+                    w = wy[by] * wx[bx] * (1.0 if bin_weight is None else bin_weight[by, bx])
                     if w == 0.0:
                         continue
                     desc[by, bx, k0] += w * m * (1 - f)

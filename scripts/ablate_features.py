@@ -1,0 +1,286 @@
+"""Ablations of the HIK nSVM feature setting on 15-Scenes, one change at a time (issue 11).
+
+The reference row is our ``hik-nsvm`` pipeline (dense SIFT 16/24/32/40 px, k-means
+1024, 1x1 + 2x2 + 4x4 average-pooled histograms, L1 of the whole vector).  Every other
+row changes ONE thing: a dense-SIFT option (:func:`classify_images.features.dense_sift`),
+the image size, the codebook learning, or the pooling / normalisation of the histograms.
+
+Affordable protocol (the full build takes ~30 min of 2 cores; this has to fit in about
+an hour of one shared core), stated in every result:
+
+* **Images**: per class, a fixed random pool of ``--per-class`` images (seed 0) and
+  ``--codebook-per-class`` *other* images used only to learn the codebook.  Splits
+  ``0 .. --splits - 1`` divide each class's pool into 100 training and the rest test
+  images.  The codebook never sees a pool image, so one codebook per descriptor variant
+  serves all splits without leaking test images.
+* **Grid**: ``--step`` (6 by default, a proxy for the paper's 3: a quarter of the
+  descriptors) — a proxy, labelled so in the output.
+* **Codebook**: k-means (1024 words) on ``--n-samples`` random descriptors of the
+  codebook images, ``--kmeans-iter`` Lloyd iterations, one k-means++ start (seed 0).
+* **Classifier** (``--classifier``): PmSVM with p = -8 (the histogram-intersection
+  kernel), C = 0.01, close to the paper's HIK classifiers and cheaper than nSVM; it
+  scales each dimension by its training maximum, so it is blind to per-level weights
+  and per-level normalisation: run the pooling rows again with ``--classifier nsvm``
+  (HIK nSVM defaults, the paper's classifier).
+* Rows that change only pooling/normalisation re-use the reference's VQ indices; a
+  descriptor variant's VQ indices are saved under ``--work-dir`` (not in the repository)
+  and re-used when the script runs again.
+
+Accuracy is the mean per-class accuracy; each row gives mean ± std over the splits and
+the mean paired difference to the reference (same splits, same test images) ± its std.
+
+Usage::
+
+    nice -n 10 python scripts/ablate_features.py --dataset ../shared/datasets/scene15 \\
+        --work-dir /work/ablate --out ablate.json [--classifier nsvm] [--rows 'name|name|...']
+"""
+
+from __future__ import annotations
+
+import _bench_utils  # noqa: F401  (pins BLAS/OpenMP to one thread; must come first)
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from classify_images.classifiers.hik_nsvm import HIKnSVM
+from classify_images.classifiers.pmsvm import PmSVM
+from classify_images.coding.codebook import learn_kmeans_codebook
+from classify_images.coding.encode import vq_encode
+from classify_images.coding.pooling import pyramid_cells
+from classify_images.features import load_grayscale
+from classify_images.features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
+from classify_images.pipeline.evaluation import mean_per_class_accuracy
+
+PATCH_SIZES = (16, 24, 32, 40)
+N_WORDS = 1024
+
+# Descriptor variants: (dense_sift options, max_side).  The reference is our default.
+REFERENCE = {}
+DESCRIPTOR_VARIANTS: dict[str, tuple[dict, int | None]] = {
+    "reference": (REFERENCE, 300),
+    "low-contrast zero (thr 1.0)": ({"low_contrast": "zero"}, 300),
+    "contrast threshold 0.1 (keep)": ({"contrast_threshold": 0.1}, 300),
+    "contrast threshold 0 (normalise every patch)": ({"contrast_threshold": 0.0}, 300),
+    "contrast threshold 2 (keep)": ({"contrast_threshold": 2.0}, 300),
+    "window 1.5 (vl_phow)": ({"window_size": 1.5}, 300),
+    "smoothing sigma = s/6 (vl_phow)": ({"smoothing": "phow"}, 300),
+    "grids centre-aligned": ({"grid_alignment": "centre"}, 300),
+    "integer bin centres": ({"bin_centres": "integer"}, 300),
+    "RootSIFT": ({"root": True}, 300),
+    "image original size": (REFERENCE, None),
+    "vl_phow-like (all of window, smoothing, alignment, integer centres, zero < 0.1)": (
+        {
+            "window_size": 1.5,
+            "smoothing": "phow",
+            "grid_alignment": "centre",
+            "bin_centres": "integer",
+            "low_contrast": "zero",
+            "contrast_threshold": 0.1,
+        },
+        300,
+    ),
+}
+
+# Pooling / normalisation variants on the reference VQ indices:
+# (levels, level weights or None, per-level L1, power)
+POOLING_VARIANTS: dict[str, tuple[tuple[int, ...], tuple[float, ...] | None, bool, float]] = {
+    "levels 1,2,4; L1 per level (each level 1/3, as counts + global L1)": ((1, 2, 4), None, True, 1.0),
+    "levels 1,2,4; per-level L1, SPM weights 1/4,1/4,1/2": ((1, 2, 4), (0.25, 0.25, 0.5), True, 1.0),
+    "levels 1,2 (global L1)": ((1, 2), None, False, 1.0),
+    "levels 2,4 (global L1)": ((2, 4), None, False, 1.0),
+    "power 0.5 then L1": ((1, 2, 4), None, False, 0.5),
+}
+
+CODEBOOK_VARIANTS = {
+    "k-means 100 iterations": {"kmeans_iter": 100},
+    "codebook sample x2": {"n_samples_factor": 2},
+}
+
+
+def _pick_images(dataset: Path, per_class: int, codebook_per_class: int, seed: int = 0):
+    classes = sorted(p.name for p in dataset.iterdir() if p.is_dir())
+    rng = np.random.default_rng(seed)
+    pool, labels, codebook_images = [], [], []
+    for label, name in enumerate(classes):
+        files = sorted(str(f) for f in (dataset / name).iterdir() if f.is_file())
+        order = rng.permutation(len(files))
+        pool += [files[i] for i in order[:per_class]]
+        labels += [label] * min(per_class, len(files))
+        codebook_images += [files[i] for i in order[per_class : per_class + codebook_per_class]]
+    return classes, pool, np.asarray(labels), codebook_images
+
+
+def _descriptors(path: str, options: dict, max_side: int | None, step: int):
+    image = load_grayscale(path, max_side=max_side)
+    ds = dense_sift(image, PATCH_SIZES, step, **options)
+    # the pipeline stores uint8 descriptors: reproduce the round trip
+    return dequantize_descriptors(quantize_descriptors(ds.descriptors)), ds.x, ds.y, image.shape
+
+
+def _encode_variant(name, options, max_side, pool, codebook_images, args, codebook_opts=None):
+    codebook_opts = codebook_opts or {}
+    n_samples = args.n_samples * codebook_opts.get("n_samples_factor", 1)
+    kmeans_iter = codebook_opts.get("kmeans_iter", args.kmeans_iter)
+    key = json.dumps([options, max_side, args.step, n_samples, kmeans_iter, args.per_class,
+                      args.codebook_per_class], sort_keys=True)
+    path = Path(args.work_dir) / f"vq-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
+    if path.exists():
+        data = np.load(path, allow_pickle=False)
+        return {k: data[k] for k in data.files}, 0.0
+    t0 = time.process_time()
+    rng = np.random.default_rng(0)
+    per_image = int(np.ceil(n_samples / len(codebook_images)))
+    sample = []
+    for p in codebook_images:
+        d, _, _, _ = _descriptors(p, options, max_side, args.step)
+        rows = rng.choice(d.shape[0], size=min(per_image, d.shape[0]), replace=False)
+        sample.append(d[rows])
+    sample = np.concatenate(sample)[:n_samples]
+    centres = learn_kmeans_codebook(sample, N_WORDS, max_iter=kmeans_iter, random_state=0)
+    index, xs, ys, counts, shapes = [], [], [], [], []
+    for p in pool:
+        d, x, y, shape = _descriptors(p, options, max_side, args.step)
+        index.append(vq_encode(d, centres))
+        xs.append(x)
+        ys.append(y)
+        counts.append(d.shape[0])
+        shapes.append(shape)
+    out = {
+        "index": np.concatenate(index),
+        "x": np.concatenate(xs),
+        "y": np.concatenate(ys),
+        "counts": np.asarray(counts),
+        "shapes": np.asarray(shapes),
+    }
+    Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+    np.savez(path, **out)
+    return out, time.process_time() - t0
+
+
+def _histograms(vq, levels=(1, 2, 4), weights=None, per_level_l1=False, power=1.0):
+    """Average-pooled pyramid histograms, normalised as the row asks (float32 rows)."""
+    n_cells = sum(lv * lv for lv in levels)
+    starts = np.concatenate([[0], np.cumsum(vq["counts"])])
+    X = np.zeros((len(vq["counts"]), n_cells * N_WORDS), dtype=np.float64)
+    bounds = np.cumsum([0] + [lv * lv * N_WORDS for lv in levels])
+    for i in range(len(vq["counts"])):
+        a, b = starts[i], starts[i + 1]
+        cells = pyramid_cells(vq["x"][a:b], vq["y"][a:b], tuple(vq["shapes"][i]), levels)
+        flat = (cells.astype(np.int64) * N_WORDS + vq["index"][a:b].astype(np.int64)).ravel()
+        h = np.bincount(flat, minlength=n_cells * N_WORDS).reshape(n_cells, N_WORDS).astype(np.float64)
+        h /= np.maximum(h.sum(axis=1, keepdims=True), 1.0)  # average pooling per cell
+        h = h.ravel() ** power
+        if per_level_l1:
+            for j in range(len(levels)):
+                blk = h[bounds[j] : bounds[j + 1]]
+                blk /= max(blk.sum(), 1e-30)
+                if weights is not None:
+                    blk *= weights[j]
+        h /= max(h.sum(), 1e-30)
+        X[i] = h
+    return X.astype(np.float32)
+
+
+def _splits(labels, n_splits, n_train=100):
+    out = []
+    for seed in range(n_splits):
+        rng = np.random.default_rng(1000 + seed)
+        train = np.zeros(labels.shape[0], dtype=bool)
+        for c in np.unique(labels):
+            idx = np.flatnonzero(labels == c)
+            train[rng.choice(idx, size=n_train, replace=False)] = True
+        out.append(train)
+    return out
+
+
+CLASSIFIERS = {
+    # PmSVM scales every dimension by its training maximum: it cannot see per-level
+    # weights or per-level normalisation, so those rows need nSVM (the paper's classifier).
+    "pmsvm": lambda seed: PmSVM(p=-8.0, C=0.01, random_state=seed),
+    "nsvm": lambda seed: HIKnSVM(random_state=seed),
+}
+
+
+def _evaluate(X, labels, splits, classifier="pmsvm"):
+    accs = []
+    for seed, train in enumerate(splits):
+        clf = CLASSIFIERS[classifier](seed).fit(X[train], labels[train])
+        accs.append(100.0 * mean_per_class_accuracy(labels[~train], clf.predict(X[~train])))
+    return accs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", required=True, type=Path)
+    ap.add_argument("--work-dir", default="/work/ablate")
+    ap.add_argument("--out", default="ablate.json")
+    ap.add_argument("--per-class", type=int, default=150)
+    ap.add_argument("--codebook-per-class", type=int, default=20)
+    ap.add_argument("--splits", type=int, default=3)
+    ap.add_argument("--step", type=int, default=6)
+    ap.add_argument("--n-samples", type=int, default=100_000)
+    ap.add_argument("--kmeans-iter", type=int, default=30)
+    ap.add_argument("--classifier", choices=sorted(CLASSIFIERS), default="pmsvm",
+                    help="nsvm: the pooling rows' evaluator (PmSVM is blind to per-level weights)")
+    ap.add_argument("--rows", default="all", help="row names separated by '|', or 'all'")
+    args = ap.parse_args()
+
+    classes, pool, labels, codebook_images = _pick_images(args.dataset, args.per_class, args.codebook_per_class)
+    splits = _splits(labels, args.splits)
+    wanted = None if args.rows == "all" else set(args.rows.split("|"))
+    results = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    results[f"protocol {args.classifier}"] = {k: str(v) for k, v in vars(args).items()} | {
+        "pool_images": len(pool), "codebook_images": len(codebook_images),
+        "proxy": f"step {args.step} (paper 3), {args.n_samples} k-means samples, {args.kmeans_iter} iterations",
+    }
+    rows = results.setdefault("rows", {})
+
+    tag = "" if args.classifier == "pmsvm" else f" [{args.classifier}]"
+
+    def record(name, accs, cpu, ref):
+        name += tag
+        row = {"classifier": args.classifier, "accs": accs, "mean": float(np.mean(accs)), "std": float(np.std(accs)), "cpu_s": cpu}
+        if ref is not None:
+            diff = np.asarray(accs) - np.asarray(ref)
+            row.update(diff_mean=float(diff.mean()), diff_std=float(diff.std()))
+        rows[name] = row
+        Path(args.out).write_text(json.dumps(results, indent=1))
+        d = f"  diff {row['diff_mean']:+.2f} ± {row['diff_std']:.2f}" if ref is not None else ""
+        print(f"{name:70s} {row['mean']:.2f} ± {row['std']:.2f}{d}  ({cpu:.0f} s CPU)", flush=True)
+
+    ref_vq, cpu = _encode_variant("reference", REFERENCE, 300, pool, codebook_images, args)
+    t0 = time.process_time()
+    ref_accs = _evaluate(_histograms(ref_vq), labels, splits, args.classifier)
+    record("reference", ref_accs, cpu + time.process_time() - t0, None)
+
+    for name, (levels, weights, per_level, power) in POOLING_VARIANTS.items():
+        if wanted is not None and name not in wanted:
+            continue
+        t0 = time.process_time()
+        accs = _evaluate(_histograms(ref_vq, levels, weights, per_level, power), labels, splits, args.classifier)
+        record(name, accs, time.process_time() - t0, ref_accs)
+
+    for name, (options, max_side) in DESCRIPTOR_VARIANTS.items():
+        if name == "reference" or (wanted is not None and name not in wanted):
+            continue
+        vq, cpu = _encode_variant(name, options, max_side, pool, codebook_images, args)
+        t0 = time.process_time()
+        accs = _evaluate(_histograms(vq), labels, splits, args.classifier)
+        record(name, accs, cpu + time.process_time() - t0, ref_accs)
+
+    for name, opts in CODEBOOK_VARIANTS.items():
+        if wanted is None or name not in wanted:  # costly: only on request
+            continue
+        vq, cpu = _encode_variant(name, REFERENCE, 300, pool, codebook_images, args, opts)
+        t0 = time.process_time()
+        accs = _evaluate(_histograms(vq), labels, splits, args.classifier)
+        record(name, accs, cpu + time.process_time() - t0, ref_accs)
+
+
+if __name__ == "__main__":
+    main()
