@@ -65,7 +65,7 @@ Level = int | str
 #: 32 × 32 cells of 4-pixel bins is already finer than a dense-SIFT grid).
 MAX_PYRAMID_LEVEL = 32
 _LEVELS_RULE = (
-    f'expected a non-empty list of integers from 1 to {MAX_PYRAMID_LEVEL} (L × L cells) '
+    f'expected a non-empty list of integers ≥ 1 and ≤ {MAX_PYRAMID_LEVEL} (L × L cells) '
     'or "RxC" strings (R rows, C columns, e.g. "3x1")'
 )
 

@@ -191,8 +191,9 @@ def _now() -> str:
 
 def _image_paths(feature_set: FeatureSet, relative: Sequence[str]) -> list[str]:
     """Paths of a feature set's images, made absolute with the dataset root it records."""
-    root = feature_set.manifest.get("dataset", {}).get("root")
-    return [str(Path(root) / path) if root else str(path) for path in relative]
+    dataset = feature_set.manifest.get("dataset")
+    root = dataset.get("root") if isinstance(dataset, dict) else None
+    return [str(Path(root) / path) if isinstance(root, str) and root else str(path) for path in relative]
 
 
 @dataclass(frozen=True)

@@ -138,7 +138,7 @@ class FeatureSet:
 
     def normalizer(self) -> Normalizer:
         """The normaliser the rows were normalised with, fitted on the training rows."""
-        method = self.manifest["config"]["normalization"]["method"]
+        method = self.config.normalization.method
         statistics = None
         if not Normalizer(method).per_vector:
             name = f"{NORMALIZER_STATISTICS}.npy"
