@@ -91,17 +91,15 @@ def confusion_figure(confusion: np.ndarray, class_names: Sequence[str], order: n
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02, label="fraction of the true class")
     fig.tight_layout()
     cell_points = ax.get_window_extent().height / fig.dpi * 72.0 / max(n, 1)
-    font = min(9.0, 0.8 * cell_points)
-    if font >= MIN_LABEL_POINTS:
-        ax.set_xticks(range(n), names, rotation=90, fontsize=font)
-        ax.set_yticks(range(n), names, fontsize=font)
-        ax.set_xlabel("predicted class")
-        ax.set_ylabel("true class")
-    else:
-        ax.set_xticks([])
-        ax.set_yticks([])
-        ax.set_xlabel(f"predicted class ({n} classes, worst first; hover a cell for its names)")
-        ax.set_ylabel("true class")
+    # every class labelled if the font is legible, else every step-th class at the smallest legible font
+    step = max(1, int(np.ceil(MIN_LABEL_POINTS / (0.8 * cell_points))))
+    font = min(9.0, 0.8 * cell_points * step)
+    ticks = np.arange(0, n, step)
+    ax.set_xticks(ticks, [names[k] for k in ticks], rotation=90, fontsize=font)
+    ax.set_yticks(ticks, [names[k] for k in ticks], fontsize=font)
+    every = "" if step == 1 else f"; every {_ordinal(step)} class labelled, hover a cell in report.html for its names"
+    ax.set_xlabel(f"predicted class ({n} classes, worst first{every})")
+    ax.set_ylabel("true class")
     if title:
         ax.set_title(title)
     fig.tight_layout()
@@ -113,6 +111,10 @@ def confusion_figure(confusion: np.ndarray, class_names: Sequence[str], order: n
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     return ConfusionFigure(buffer.getvalue(), width, height, box)
+
+
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
 def thumbnail_data_uri(path: str, side: int = THUMBNAIL_SIDE) -> str | None:
