@@ -160,6 +160,17 @@ def _pct(rate: float) -> str:
     return "–" if rate is None or np.isnan(rate) else f"{100 * rate:.1f} %"
 
 
+def _changed_params(classifier: str, params: dict) -> dict:
+    """The parameters that differ from the classifier's defaults (all of them if it is unknown)."""
+    from ..classifiers.registry import ClassifierParameterError, classifier_class
+
+    try:
+        defaults = classifier_class(classifier)().get_params()
+    except ClassifierParameterError:
+        return dict(params)
+    return {k: v for k, v in params.items() if k not in defaults or defaults[k] != v}
+
+
 def _headline(evaluation: Evaluation, experiment: Experiment | None) -> str:
     n_classes = len(evaluation.class_names)
     if experiment is not None and len(experiment.runs) > 1:
@@ -176,7 +187,8 @@ def _headline(evaluation: Evaluation, experiment: Experiment | None) -> str:
         f"{100 * evaluation.overall_accuracy:.2f} %.</p>"
         f'<p class="muted">{n_classes} classes · {evaluation.n_train} training and {evaluation.n_test} test images · '
         f"{evaluation.n_features} dimensions · classifier <b>{_e(evaluation.classifier)}</b> "
-        f"<code>{_e(json.dumps(evaluation.params, sort_keys=True))}</code> · training {train}, "
+        f"<code>{_e(json.dumps(_changed_params(evaluation.classifier, evaluation.params), sort_keys=True))}</code> "
+        f"(other parameters at their defaults; all in Provenance) · training {train}, "
         f"testing {evaluation.test_seconds:.2f} s</p>"
     )
 
@@ -285,6 +297,7 @@ def _provenance(evaluation: Evaluation) -> str:
         f'<h2>Provenance</h2><p>Date: <span id="date">{_e(evaluation.date or "not recorded")}</span> · feature set '
         f"<code>{_e(evaluation.feature_set)}</code> (config hash <code>{_e(evaluation.config_hash[:12])}</code>)</p>"
         f'<table id="versions"><thead><tr><th>component</th><th>version</th></tr></thead><tbody>{rows}</tbody></table>'
+        f"<h3>Classifier parameters</h3><pre id=\"params\">{_e(json.dumps(evaluation.params, indent=2, sort_keys=True))}</pre>"
         f"<h3>Pipeline config</h3><pre id=\"config\">{_e(config)}</pre>"
     )
 
