@@ -223,6 +223,17 @@ def _evaluate(X, labels, splits, classifier="pmsvm"):
     return accs
 
 
+def print_table(results: dict) -> None:
+    """The rows of ``results`` as a Markdown table (BENCHMARKS.md)."""
+    print("| row | classifier | split 0 | split 1 | split 2 | mean ± std | paired diff to reference ± std | CPU s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for name, row in results["rows"].items():
+        accs = " | ".join(f"{a:.2f}" for a in row["accs"])
+        diff = f"{row['diff_mean']:+.2f} ± {row['diff_std']:.2f}" if "diff_mean" in row else "—"
+        print(f"| {name} | {row.get('classifier', 'pmsvm')} | {accs} | {row['mean']:.2f} ± {row['std']:.2f} "
+              f"| {diff} | {row['cpu_s']:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", required=True, type=Path)
@@ -236,8 +247,12 @@ def main() -> None:
     ap.add_argument("--kmeans-iter", type=int, default=30)
     ap.add_argument("--classifier", choices=sorted(CLASSIFIERS), default="pmsvm",
                     help="nsvm: the pooling rows' evaluator (PmSVM is blind to per-level weights)")
+    ap.add_argument("--table", action="store_true", help="print the rows of --out as a Markdown table and exit")
     ap.add_argument("--rows", default="all", help="row names separated by '|', or 'all'")
     args = ap.parse_args()
+    if args.table:
+        print_table(json.loads(Path(args.out).read_text()))
+        return
 
     classes, pool, labels, codebook_images = _pick_images(args.dataset, args.per_class, args.codebook_per_class)
     splits = _splits(labels, args.splits)
