@@ -279,6 +279,21 @@ def _fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> No
             part[rows] = normalizer.transform(part[rows])
 
 
+def _check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> None:
+    """Refuse to write rows holding NaN or ±inf (a classifier would fail on them later)."""
+    bad = []
+    for part, index in (("train", split.train), ("test", split.test)):
+        rows = X[part]
+        for start in range(0, rows.shape[0], _NORMALISE_CHUNK):
+            finite = np.isfinite(rows[start : start + _NORMALISE_CHUNK]).all(axis=1)
+            bad += [images.dataset.paths[index[start + r]] for r in np.flatnonzero(~finite)]
+    if bad:
+        raise DatasetError(
+            f"the features of {len(bad)} image(s) are not finite (first: {bad[0]}); "
+            "check [normalization] and [sift] in the config, or remove those images"
+        )
+
+
 def _store(
     writer: FeatureSetWriter, X: dict[str, np.ndarray], extractor: FeatureExtractor, labels: np.ndarray, split: _Split
 ) -> None:
@@ -381,6 +396,7 @@ def build_feature_set(
             X = _encode_and_pool(extractor, images, split, writer, runner)
         with timer("normalise+write"):
             _fit_normalizer(extractor, X)
+            _check_finite(X, images, split)
             _store(writer, X, extractor, images.dataset.labels, split)
             del X
         writer.commit(_manifest(config, config_hash, images, split, extractor, int(sample.shape[0]), timer.timings))

@@ -91,17 +91,15 @@ def confusion_figure(confusion: np.ndarray, class_names: Sequence[str], order: n
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02, label="fraction of the true class")
     fig.tight_layout()
     cell_points = ax.get_window_extent().height / fig.dpi * 72.0 / max(n, 1)
-    font = min(9.0, 0.8 * cell_points)
-    if font >= MIN_LABEL_POINTS:
-        ax.set_xticks(range(n), names, rotation=90, fontsize=font)
-        ax.set_yticks(range(n), names, fontsize=font)
-        ax.set_xlabel("predicted class")
-        ax.set_ylabel("true class")
-    else:
-        ax.set_xticks([])
-        ax.set_yticks([])
-        ax.set_xlabel(f"predicted class ({n} classes, worst first; hover a cell for its names)")
-        ax.set_ylabel("true class")
+    # every class labelled if the font is legible, else every step-th class at the smallest legible font
+    step = max(1, int(np.ceil(MIN_LABEL_POINTS / (0.8 * cell_points))))
+    font = min(9.0, 0.8 * cell_points * step)
+    ticks = np.arange(0, n, step)
+    ax.set_xticks(ticks, [names[k] for k in ticks], rotation=90, fontsize=font)
+    ax.set_yticks(ticks, [names[k] for k in ticks], fontsize=font)
+    every = "" if step == 1 else f"; every {_ordinal(step)} class labelled, hover a cell in report.html for its names"
+    ax.set_xlabel(f"predicted class ({n} classes, worst first{every})")
+    ax.set_ylabel("true class")
     if title:
         ax.set_title(title)
     fig.tight_layout()
@@ -113,6 +111,10 @@ def confusion_figure(confusion: np.ndarray, class_names: Sequence[str], order: n
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     return ConfusionFigure(buffer.getvalue(), width, height, box)
+
+
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
 def thumbnail_data_uri(path: str, side: int = THUMBNAIL_SIDE) -> str | None:
@@ -158,6 +160,17 @@ def _pct(rate: float) -> str:
     return "–" if rate is None or np.isnan(rate) else f"{100 * rate:.1f} %"
 
 
+def _changed_params(classifier: str, params: dict) -> dict:
+    """The parameters that differ from the classifier's defaults (all of them if it is unknown)."""
+    from ..classifiers.registry import ClassifierParameterError, classifier_class
+
+    try:
+        defaults = classifier_class(classifier)().get_params()
+    except ClassifierParameterError:
+        return dict(params)
+    return {k: v for k, v in params.items() if k not in defaults or defaults[k] != v}
+
+
 def _headline(evaluation: Evaluation, experiment: Experiment | None) -> str:
     n_classes = len(evaluation.class_names)
     if experiment is not None and len(experiment.runs) > 1:
@@ -174,7 +187,8 @@ def _headline(evaluation: Evaluation, experiment: Experiment | None) -> str:
         f"{100 * evaluation.overall_accuracy:.2f} %.</p>"
         f'<p class="muted">{n_classes} classes · {evaluation.n_train} training and {evaluation.n_test} test images · '
         f"{evaluation.n_features} dimensions · classifier <b>{_e(evaluation.classifier)}</b> "
-        f"<code>{_e(json.dumps(evaluation.params, sort_keys=True))}</code> · training {train}, "
+        f"<code>{_e(json.dumps(_changed_params(evaluation.classifier, evaluation.params), sort_keys=True))}</code> "
+        f"(other parameters at their defaults; all in Provenance) · training {train}, "
         f"testing {evaluation.test_seconds:.2f} s</p>"
     )
 
@@ -283,6 +297,7 @@ def _provenance(evaluation: Evaluation) -> str:
         f'<h2>Provenance</h2><p>Date: <span id="date">{_e(evaluation.date or "not recorded")}</span> · feature set '
         f"<code>{_e(evaluation.feature_set)}</code> (config hash <code>{_e(evaluation.config_hash[:12])}</code>)</p>"
         f'<table id="versions"><thead><tr><th>component</th><th>version</th></tr></thead><tbody>{rows}</tbody></table>'
+        f"<h3>Classifier parameters</h3><pre id=\"params\">{_e(json.dumps(evaluation.params, indent=2, sort_keys=True))}</pre>"
         f"<h3>Pipeline config</h3><pre id=\"config\">{_e(config)}</pre>"
     )
 

@@ -17,6 +17,8 @@ an hour of one shared core), stated in every result:
   descriptors) — a proxy, labelled so in the output.
 * **Codebook**: k-means (1024 words) on ``--n-samples`` random descriptors of the
   codebook images, ``--kmeans-iter`` Lloyd iterations, one k-means++ start (seed 0).
+  Every descriptor row learns its own codebook, so the rows "reference, k-means seed 1/2"
+  (same descriptors, another k-means seed) measure the noise floor of those rows.
 * **Classifier** (``--classifier``): PmSVM with p = -8 (the histogram-intersection
   kernel), C = 0.01, close to the paper's HIK classifiers and cheaper than nSVM; it
   scales each dimension by its training maximum, so it is blind to per-level weights
@@ -97,6 +99,10 @@ POOLING_VARIANTS: dict[str, tuple[tuple[int, ...], tuple[float, ...] | None, boo
 }
 
 CODEBOOK_VARIANTS = {
+    # same descriptors, another k-means seed: the noise floor of every row that learns its
+    # own codebook (all descriptor rows do)
+    "reference, k-means seed 1": {"kmeans_seed": 1},
+    "reference, k-means seed 2": {"kmeans_seed": 2},
     "k-means 100 iterations": {"kmeans_iter": 100},
     "codebook sample x2": {"n_samples_factor": 2},
 }
@@ -126,8 +132,11 @@ def _encode_variant(name, options, max_side, pool, codebook_images, args, codebo
     codebook_opts = codebook_opts or {}
     n_samples = args.n_samples * codebook_opts.get("n_samples_factor", 1)
     kmeans_iter = codebook_opts.get("kmeans_iter", args.kmeans_iter)
-    key = json.dumps([options, max_side, args.step, n_samples, kmeans_iter, args.per_class,
-                      args.codebook_per_class], sort_keys=True)
+    kmeans_seed = codebook_opts.get("kmeans_seed", 0)
+    key = [options, max_side, args.step, n_samples, kmeans_iter, args.per_class, args.codebook_per_class]
+    if kmeans_seed:
+        key.append(kmeans_seed)
+    key = json.dumps(key, sort_keys=True)
     path = Path(args.work_dir) / f"vq-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
     if path.exists():
         data = np.load(path, allow_pickle=False)
@@ -141,7 +150,7 @@ def _encode_variant(name, options, max_side, pool, codebook_images, args, codebo
         rows = rng.choice(d.shape[0], size=min(per_image, d.shape[0]), replace=False)
         sample.append(d[rows])
     sample = np.concatenate(sample)[:n_samples]
-    centres = learn_kmeans_codebook(sample, N_WORDS, max_iter=kmeans_iter, random_state=0)
+    centres = learn_kmeans_codebook(sample, N_WORDS, max_iter=kmeans_iter, random_state=kmeans_seed)
     index, xs, ys, counts, shapes = [], [], [], [], []
     for p in pool:
         d, x, y, shape = _descriptors(p, options, max_side, args.step)
@@ -214,6 +223,17 @@ def _evaluate(X, labels, splits, classifier="pmsvm"):
     return accs
 
 
+def print_table(results: dict) -> None:
+    """The rows of ``results`` as a Markdown table (BENCHMARKS.md)."""
+    print("| row | classifier | split 0 | split 1 | split 2 | mean ± std | paired diff to reference ± std | CPU s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for name, row in results["rows"].items():
+        accs = " | ".join(f"{a:.2f}" for a in row["accs"])
+        diff = f"{row['diff_mean']:+.2f} ± {row['diff_std']:.2f}" if "diff_mean" in row else "—"
+        print(f"| {name} | {row.get('classifier', 'pmsvm')} | {accs} | {row['mean']:.2f} ± {row['std']:.2f} "
+              f"| {diff} | {row['cpu_s']:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", required=True, type=Path)
@@ -227,8 +247,12 @@ def main() -> None:
     ap.add_argument("--kmeans-iter", type=int, default=30)
     ap.add_argument("--classifier", choices=sorted(CLASSIFIERS), default="pmsvm",
                     help="nsvm: the pooling rows' evaluator (PmSVM is blind to per-level weights)")
+    ap.add_argument("--table", action="store_true", help="print the rows of --out as a Markdown table and exit")
     ap.add_argument("--rows", default="all", help="row names separated by '|', or 'all'")
     args = ap.parse_args()
+    if args.table:
+        print_table(json.loads(Path(args.out).read_text()))
+        return
 
     classes, pool, labels, codebook_images = _pick_images(args.dataset, args.per_class, args.codebook_per_class)
     splits = _splits(labels, args.splits)

@@ -174,6 +174,9 @@ def scene_methods() -> dict[str, tuple[object, dict]]:
         "mbkl init_rule=balanced C_kernel=10": (
             MBKL(init_rule="balanced", random_state=0), {"C": [10.0, 100.0], "C_kernel": [10.0]}
         ),
+        "mbkl threshold_rule=quantile": (
+            MBKL(threshold_rule="quantile", random_state=0), {"C": [1.0, 10.0, 100.0], "C_kernel": [1.0, 10.0]}
+        ),
     }
     if PmSVM is not None:
         methods["pmsvm chi2 (p=-1)"] = (PmSVM(p=-1.0, random_state=0), {"C": [0.001, 0.01, 0.1, 1.0]})
@@ -181,7 +184,7 @@ def scene_methods() -> dict[str, tuple[object, dict]]:
     return methods
 
 
-SENSITIVITY = ("mbkl C_kernel=100", "mbkl init_rule=balanced C_kernel=10")
+SENSITIVITY = ("mbkl C_kernel=100", "mbkl init_rule=balanced C_kernel=10", "mbkl threshold_rule=quantile")
 
 
 def final_fit(features: str, method: str, params: dict) -> dict:

@@ -63,6 +63,15 @@ def test_sklearn_check_with_defaults(estimator, check):
     check(estimator)
 
 
+#: The other code paths the former tuned checks covered: PmSVM-LUT, the linear SVM's feature-space solver.
+VARIANTS = [PmSVM(lut_bins=1000), QuadraticHingeSVC(solver="features")]
+
+
+@parametrize_with_checks(VARIANTS, expected_failed_checks=_expected_failures)
+def test_sklearn_check_of_variants(estimator, check):
+    check(estimator)
+
+
 def test_defaults_are_the_constructor_defaults():
     """The checks above run on estimators with no parameter set."""
     for estimator in DEFAULTS:

@@ -283,3 +283,34 @@ def test_fuzzed_predict_arguments_never_end_in_a_traceback(capsys, lone_model, i
         assert 1 <= top_k <= 4
         if fmt == "json":
             json.loads(out)
+
+
+@pytest.mark.realdata
+def test_model_alone_on_real_photographs(tmp_path, caltech_mini, capsys):
+    """caltech101-mini: a model moved alone predicts, from the image files, exactly what the classifier
+    gives on the feature set's stored rows (class names, top-1), for every test image."""
+    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.model_file import load_model
+
+    config = write_config_toml(tmp_path / "c.toml", {
+        "dataset": {"train_per_class": 10, "test_per_class": 5, "seed": 0},
+        "image": {"max_side": 200}, "sift": {"patch_sizes": [16], "step": 8},
+        "codebook": {"kind": "kmeans", "size": 128, "n_samples": 20000, "n_iter": 30},
+        "pooling": {"method": "average", "levels": [1, 2]}, "normalization": {"method": "l1"},
+    })
+    run = tmp_path / "run"
+    assert main(["run", str(caltech_mini), "--config", str(config), "--classifier", "pmsvm", "--out", str(run),
+                 "-q", "--cache-dir", str(tmp_path / "cache")]) == 0
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    model = shutil.copy(run / "model.npz", alone / "model.npz")
+    fs = load_feature_set(run / "features")
+    root = fs.manifest["dataset"]["root"]
+    tests = [os.path.join(root, p) for p in fs.test_paths]
+    capsys.readouterr()
+    assert main(["predict", str(model), *tests, "--top-k", "1", "--format", "csv"]) == 0
+    predicted = {row["path"]: row["class"] for row in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    classifier, _ = load_model(model)
+    expected = classifier.predict(np.asarray(fs.X_test))
+    assert [predicted[p] for p in tests] == list(expected)
+    assert set(expected) <= set(fs.class_names)

@@ -710,3 +710,20 @@ def test_kill_9_during_encoding_keeps_the_old_set_and_the_resumed_build_is_bit_i
     assert _build(small_dataset, fresh, other, tmp_path / "fresh-cache") == 0
     for name in ("X_train", "X_test", "y_train", "y_test", "codebook"):
         assert (out / f"{name}.npy").read_bytes() == (fresh / f"{name}.npy").read_bytes()
+
+
+def test_non_finite_rows_are_refused_before_the_feature_set_is_written(
+    tmp_path, small_dataset, config_file, capsys, monkeypatch
+):
+    from classify_images.pipeline import build as build_module
+
+    real = build_module._fit_normalizer
+
+    def poisoned(extractor, X):
+        real(extractor, X)
+        X["test"][2, 0] = np.inf
+
+    monkeypatch.setattr(build_module, "_fit_normalizer", poisoned)
+    assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 2
+    _one_line_error(capsys, "not finite")
+    assert not (tmp_path / "fs").exists()
