@@ -61,6 +61,7 @@ import tempfile
 import threading
 from collections.abc import Iterable
 from numbers import Integral
+from typing import Any
 
 import cv2
 import numpy as np
@@ -260,23 +261,21 @@ def _check_pixels(data: bytes, max_pixels: int | None) -> None:
         )
 
 
-class _StderrCapture(threading.local):
-    """A per-thread temporary file standing in for file descriptor 2 while a decoder runs."""
-
-    sink = None
-
-
-_STDERR = _StderrCapture()
+#: File descriptor 2 is one per process: decoders whose warnings are captured take turns.
 _STDERR_LOCK = threading.Lock()
+_STDERR_SINK: dict[int, Any] = {}  # process id → the temporary file standing in for its stderr
 
 
 @contextlib.contextmanager
 def _captured_stderr() -> Iterable[list[str]]:
-    """Route the process's file descriptor 2 to a temporary file; yield the text it got."""
-    if _STDERR.sink is None:
-        _STDERR.sink = tempfile.TemporaryFile()
-    sink, messages = _STDERR.sink, []
+    """Route the process's file descriptor 2 to a temporary file; yield the lines it got
+    (filled when the block ends)."""
+    messages: list[str] = []
     with _STDERR_LOCK:
+        if os.getpid() not in _STDERR_SINK:  # a forked child gets its own file
+            _STDERR_SINK.clear()
+            _STDERR_SINK[os.getpid()] = tempfile.TemporaryFile()
+        sink = _STDERR_SINK[os.getpid()]
         sink.seek(0)
         sink.truncate()
         saved = os.dup(2)
