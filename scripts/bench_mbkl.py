@@ -177,6 +177,9 @@ def scene_methods() -> dict[str, tuple[object, dict]]:
         "mbkl threshold_rule=quantile": (
             MBKL(threshold_rule="quantile", random_state=0), {"C": [1.0, 10.0, 100.0], "C_kernel": [1.0, 10.0]}
         ),
+        "mbkl threshold_rule=quantile init_rule=balanced": (
+            MBKL(threshold_rule="quantile", init_rule="balanced", random_state=0), {"C": [10.0], "C_kernel": [1.0]}
+        ),
     }
     if PmSVM is not None:
         methods["pmsvm chi2 (p=-1)"] = (PmSVM(p=-1.0, random_state=0), {"C": [0.001, 0.01, 0.1, 1.0]})
@@ -184,7 +187,12 @@ def scene_methods() -> dict[str, tuple[object, dict]]:
     return methods
 
 
-SENSITIVITY = ("mbkl C_kernel=100", "mbkl init_rule=balanced C_kernel=10", "mbkl threshold_rule=quantile")
+SENSITIVITY = (
+    "mbkl C_kernel=100",
+    "mbkl init_rule=balanced C_kernel=10",
+    "mbkl threshold_rule=quantile",
+    "mbkl threshold_rule=quantile init_rule=balanced",
+)
 
 
 def final_fit(features: str, method: str, params: dict) -> dict:

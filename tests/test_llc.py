@@ -106,3 +106,26 @@ def test_llc_build_end_to_end(tmp_path, small_dataset):
     build_feature_set(small_dataset, tmp_path / "fs2", config, cache_dir=None)
     np.testing.assert_array_equal(np.asarray(load_feature_set(tmp_path / "fs2").X_train), X)
     assert_new_images_match_rows(fs, [str(small_dataset / p) for p in fs.test_paths[:3]])
+
+
+def test_encoder_versions_key_their_own_kind_only(tmp_path, small_dataset, monkeypatch):
+    from classify_images.coding import llc as llc_module
+    from classify_images.pipeline import stages
+
+    assert dict(stages._stage_versions("image_codes", "llc"))["llc"] == llc_module.IMPLEMENTATION_VERSION
+    assert "llc" not in dict(stages._stage_versions("image_codes", "kmeans"))
+    assert {"vlad", "fisher", "pooling"} <= set(dict(stages._stage_versions("image_encoding", "fisher")))
+    assert set(stages.implementation_versions()) == set(stages.implementation_versions("kmeans"))
+
+    config = small_config({"kind": "llc", "size": 16, "n_samples": 3000, "n_iter": 20},
+                          {"method": "signed_max", "levels": [1, 2]}, "l2")
+    cache = tmp_path / "cache"
+    build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=cache)
+    calls = []
+    original = stages.LlcCoder.encode
+    monkeypatch.setattr(stages.LlcCoder, "encode", lambda self, d: calls.append(1) or original(self, d))
+    build_feature_set(small_dataset, tmp_path / "fs2", config, cache_dir=cache)
+    assert not calls  # cached codes reused
+    monkeypatch.setattr(llc_module, "IMPLEMENTATION_VERSION", llc_module.IMPLEMENTATION_VERSION + 1)
+    build_feature_set(small_dataset, tmp_path / "fs3", config, cache_dir=cache)
+    assert len(calls) == 30  # every image re-encoded after the bump
