@@ -418,17 +418,26 @@ def bin_window_weights(bin_size: int, window_size: float | None) -> np.ndarray:
 
 
 def grid_frames(
-    image_shape: tuple[int, int], patch_sizes: Iterable[int] = (16,), step: int = 6
+    image_shape: tuple[int, int],
+    patch_sizes: Iterable[int] = (16,),
+    step: int = 6,
+    *,
+    bin_centres: str = "patch",
+    grid_alignment: str = "corner",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Frames ``(x, y, patch_size)`` that :func:`dense_sift` returns, in order.
 
     Useful to know the number of descriptors of an image without computing
-    them: ``len(grid_frames(shape, sizes, step)[0])``.
+    them: ``len(grid_frames(shape, sizes, step)[0])`` (before any
+    ``low_contrast="drop"``).
     """
     sizes = validate_patch_sizes(patch_sizes)
     step = validate_step(step)
+    _check_choice("bin_centres", bin_centres, BIN_CENTRES)
+    _check_choice("grid_alignment", grid_alignment, GRID_ALIGNMENTS)
     h, w = int(image_shape[0]), int(image_shape[1])
-    return _frames([_geometry(h, w, p, step) for p in sizes], sizes)
+    offsets = grid_offsets(sizes, grid_alignment)
+    return _frames([_geometry(h, w, p, step, o, bin_centres) for p, o in zip(sizes, offsets)], sizes)
 
 
 def opencv_keypoint_size(patch_size: float) -> float:

@@ -16,6 +16,7 @@ from classify_images.features import load_grayscale
 from classify_images.features.dsift import (
     bin_window_weights,
     dense_sift,
+    grid_frames,
     grid_offsets,
     normalize_sift,
     smooth_image,
@@ -248,3 +249,13 @@ def test_pipeline_passes_the_options_to_dense_sift():
                       grid_alignment="centre", low_contrast="zero", root=True)
     np.testing.assert_allclose(dequantize_descriptors(got["descriptors"]), want.descriptors, atol=1 / 1024 + 1e-7)
     np.testing.assert_array_equal(got["x"], want.x)
+
+
+def test_grid_frames_follow_the_options(image):
+    for opts in ({}, {"bin_centres": "integer"}, {"grid_alignment": "centre"},
+                 {"bin_centres": "integer", "grid_alignment": "centre"}):
+        res = dense_sift(image, (8, 16, 24), 3, **opts)
+        x, y, p = grid_frames(image.shape, (8, 16, 24), 3, **opts)
+        np.testing.assert_array_equal(x, res.x)
+        np.testing.assert_array_equal(y, res.y)
+        np.testing.assert_array_equal(p, res.patch_size)
