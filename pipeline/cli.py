@@ -153,6 +153,8 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
 
     try:
         yield
+    except USER_ERRORS:  # already one line naming what to fix (unknown parameter, model of another feature set)
+        raise
     except InvalidParameterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     except NegativeFeaturesError:
