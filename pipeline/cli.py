@@ -153,6 +153,8 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
 
     try:
         yield
+    except USER_ERRORS:  # already one line naming what to fix (unknown parameter, model of another feature set)
+        raise
     except InvalidParameterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     except NegativeFeaturesError:
@@ -262,6 +264,10 @@ def _predict_inputs(arguments: list[str]) -> tuple[list[str], list[dict[str, str
     return files, skipped
 
 
+#: Classes ``predict`` shows per image unless ``--top-k`` says otherwise (fewer when the model has fewer).
+DEFAULT_TOP_K = 3
+
+
 def _top_k(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
     """The ``k`` classes of largest decision value of each row, with their values."""
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
@@ -309,6 +315,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         check_model_matches(read_model_meta(args.model), config_hash=feature_set.config_hash,
                             n_features=feature_set.n_features)
     n_classes = len(classifier.classes_)
+    if args.top_k is None:  # the default: 3, or every class of a model with fewer
+        args.top_k = min(DEFAULT_TOP_K, n_classes)
     if not 1 <= args.top_k <= n_classes:
         raise UsageError(f"--top-k must be between 1 and the number of classes ({n_classes}), not {args.top_k}")
     files, skipped = _predict_inputs(args.images)
@@ -434,7 +442,8 @@ def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("model")
     parser.add_argument("images", nargs="+", metavar="IMAGE_OR_FOLDER")
     parser.add_argument("--feature-set", help="also check that the model was trained on this feature set")
-    parser.add_argument("--top-k", type=int, default=3, metavar="K", help="classes shown per image (1 … n_classes)")
+    parser.add_argument("--top-k", type=int, metavar="K",
+                        help=f"classes shown per image (1 … n_classes; default {DEFAULT_TOP_K}, or n_classes when fewer)")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
                         help="table (default), csv (path,rank,class,decision_value) or json")
     parser.set_defaults(func=cmd_predict)

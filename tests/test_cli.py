@@ -139,6 +139,31 @@ def test_user_errors_one_line(feature_set, capsys, argv, message):
     assert message in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("argv", [["train", "{fs}", "--classifier", "pmsvm", "--param", "nonsense=1"],
+                                  ["experiment", "{fs}", "--classifier", "mbkl", "--param", "nonsense=1"]])
+def test_classifier_errors_are_not_prefixed_twice(feature_set, capsys, argv):
+    """A one-line user error raised while training keeps its own wording (not "classifier 'x': classifier 'x': ...")."""
+    assert main([a.replace("{fs}", str(feature_set)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.count("classifier '") == 1, err
+
+
+def test_model_of_another_feature_set_is_not_called_a_classifier_error(tmp_path, feature_set, capsys):
+    import shutil
+
+    model = tmp_path / "m.npz"
+    assert main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)]) == 0
+    other = tmp_path / "other"
+    shutil.copytree(feature_set, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["config_hash"] = "0" * len(manifest["config_hash"])
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["evaluate", str(other), str(model), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "re-train the model" in err and "classifier 'linear'" not in err and len(err.splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("command", ["train", "experiment"])
 def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, capsys, command):
     import shutil

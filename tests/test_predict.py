@@ -200,6 +200,25 @@ def test_top_k_outside_the_classes_is_one_line(capsys, lone_model, k):
                     "--top-k must be between 1 and the number of classes (4)")
 
 
+def test_default_top_k_on_a_two_class_model(tmp_path, capsys):
+    """The default ``--top-k`` (3) shows every class of a model with fewer, instead of refusing it."""
+    dataset = tmp_path / "two"
+    for name in ("china", "flower"):
+        shutil.copytree(FIXTURE_IMAGES / name, dataset / name)
+    config = write_config_toml(tmp_path / "small.toml")
+    assert main(["build-features", str(dataset), "--config", str(config), "--out", str(tmp_path / "fs"),
+                 "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    model = tmp_path / "model.npz"
+    assert main(["train", str(tmp_path / "fs"), "--classifier", "linear", "--out", str(model)]) == 0
+    capsys.readouterr()
+    code, out, err = _run(capsys, ["predict", model, FIXTURE_IMAGES / "flower" / "11.jpg", "--format", "csv"])
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["rank"] for r in rows] == ["1", "2"] and sorted(r["class"] for r in rows) == ["china", "flower"]
+    _one_line_error(capsys, ["predict", model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", "3"],
+                    "--top-k must be between 1 and the number of classes (2), not 3")
+
+
 def test_top_k_all_classes_and_formats(capsys, lone_model, inputs):
     image = inputs / "a.jpg"
     code, out, _ = _run(capsys, ["predict", lone_model, image, "--top-k", "4", "--format", "csv"])
