@@ -107,10 +107,11 @@ def _activate(cols, G32, rows, K, i, k, active, pos):
     j = cols[k]
     active[i] = j
     pos[i] = k
-    g = G32[j]
-    out = rows[i]
-    for t in range(K):
-        out[t] = g[cols[t]]
+    if K < G32.shape[0]:  # on all atoms the directions read G32 itself
+        g = G32[j]
+        out = rows[i]
+        for t in range(K):
+            out[t] = g[cols[t]]
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -123,7 +124,8 @@ def _homotopy(
     (increasing atom indices; all atoms for the full problem).  Candidate
     ``k`` is atom ``cols[k]``: ``state``, ``r`` and ``a`` are indexed by
     candidate, ``rows[i, :K]`` holds ``G32[active[i], cols[:K]]`` (copied when
-    the atom enters, so a direction reads contiguous memory).  On return
+    the atom enters, so a direction reads contiguous memory; on all atoms the
+    rows of ``G32`` are read directly).  On return
     ``active[:n]`` holds the atom indices, ``pos[:n]`` their candidate
     positions and ``u[:n]`` their coefficients (some may be exactly zero).
     ``state`` must be all ``_FREE`` on its first ``K`` entries on entry and is
@@ -131,6 +133,7 @@ def _homotopy(
     copy) the directions ``a = G[:, A] w``.
     """
     cap = L.shape[0]
+    gathered = K < G32.shape[0]
     best = -1
     mu = 0.0
     for k in range(K):
@@ -160,10 +163,16 @@ def _homotopy(
             w1 = w[i + 1] if i + 1 < n else 0.0
             w2 = w[i + 2] if i + 2 < n else 0.0
             w3 = w[i + 3] if i + 3 < n else 0.0
-            g0 = rows[i]
-            g1 = rows[i + 1] if i + 1 < n else g0
-            g2 = rows[i + 2] if i + 2 < n else g0
-            g3 = rows[i + 3] if i + 3 < n else g0
+            if gathered:
+                g0 = rows[i]
+                g1 = rows[i + 1] if i + 1 < n else g0
+                g2 = rows[i + 2] if i + 2 < n else g0
+                g3 = rows[i + 3] if i + 3 < n else g0
+            else:
+                g0 = G32[active[i]]
+                g1 = G32[active[i + 1]] if i + 1 < n else g0
+                g2 = G32[active[i + 2]] if i + 2 < n else g0
+                g3 = G32[active[i + 3]] if i + 3 < n else g0
             if i == 0:
                 for k in range(K):
                     r[k] -= gprev * a[k]
@@ -248,7 +257,8 @@ def _homotopy(
                 pos[i] = pos[i + 1]
                 signs[i] = signs[i + 1]
                 u[i] = u[i + 1]
-                rows[i, :K] = rows[i + 1, :K]
+                if gathered:
+                    rows[i, :K] = rows[i + 1, :K]
             n -= 1
             # rebuild the factor of the smaller active set; skipped atoms may retry
             for i in range(nskip):
