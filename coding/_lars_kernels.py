@@ -2,9 +2,12 @@
 
 :func:`encode_block` computes the lasso codes of a block of descriptors from
 their correlations with the atoms; :func:`_homotopy` follows the LARS-lasso
-path of one descriptor (started, or restarted, by :func:`_start_path`), on
-an incrementally updated Cholesky factor of the active Gram block
-(:func:`_chol_add`, :func:`_chol_solve`).  The algorithm,
+path of one descriptor on a candidate set of atoms (started, or restarted,
+by :func:`_start_path`), on an incrementally updated Cholesky factor of the
+active Gram block (:func:`_chol_add`, :func:`_chol_solve`).  The candidate
+set comes from :func:`_screen` and grows by the atoms that
+:func:`_kkt_violators` finds violating the full problem's optimality
+condition (:func:`_merge`).  The algorithm,
 its optimality conditions and its numerical safeguards are described in
 :mod:`classify_images.coding.lars`; this module holds only their compiled
 form.

@@ -42,7 +42,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "scene15"
+DEFAULT_DATA = Path(os.environ.get("CLASSIFY_IMAGES_DATASETS", REPO.parent / "shared" / "datasets")) / "scene15"
 
 
 def _timed(fn):
