@@ -94,6 +94,29 @@ def _chol_solve(L, n, b, out):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _four_weights(x, n, i):
+    """``x[i:i+4]``, padded with zeros past ``n``."""
+    return (
+        x[i],
+        x[i + 1] if i + 1 < n else 0.0,
+        x[i + 2] if i + 2 < n else 0.0,
+        x[i + 3] if i + 3 < n else 0.0,
+    )
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _four_rows(M, index, n, i):
+    """Rows ``M[index[i:i+4]]``; past ``n`` the first is repeated (its weight is 0)."""
+    g0 = M[index[i]]
+    return (
+        g0,
+        M[index[i + 1]] if i + 1 < n else g0,
+        M[index[i + 2]] if i + 2 < n else g0,
+        M[index[i + 3]] if i + 3 < n else g0,
+    )
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _start_path(G, cols, G32, rows, K, best, correlation, active, pos, signs, u, state, L, pivot_rtol):
     """Make candidate ``best`` the only active one, with the sign of ``correlation``; returns 1."""
     _chol_add(G, active, 0, cols[best], L, pivot_rtol)
@@ -119,7 +142,7 @@ def _activate(cols, G32, rows, K, i, k, active, pos):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _homotopy(
-    c, cols, K, G, G32, rows, lam, max_steps, state, skipped, active, pos, signs, u, L, w, rhs, r, a, pivot_rtol
+    c, cols, K, G, G32, rows, slots, lam, max_steps, state, skipped, active, pos, signs, u, L, w, rhs, r, a, pivot_rtol
 ):
     """LARS-lasso path for one descriptor restricted to the atoms ``cols[:K]``; returns the active-set size.
 
@@ -162,20 +185,11 @@ def _homotopy(
         # also applies the previous step's r -= γ a.
         i = 0
         while i < n:
-            w0 = w[i]
-            w1 = w[i + 1] if i + 1 < n else 0.0
-            w2 = w[i + 2] if i + 2 < n else 0.0
-            w3 = w[i + 3] if i + 3 < n else 0.0
+            w0, w1, w2, w3 = _four_weights(w, n, i)
             if gathered:
-                g0 = rows[i]
-                g1 = rows[i + 1] if i + 1 < n else g0
-                g2 = rows[i + 2] if i + 2 < n else g0
-                g3 = rows[i + 3] if i + 3 < n else g0
+                g0, g1, g2, g3 = _four_rows(rows, slots, n, i)
             else:
-                g0 = G32[active[i]]
-                g1 = G32[active[i + 1]] if i + 1 < n else g0
-                g2 = G32[active[i + 2]] if i + 2 < n else g0
-                g3 = G32[active[i + 3]] if i + 3 < n else g0
+                g0, g1, g2, g3 = _four_rows(G32, active, n, i)
             if i == 0:
                 for k in range(K):
                     r[k] -= gprev * a[k]
@@ -357,14 +371,8 @@ def _kkt_violators(c, G32, active, u, n, in_set, bound, r, out):
         r[k] = c[k]
     i = 0
     while i < n:
-        u0 = u[i]
-        u1 = u[i + 1] if i + 1 < n else 0.0
-        u2 = u[i + 2] if i + 2 < n else 0.0
-        u3 = u[i + 3] if i + 3 < n else 0.0
-        g0 = G32[active[i]]
-        g1 = G32[active[i + 1]] if i + 1 < n else g0
-        g2 = G32[active[i + 2]] if i + 2 < n else g0
-        g3 = G32[active[i + 3]] if i + 3 < n else g0
+        u0, u1, u2, u3 = _four_weights(u, n, i)
+        g0, g1, g2, g3 = _four_rows(G32, active, n, i)
         for k in range(K):
             r[k] -= u0 * g0[k] + u1 * g1[k] + u2 * g2[k] + u3 * g3[k]
         i += 4
@@ -473,8 +481,8 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
             m = _screen(c, n_candidates, cols, in_set, hist)
             while True:
                 n = _homotopy(
-                    c, cols, m, G, G32, rows, lam, max_steps, state, skipped, active, pos, signs, u, L, w, rhs, r,
-                    a, pivot_rtol,
+                    c, cols, m, G, G32, rows, all_atoms, lam, max_steps, state, skipped, active, pos, signs, u, L, w,
+                    rhs, r, a, pivot_rtol,
                 )
                 n_paths += 1
                 nv = _kkt_violators(c, G32, active, u, n, in_set, kkt_bound, r, extra)
@@ -489,8 +497,8 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
             n_full += full
         if full:
             n = _homotopy(
-                c, all_atoms, K, G, G32, rows, lam, max_steps, state, skipped, active, pos, signs, u, L, w, rhs, r,
-                a, pivot_rtol,
+                c, all_atoms, K, G, G32, rows, all_atoms, lam, max_steps, state, skipped, active, pos, signs, u, L,
+                w, rhs, r, a, pivot_rtol,
             )
         if nnz + n > size:
             size = max(2 * size, nnz + n)

@@ -168,7 +168,8 @@ def _kernel_counts(X, D, lam, n_candidates):
     C = np.ascontiguousarray(np.asarray(X, np.float32) @ D.astype(np.float32).T)
     K, d = D.shape
     idx, val, cnt, n_full, n_paths = encode_block(
-        C, G, G.astype(np.float32), LAM, 4 * min(K, d) + 16, _PIVOT_RTOL, min(K, d + 8), n_candidates, LAM * (1 - _KKT_MARGIN)
+        C, G, G.astype(np.float32), LAM, 4 * min(K, d) + 16, _PIVOT_RTOL, min(K, d + 8), n_candidates,
+        LAM * (1 - _KKT_MARGIN),
     )
     return (idx, val, cnt), n_full, n_paths
 
