@@ -98,7 +98,8 @@ _CHUNK = 4096
 _PIVOT_RTOL = 1e-10
 
 #: A code found on the candidate atoms is accepted if every other atom has
-#: |residual correlation| <= λ (1 - _KKT_MARGIN); otherwise the full path is run.
+#: |residual correlation| <= λ (1 - _KKT_MARGIN); otherwise the violating atoms
+#: join the candidates and the path is followed again.
 _KKT_MARGIN = 1e-5
 
 
@@ -161,8 +162,10 @@ def lasso_lars_codes(
         on every other atom; violators join the candidates and the path is
         followed again, until no atom violates it (the code then solves the
         full problem) or half of the atoms are candidates (then the path is
-        followed on all atoms).  The codes are those of the unscreened path;
-        ``None`` follows every path on all atoms.
+        followed on all atoms).  The codes solve the same full problem as
+        the unscreened path, and equal its codes bit for bit whenever both
+        paths visit the same active sets; ``None`` follows every path on all
+        atoms.
 
     Returns
     -------
@@ -199,7 +202,7 @@ def lasso_lars_codes(
         raise ValueError(f"correlation_dtype must be float32 or float64, got {correlation_dtype!r}")
     Dc = D.astype(cdtype)
     steps = int(max_steps) if max_steps is not None else 4 * min(K, d) + 16
-    if n_candidates is not None and (int(n_candidates) != n_candidates or n_candidates < 1):
+    if n_candidates is not None and (not isinstance(n_candidates, (int, np.integer)) or n_candidates < 1):
         raise ValueError(f"n_candidates must be a positive integer or None, got {n_candidates!r}")
     m = K if n_candidates is None else min(int(n_candidates), K)
     n = X.shape[0]
