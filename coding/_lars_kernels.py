@@ -2,9 +2,12 @@
 
 :func:`encode_block` computes the lasso codes of a block of descriptors from
 their correlations with the atoms; :func:`_homotopy` follows the LARS-lasso
-path of one descriptor (started, or restarted, by :func:`_start_path`), on
-an incrementally updated Cholesky factor of the active Gram block
-(:func:`_chol_add`, :func:`_chol_solve`).  The algorithm,
+path of one descriptor on a candidate set of atoms (started, or restarted,
+by :func:`_start_path`), on an incrementally updated Cholesky factor of the
+active Gram block (:func:`_chol_add`, :func:`_chol_solve`).  The candidate
+set comes from :func:`_screen` and grows by the atoms that
+:func:`_kkt_violators` finds violating the full problem's optimality
+condition (:func:`_merge`).  The algorithm,
 its optimality conditions and its numerical safeguards are described in
 :mod:`classify_images.coding.lars`; this module holds only their compiled
 form.
@@ -45,6 +48,8 @@ _JUST_LEFT = 3  # left on the previous step: may not re-enter on this one
 _DEN_TINY = 1e-12
 #: Atoms per block of the entry pre-test.
 _BLOCK = 64
+#: Bins of the histogram of |c_k| that sets the screening threshold.
+_SCREEN_BINS = 256
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -89,10 +94,33 @@ def _chol_solve(L, n, b, out):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _start_path(G, best, correlation, active, signs, u, state, L, pivot_rtol):
-    """Make atom ``best`` the only active one, with the sign of ``correlation``; returns 1."""
-    _chol_add(G, active, 0, best, L, pivot_rtol)
-    active[0] = best
+def _four_weights(x, n, i):
+    """``x[i:i+4]``, padded with zeros past ``n``."""
+    return (
+        x[i],
+        x[i + 1] if i + 1 < n else 0.0,
+        x[i + 2] if i + 2 < n else 0.0,
+        x[i + 3] if i + 3 < n else 0.0,
+    )
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _four_rows(M, index, n, i):
+    """Rows ``M[index[i:i+4]]``; past ``n`` the first is repeated (its weight is 0)."""
+    g0 = M[index[i]]
+    return (
+        g0,
+        M[index[i + 1]] if i + 1 < n else g0,
+        M[index[i + 2]] if i + 2 < n else g0,
+        M[index[i + 3]] if i + 3 < n else g0,
+    )
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _start_path(G, cols, G32, rows, K, best, correlation, active, pos, signs, u, state, L, pivot_rtol):
+    """Make candidate ``best`` the only active one, with the sign of ``correlation``; returns 1."""
+    _chol_add(G, active, 0, cols[best], L, pivot_rtol)
+    _activate(cols, G32, rows, K, 0, best, active, pos)
     signs[0] = 1.0 if correlation > 0 else -1.0
     u[0] = 0.0
     state[best] = _ACTIVE
@@ -100,21 +128,42 @@ def _start_path(G, best, correlation, active, signs, u, state, L, pivot_rtol):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w, rhs, r, a, pivot_rtol):
-    """LARS-lasso path for one descriptor; returns the active-set size.
+def _activate(cols, G32, rows, K, i, k, active, pos):
+    """Put candidate ``k`` in active slot ``i``: its atom, position and Gram row on the candidates."""
+    j = cols[k]
+    active[i] = j
+    pos[i] = k
+    if K < G32.shape[0]:  # on all atoms the directions read G32 itself
+        g = G32[j]
+        out = rows[i]
+        for t in range(K):
+            out[t] = g[cols[t]]
 
-    On return ``active[:n]`` holds the atom indices and ``u[:n]`` their
-    coefficients (some may be exactly zero).  ``state`` (K,) must be all
-    ``_FREE`` on entry and is left all ``_FREE``.  ``r`` and ``a`` (K,) are
-    work space; ``G`` (float64) gives the Cholesky factors, ``G32`` (its
-    float32 copy) the directions ``a = G[:, A] w``.
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _homotopy(
+    c, cols, K, G, G32, rows, slots, lam, max_steps, state, skipped, active, pos, signs, u, L, w, rhs, r, a, pivot_rtol
+):
+    """LARS-lasso path for one descriptor restricted to the atoms ``cols[:K]``; returns the active-set size.
+
+    The path is that of the lasso on the candidate atoms ``cols[:K]``
+    (increasing atom indices; all atoms for the full problem).  Candidate
+    ``k`` is atom ``cols[k]``: ``state``, ``r`` and ``a`` are indexed by
+    candidate, ``rows[i, :K]`` holds ``G32[active[i], cols[:K]]`` (copied when
+    the atom enters, so a direction reads contiguous memory; on all atoms the
+    rows of ``G32`` are read directly).  On return
+    ``active[:n]`` holds the atom indices, ``pos[:n]`` their candidate
+    positions and ``u[:n]`` their coefficients (some may be exactly zero).
+    ``state`` must be all ``_FREE`` on its first ``K`` entries on entry and is
+    left so.  ``G`` (float64) gives the Cholesky factors, ``G32`` (its float32
+    copy) the directions ``a = G[:, A] w``.
     """
-    K = c.shape[0]
     cap = L.shape[0]
+    gathered = K < G32.shape[0]
     best = -1
     mu = 0.0
     for k in range(K):
-        v = c[k]
+        v = c[cols[k]]
         r[k] = v
         if abs(v) > mu:
             mu = abs(v)
@@ -123,7 +172,7 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
         return 0
 
     # first atom: the largest correlation (an all-zero atom cannot have one)
-    n = _start_path(G, best, c[best], active, signs, u, state, L, pivot_rtol)
+    n = _start_path(G, cols, G32, rows, K, best, r[best], active, pos, signs, u, state, L, pivot_rtol)
     nskip = 0
     just_left = -1
     gprev = 0.0  # pending update r -= gprev * a (fused into the next pass)
@@ -136,18 +185,11 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
         # also applies the previous step's r -= γ a.
         i = 0
         while i < n:
-            j0 = active[i]
-            j1 = active[i + 1] if i + 1 < n else j0
-            j2 = active[i + 2] if i + 2 < n else j0
-            j3 = active[i + 3] if i + 3 < n else j0
-            w0 = w[i]
-            w1 = w[i + 1] if i + 1 < n else 0.0
-            w2 = w[i + 2] if i + 2 < n else 0.0
-            w3 = w[i + 3] if i + 3 < n else 0.0
-            g0 = G32[j0]
-            g1 = G32[j1]
-            g2 = G32[j2]
-            g3 = G32[j3]
+            w0, w1, w2, w3 = _four_weights(w, n, i)
+            if gathered:
+                g0, g1, g2, g3 = _four_rows(rows, slots, n, i)
+            else:
+                g0, g1, g2, g3 = _four_rows(G32, active, n, i)
             if i == 0:
                 for k in range(K):
                     r[k] -= gprev * a[k]
@@ -215,8 +257,8 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
             break
 
         if event == 1:
-            if n < cap and _chol_add(G, active, n, who, L, pivot_rtol):
-                active[n] = who
+            if n < cap and _chol_add(G, active, n, cols[who], L, pivot_rtol):
+                _activate(cols, G32, rows, K, n, who, active, pos)
                 signs[n] = enter_sign
                 u[n] = 0.0
                 state[who] = _ACTIVE
@@ -226,11 +268,14 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
                 skipped[nskip] = who
                 nskip += 1
         else:
-            gone = active[who]
+            gone = pos[who]
             for i in range(who, n - 1):
                 active[i] = active[i + 1]
+                pos[i] = pos[i + 1]
                 signs[i] = signs[i + 1]
                 u[i] = u[i + 1]
+                if gathered:
+                    rows[i, :K] = rows[i + 1, :K]
             n -= 1
             # rebuild the factor of the smaller active set; skipped atoms may retry
             for i in range(nskip):
@@ -255,7 +300,7 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
                         best = k
                 if best < 0 or mu <= lam:
                     break
-                n = _start_path(G, best, r[best], active, signs, u, state, L, pivot_rtol)
+                n = _start_path(G, cols, G32, rows, K, best, r[best], active, pos, signs, u, state, L, pivot_rtol)
 
     # closed form on the final support: u_A = G_AA^{-1} (c_A - λ s_A)
     if n > 0:
@@ -263,7 +308,7 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
             rhs[i] = c[active[i]] - lam * signs[i]
         _chol_solve(L, n, rhs, u)
     for i in range(n):
-        state[active[i]] = _FREE
+        state[pos[i]] = _FREE
     for i in range(nskip):
         state[skipped[i]] = _FREE
     if just_left >= 0:
@@ -272,8 +317,102 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap):
+def _screen(c, m, cols, in_set, hist):
+    """Candidates: about the ``m`` atoms of largest ``|c_k|``, in increasing index order, into ``cols``.
+
+    The threshold is the lower edge of the bin of a ``_SCREEN_BINS``-bin
+    histogram of ``|c_k| / max |c|`` where the count from the top reaches
+    ``m``, so at least ``m`` atoms are taken (all atoms in that bin).  Marks
+    them in ``in_set`` (cleared by the caller); returns their number.
+    """
+    K = c.shape[0]
+    top = 0.0
+    for k in range(K):
+        v = abs(c[k])
+        if v > top:
+            top = v
+    if top == 0.0:
+        for k in range(K):
+            cols[k] = k
+            in_set[k] = 1
+        return K
+    nb = hist.shape[0]
+    hist[:] = 0
+    scale = nb / top
+    for k in range(K):
+        b = int(abs(c[k]) * scale)
+        hist[min(b, nb - 1)] += 1
+    total = 0
+    b = nb - 1
+    while b > 0:
+        total += hist[b]
+        if total >= m:
+            break
+        b -= 1
+    tau = b / scale
+    q = 0
+    for k in range(K):
+        if abs(c[k]) >= tau:
+            cols[q] = k
+            in_set[k] = 1
+            q += 1
+    return q
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _kkt_violators(c, G32, active, u, n, in_set, bound, r, out):
+    """Atoms outside the candidates with ``|c_j - (G u)_j| > bound``, in index order, into ``out``; their number.
+
+    The residual correlations are accumulated four active rows per pass over
+    the ``K`` atoms into the work array ``r``.
+    """
+    K = c.shape[0]
+    for k in range(K):
+        r[k] = c[k]
+    i = 0
+    while i < n:
+        u0, u1, u2, u3 = _four_weights(u, n, i)
+        g0, g1, g2, g3 = _four_rows(G32, active, n, i)
+        for k in range(K):
+            r[k] -= u0 * g0[k] + u1 * g1[k] + u2 * g2[k] + u3 * g3[k]
+        i += 4
+    nv = 0
+    for k in range(K):
+        if in_set[k] == 0 and abs(r[k]) > bound:
+            out[nv] = k
+            nv += 1
+    return nv
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _merge(cols, m, extra, nv, in_set, tmp):
+    """Merge the sorted atoms ``extra[:nv]`` into the sorted candidates ``cols[:m]``; the new size."""
+    i = 0
+    j = 0
+    q = 0
+    while i < m or j < nv:
+        if j >= nv or (i < m and cols[i] < extra[j]):
+            tmp[q] = cols[i]
+            i += 1
+        else:
+            tmp[q] = extra[j]
+            in_set[extra[j]] = 1
+            j += 1
+        q += 1
+    for t in range(q):
+        cols[t] = tmp[t]
+    return q
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_bound):
     """Lasso codes of the descriptors whose correlations are the rows of ``C``.
+
+    Each descriptor's path is first followed on its ``n_candidates`` atoms of
+    largest ``|c_k|``; the code is kept if every other atom satisfies the
+    full problem's KKT condition ``|c_j - (G u)_j| <= kkt_bound`` (then it
+    solves the full lasso), otherwise the path is followed again on all
+    ``K`` atoms.
 
     Parameters
     ----------
@@ -289,6 +428,11 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap):
         Relative Cholesky pivot below which an entering atom is skipped.
     cap : int
         Largest active set the Cholesky factor can hold.
+    n_candidates : int
+        Size of the candidate set (``>= K``: no screening).
+    kkt_bound : float
+        Largest ``|residual correlation|`` accepted outside the candidates
+        (a little below ``lam``, so that rounding errs towards the full path).
 
     Returns
     -------
@@ -298,11 +442,16 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap):
         The coefficients.
     counts : ndarray of int64, shape (n,)
         Number of stored coefficients of each row.
+    n_full : int
+        Number of descriptors whose path was finally followed on all atoms.
+    n_paths : int
+        Number of paths followed on candidate sets.
     """
     nrows, K = C.shape
     state = np.zeros(K, dtype=np.int8)
     skipped = np.empty(max_steps + 1, dtype=np.int64)
     active = np.empty(cap, dtype=np.int64)
+    pos = np.empty(cap, dtype=np.int64)
     signs = np.empty(cap, dtype=np.float64)
     u = np.empty(cap, dtype=np.float64)
     L = np.zeros((cap, cap), dtype=np.float64)
@@ -310,13 +459,47 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap):
     rhs = np.empty(cap, dtype=np.float64)
     r = np.empty(K, dtype=np.float64)
     a = np.zeros(K, dtype=np.float64)  # read (times 0) by the first fused pass
+    rows = np.zeros((cap, K), dtype=np.float32)
+    all_atoms = np.arange(K)
+    cols = np.empty(K, dtype=np.int64)
+    in_set = np.zeros(K, dtype=np.int8)
+    hist = np.zeros(_SCREEN_BINS, dtype=np.int64)
+    extra = np.empty(K, dtype=np.int64)
+    tmp = np.empty(K, dtype=np.int64)
+    n_paths = 0
+    screen = n_candidates < K
     size = max(16 * nrows, 64)
     indices = np.empty(size, dtype=np.int32)
     data = np.empty(size, dtype=np.float32)
     counts = np.zeros(nrows, dtype=np.int64)
     nnz = 0
+    n_full = 0
     for row in range(nrows):
-        n = _homotopy(C[row], G, G32, lam, max_steps, state, skipped, active, signs, u, L, w, rhs, r, a, pivot_rtol)
+        c = C[row]
+        full = True
+        if screen:
+            m = _screen(c, n_candidates, cols, in_set, hist)
+            while True:
+                n = _homotopy(
+                    c, cols, m, G, G32, rows, all_atoms, lam, max_steps, state, skipped, active, pos, signs, u, L, w,
+                    rhs, r, a, pivot_rtol,
+                )
+                n_paths += 1
+                nv = _kkt_violators(c, G32, active, u, n, in_set, kkt_bound, r, extra)
+                if nv == 0:
+                    full = False
+                    break
+                if 2 * (m + nv) > K:
+                    break
+                m = _merge(cols, m, extra, nv, in_set, tmp)
+            for t in range(m):
+                in_set[cols[t]] = 0
+            n_full += full
+        if full:
+            n = _homotopy(
+                c, all_atoms, K, G, G32, rows, all_atoms, lam, max_steps, state, skipped, active, pos, signs, u, L,
+                w, rhs, r, a, pivot_rtol,
+            )
         if nnz + n > size:
             size = max(2 * size, nnz + n)
             new_i = np.empty(size, dtype=np.int32)
@@ -346,4 +529,4 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap):
                 m += 1
         counts[row] = m
         nnz += m
-    return indices[:nnz].copy(), data[:nnz].copy(), counts
+    return indices[:nnz].copy(), data[:nnz].copy(), counts, n_full, n_paths

@@ -61,7 +61,8 @@ class SparseCoder:
     The Gram matrix :math:`V V^\\top` is computed once and shared by every
     call, so encoding an image costs one product :math:`X V^\\top` plus the
     LARS-lasso steps of :func:`~classify_images.coding.lars.lasso_lars_codes`
-    (exact solutions, equal to ``spams.lasso(..., mode=2)``'s).
+    (followed on a few screened candidate atoms, accepted by the full KKT
+    check; exact solutions, equal to ``spams.lasso(..., mode=2)``'s).
 
     Parameters
     ----------

@@ -156,3 +156,52 @@ def test_bad_arguments():
         lasso_lars_codes(np.zeros((2, 3)), D, LAM)
     with pytest.raises(ValueError, match="lambda1"):
         lasso_lars_codes(np.zeros((2, 4)), D, -1.0)
+
+
+def _kernel_counts(X, D, lam, n_candidates):
+    """(codes, descriptors finished on all atoms, candidate paths) from the compiled kernel."""
+    from classify_images.coding._lars_kernels import encode_block
+    from classify_images.coding.lars import _KKT_MARGIN, _PIVOT_RTOL
+
+    D = np.asarray(D, dtype=np.float64)
+    G = D @ D.T
+    C = np.ascontiguousarray(np.asarray(X, np.float32) @ D.astype(np.float32).T)
+    K, d = D.shape
+    idx, val, cnt, n_full, n_paths = encode_block(
+        C, G, G.astype(np.float32), LAM, 4 * min(K, d) + 16, _PIVOT_RTOL, min(K, d + 8), n_candidates,
+        LAM * (1 - _KKT_MARGIN),
+    )
+    return (idx, val, cnt), n_full, n_paths
+
+
+@pytest.mark.parametrize("n_candidates", [1, 3, 16, 64])
+def test_screened_paths_equal_the_full_path(sift_data, n_candidates):
+    """Candidate sets grown by the KKT check give the full homotopy's codes, bit for bit."""
+    X, D = sift_data
+    full = lasso_lars_codes(X, D, LAM, n_candidates=None)
+    screened = lasso_lars_codes(X, D, LAM, n_candidates=n_candidates)
+    assert np.array_equal(full.indptr, screened.indptr)
+    assert np.array_equal(full.indices, screened.indices)
+    assert np.array_equal(full.data, screened.data)
+    _, n_full, n_paths = _kernel_counts(X, D, LAM, n_candidates)
+    # the KKT check did reject candidate-set solutions (more paths than descriptors)
+    assert n_paths > X.shape[0]
+    if n_candidates == 1:
+        # ... and some descriptors ended on the full dictionary
+        assert n_full > 0
+
+
+def test_screened_codes_match_spams_when_the_check_fails_often(sift_data):
+    X, D = sift_data
+    D = np.asarray(D, dtype=np.float64)
+    A = lasso_lars_codes(X, D, LAM, correlation_dtype=np.float64, n_candidates=2).toarray().astype(np.float64)
+    R = _spams_codes(X, D, LAM)
+    np.testing.assert_allclose(A, R, atol=1e-6, rtol=0)
+    assert np.array_equal(A != 0, R != 0)
+    np.testing.assert_allclose(lasso_objective(X, D, A, LAM), lasso_objective(X, D, R, LAM), rtol=1e-6, atol=1e-12)
+    _check_kkt(X, D, A, LAM, 1e-6)
+
+
+def test_bad_n_candidates():
+    with pytest.raises(ValueError, match="n_candidates"):
+        lasso_lars_codes(np.zeros((2, 4)), np.eye(4), LAM, n_candidates=0)
