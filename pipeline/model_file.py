@@ -60,6 +60,7 @@ import numpy as np
 
 from ..classifiers.registry import classifier_class, classifier_name
 from .atomic import atomic_write
+from .feature_store import NPY_READ_ERRORS
 from .provenance import library_versions
 
 if TYPE_CHECKING:
@@ -251,7 +252,7 @@ def _read(path, *, arrays: bool) -> tuple[dict, dict[str, np.ndarray]]:
             loaded = {key: archive[key] for key in archive.files if key != _META_KEY} if arrays else {}
     except ModelFileError:
         raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, RecursionError) as exc:
+    except (*NPY_READ_ERRORS, KeyError, zipfile.BadZipFile, json.JSONDecodeError, RecursionError) as exc:
         raise ModelFileError(f"{bad} (truncated, tampered or not a model: {type(exc).__name__}); re-train it") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ModelFileError(f"{bad} (unknown format header)")
