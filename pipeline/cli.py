@@ -62,8 +62,19 @@ def _check_n_jobs(n_jobs: int) -> int:
 def _check_seeds(first: int, count: int = 1) -> None:
     """``--seed`` (and the ``count - 1`` seeds after it) within NumPy's seed range."""
     if first < 0 or first + count - 1 > MAX_SEED:
-        last = "" if count == 1 else f" (and --seed + --repeats - 1 = {first + count - 1})"
+        last = "" if count == 1 or first < 0 else f" (and --seed + --repeats - 1 = {first + count - 1})"
         raise UsageError(f"--seed must be from 0 to {MAX_SEED}{last}, got {first}")
+
+
+def _check_split_options(args: argparse.Namespace) -> None:
+    """``--train-per-class``, ``--test-per-class`` and ``--seed`` of ``build-features`` / ``run``, refused
+    by the option's name (the config validation would name the config file, which does not hold them)."""
+    if args.train_per_class is not None and args.train_per_class < 1:
+        raise UsageError(f"--train-per-class must be at least 1, not {args.train_per_class}")
+    if args.test_per_class is not None and args.test_per_class < 0:
+        raise UsageError(f"--test-per-class must be at least 1 (or 0: all the remaining images), not {args.test_per_class}")
+    if args.seed is not None:
+        _check_seeds(args.seed)
 
 
 def _check_out_file(out: Path, what: str) -> Path:
@@ -97,6 +108,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
         }
     }
     _check_n_jobs(args.n_jobs)
+    _check_split_options(args)
     config = load_config(args.config, overrides)
     config_name = Path(args.config).stem if args.config else "default"
     out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
@@ -369,6 +381,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
+    _check_n_jobs(args.n_jobs)
     return run_demo(Path(args.workdir), n_jobs=args.n_jobs, quiet=args.quiet)
 
 

@@ -139,6 +139,34 @@ def test_user_errors_one_line(feature_set, capsys, argv, message):
     assert message in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["build-features", "{images}", "--train-per-class", "-1"], "--train-per-class must be at least 1, not -1"),
+        (["build-features", "{images}", "--test-per-class", "-3"], "--test-per-class must be at least 1"),
+        (["build-features", "{images}", "--seed", "-1"], "--seed must be from 0 to"),
+        (["run", "{images}", "--classifier", "linear", "--train-per-class", "0"], "--train-per-class must be at least 1"),
+        (["demo", "--n-jobs", "0", "--workdir", "{tmp}/demo"], "--n-jobs must be a positive number"),
+    ],
+)
+def test_split_and_worker_options_are_refused_by_their_name(tmp_path, monkeypatch, capsys, argv, message):
+    """Refused by the option's name (not as a value of the ready-made config file), before any work."""
+    argv = [a.replace("{images}", str(FIXTURE_IMAGES)).replace("{tmp}", str(tmp_path)) for a in argv]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and ".toml" not in err, err
+    assert not list(cwd.iterdir()) and not (tmp_path / "demo").exists()
+
+
+def test_negative_experiment_seed_names_only_the_seed(feature_set, capsys):
+    assert main(["experiment", str(feature_set), "--classifier", "linear", "--repeats", "2", "--seed", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--seed must be from 0 to 4294967295, got -1" in err and "--repeats" not in err, err
+
+
 @pytest.mark.parametrize("argv", [["train", "{fs}", "--classifier", "pmsvm", "--param", "nonsense=1"],
                                   ["experiment", "{fs}", "--classifier", "mbkl", "--param", "nonsense=1"]])
 def test_classifier_errors_are_not_prefixed_twice(feature_set, capsys, argv):
