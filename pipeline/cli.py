@@ -155,8 +155,12 @@ def _default_experiment_out(feature_set: Path, classifier: str) -> Path:
     return feature_set.parent / f"{feature_set.name}-{classifier}-experiment"
 
 
+#: Encoders (``codebook.kind``) whose vectors are signed whatever the pooling and normalisation.
+SIGNED_ENCODERS = ("vlad", "fisher")
+
+
 @contextlib.contextmanager
-def _classifier_errors_as_usage_errors(name: str, featureset: str):
+def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str | None = None):
     """Errors of a classifier that are the user's to fix, as one line instead of a traceback:
     a ``--param`` value outside the estimator's constraints, or signed features given to an
     additive-kernel classifier (PmSVM, HIK nSVM; signed features come from max pooling of
@@ -170,6 +174,11 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
     except InvalidParameterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     except NegativeFeaturesError:
+        if encoder in SIGNED_ENCODERS:  # no pooling or normalisation option makes these non-negative
+            raise UsageError(
+                f"classifier {name!r} needs non-negative features, but {featureset} holds {encoder} vectors, "
+                "which are signed by construction: use --classifier linear (or mbkl)"
+            ) from None
         raise UsageError(
             f"classifier {name!r} needs non-negative features, but {featureset} has negative values: "
             "rebuild it with pooling method 'abs' or 'average', or use --classifier linear"
@@ -189,7 +198,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_out_file(out, "model")
     feature_set = load_feature_set(args.featureset)
     params = getattr(args, "params", None) or _params(args.param)
-    with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         training = train_classifier(
             args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed,
             class_names=feature_set.class_names,
@@ -226,7 +235,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         _check_out_folder(Path(args.out), "experiment")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
-    with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         experiment = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
     out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
     write_experiment(experiment, out)

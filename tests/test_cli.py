@@ -8,7 +8,7 @@ import pytest
 
 from classify_images.pipeline.cli import main
 
-from .conftest import FIXTURE_IMAGES, write_config_toml
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +206,21 @@ def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, caps
         err = capsys.readouterr().err.strip()
         assert "needs non-negative features" in err and str(signed) in err and len(err.splitlines()) == 1
     assert main([command, str(signed), "--classifier", "linear", "--out", str(tmp_path / "out2")]) == 0
+
+
+def test_additive_kernels_on_vlad_vectors_do_not_suggest_another_pooling(tmp_path, capsys):
+    """VLAD vectors are signed whatever the pooling: the error points to the linear classifier only."""
+    config = {**SMALL_CONFIG, "codebook": {"kind": "vlad", "size": 4, "n_samples": 2000, "n_iter": 10},
+              "normalization": {"method": "none"}}
+    fs = tmp_path / "vlad"
+    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(write_config_toml(tmp_path / "v.toml", config)),
+                 "--out", str(fs), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    capsys.readouterr()
+    for command in ("train", "experiment"):
+        assert main([command, str(fs), "--classifier", "pmsvm", "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "vlad vectors, which are signed by construction" in err and "pooling" not in err, err
+        assert len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("classifier", ["pmsvm", "mbkl", "nsvm"])
