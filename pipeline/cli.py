@@ -434,8 +434,8 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("evaluate", help="mean per-class accuracy, confusion, timings",
-                            description="Evaluate a model on the test rows of its feature set; writes report.json, "
-                            "report.md and confusion.png.")
+                            description="Evaluate a model on the test rows of its feature set; writes report.html, "
+                            "report.json, predictions.csv, report.md and confusion.png.")
     parser.add_argument("featureset")
     parser.add_argument("model")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, report.md, "

@@ -198,3 +198,12 @@ def test_missing_browser_says_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BrowserMissing, match="apt-get install chromium"):
         chromium_binary()
+
+
+def test_evaluate_help_names_every_report_file(tmp_path):
+    """``evaluate --help`` lists the files ``write_report`` writes."""
+    from classify_images.pipeline.cli import build_parser
+
+    written = sorted(path.name for path in write_report(synthetic_evaluation(), tmp_path).iterdir())
+    description = build_parser()._subparsers._group_actions[0].choices["evaluate"].description
+    assert written and all(name in description for name in written), (written, description)
