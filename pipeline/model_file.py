@@ -454,7 +454,8 @@ def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source
     Raises
     ------
     ModelFileError
-        No recorded feature set, or the dimension or the pipeline config differs (one-line message).
+        No recorded feature set, or the dimension or the feature set's identity (the hash of the
+        pipeline config and of the images) differs (one-line message).
     """
     trained = meta.get("feature_set") or {}
     if not trained.get("config_hash") or trained.get("n_features") is None:
@@ -470,5 +471,6 @@ def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source
     if trained["config_hash"] != config_hash:
         raise ModelFileError(
             f"model was trained on feature set {trained['config_hash'][:12]} but the {source} is "
-            f"{config_hash[:12]} (different pipeline config): re-train the model on this feature set"
+            f"{config_hash[:12]} (another pipeline config, or other images: the identity covers both): "
+            "re-train the model on this feature set"
         )

@@ -192,6 +192,24 @@ def test_model_of_another_feature_set_is_not_called_a_classifier_error(tmp_path,
     assert "re-train the model" in err and "classifier 'linear'" not in err and len(err.splitlines()) == 1, err
 
 
+def test_model_of_the_same_config_on_other_images_is_refused_naming_the_images(tmp_path, feature_set, capsys):
+    """The feature set's identity hashes the config and the images: the refusal says so (not "different config")."""
+    import shutil
+
+    model = tmp_path / "m.npz"
+    assert main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)]) == 0
+    images = tmp_path / "images"
+    shutil.copytree(FIXTURE_IMAGES, images)
+    next(images.glob("flower/*.jpg")).unlink()
+    other = tmp_path / "other"
+    assert main(["build-features", str(images), "--config", str(feature_set.parent / "small.toml"), "--out", str(other),
+                 "--cache-dir", str(feature_set.parent / "cache"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(other), str(model), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "other images" in err and len(err.splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("command", ["train", "experiment"])
 def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, capsys, command):
     import shutil
