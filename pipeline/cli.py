@@ -62,8 +62,19 @@ def _check_n_jobs(n_jobs: int) -> int:
 def _check_seeds(first: int, count: int = 1) -> None:
     """``--seed`` (and the ``count - 1`` seeds after it) within NumPy's seed range."""
     if first < 0 or first + count - 1 > MAX_SEED:
-        last = "" if count == 1 else f" (and --seed + --repeats - 1 = {first + count - 1})"
+        last = "" if count == 1 or first < 0 else f" (and --seed + --repeats - 1 = {first + count - 1})"
         raise UsageError(f"--seed must be from 0 to {MAX_SEED}{last}, got {first}")
+
+
+def _check_split_options(args: argparse.Namespace) -> None:
+    """``--train-per-class``, ``--test-per-class`` and ``--seed`` of ``build-features`` / ``run``, refused
+    by the option's name (the config validation would name the config file, which does not hold them)."""
+    if args.train_per_class is not None and args.train_per_class < 1:
+        raise UsageError(f"--train-per-class must be at least 1, not {args.train_per_class}")
+    if args.test_per_class is not None and args.test_per_class < 0:
+        raise UsageError(f"--test-per-class must be at least 1 (or 0: all the remaining images), not {args.test_per_class}")
+    if args.seed is not None:
+        _check_seeds(args.seed)
 
 
 def _check_out_file(out: Path, what: str) -> Path:
@@ -97,6 +108,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
         }
     }
     _check_n_jobs(args.n_jobs)
+    _check_split_options(args)
     config = load_config(args.config, overrides)
     config_name = Path(args.config).stem if args.config else "default"
     out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
@@ -143,8 +155,12 @@ def _default_experiment_out(feature_set: Path, classifier: str) -> Path:
     return feature_set.parent / f"{feature_set.name}-{classifier}-experiment"
 
 
+#: Encoders (``codebook.kind``) whose vectors are signed whatever the pooling and normalisation.
+SIGNED_ENCODERS = ("vlad", "fisher")
+
+
 @contextlib.contextmanager
-def _classifier_errors_as_usage_errors(name: str, featureset: str):
+def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str | None = None):
     """Errors of a classifier that are the user's to fix, as one line instead of a traceback:
     a ``--param`` value outside the estimator's constraints, or signed features given to an
     additive-kernel classifier (PmSVM, HIK nSVM; signed features come from max pooling of
@@ -158,6 +174,11 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str):
     except InvalidParameterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     except NegativeFeaturesError:
+        if encoder in SIGNED_ENCODERS:  # no pooling or normalisation option makes these non-negative
+            raise UsageError(
+                f"classifier {name!r} needs non-negative features, but {featureset} holds {encoder} vectors, "
+                "which are signed by construction: use --classifier linear (or mbkl)"
+            ) from None
         raise UsageError(
             f"classifier {name!r} needs non-negative features, but {featureset} has negative values: "
             "rebuild it with pooling method 'abs' or 'average', or use --classifier linear"
@@ -177,7 +198,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_out_file(out, "model")
     feature_set = load_feature_set(args.featureset)
     params = getattr(args, "params", None) or _params(args.param)
-    with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         training = train_classifier(
             args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed,
             class_names=feature_set.class_names,
@@ -214,7 +235,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         _check_out_folder(Path(args.out), "experiment")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
-    with _classifier_errors_as_usage_errors(args.classifier, args.featureset):
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         experiment = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
     out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
     write_experiment(experiment, out)
@@ -369,6 +390,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
+    _check_n_jobs(args.n_jobs)
     return run_demo(Path(args.workdir), n_jobs=args.n_jobs, quiet=args.quiet)
 
 
@@ -412,8 +434,8 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("evaluate", help="mean per-class accuracy, confusion, timings",
-                            description="Evaluate a model on the test rows of its feature set; writes report.json, "
-                            "report.md and confusion.png.")
+                            description="Evaluate a model on the test rows of its feature set; writes report.html, "
+                            "report.json, predictions.csv, report.md and confusion.png.")
     parser.add_argument("featureset")
     parser.add_argument("model")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, report.md, "

@@ -41,6 +41,7 @@ import contextlib
 import errno
 import json
 import os
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,13 +160,18 @@ class FeatureSet:
         }
 
 
+#: What ``np.load`` raises on a torn or tampered ``.npy`` / ``.npz`` file: NumPy parses the header
+#: as a Python literal, so a damaged header can also end in a tokenizer error.
+NPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError)
+
+
 def _load_array(folder: Path, name: str, mmap: bool = False) -> np.ndarray:
     path = folder / name
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
         raise FeatureSetError(f"feature set {folder} is incomplete: {name} is missing; rebuild it") from None
-    except (OSError, ValueError, EOFError) as exc:
+    except NPY_READ_ERRORS as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({reason}); rebuild it") from None
 
@@ -252,7 +258,7 @@ def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:
             return {key: archive[key] for key in archive.files}
     except FileNotFoundError:
         raise FeatureSetError(f"feature set {folder} is incomplete: {name} is missing; rebuild it") from None
-    except (OSError, ValueError, EOFError, KeyError) as exc:
+    except (*NPY_READ_ERRORS, KeyError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({reason}); rebuild it") from None
 

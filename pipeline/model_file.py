@@ -60,6 +60,7 @@ import numpy as np
 
 from ..classifiers.registry import classifier_class, classifier_name
 from .atomic import atomic_write
+from .feature_store import NPY_READ_ERRORS
 from .provenance import library_versions
 
 if TYPE_CHECKING:
@@ -251,7 +252,7 @@ def _read(path, *, arrays: bool) -> tuple[dict, dict[str, np.ndarray]]:
             loaded = {key: archive[key] for key in archive.files if key != _META_KEY} if arrays else {}
     except ModelFileError:
         raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, RecursionError) as exc:
+    except (*NPY_READ_ERRORS, KeyError, zipfile.BadZipFile, json.JSONDecodeError, RecursionError) as exc:
         raise ModelFileError(f"{bad} (truncated, tampered or not a model: {type(exc).__name__}); re-train it") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ModelFileError(f"{bad} (unknown format header)")
@@ -453,7 +454,8 @@ def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source
     Raises
     ------
     ModelFileError
-        No recorded feature set, or the dimension or the pipeline config differs (one-line message).
+        No recorded feature set, or the dimension or the feature set's identity (the hash of the
+        pipeline config and of the images) differs (one-line message).
     """
     trained = meta.get("feature_set") or {}
     if not trained.get("config_hash") or trained.get("n_features") is None:
@@ -469,5 +471,6 @@ def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source
     if trained["config_hash"] != config_hash:
         raise ModelFileError(
             f"model was trained on feature set {trained['config_hash'][:12]} but the {source} is "
-            f"{config_hash[:12]} (different pipeline config): re-train the model on this feature set"
+            f"{config_hash[:12]} (another pipeline config, or other images: the identity covers both): "
+            "re-train the model on this feature set"
         )

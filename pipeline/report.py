@@ -52,16 +52,35 @@ __all__ = [
 ]
 
 
-def markdown_report(evaluation: Evaluation) -> str:
-    """``report.md``: headline numbers, then one row per class."""
+def markdown_report(evaluation: Evaluation, experiment: Experiment | None = None) -> str:
+    """``report.md``: headline numbers, then one row per class.
+
+    With ``experiment`` (whose first split ``evaluation`` is), the headline is the mean ± std
+    over the splits and the per-split accuracies; the rest is the first split's, and says so.
+    """
     report = evaluation.to_dict()
-    lines = [
-        f"# Evaluation: {report['classifier']} on {report['feature_set']}",
-        "",
-        f"- mean per-class accuracy: **{100 * report['mean_per_class_accuracy']:.2f} %**",
+    seconds = {key: None if report[key] is None else round(report[key], 4) for key in ("train_seconds", "test_seconds")}
+    if experiment is None:
+        lines = [f"# Evaluation: {report['classifier']} on {report['feature_set']}", ""]
+        which = ""
+    else:
+        runs = experiment.runs
+        lines = [
+            f"# Experiment: {report['classifier']} on {report['feature_set']}",
+            "",
+            f"- mean per-class accuracy over {len(runs)} seeded splits: "
+            f"**{100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} %**",
+            "- per split: " + ", ".join(f"seed {run.seed}: {100 * run.mean_per_class_accuracy:.2f} %" for run in runs),
+            "",
+            f"## Details of the first split (seed {runs[0].seed})",
+            "",
+        ]
+        which = " (this split)"
+    lines += [
+        f"- mean per-class accuracy{which}: **{100 * report['mean_per_class_accuracy']:.2f} %**",
         f"- overall accuracy: {100 * report['overall_accuracy']:.2f} %",
         f"- training images: {report['n_train']}, test images: {report['n_test']}, dimensions: {report['n_features']}",
-        f"- training time: {report['train_seconds']} s, testing time: {report['test_seconds']} s",
+        f"- training time: {seconds['train_seconds']} s, testing time: {seconds['test_seconds']} s",
         f"- parameters: `{json.dumps(report['params'], sort_keys=True)}`",
         "",
         "| class | accuracy (%) |",
@@ -112,7 +131,7 @@ def write_report(evaluation: Evaluation, out_dir: str | os.PathLike, *, experime
     atomic_write_json(out_dir / "report.json", payload)
     write_predictions(evaluation, out_dir / PREDICTIONS_FILE)
     with atomic_write(out_dir / "report.md", "w") as handle:
-        handle.write(markdown_report(evaluation))
+        handle.write(markdown_report(evaluation, experiment))
     order = class_order(evaluation)
     mean = 100 * evaluation.mean_per_class_accuracy
     figure = confusion_figure(evaluation.confusion, evaluation.class_names, order,

@@ -8,7 +8,7 @@ import pytest
 
 from classify_images.pipeline.cli import main
 
-from .conftest import FIXTURE_IMAGES, write_config_toml
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +139,34 @@ def test_user_errors_one_line(feature_set, capsys, argv, message):
     assert message in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["build-features", "{images}", "--train-per-class", "-1"], "--train-per-class must be at least 1, not -1"),
+        (["build-features", "{images}", "--test-per-class", "-3"], "--test-per-class must be at least 1"),
+        (["build-features", "{images}", "--seed", "-1"], "--seed must be from 0 to"),
+        (["run", "{images}", "--classifier", "linear", "--train-per-class", "0"], "--train-per-class must be at least 1"),
+        (["demo", "--n-jobs", "0", "--workdir", "{tmp}/demo"], "--n-jobs must be a positive number"),
+    ],
+)
+def test_split_and_worker_options_are_refused_by_their_name(tmp_path, monkeypatch, capsys, argv, message):
+    """Refused by the option's name (not as a value of the ready-made config file), before any work."""
+    argv = [a.replace("{images}", str(FIXTURE_IMAGES)).replace("{tmp}", str(tmp_path)) for a in argv]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and ".toml" not in err, err
+    assert not list(cwd.iterdir()) and not (tmp_path / "demo").exists()
+
+
+def test_negative_experiment_seed_names_only_the_seed(feature_set, capsys):
+    assert main(["experiment", str(feature_set), "--classifier", "linear", "--repeats", "2", "--seed", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--seed must be from 0 to 4294967295, got -1" in err and "--repeats" not in err, err
+
+
 @pytest.mark.parametrize("argv", [["train", "{fs}", "--classifier", "pmsvm", "--param", "nonsense=1"],
                                   ["experiment", "{fs}", "--classifier", "mbkl", "--param", "nonsense=1"]])
 def test_classifier_errors_are_not_prefixed_twice(feature_set, capsys, argv):
@@ -164,6 +192,24 @@ def test_model_of_another_feature_set_is_not_called_a_classifier_error(tmp_path,
     assert "re-train the model" in err and "classifier 'linear'" not in err and len(err.splitlines()) == 1, err
 
 
+def test_model_of_the_same_config_on_other_images_is_refused_naming_the_images(tmp_path, feature_set, capsys):
+    """The feature set's identity hashes the config and the images: the refusal says so (not "different config")."""
+    import shutil
+
+    model = tmp_path / "m.npz"
+    assert main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)]) == 0
+    images = tmp_path / "images"
+    shutil.copytree(FIXTURE_IMAGES, images)
+    next(images.glob("flower/*.jpg")).unlink()
+    other = tmp_path / "other"
+    assert main(["build-features", str(images), "--config", str(feature_set.parent / "small.toml"), "--out", str(other),
+                 "--cache-dir", str(feature_set.parent / "cache"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(other), str(model), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "other images" in err and len(err.splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("command", ["train", "experiment"])
 def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, capsys, command):
     import shutil
@@ -178,6 +224,21 @@ def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, caps
         err = capsys.readouterr().err.strip()
         assert "needs non-negative features" in err and str(signed) in err and len(err.splitlines()) == 1
     assert main([command, str(signed), "--classifier", "linear", "--out", str(tmp_path / "out2")]) == 0
+
+
+def test_additive_kernels_on_vlad_vectors_do_not_suggest_another_pooling(tmp_path, capsys):
+    """VLAD vectors are signed whatever the pooling: the error points to the linear classifier only."""
+    config = {**SMALL_CONFIG, "codebook": {"kind": "vlad", "size": 4, "n_samples": 2000, "n_iter": 10},
+              "normalization": {"method": "none"}}
+    fs = tmp_path / "vlad"
+    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(write_config_toml(tmp_path / "v.toml", config)),
+                 "--out", str(fs), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    capsys.readouterr()
+    for command in ("train", "experiment"):
+        assert main([command, str(fs), "--classifier", "pmsvm", "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "vlad vectors, which are signed by construction" in err and "pooling" not in err, err
+        assert len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("classifier", ["pmsvm", "mbkl", "nsvm"])

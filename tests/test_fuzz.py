@@ -190,6 +190,15 @@ def test_tampered_manifests_never_end_in_a_traceback(built, tmp_path, capsys, ke
     _every_command(fs, tmp_path, capsys)
 
 
+def test_array_header_that_breaks_numpys_tokenizer_is_one_line(built, tmp_path, capsys):
+    """A header cut inside its dict and followed by NUL bytes: NumPy's header parser ends in
+    ``tokenize.TokenError`` (not a ``ValueError``); found by the fuzz test below."""
+    fs = _fresh_copy(built, tmp_path)
+    head = (fs / "X_train.npy").read_bytes()[:123]
+    (fs / "X_train.npy").write_bytes(head + b"\x00\x00\x00\x00{")
+    _every_command(fs, tmp_path, capsys)
+
+
 @settings(FUZZ, max_examples=60)
 @given(name=st.sampled_from(["X_train", "X_test", "y_train", "y_test"]), keep=st.integers(0, 140),
        tail=st.binary(max_size=140))

@@ -212,6 +212,19 @@ def test_header_announcing_74_gib_is_refused_before_loading(tmp_path, model_file
     assert not calls  # refused from the header: no array was read
 
 
+def test_member_header_that_breaks_numpys_tokenizer_is_one_line(tmp_path, model_files):
+    """An .npy header cut inside its dict and followed by NUL bytes makes NumPy's header parser
+    raise ``tokenize.TokenError`` (not a ``ValueError``): still the model file's one-line error."""
+    path = _copy(tmp_path, model_files, "linear")
+    members = _members(path)
+    coef = members.pop("model/coef_")
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, coef, allow_pickle=False)
+    data = buffer.getvalue()
+    _write(path, members, raw={"model/coef_.npy": data[:60] + b"\x00\x00\x00\x00{" + b" " * (len(data) - 65)})
+    _one_line(lambda: load_model(path), "not a valid classify-images model")
+
+
 def test_compressed_members_are_refused(tmp_path, model_files):
     path = _copy(tmp_path, model_files, "linear")
     _write(path, _members(path), compress=True)

@@ -188,6 +188,12 @@ def test_experiment_report(tmp_path, capsys):
     with open(tmp_path / "out" / "predictions.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert all(Path(row["path"]).exists() for row in rows)  # paths of the re-split are real files
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    headline = markdown.split("## ")[0]  # report.md leads with the experiment, not with its first split
+    assert headline.startswith("# Experiment: linear")
+    assert f"{100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} %" in headline
+    assert all(f"seed {run.seed}: {100 * run.mean_per_class_accuracy:.2f} %" in headline for run in experiment.runs)
+    assert f"training time: {round(experiment.runs[0].train_seconds, 4)} s" in markdown
 
 
 def test_missing_browser_says_what_to_install(monkeypatch, tmp_path):
@@ -198,3 +204,12 @@ def test_missing_browser_says_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BrowserMissing, match="apt-get install chromium"):
         chromium_binary()
+
+
+def test_evaluate_help_names_every_report_file(tmp_path):
+    """``evaluate --help`` lists the files ``write_report`` writes."""
+    from classify_images.pipeline.cli import build_parser
+
+    written = sorted(path.name for path in write_report(synthetic_evaluation(), tmp_path).iterdir())
+    description = build_parser()._subparsers._group_actions[0].choices["evaluate"].description
+    assert written and all(name in description for name in written), (written, description)
