@@ -103,6 +103,7 @@ CODEBOOK_VARIANTS = {
     # own codebook (all descriptor rows do)
     "reference, k-means seed 1": {"kmeans_seed": 1},
     "reference, k-means seed 2": {"kmeans_seed": 2},
+    "RootSIFT, k-means seed 1": {"kmeans_seed": 1, "options": {"root": True}},
     "k-means 100 iterations": {"kmeans_iter": 100},
     "codebook sample x2": {"n_samples_factor": 2},
 }
@@ -326,7 +327,7 @@ def main() -> None:
     for name, opts in CODEBOOK_VARIANTS.items():
         if wanted is None or name not in wanted:  # costly: only on request
             continue
-        vq, cpu = _encode_variant(name, REFERENCE, 300, pool, codebook_images, args, opts)
+        vq, cpu = _encode_variant(name, opts.get("options", REFERENCE), 300, pool, codebook_images, args, opts)
         t0 = time.process_time()
         accs = _evaluate(_histograms(vq), labels, splits, args.classifier)
         record(name, accs, cpu + time.process_time() - t0, ref_accs)
