@@ -194,3 +194,29 @@ def test_run_experiment(tmp_path, feature_set):
     assert "±" in experiment_text(experiment).splitlines()[-1]
     single = run_experiment(feature_set, "linear", {}, 1)
     assert single.std == 0.0 and single.mean == single.runs[0].mean_per_class_accuracy
+
+
+def test_testing_time_excludes_the_first_call_compilation():
+    """The timed ``decision_function`` runs after one untimed call on a single row (numba's
+    compilation on the first call in a process is not testing time), and the scores are those
+    of the whole matrix."""
+    from classify_images.pipeline import evaluation as module
+
+    class Spy:
+        classes_ = np.array(["a", "b", "c"])
+
+        def __init__(self):
+            self.calls = []
+
+        def decision_function(self, X):
+            self.calls.append(len(X))
+            return np.asarray(X, dtype=np.float64)[:, :3]
+
+    X = np.arange(12, dtype=np.float32).reshape(4, 3)
+    spy = Spy()
+    predicted, scores, seconds = module._timed_decisions(spy, X, ["a", "b", "c"])
+    assert spy.calls == [1, 4] and seconds >= 0
+    np.testing.assert_array_equal(scores, X) and np.testing.assert_array_equal(predicted, [2, 2, 2, 2])
+    spy.calls.clear()
+    module._timed_decisions(spy, X[:0], ["a", "b", "c"])
+    assert spy.calls == [0]  # nothing to warm up on an empty matrix
