@@ -49,6 +49,18 @@ def write_config_toml(path: Path, config: dict = SMALL_CONFIG) -> Path:
     return path
 
 
+def build_fixture_feature_set(root: Path) -> Path:
+    """A feature set of the fixture images, built by the command line into ``root/fs``
+    with the small test config and a stage cache in ``root/cache``."""
+    from classify_images.pipeline.cli import main
+
+    config = write_config_toml(root / "small.toml")
+    out = root / "fs"
+    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(out),
+                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    return out
+
+
 def require_real_data(request: pytest.FixtureRequest, path: Path) -> Path:
     """``path`` of a real dataset, for a test marked ``realdata``; a failure when it is missing."""
     if request.node.get_closest_marker("realdata") is None:

@@ -8,16 +8,13 @@ import pytest
 
 from classify_images.pipeline.cli import main
 
-from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, build_fixture_feature_set, write_config_toml
 
 
 @pytest.fixture(scope="module")
 def feature_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
-    config = write_config_toml(root / "small.toml")
-    out = root / "fs"
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(out),
-                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    out = build_fixture_feature_set(root)
     return out
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from classify_images.pipeline.cli import main
 
-from .conftest import FIXTURE_IMAGES, write_config_toml
+from .conftest import FIXTURE_IMAGES, build_fixture_feature_set, write_config_toml
 
 CLASSES = ["china", "digit_0", "digit_1", "flower"]
 
@@ -25,10 +25,7 @@ CLASSES = ["china", "digit_0", "digit_1", "flower"]
 def trained(tmp_path_factory):
     """A feature set of the fixture images and a linear model trained on it by the command line."""
     root = tmp_path_factory.mktemp("predict")
-    config = write_config_toml(root / "small.toml")
-    fs = root / "fs"
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(fs),
-                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    fs = build_fixture_feature_set(root)
     model = root / "model.npz"
     assert main(["train", str(fs), "--classifier", "linear", "--param", "C=10", "--out", str(model)]) == 0
     return fs, model

@@ -16,7 +16,7 @@ import pytest
 from classify_images.pipeline.cli import main
 
 from ._browser import BrowserMissing, chromium_binary, open_page
-from .conftest import FIXTURE_IMAGES, write_config_toml
+from .conftest import build_fixture_feature_set
 
 pytestmark = pytest.mark.browser
 
@@ -45,10 +45,7 @@ def _browser() -> None:
 def small_run(tmp_path_factory):
     """build-features, train, evaluate and experiment on the fixture images, through the CLI."""
     root = tmp_path_factory.mktemp("browser")
-    config = write_config_toml(root / "small.toml")
-    fs = root / "fs"
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(fs),
-                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    fs = build_fixture_feature_set(root)
     assert main(["train", str(fs), "--classifier", "pmsvm", "--out", str(root / "m.npz")]) == 0
     assert main(["evaluate", str(fs), str(root / "m.npz"), "--out", str(root / "evaluation")]) == 0
     assert main(["experiment", str(fs), "--classifier", "linear", "--repeats", "2", "--out", str(root / "experiment")]) == 0
