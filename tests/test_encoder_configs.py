@@ -16,6 +16,21 @@ def test_shipped_encoder_configs_load_and_round_trip():
     assert load_config("fisher").to_dict()["pooling"]["levels"] == [1, 2, "3x1"]
 
 
+def test_vlad_rootsift_config_is_vlad_with_rootsift_and_its_own_hashes():
+    vlad, root = load_config("vlad"), load_config("vlad-rootsift")
+    assert root.sift.root_sift and not vlad.sift.root_sift
+    assert PipelineConfig.from_dict(root.to_dict()) == root
+    # everything but the RootSIFT switch is the vlad config
+    plain = root.to_dict()
+    plain["sift"].pop("root_sift")
+    vlad_dict = vlad.to_dict()
+    vlad_dict["sift"].pop("root_sift", None)
+    assert plain == vlad_dict
+    # descriptors, codebook and feature set are all keyed apart from vlad's: nothing stale is reused
+    for tables in (["image", "sift"], list(TABLES)):
+        assert stage_hash(root, tables) != stage_hash(vlad, tables)
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
