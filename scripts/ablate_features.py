@@ -34,7 +34,7 @@ the mean paired difference to the reference (same splits, same test images) ± i
 Usage::
 
     nice -n 10 python scripts/ablate_features.py --dataset ../shared/datasets/scene15 \\
-        --work-dir /work/ablate --out ablate.json [--classifier nsvm] [--rows 'name|name|...']
+        --work-dir ablate-work --out ablate.json [--classifier nsvm] [--rows 'name|name|...']
 """
 
 from __future__ import annotations
@@ -257,7 +257,8 @@ def metric_check(folder: str, n_splits: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", required=True, type=Path)
-    ap.add_argument("--work-dir", default="/work/ablate")
+    ap.add_argument("--work-dir", default="ablate-work",
+                    help="folder for the cached VQ indices of each descriptor variant (default: ./ablate-work)")
     ap.add_argument("--out", default="ablate.json")
     ap.add_argument("--per-class", type=int, default=150)
     ap.add_argument("--codebook-per-class", type=int, default=20)

@@ -36,6 +36,11 @@ def test_shipped_configs_load_and_validate():
     ],
 )
 def test_bad_config_is_one_line_error_naming_the_key(tmp_path, text, message):
+    assert_one_line_config_error(tmp_path, text, message)
+
+
+def assert_one_line_config_error(tmp_path, text: str, message: str) -> None:
+    """The config file ``text`` is refused with one line matching ``message``."""
     path = tmp_path / "c.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message) as info:

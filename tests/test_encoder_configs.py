@@ -2,7 +2,9 @@
 
 import pytest
 
-from classify_images.pipeline.config import ConfigError, PipelineConfig, TABLES, load_config, stage_hash
+from classify_images.pipeline.config import PipelineConfig, TABLES, load_config, stage_hash
+
+from .test_config import assert_one_line_config_error
 
 
 def test_shipped_encoder_configs_load_and_round_trip():
@@ -47,11 +49,7 @@ def test_vlad_rootsift_config_is_vlad_with_rootsift_and_its_own_hashes():
     ],
 )
 def test_bad_encoder_config_is_one_line_error_naming_the_key(tmp_path, text, message):
-    path = tmp_path / "c.toml"
-    path.write_text(text)
-    with pytest.raises(ConfigError, match=message) as info:
-        load_config(path)
-    assert "\n" not in str(info.value)
+    assert_one_line_config_error(tmp_path, text, message)
 
 
 def test_new_keys_change_the_hash_only_when_set():
