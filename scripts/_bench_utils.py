@@ -131,6 +131,17 @@ def select_by_cv(
     return best, scores
 
 
+def best_time(fn: Callable[[], Any], repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Smallest of ``repeats`` timings of ``fn()`` by ``clock`` (wall by default;
+    ``time.process_time`` for CPU seconds)."""
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return min(times)
+
+
 def machine() -> dict:
     """Where a benchmark ran (recorded with its numbers)."""
     return {

@@ -18,10 +18,15 @@ import os
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_name] = "1"
 
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_utils import best_time  # noqa: E402
+
 import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -35,14 +40,6 @@ RUNS = {
     "nsvm": ("nsvm", {"random_state": 0}),
 }
 
-
-def _min_cpu_seconds(call, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        call()
-        times.append(time.process_time() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -60,8 +57,8 @@ def main() -> None:
     for run, (name, params) in RUNS.items():
         make_classifier(name, params).fit(X[: len(X) // args.tile], y[: len(y) // args.tile])  # warm-up
         fitted = []
-        fit_s = _min_cpu_seconds(lambda: fitted.append(make_classifier(name, params).fit(X, y)), args.repeats)
-        predict_s = _min_cpu_seconds(lambda: fitted[-1].decision_function(X_test), args.repeats)
+        fit_s = best_time(lambda: fitted.append(make_classifier(name, params).fit(X, y)), args.repeats, time.process_time)
+        predict_s = best_time(lambda: fitted[-1].decision_function(X_test), args.repeats, time.process_time)
         result[run] = {"fit_cpu_s": round(fit_s, 4), "predict_cpu_s": round(predict_s, 4)}
     print(json.dumps({"label": args.label, "shape": list(X.shape), "results": result}))
 

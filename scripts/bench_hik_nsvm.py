@@ -270,14 +270,6 @@ def learning_rate_study(Atr, ytr, grid) -> dict:
 
 
 # ============================================================================ speed
-def best_time(fn, repeats: int = 5) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
 
 def speed_and_size(nsvm: HIKnSVM, lin, fmap, X_dense: np.ndarray, A: sp.csr_matrix) -> dict:
     """Test-time seconds (best of 5) and model bytes, nSVM against map+linear, same rows.
@@ -293,12 +285,12 @@ def speed_and_size(nsvm: HIKnSVM, lin, fmap, X_dense: np.ndarray, A: sp.csr_matr
     assert np.allclose(lin_csr(), ref, atol=1e-5 * np.abs(ref).max()), "map+linear timing path differs"
     result = {
         "n_rows": int(A.shape[0]),
-        "nsvm_csr_s": best_time(lambda: nsvm.decision_function(A)),
-        "map_linear_csr_s": best_time(lin_csr),
-        "nsvm_dense_s": best_time(lambda: nsvm.decision_function(X_dense)),
-        "map_linear_dense_s": best_time(lambda: map_linear_decision_dense(fmap, X_dense, coef, intercept), 2),
-        "nsvm_one_class_csr_s": best_time(lambda: hik_decision(A, nsvm.coef_[:1], nsvm.intercept_[:1])),
-        "map_linear_one_class_csr_s": best_time(lambda: fmap.transform_csr(A) @ Wt[:, :1] + intercept[:1]),
+        "nsvm_csr_s": U.best_time(lambda: nsvm.decision_function(A)),
+        "map_linear_csr_s": U.best_time(lin_csr),
+        "nsvm_dense_s": U.best_time(lambda: nsvm.decision_function(X_dense)),
+        "map_linear_dense_s": U.best_time(lambda: map_linear_decision_dense(fmap, X_dense, coef, intercept), 2),
+        "nsvm_one_class_csr_s": U.best_time(lambda: hik_decision(A, nsvm.coef_[:1], nsvm.intercept_[:1])),
+        "map_linear_one_class_csr_s": U.best_time(lambda: fmap.transform_csr(A) @ Wt[:, :1] + intercept[:1]),
         "nsvm_one_class_model_bytes": int(nsvm.coef_[0].nbytes + 8),
         "map_linear_one_class_model_bytes": int(coef[0].nbytes + 8),
         "nsvm_model_bytes": int(nsvm.coef_.nbytes + nsvm.intercept_.nbytes),

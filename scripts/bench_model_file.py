@@ -20,20 +20,15 @@ Prints one line per classifier: file size, the three times and the ratio load_mo
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_utils import best_time  # noqa: E402
 
-def _best(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -70,9 +65,9 @@ def main() -> None:
                 with np.load(path, allow_pickle=False) as archive:
                     return {key: archive[key] for key in archive.files}
 
-            t_bare = _best(bare, args.repeats)
-            t_load = _best(lambda: load_model(path), args.repeats)
-            t_image = _best(lambda: load_image_model(path), args.repeats)
+            t_bare = best_time(bare, args.repeats)
+            t_load = best_time(lambda: load_model(path), args.repeats)
+            t_image = best_time(lambda: load_image_model(path), args.repeats)
             print(f"{name:<10}  {path.stat().st_size / 1e6:7.2f}  {1e3 * t_bare:10.1f}  {1e3 * t_load:13.1f}  "
                   f"{1e3 * t_image:19.1f}  {t_load / t_bare:18.2f}")
 
