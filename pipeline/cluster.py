@@ -29,8 +29,10 @@ import contextlib
 import importlib
 import logging
 import re
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "ClusterError",
@@ -39,6 +41,8 @@ __all__ = [
     "open_client",
     "require_distributed",
     "scheduler_errors",
+    "iter_tasks",
+    "run_tasks",
     "INSTALL_HINT",
 ]
 
@@ -184,12 +188,19 @@ def scheduler_errors(spec: ClusterSpec) -> Iterator[None]:
         yield
     except ClusterError:
         raise
-    except (OSError, TimeoutError) as exc:
+    except TimeoutError as exc:  # a call to the scheduler that no longer answers
         raise ClusterError(_lost(spec, exc)) from None
-    except Exception as exc:
+    except Exception as exc:  # other OSErrors (a full disk, …) are not the cluster's: they propagate
         if _is_dask_comm_error(exc):
             raise ClusterError(_lost(spec, exc)) from None
+        if type(exc).__name__ == "KilledWorker" and (type(exc).__module__ or "").startswith("distributed"):
+            raise ClusterError(_killed_worker(exc)) from None
         raise
+
+
+def _killed_worker(exc: BaseException) -> str:
+    return (f"a task failed because the workers running it died repeatedly ({_first_line(exc)}); "
+            "check the workers' logs and memory (dask worker --memory-limit), then re-run the same command to resume")
 
 
 def _lost(spec: ClusterSpec, exc: BaseException) -> str:
@@ -222,3 +233,108 @@ def _quiet_dask_logs() -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+#: A call as :func:`joblib.delayed` makes it: ``(function, args, kwargs)``.
+Call = tuple[Callable[..., Any], tuple, dict]
+
+
+def _run_batch(calls: Sequence[Call], **shared: Any) -> list:
+    """Run a batch of calls on a worker; ``shared`` (the scattered objects) is added to every call's keywords."""
+    return [function(*args, **{**kwargs, **shared}) for function, args, kwargs in calls]
+
+
+def _no_progress(iterable: Iterable, description: str, total: int) -> Iterable:
+    return iterable
+
+
+def iter_tasks(
+    client: "distributed.Client",  # noqa: F821
+    calls: Sequence[Call],
+    description: str,
+    *,
+    batch_size: int,
+    shared: dict[str, Any] | None = None,
+    max_in_flight: int | None = None,
+) -> Iterator[tuple[int, Any]]:
+    """``(index, result)`` of each of ``calls``, computed as Dask tasks of ``batch_size`` calls
+    each, yielded as the tasks complete (``distributed.as_completed``).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster (:func:`open_client`).
+    calls : sequence of (function, args, kwargs)
+        The calls, as :func:`joblib.delayed` makes them (``delayed(f)(x, y=1)``); the
+        functions must be importable on the workers (module-level).
+    description : str
+        Names the tasks (their keys start with it).
+    batch_size : int
+        Calls per task: enough that the scheduler's cost per task is small against the
+        task's work (BENCHMARKS.md, "Dask scheduler overhead per task").
+    shared : dict, optional
+        Objects every call needs as keyword arguments (the codebook, the extractor): sent to
+        each worker once (``client.scatter(..., broadcast=True)``), not with every task.
+    max_in_flight : int, optional
+        Tasks submitted and not yet collected (default: four per worker thread, at least 8):
+        the client and the scheduler hold a bounded number of tasks and results whatever
+        the number of calls.
+
+    Yields
+    ------
+    index, result
+        ``result = function(*args, **kwargs, **shared)`` of ``calls[index]``.  When a call
+        raises, its exception propagates here and the tasks still running are cancelled.
+    """
+    distributed = require_distributed()
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    batches = [range(start, min(start + batch_size, len(calls))) for start in range(0, len(calls), batch_size)]
+    # A list around each object: scatter would take a dict or a list for several objects.
+    shared_futures = {name: client.scatter([value], broadcast=True, hash=False)[0] for name, value in (shared or {}).items()}
+    if max_in_flight is None:
+        max_in_flight = max(8, 4 * sum(client.nthreads().values()))
+    prefix = f"{re.sub(r'[^a-z0-9]+', '-', description.lower()).strip('-') or 'task'}-{uuid.uuid4().hex[:8]}"
+    waiting = iter(range(len(batches)))
+    in_flight: dict = {}
+    completed = distributed.as_completed(loop=client.loop)
+
+    def submit_next() -> None:
+        index = next(waiting, None)
+        if index is not None:
+            batch = [calls[k] for k in batches[index]]
+            future = client.submit(_run_batch, batch, key=f"{prefix}-{index}", **shared_futures)
+            in_flight[future] = index
+            completed.add(future)
+
+    try:
+        for _ in range(max_in_flight):
+            submit_next()
+        for future in completed:
+            index = in_flight.pop(future)
+            results = future.result()
+            del future  # the worker may drop the result now
+            submit_next()
+            yield from zip(batches[index], results)
+    finally:
+        if in_flight:  # an error, or the consumer stopped: the rest is not needed
+            with contextlib.suppress(Exception):
+                client.cancel(list(in_flight))
+
+
+def run_tasks(
+    client: "distributed.Client",  # noqa: F821
+    calls: Sequence[Call],
+    description: str,
+    *,
+    batch_size: int,
+    shared: dict[str, Any] | None = None,
+    progress: Callable[[Iterable, str, int], Iterable] = _no_progress,
+) -> list:
+    """The results of ``calls`` in order (:func:`iter_tasks`), with a progress bar
+    ``progress(iterable, description, total)`` that advances as the tasks complete."""
+    results: list = [None] * len(calls)
+    for index, result in progress(iter_tasks(client, calls, description, batch_size=batch_size, shared=shared),
+                                  description, len(calls)):
+        results[index] = result
+    return results
