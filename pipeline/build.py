@@ -213,8 +213,9 @@ def _fingerprint_or_reason(path: str) -> tuple[str | None, str | None]:
         return None, f"cannot read file ({exc.strerror or exc})"
 
 
-def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log) -> BuildResult | None:
-    """The existing feature set at ``out`` when it was built with ``config_hash``.
+def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log,
+                         store: str = "npy") -> BuildResult | None:
+    """The existing feature set at ``out`` when it was built with ``config_hash`` into the ``store`` layout.
 
     Any failure to load it (torn, tampered or partial files) means "rebuild it"."""
     if not (out / "manifest.json").exists():
@@ -223,7 +224,7 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
         existing = load_feature_set(out)
     except Exception:  # noqa: BLE001 - whatever is wrong with it, the rebuild replaces it
         return None
-    if existing.config_hash != config_hash:
+    if existing.config_hash != config_hash or existing.layout != store:
         return None
     log(f"feature set {out} is up to date (config hash {config_hash[:12]}); nothing to do")
     return BuildResult(
@@ -583,7 +584,7 @@ def _build(
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs, client, batch_size)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(config.codebook.kind))
-    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log)
+    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log, store)
     if reused is not None:
         return reused
 

@@ -67,6 +67,7 @@ __all__ = [
     "is_shard_temporary",
     "write_shard",
     "read_shard",
+    "as_dense",
     "ShardedRows",
     "ShardError",
 ]
@@ -115,6 +116,16 @@ def _csr_of(rows: np.ndarray) -> sp.csr_matrix:
     np.cumsum(stored.sum(axis=1), out=indptr[1:])
     row_index, col_index = np.nonzero(stored)
     return sp.csr_matrix((rows[row_index, col_index], col_index.astype(np.int32), indptr), shape=rows.shape)
+
+
+def as_dense(block: np.ndarray | sp.csr_matrix) -> np.ndarray:
+    """A block as a float32 ndarray; a CSR block's stored entries are copied as they are
+    (``scipy``'s ``toarray`` adds them to zeros, which turns ``-0.0`` into ``0.0``)."""
+    if not sp.issparse(block):
+        return np.asarray(block)
+    dense = np.zeros(block.shape, dtype=np.float32)
+    dense[np.repeat(np.arange(block.shape[0]), np.diff(block.indptr)), block.indices] = block.data
+    return dense
 
 
 def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
@@ -310,7 +321,7 @@ class ShardedRows:
         if self._dense is None:
             dense = np.zeros(self.shape, dtype=np.float32)
             for rows, block in self.blocks():
-                dense[rows] = block.toarray() if sp.issparse(block) else block
+                dense[rows] = as_dense(block)
             dense.flags.writeable = False
             self._dense = dense
         return self._dense
@@ -325,8 +336,7 @@ class ShardedRows:
         import dask.array as da
 
         def dense_shard(index: int) -> np.ndarray:
-            block = self.shard(index)
-            return block.toarray() if sp.issparse(block) else np.asarray(block)
+            return as_dense(self.shard(index))
 
         chunks = [
             da.from_delayed(dask.delayed(dense_shard)(index), shape=(entry["rows"], self.n_features), dtype=np.float32)
