@@ -93,6 +93,16 @@ def _check_out_folder(out: Path, what: str) -> Path:
     return out
 
 
+def _cluster_spec(args: argparse.Namespace):
+    """``--scheduler`` / ``--cluster`` parsed, and Dask's presence checked, before any work."""
+    from .cluster import parse_cluster_option, require_distributed
+
+    spec = parse_cluster_option(args.scheduler, args.cluster)
+    if spec is not None:
+        require_distributed()
+    return spec
+
+
 def _default_feature_out(dataset: Path, config_name: str) -> Path:
     return Path("feature-sets") / f"{dataset.resolve().name}-{config_name}"
 
@@ -113,6 +123,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     _check_split_options(args)
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1 image per task, not {args.batch_size}")
+    _cluster_spec(args)
     config = load_config(args.config, overrides)
     config_name = Path(args.config).stem if args.config else "default"
     out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
@@ -256,14 +267,13 @@ def _experiment_on_cluster(spec, feature_set, name: str, params: dict[str, Any],
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from .cluster import parse_cluster_option
     from .evaluation import run_experiment
     from .report import experiment_text, write_experiment, write_report
 
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     _check_seeds(args.seed, args.repeats)
-    spec = parse_cluster_option(args.scheduler, args.cluster)
+    spec = _cluster_spec(args)
     if args.out:
         _check_out_folder(Path(args.out), "experiment")
     feature_set = load_feature_set(args.featureset)
@@ -384,10 +394,9 @@ def _transform_on_cluster(spec, extractor, files: list[str]) -> tuple[np.ndarray
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .cluster import parse_cluster_option
     from .model_file import load_image_model, read_model_meta
 
-    spec = parse_cluster_option(args.scheduler, args.cluster)
+    spec = _cluster_spec(args)
     model = load_image_model(args.model)
     classifier, extractor = model[-1], model[0].extractor_
     if args.feature_set:
