@@ -323,3 +323,15 @@ def test_sharded_feature_set_validation(tmp_path):
     # A sharded feature set is replaced by a rebuild like an npy one (its shard names are ours).
     build_feature_set(FIXTURE_IMAGES, out, _config(), cache_dir=None)
     assert load_feature_set(out).layout == "npy" and not list(out.glob("X_*.0*"))
+
+
+def test_image_features_on_the_cluster_match_this_machine(local_cluster):
+    from classify_images.pipeline.image_features import ImageFeatures
+
+    cluster, _ = local_cluster
+    paths = sorted(str(path) for path in FIXTURE_IMAGES.rglob("*.jpg"))
+    train, test = paths[::2], paths[1::2]
+    here = ImageFeatures(_config(), cache_dir=False).fit(train)
+    there = ImageFeatures(_config(), cache_dir=False, scheduler=cluster.scheduler_address).fit(train)
+    assert there.codebook_.tobytes() == here.codebook_.tobytes()
+    assert _bounded(lambda: there.transform(test)).tobytes() == here.transform(test).tobytes()
