@@ -335,3 +335,19 @@ def test_image_features_on_the_cluster_match_this_machine(local_cluster):
     there = ImageFeatures(_config(), cache_dir=False, scheduler=cluster.scheduler_address).fit(train)
     assert there.codebook_.tobytes() == here.codebook_.tobytes()
     assert _bounded(lambda: there.transform(test)).tobytes() == here.transform(test).tobytes()
+
+
+def test_minmax_normalisation_sharded_on_the_cluster_is_bit_identical(tmp_path, local_cluster):
+    """A normaliser fitted on the training rows: the workers' per-shard minima and maxima,
+    combined, give the statistics of the single-machine build, and the same rows."""
+    cluster, _ = local_cluster
+    raw = json.loads(json.dumps(SMALL_CONFIG))
+    raw["normalization"]["method"] = "minmax"
+    config = validate_config(raw)
+    build_feature_set(FIXTURE_IMAGES, tmp_path / "here", config, cache_dir=tmp_path / "cache")
+    _bounded(lambda: build_feature_set(FIXTURE_IMAGES, tmp_path / "there", config, cache_dir=tmp_path / "cache",
+                                       scheduler=cluster.scheduler_address, store="sharded", batch_size=BATCH))
+    here, there = load_feature_set(tmp_path / "here"), load_feature_set(tmp_path / "there")
+    _assert_same_features(there, here)
+    assert (tmp_path / "there" / "minmax.npy").read_bytes() == (tmp_path / "here" / "minmax.npy").read_bytes()
+    assert np.asarray(there.X_train).max() == 1.0 and np.asarray(there.X_train).min() == 0.0
