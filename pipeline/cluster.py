@@ -128,7 +128,10 @@ def require_distributed():
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    try:
+        text = str(exc).strip()
+    except Exception:  # noqa: BLE001 - an exception whose message cannot be built still has a name
+        text = ""
     return text.splitlines()[0] if text else type(exc).__name__
 
 

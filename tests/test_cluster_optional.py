@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
@@ -96,3 +97,28 @@ def test_package_and_single_machine_paths_work_without_dask(tmp_path):
     assert lines["IMPORTED"] == "[]"
     assert lines["CLUSTER"].startswith("classify-images build-features: error: ") and INSTALL_HINT in lines["CLUSTER"]
     assert "\n" not in lines["CLUSTER"] and INSTALL_HINT in lines["DASK-VIEW"]
+
+
+def test_scheduler_errors_maps_dask_failures_to_one_line_and_lets_others_through():
+    import errno
+
+    distributed = pytest.importorskip("distributed")
+    from distributed.comm import CommClosedError
+
+    from classify_images.pipeline.cluster import scheduler_errors
+
+    spec = ClusterSpec(address="tcp://127.0.0.1:8786")
+    for failure, expected in ((CommClosedError("in <TCP>: Stream is closed"), "lost the Dask scheduler"),
+                              (distributed.client.FutureCancelledError("k", "scheduler-connection-lost"), "lost"),
+                              (TimeoutError("no answer"), "re-run the same command"),
+                              (distributed.KilledWorker("encode-pool-1", SimpleNamespace(address="tcp://127.0.0.1:1"), 3),
+                               "died repeatedly")):
+        with pytest.raises(ClusterError, match=expected) as error:
+            with scheduler_errors(spec):
+                raise failure
+        assert "\n" not in str(error.value)
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OSError) as error:  # not the cluster's: the CLI words a full disk itself
+        with scheduler_errors(spec):
+            raise full
+    assert error.value is full and not isinstance(error.value, ClusterError)
