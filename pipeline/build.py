@@ -64,7 +64,7 @@ _PROGRESS = Callable[[Iterable, str, int], Iterable]
 _NORMALISE_CHUNK = 1024
 #: Images per Dask task, and rows per shard of a sharded store: chosen from the scheduler's
 #: cost per task against the cost of an image (BENCHMARKS.md, "Dask scheduler overhead per task").
-DEFAULT_BATCH_SIZE = 32
+DEFAULT_BATCH_SIZE = 64
 
 
 def default_cache_dir() -> Path:
