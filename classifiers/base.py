@@ -450,10 +450,14 @@ def merge_problem_groups(groups: Sequence[OneVsRestClassifierBase]) -> OneVsRest
     axes = type(first)._problem_axes
     if axes is None:
         raise ValueError(f"{type(first).__name__} {type(first)._joint_reason}")
-    params = first.get_params(deep=False)
+    def settings(estimator) -> str:  # the parameters, a RandomState by its state (its repr is its address)
+        params = estimator.get_params(deep=False)
+        return repr({key: (value.get_state()[1].tobytes(), value.get_state()[2])
+                     if isinstance(value, np.random.RandomState) else value for key, value in params.items()})
+
     for group in groups:
         check_is_fitted(group, "fitted_problems_")
-        if type(group) is not type(first) or repr(group.get_params(deep=False)) != repr(params):
+        if type(group) is not type(first) or settings(group) != settings(first):
             raise ValueError("the groups were fitted by different classifiers or with different parameters")
     groups = sorted(groups, key=lambda group: group.fitted_problems_)
     total = n_problems(len(first.classes_))
