@@ -29,6 +29,13 @@ labels.  A subclass implements
 and lists in ``_fitted_arrays`` the fitted attributes that make up the model
 (:meth:`~OneVsRestClassifierBase._model_arrays`), which a model file saves as
 plain arrays and restores without pickle.
+
+A subclass whose problems are solved independently of each other, sharing their random
+draws (PmSVM, HIK nSVM), lists in ``_problem_axes`` its per-problem fitted arrays and the
+axis of the problems in each: :meth:`~OneVsRestClassifierBase.fit_problem_group` then fits
+any group of the problems (on another machine, say) and :func:`merge_problem_groups`
+assembles the groups into the model ``fit`` learns, bit for bit.  The others (one joint
+solve) say why in ``_joint_reason``.
 """
 
 from __future__ import annotations

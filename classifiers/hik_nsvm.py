@@ -259,6 +259,13 @@ class HIKnSVM(OneVsRestClassifierBase):
     Negative values are refused in ``fit``; at prediction they are clipped to 0 (a zero
     feature adds nothing to Eq. 7b).
 
+    :meth:`partial_fit` runs the same steps over one block of rows at a time, carrying the
+    lazy shrink and the epoch's learning rate from call to call: epochs of ``partial_fit``
+    over blocks in order are ``fit`` on their concatenation with ``shuffle=False``, bit for
+    bit (the rule and the maths are in its docstring; :meth:`auto_parameters` resolves the
+    ``"auto"`` values from blocks).  This is what lets a training set larger than memory be
+    learnt (``classify_images.pipeline.streaming_training.fit_streaming``).
+
     References
     ----------
     .. [1] G. Sharma and F. Jurie, "Learning discriminative spatial representation for image

@@ -4,6 +4,7 @@ Sub-commands::
 
     classify-images build-features DATASET [--config FILE] [--out DIR] ...
     classify-images train FEATURESET --classifier NAME [--param key=value ...] [--out FILE]
+                    [--scheduler tcp://HOST:PORT | --cluster local:N | --streaming [--block-rows N]]
     classify-images evaluate FEATURESET MODEL [--out DIR]
     classify-images experiment FEATURESET --classifier NAME --repeats R [--param ...]
     classify-images predict MODEL IMAGE_OR_FOLDER... [--top-k K] [--format table|csv|json]

@@ -165,9 +165,11 @@ def fit_distributed(
         task = clone(estimator)
         return task.set_params(random_state=copy.deepcopy(state)) if seeded else task
 
+    # hash=False: keys of their own, so that data scattered by an earlier call and being
+    # released meanwhile is never mistaken for this call's (content-hashed keys would collide)
     if not isinstance(rows, FeatureSetRows):
-        [rows] = client.scatter([rows], broadcast=True)
-    [y_shared] = client.scatter([y], broadcast=True)
+        [rows] = client.scatter([rows], broadcast=True, hash=False)
+    [y_shared] = client.scatter([y], broadcast=True, hash=False)
     futures = [
         client.submit(_fit_group, task_estimator(), rows, y_shared, int(bounds[k]), int(bounds[k + 1]), sample_weight,
                       pure=False)

@@ -108,6 +108,16 @@ def test_cluster_model_equals_local_model(client, name):
     assert_same_model(more_groups, model, X)
 
 
+def test_cluster_repeated_calls_on_the_same_data(client):
+    """Each call scatters the labels anew: data of the call before, being released, is never taken for it."""
+    from classify_images.pipeline.distributed_training import fit_distributed
+
+    X, y = data(4)
+    expected = PmSVM(random_state=0).fit(X, y)
+    for _ in range(6):
+        assert_same_model(fit_distributed(client, PmSVM(random_state=0), X, y), expected, X)
+
+
 def test_cluster_model_two_classes_and_sample_weight(client):
     from classify_images.pipeline.distributed_training import fit_distributed
 
