@@ -372,15 +372,16 @@ class HIKnSVM(OneVsRestClassifierBase):
             self.objective_curve_ = curve
 
     def _run_problem_groups(self, X, Y: np.ndarray, weights: np.ndarray | None, W: np.ndarray, b: np.ndarray,
-                            run: Callable) -> list:
+                            run: Callable, *, sparsify: bool = True) -> list:
         """Train the problems (columns of ``Y``) on ``X`` in groups, one per thread.
 
         ``run(rows, problems, W_group, b_group, lo, hi)`` trains problems ``lo:hi`` in place on
         contiguous copies of ``W[:, lo:hi]`` and ``b[lo:hi]``, written back after; what it
         returns is returned, in the order of the groups.  The problems share the examples'
-        order, so one pass serves a group (same weights as one by one).
+        order, so one pass serves a group (same weights as one by one).  ``sparsify``: train
+        sparse enough dense ``X`` from a CSR copy (worth it for many passes, not for one).
         """
-        if not sp.issparse(X) and np.count_nonzero(X) < _CSR_DENSITY * X.size:
+        if sparsify and not sp.issparse(X) and np.count_nonzero(X) < _CSR_DENSITY * X.size:
             # Same numbers (the kernels visit the same non-zeros in the same order), but the
             # epochs no longer scan the zeros of every row.
             X = sp.csr_matrix(X)
@@ -487,7 +488,8 @@ class HIKnSVM(OneVsRestClassifierBase):
                 last = state.last.copy()  # every group applies the same shrinks (same rows, same order)
                 return K.sgd_pass(rows, order, problems, rate, W_group, b_group, last, state.cum), last
 
-            state.cum, state.last = self._run_problem_groups(X, Y, weights, state.W, state.b, run)[0]
+            # One pass: gathering a dense row's non-zeros costs less than converting the block to CSR.
+            state.cum, state.last = self._run_problem_groups(X, Y, weights, state.W, state.b, run, sparsify=False)[0]
         if end_epoch:
             K.flush(state.W, state.last, state.cum)
             state.cum, state.epoch, state.block = 0.0, state.epoch + 1, 0
