@@ -47,7 +47,6 @@ class Epochs(NamedTuple):
 
     rates: np.ndarray  #: (E,) float64 learning rate ``r`` of each epoch
     seed: int  #: seeds the per-epoch shuffles (numba's thread-local generator)
-    shuffle: bool = True  #: shuffle the examples every epoch (else visit them in their order)
 
 
 # --------------------------------------------------------------------------- scalar pieces
@@ -154,6 +153,16 @@ def _flush(W, last, cum):
 
 # --------------------------------------------------------------------------- SGD driver
 @njit(cache=True, nogil=True)
+def _step_buffers(W, dense):
+    """The work arrays of :func:`_sgd_step` for the (D, P) weights ``W``: ``idx``, ``val``
+    (D,) for gathering a dense row (empty for CSR rows), ``last`` (D,) zeros, ``f``, ``step`` (P,)."""
+    D, P = W.shape
+    size = D if dense else 0
+    return (np.empty(size, dtype=np.int64), np.empty(size, dtype=np.float64), np.zeros(D, dtype=np.float64),
+            np.empty(P), np.empty(P))
+
+
+@njit(cache=True, nogil=True)
 def sgd_pass(rows, order, problems, r, W, b, last, cum):
     """Algorithm 1 (lines 4-6) over the examples ``order`` at step ``r``, for P problems, in place.
 
@@ -181,12 +190,7 @@ def sgd_pass(rows, order, problems, r, W, b, last, cum):
     """
     indptr, indices, data, dense = rows
     Y, C, alpha, margin, fit_intercept = problems
-    D, P = W.shape
-    size = D if dense else 0
-    idx = np.empty(size, dtype=np.int64)
-    val = np.empty(size, dtype=np.float64)
-    f = np.empty(P)
-    step = np.empty(P)
+    idx, val, _, f, step = _step_buffers(W, dense)  # ``last`` is the caller's
     for j in range(order.shape[0]):
         i = order[j]
         lo = indptr[i]
@@ -208,7 +212,7 @@ def flush(W, last, cum):
 
 
 @njit(cache=True, nogil=True)
-def sgd(rows, problems, epochs, W, b, curve):
+def sgd(rows, problems, epochs, W, b, curve, shuffle=True):
     """The SGD epochs of Algorithm 1 for P problems sharing the examples' order, in place.
 
     Parameters
@@ -219,16 +223,17 @@ def sgd(rows, problems, epochs, W, b, curve):
     problems : HingeProblems
         Labels, hinge weights, ``alpha``, ``margin`` and ``fit_intercept``.
     epochs : Epochs
-        Learning rate of each epoch, the seed of the shuffles and whether to shuffle: numba's
-        generator is seeded once, then the previous order is shuffled in place every epoch
-        (without shuffling every epoch visits the rows in their order).
+        Learning rate of each epoch and the seed of the shuffles: numba's generator is seeded
+        once, then the previous order is shuffled in place every epoch.
     W : (D, P) float64 initial weights, updated in place.
     b : (P,) float64 initial biases, updated in place.
     curve : (E, P) float64 receiving the exact objective (Eq. 7a) after each epoch, or an
         empty (0, P) array to skip that (it costs one scoring pass per epoch).
+    shuffle : bool, default True
+        False: every epoch visits the rows in their order.
     """
     Y, C, alpha, margin, fit_intercept = problems
-    rates, seed, shuffle = epochs
+    rates, seed = epochs
     n = rows.indptr.shape[0] - 1
     P = W.shape[1]
     last = np.zeros(W.shape[0], dtype=np.float64)

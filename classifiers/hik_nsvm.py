@@ -352,7 +352,7 @@ class HIKnSVM(OneVsRestClassifierBase):
     def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         self.learning_rate_ = self._initial_rate(X)
         self.margin_ = self._margin(X, sample_weight)
-        epochs = K.Epochs(self._schedule(self.learning_rate_), self._shuffle_seed(), bool(self.shuffle))
+        epochs = K.Epochs(self._schedule(self.learning_rate_), self._shuffle_seed())
         n_problems = Y.shape[1]
         W = np.zeros((X.shape[1], n_problems), dtype=np.float64)  # (D, P): a feature's P weights contiguous
         b = np.zeros(n_problems, dtype=np.float64)
@@ -360,7 +360,7 @@ class HIKnSVM(OneVsRestClassifierBase):
 
         def run(rows, problems, W_group, b_group, lo, hi):
             part = np.zeros((curve.shape[0], hi - lo), dtype=np.float64)
-            K.sgd(rows, problems, epochs, W_group, b_group, part)
+            K.sgd(rows, problems, epochs, W_group, b_group, part, bool(self.shuffle))
             curve[:, lo:hi] = part
 
         self._run_problem_groups(X, Y, weights, W, b, run)
