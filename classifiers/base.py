@@ -304,6 +304,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         """
         X, Y, weights, sample_weight = self._training_problems(X, y, sample_weight)
         self._fit_ovr(X, Y, weights, sample_weight)
+        self.__dict__.pop("fitted_problems_", None)  # every problem, now
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
