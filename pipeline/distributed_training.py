@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,7 @@ def fit_distributed(
     *,
     sample_weight: Any = None,
     n_groups: int | None = None,
+    timeout: float | None = None,
 ) -> Any:
     """Fit ``estimator`` on a Dask cluster, its one-vs-rest problems in groups over the workers.
 
@@ -133,6 +135,9 @@ def fit_distributed(
     n_groups : int, default=None
         Groups of problems, near-equal and contiguous; default one per worker (at most one
         per problem).  The model does not depend on it.
+    timeout : float, default=None
+        Seconds to wait for the groups (None: no limit); then ``TimeoutError``, and the
+        unfinished tasks are cancelled.
 
     Returns
     -------
@@ -146,7 +151,10 @@ def fit_distributed(
         The classifier learns its problems jointly.
     ValueError
         Fewer than 2 classes, or what ``fit`` refuses (raised from the worker).
+    TimeoutError
+        ``timeout`` passed.
     """
+
     check_distributable(type(estimator))
     y = np.asarray(y)
     classes = np.unique(y)
@@ -175,7 +183,15 @@ def fit_distributed(
                       pure=False)
         for k in range(len(bounds) - 1)
     ]
-    results = client.gather(futures)
+    if timeout is None:
+        results = client.gather(futures)
+    else:
+        deadline = time.monotonic() + timeout
+        try:
+            results = [future.result(timeout=max(deadline - time.monotonic(), 0.0)) for future in futures]
+        except TimeoutError:
+            client.cancel(futures)
+            raise TimeoutError(f"the {len(futures)} groups of classes did not finish within {timeout:g} s") from None
     for category, message in dict.fromkeys(warning for _, caught in results for warning in caught):
         warnings.warn(message, category, stacklevel=2)
     model = merge_problem_groups([group for group, _ in results])

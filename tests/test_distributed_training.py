@@ -1,7 +1,7 @@
 """Training in groups of classes: the classifier entry point, the merge, and Dask (pipeline/distributed_training.py).
 
 The cluster tests share one LocalCluster of 2 worker processes on the loopback interface
-(module fixture).  The claim under test: the model trained on the cluster is the model
+(module fixture); every call has a time limit (``TIMEOUT``).  The claim under test: the model trained on the cluster is the model
 ``fit`` learns on one machine, bit for bit (fitted arrays and predictions).
 """
 
@@ -24,11 +24,21 @@ from classify_images.pipeline.model_file import load_model
 from .conftest import build_fixture_feature_set
 from .test_hik_nsvm import histograms
 
+#: Seconds any training on the cluster may take in these tests (they take about one).
+TIMEOUT = 120
+
 DECOMPOSING = {
     "nsvm": lambda: HIKnSVM(n_epochs=8, fit_intercept=True, random_state=3),
     "pmsvm": lambda: PmSVM(random_state=3),
     "pmsvm-lut": lambda: PmSVM(p=-8, lut_bins=100, random_state=3),
 }
+
+
+def fit_on(client, *args, **kwargs):
+    """``fit_distributed`` with the tests' time limit."""
+    from classify_images.pipeline.distributed_training import fit_distributed
+
+    return fit_distributed(client, *args, timeout=TIMEOUT, **kwargs)
 
 
 def assert_same_model(a, b, X) -> None:
@@ -96,79 +106,77 @@ def client():
 
 @pytest.mark.parametrize("name", sorted(DECOMPOSING))
 def test_cluster_model_equals_local_model(client, name):
-    from classify_images.pipeline.distributed_training import fit_distributed
-
     X, y = data(5, sparse=name == "nsvm")
     estimator = DECOMPOSING[name]()
-    model = fit_distributed(client, estimator, X, y)  # the rows scattered to both workers
+    model = fit_on(client, estimator, X, y)  # the rows scattered to both workers
     assert not hasattr(estimator, "classes_")
     assert model.get_params() == estimator.get_params()
     assert_same_model(model, DECOMPOSING[name]().fit(X, y), X)
-    more_groups = fit_distributed(client, estimator, X, y, n_groups=4)  # more groups than workers
+    more_groups = fit_on(client, estimator, X, y, n_groups=4)  # more groups than workers
     assert_same_model(more_groups, model, X)
 
 
 def test_cluster_repeated_calls_on_the_same_data(client):
     """Each call scatters the labels anew: data of the call before, being released, is never taken for it."""
-    from classify_images.pipeline.distributed_training import fit_distributed
-
     X, y = data(4)
     expected = PmSVM(random_state=0).fit(X, y)
     for _ in range(6):
-        assert_same_model(fit_distributed(client, PmSVM(random_state=0), X, y), expected, X)
+        assert_same_model(fit_on(client, PmSVM(random_state=0), X, y), expected, X)
 
 
 def test_cluster_model_two_classes_and_sample_weight(client):
-    from classify_images.pipeline.distributed_training import fit_distributed
-
     X, y = data(2)
     weight = np.random.default_rng(1).uniform(0.5, 2.0, size=X.shape[0])
-    model = fit_distributed(client, PmSVM(random_state=0), X, y, sample_weight=weight)
+    model = fit_on(client, PmSVM(random_state=0), X, y, sample_weight=weight)
     assert_same_model(model, PmSVM(random_state=0).fit(X, y, sample_weight=weight), X)
 
 
 def test_cluster_seed_drawn_once_when_random_state_is_none(client):
     """random_state=None: every group shuffles with the seed the client draws (here after np.random.seed)."""
-    from classify_images.pipeline.distributed_training import fit_distributed
-
     X, y = data(4)
     np.random.seed(12)
-    model = fit_distributed(client, HIKnSVM(n_epochs=5), X, y, n_groups=4)
+    model = fit_on(client, HIKnSVM(n_epochs=5), X, y, n_groups=4)
     np.random.seed(12)
     assert_same_model(model, HIKnSVM(n_epochs=5).fit(X, y), X)
 
 
 def test_cluster_workers_read_the_feature_set_themselves(client, tmp_path):
-    from classify_images.pipeline.distributed_training import FeatureSetRows, fit_distributed
+    from classify_images.pipeline.distributed_training import FeatureSetRows
 
     feature_set = load_feature_set(build_fixture_feature_set(tmp_path))
     names = np.asarray(feature_set.class_names)[feature_set.y_train]
     rows = FeatureSetRows.of(feature_set)
-    model = fit_distributed(client, PmSVM(random_state=0), rows, names)
+    model = fit_on(client, PmSVM(random_state=0), rows, names)
     X = np.asarray(feature_set.X_train)
     assert_same_model(model, PmSVM(random_state=0).fit(X, names), np.asarray(feature_set.X_test))
     elsewhere = FeatureSetRows(rows.path, (rows.shape[0] + 1, rows.shape[1]), rows.config_hash)
     with pytest.raises(FeatureSetError, match="the workers must see the client's files"):
-        fit_distributed(client, PmSVM(random_state=0), elsewhere, np.resize(names, rows.shape[0] + 1))
+        fit_on(client, PmSVM(random_state=0), elsewhere, np.resize(names, rows.shape[0] + 1))
 
 
 def test_cluster_warnings_come_back_to_the_client(client):
-    from classify_images.pipeline.distributed_training import fit_distributed
-
     X, y = data(3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit_distributed(client, PmSVM(max_iter=1, random_state=0), X, y, n_groups=3)
+        fit_on(client, PmSVM(max_iter=1, random_state=0), X, y, n_groups=3)
     assert [w.category for w in caught] == [ConvergenceWarning]  # once, not once per group
 
 
 @pytest.mark.parametrize("make", [QuadraticHingeSVC, MBKL], ids=lambda c: c.__name__)
 def test_cluster_refuses_joint_classifiers(client, make):
-    from classify_images.pipeline.distributed_training import DistributedTrainingError, fit_distributed
+    from classify_images.pipeline.distributed_training import DistributedTrainingError
 
     X, y = data()
     with pytest.raises(DistributedTrainingError, match="cannot be trained in groups of classes"):
-        fit_distributed(client, make(), X, y)
+        fit_on(client, make(), X, y)
+
+
+def test_cluster_time_limit(client):
+    from classify_images.pipeline.distributed_training import fit_distributed
+
+    X, y = data(2)
+    with pytest.raises(TimeoutError, match="did not finish within 0.01 s"):
+        fit_distributed(client, HIKnSVM(n_epochs=3000, learning_rate=1e-3, margin=0.1), X, y, timeout=0.01)
 
 
 # ------------------------------------------------------------------ command line
