@@ -525,9 +525,11 @@ class HIKnSVM(OneVsRestClassifierBase):
         """``learning_rate`` and ``margin`` as :meth:`fit` on the concatenated blocks resolves them.
 
         For ``"auto"``, the values ``fit`` computes on the rows of all the blocks:
-        ``learning_rate_``, the median of the non-zero values / 40, selected exactly in
-        passes over the blocks (:func:`blockwise_median`), and ``margin_``, 0.05 times the
-        mean l1 norm of the rows, from the rows' norms (8 bytes per row).  A number is
+        ``margin_``, 0.05 times the mean l1 norm of the rows, from the rows' norms (8 bytes
+        per row), and ``learning_rate_``, the median of the non-zero values / 40, selected
+        exactly (:func:`blockwise_median`).  One pass over the blocks, then for the median
+        2 (float32) or 4 (float64) passes per middle value, two middle values for an even
+        count.  A number is
         returned as given.  Bit-identical to ``fit``'s when the blocks have the format
         (dense or CSR) and dtype ``fit`` is given.  Give the result to :meth:`set_params`
         before streaming the blocks through :meth:`partial_fit`.
@@ -546,13 +548,16 @@ class HIKnSVM(OneVsRestClassifierBase):
                 yield check_array(X_block, accept_sparse="csr", dtype=[np.float64, np.float32])
 
         result = {"learning_rate": self.learning_rate, "margin": self.margin}
+        if "auto" not in result.values():
+            return result
+        norms, count, dtype = [], 0, np.dtype(np.float64)
+        for X in matrices():  # one pass: the rows' l1 norms, the number of non-zero values
+            norms.append(_row_l1_norms(X))
+            count += _nonzero_values(X).size
+            dtype = X.dtype
         if self.margin == "auto":
-            result["margin"] = _auto_margin(np.concatenate([_row_l1_norms(X) for X in matrices()]), None)
+            result["margin"] = _auto_margin(np.concatenate(norms), None)
         if self.learning_rate == "auto":
-            count, dtype = 0, np.dtype(np.float64)
-            for X in matrices():
-                count += _nonzero_values(X).size
-                dtype = X.dtype
             median = blockwise_median(lambda: (_nonzero_values(X) for X in matrices()), count, dtype) if count else None
             result["learning_rate"] = _auto_rate(median)
         return result

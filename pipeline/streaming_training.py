@@ -115,8 +115,9 @@ def fit_streaming(
         but the last of a pass continues the epoch (``end_epoch=False``); an estimator
         without ``end_epoch`` makes one ``partial_fit`` call per block.
     blocks : re-iterable of ``(X_block, y_block)``
-        Iterated ``n_epochs`` + 1 times (+ 1 to 4 for ``"auto"`` parameters), in the same
-        order: a first pass counts the blocks and collects the labels.
+        Iterated ``n_epochs`` + 1 times, in the same order (a first pass counts the blocks
+        and collects the labels), plus up to 5 passes (float32; 9 for float64) to resolve
+        ``"auto"`` parameters (:meth:`~classify_images.classifiers.HIKnSVM.auto_parameters`).
     n_epochs : int, default=None
         Passes; default the estimator's ``n_epochs``.
     classes : array-like, default=None
