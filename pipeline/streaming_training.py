@@ -1,11 +1,12 @@
 """Training from row blocks: a training set larger than memory, learnt one block at a time.
 
 :func:`fit_streaming` runs the epochs of an SGD classifier (HIK nSVM's Algorithm 1) as
-passes over a *re-iterable* of ``(X_block, y_block)`` — a feature set's
-``iter_row_blocks("train", rows)`` (memory-mapped ``.npy`` slices or shards), or any
-object whose ``__iter__`` yields the blocks in the same order every time — calling
-``partial_fit`` on each block.  The memory it holds is one block plus the model (and, to
-resolve ``"auto"`` parameters, 8 bytes per row and a 2^16-entry histogram).
+passes over a *re-iterable* of ``(X_block, y_block)`` — :class:`RowBlocks`, a feature set's
+``iter_row_blocks("train", rows)`` (memory-mapped ``.npy`` slices or shards, in the stored
+row order: see below), or any object whose ``__iter__`` yields the blocks in the same order
+every time — calling ``partial_fit`` on each block.  The memory it holds is of the order of
+one block (the block being read and the one being learnt, their validated non-zeros) plus the
+model, and, to resolve ``"auto"`` parameters, 8 bytes per row and 2^16-entry histograms.
 
 The rule, for HIK nSVM (:meth:`~classify_images.classifiers.HIKnSVM.partial_fit`): an
 epoch is one pass over the blocks in their order, each block's rows in their order
