@@ -73,8 +73,12 @@ class FeatureSetRows:
 
     @classmethod
     def of(cls, feature_set: FeatureSet) -> "FeatureSetRows":
-        """The rows of an opened feature set (its absolute path, so that workers started elsewhere find it)."""
-        return cls(str(feature_set.path.resolve()), tuple(feature_set.X_train.shape), feature_set.config_hash)
+        """The rows of an opened feature set (its absolute path, so that workers started elsewhere find it).
+
+        The shape comes from the manifest: the client does not read the rows.
+        """
+        shape = (len(feature_set.train_paths), int(feature_set.manifest["n_features"]))
+        return cls(str(feature_set.path.resolve()), shape, feature_set.config_hash)
 
     def load(self) -> np.ndarray:
         """The memory-mapped training rows (opened once per process)."""
