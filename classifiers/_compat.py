@@ -2,7 +2,8 @@
 
 scikit-learn's parameter-validation machinery (``Interval``, ``StrOptions``,
 ``InvalidParameterError``) and the ``fit``
-decorator ``_fit_context`` are not public API: they live in private modules
+decorator ``_fit_context``, and ``partial_fit``'s check of ``classes`` on the first call
+(``_check_partial_fit_first_call``) are not public API: they live in private modules
 that may move between releases.  Every module of the package imports them from
 here, so that a change of scikit-learn touches this file only.
 
@@ -14,8 +15,10 @@ is the error an estimator raises for a parameter outside its
 
 from __future__ import annotations
 
-from sklearn.base import _fit_context
 from numbers import Integral
+
+from sklearn.base import _fit_context
+from sklearn.utils.multiclass import _check_partial_fit_first_call
 
 from sklearn.utils._param_validation import (
     Interval,
@@ -38,5 +41,6 @@ __all__ = [
     "InvalidParameterError",
     "Options",
     "StrOptions",
+    "_check_partial_fit_first_call",
     "_fit_context",
 ]

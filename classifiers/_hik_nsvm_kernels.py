@@ -29,7 +29,7 @@ from numba import njit
 
 from ._rows import column
 
-__all__ = ["Epochs", "HingeProblems", "sgd", "objective", "decision"]
+__all__ = ["Epochs", "HingeProblems", "decision", "flush", "objective", "sgd", "sgd_pass"]
 
 
 class HingeProblems(NamedTuple):
@@ -163,7 +163,56 @@ def _step_buffers(W, dense):
 
 
 @njit(cache=True, nogil=True)
-def sgd(rows, problems, epochs, W, b, curve):
+def sgd_pass(rows, order, problems, r, W, b, last, cum):
+    """Algorithm 1 (lines 4-6) over the examples ``order`` at step ``r``, for P problems, in place.
+
+    The pass continues an epoch: ``cum`` is the total l1 shrink of the epoch before it and
+    ``last`` (D,) the part of it already applied to each feature (the lazy shrink of
+    :func:`_sgd_step`); the new total is returned.  An epoch is one pass, or several
+    consecutive passes over blocks of examples passing ``last`` and the returned ``cum`` on
+    (the same arithmetic as one pass over their concatenation), ended by :func:`_flush`.
+
+    Parameters
+    ----------
+    rows : RowArrays
+        The examples (dense rows are gathered into their non-zeros first).
+    order : (m,) int64
+        The examples to visit, in order.
+    problems : HingeProblems
+    r : float
+        The learning rate.
+    W : (D, P) float64, b : (P,) float64
+        Weights and biases, updated in place.
+    last : (D,) float64
+        Shrink applied to each feature so far in the epoch, updated in place.
+    cum : float
+        Total shrink of the epoch before this pass.
+    """
+    indptr, indices, data, dense = rows
+    Y, C, alpha, margin, fit_intercept = problems
+    idx, val, _, f, step = _step_buffers(W, dense)  # ``last`` is the caller's
+    for j in range(order.shape[0]):
+        i = order[j]
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        if dense:
+            nnz = _gather(data[lo:hi], idx, val)
+            _sgd_step(idx, val, nnz, Y[i], C[i], W, b, last, f, step, cum, r, margin, fit_intercept)
+        else:
+            _sgd_step(indices[lo:hi], data[lo:hi], hi - lo, Y[i], C[i], W, b, last, f, step, cum, r, margin,
+                      fit_intercept)
+        cum += r * alpha
+    return cum
+
+
+@njit(cache=True, nogil=True)
+def flush(W, last, cum):
+    """End an epoch: apply to ``W`` the shrinks not yet applied and reset ``last`` (see :func:`_sgd_step`)."""
+    _flush(W, last, cum)
+
+
+@njit(cache=True, nogil=True)
+def sgd(rows, problems, epochs, W, b, curve, shuffle=True):
     """The SGD epochs of Algorithm 1 for P problems sharing the examples' order, in place.
 
     Parameters
@@ -174,36 +223,26 @@ def sgd(rows, problems, epochs, W, b, curve):
     problems : HingeProblems
         Labels, hinge weights, ``alpha``, ``margin`` and ``fit_intercept``.
     epochs : Epochs
-        Learning rate of each epoch and the seed of the shuffles: numba's generator is
-        seeded once, then the previous order is shuffled in place every epoch.
+        Learning rate of each epoch and the seed of the shuffles: numba's generator is seeded
+        once, then the previous order is shuffled in place every epoch.
     W : (D, P) float64 initial weights, updated in place.
     b : (P,) float64 initial biases, updated in place.
     curve : (E, P) float64 receiving the exact objective (Eq. 7a) after each epoch, or an
         empty (0, P) array to skip that (it costs one scoring pass per epoch).
+    shuffle : bool, default True
+        False: every epoch visits the rows in their order.
     """
-    indptr, indices, data, dense = rows
     Y, C, alpha, margin, fit_intercept = problems
     rates, seed = epochs
-    n = indptr.shape[0] - 1
+    n = rows.indptr.shape[0] - 1
     P = W.shape[1]
-    idx, val, last, f, step = _step_buffers(W, dense)
+    last = np.zeros(W.shape[0], dtype=np.float64)
     np.random.seed(seed)
     order = np.arange(n)
     for e in range(rates.shape[0]):
-        np.random.shuffle(order)
-        r = rates[e]
-        cum = 0.0
-        for j in range(n):
-            i = order[j]
-            lo = indptr[i]
-            hi = indptr[i + 1]
-            if dense:
-                nnz = _gather(data[lo:hi], idx, val)
-                _sgd_step(idx, val, nnz, Y[i], C[i], W, b, last, f, step, cum, r, margin, fit_intercept)
-            else:
-                _sgd_step(indices[lo:hi], data[lo:hi], hi - lo, Y[i], C[i], W, b, last, f, step, cum, r, margin,
-                          fit_intercept)
-            cum += r * alpha
+        if shuffle:
+            np.random.shuffle(order)
+        cum = sgd_pass(rows, order, problems, rates[e], W, b, last, 0.0)
         _flush(W, last, cum)
         for p in range(P if curve.shape[0] > 0 else 0):
             y, c, w = np.ascontiguousarray(Y[:, p]), np.ascontiguousarray(C[:, p]), np.ascontiguousarray(W[:, p])

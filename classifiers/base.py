@@ -29,6 +29,13 @@ labels.  A subclass implements
 and lists in ``_fitted_arrays`` the fitted attributes that make up the model
 (:meth:`~OneVsRestClassifierBase._model_arrays`), which a model file saves as
 plain arrays and restores without pickle.
+
+A subclass whose problems are solved independently of each other, sharing their random
+draws (PmSVM, HIK nSVM), lists in ``_problem_axes`` its per-problem fitted arrays and the
+axis of the problems in each: :meth:`~OneVsRestClassifierBase.fit_problem_group` then fits
+any group of the problems (on another machine, say) and :func:`merge_problem_groups`
+assembles the groups into the model ``fit`` learns, bit for bit.  The others (one joint
+solve) say why in ``_joint_reason``.
 """
 
 from __future__ import annotations
@@ -46,7 +53,10 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 
 from ._compat import _fit_context
 
-__all__ = ["NegativeFeaturesError", "OneVsRestClassifierBase", "auto_scale_mean", "loss_weights", "ovr_targets", "warm_up"]
+__all__ = [
+    "NegativeFeaturesError", "OneVsRestClassifierBase", "auto_scale_mean", "loss_weights", "merge_problem_groups",
+    "n_problems", "ovr_targets", "warm_up",
+]
 
 
 class NegativeFeaturesError(ValueError):
@@ -76,6 +86,11 @@ def ovr_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:
     Y = -np.ones((y_index.shape[0], n_classes), dtype=np.int8)
     Y[np.arange(y_index.shape[0]), y_index] = 1
     return Y
+
+
+def n_problems(n_classes: int) -> int:
+    """Number of one-vs-rest problems of ``n_classes`` classes: one per class, a single one for two."""
+    return 1 if n_classes == 2 else int(n_classes)
 
 
 def loss_weights(
@@ -197,6 +212,12 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _fitted_arrays : tuple of str
         Fitted attributes saved in model files, besides ``classes_`` and
         ``n_features_in_``.
+    _problem_axes : dict of str to int, or None
+        The fitted attributes that hold one entry per one-vs-rest problem, each with the
+        axis of the problems (the other fitted attributes are shared by all problems),
+        when every problem is solved independently of the others with shared random
+        draws; then :meth:`fit_problem_group` fits any group of them.  ``None`` (the
+        default): the problems are solved jointly, and ``_joint_reason`` says how.
     _parameter_constraints : dict
         scikit-learn's description of the allowed value of every constructor
         parameter, checked by :meth:`fit` before anything else.
@@ -206,6 +227,8 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _requires_non_negative: bool = False
     _accept_sparse: bool = True
     _fitted_arrays: tuple[str, ...] = ()
+    _problem_axes: dict[str, int] | None = None
+    _joint_reason: str = "learns its one-vs-rest problems jointly, so they cannot be fitted in groups"
 
     # ------------------------------------------------------------------ tags
     def __sklearn_tags__(self):
@@ -215,14 +238,16 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         return tags
 
     # ------------------------------------------------------------ validation
-    def _validate_X(self, X: Any, *, reset: bool, y: Any = None):
+    def _validate_X(self, X: Any, *, reset: bool, y: Any = None, training: bool | None = None):
         """scikit-learn's validation (finite values, dtype, format, number of features).
 
         For a classifier of non-negative features, negative training values raise
-        :class:`NegativeFeaturesError`; at prediction (``reset=False``) they are
+        :class:`NegativeFeaturesError`; at prediction they are
         clipped to 0, as values above the training range are clipped to it, so that
         a test row scaled with the training statistics (``MinMaxScaler``) whose
-        values fall slightly below the training minimum is still scored.
+        values fall slightly below the training minimum is still scored.  ``training``
+        (default: ``reset``) says which of the two ``X`` is for: a ``partial_fit`` after
+        the first trains with ``reset=False``.
         """
         kwargs = dict(
             accept_sparse=["csr"] if self._accept_sparse else False,
@@ -237,7 +262,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             X = sp.csr_matrix(X)
             X.sort_indices()
         if self._requires_non_negative:
-            if reset:
+            if reset if training is None else training:
                 try:
                     check_non_negative(X, f"{type(self).__name__} (X)")
                 except ValueError as exc:
@@ -277,16 +302,58 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             If the classifier needs non-negative features and ``X`` has a
             negative value.
         """
+        X, Y, weights, sample_weight = self._training_problems(X, y, sample_weight)
+        self._fit_ovr(X, Y, weights, sample_weight)
+        self.__dict__.pop("fitted_problems_", None)  # every problem, now
+        return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_problem_group(self, X: Any, y: Any, start: int, stop: int, sample_weight: Any = None) -> "OneVsRestClassifierBase":
+        """Fit one-vs-rest problems ``start:stop`` of the model :meth:`fit` learns on the same data.
+
+        The fitted attributes listed in ``_problem_axes`` then hold those problems only
+        (the others, shared by all problems, are those of :meth:`fit`), and
+        ``fitted_problems_`` is ``(start, stop)``.  :func:`merge_problem_groups` assembles
+        groups that cover every problem into the model :meth:`fit` learns, bit for bit:
+        each problem's arithmetic is its own, and every random draw is shared by all the
+        problems (one seed from ``random_state``), so it does not matter which process fits
+        which group.  A distributed trainer fits the groups on different machines.
+
+        Parameters
+        ----------
+        X, y, sample_weight
+            As for :meth:`fit`: the whole training set (every problem needs every row).
+        start, stop : int
+            The problems, ``0 <= start < stop <= n_problems`` (:func:`n_problems`: one per
+            class, a single one with two classes).
+
+        Raises
+        ------
+        NotImplementedError
+            The classifier learns its problems jointly (``_problem_axes`` is None).
+        ValueError
+            ``start:stop`` is not a non-empty range of the problems.
+        """
+        if self._problem_axes is None:
+            raise NotImplementedError(f"{type(self).__name__} {self._joint_reason}")
+        X, Y, weights, sample_weight = self._training_problems(X, y, sample_weight)
+        total = Y.shape[1]
+        if not 0 <= start < stop <= total:
+            raise ValueError(f"problems {start}:{stop} are not a non-empty range of the {total} one-vs-rest problems")
+        self._fit_ovr(X, Y[:, start:stop], None if weights is None else weights[:, start:stop], sample_weight)
+        self.fitted_problems_ = (int(start), int(stop))
+        return self
+
+    def _training_problems(self, X: Any, y: Any, sample_weight: Any) -> tuple[Any, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """What :meth:`fit` checks and prepares before solving: validated ``X``, the targets
+        ``Y``, the loss weights and the positive sample weights (rows of weight 0 dropped);
+        sets ``classes_`` (and ``n_features_in_``)."""
         self._check_params()
         if y is None:  # sklearn's check_requires_y_none expects this message
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         X, y = self._validate_X(X, reset=True, y=y)
         check_classification_targets(y)
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-            kept = np.flatnonzero(sample_weight > 0)
-            if kept.size < sample_weight.size:
-                X, y, sample_weight = X[kept], y[kept], sample_weight[kept]
+        X, y, sample_weight = self._drop_unweighted_rows(X, y, sample_weight)
         self.classes_, y_index = np.unique(y, return_inverse=True)
         if self.classes_.shape[0] < 2:
             raise ValueError(
@@ -295,8 +362,17 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             )
         Y = ovr_targets(y_index, self.classes_.shape[0])
         weights = loss_weights(Y, self.classes_, getattr(self, "class_weight", None), sample_weight)
-        self._fit_ovr(X, Y, weights, sample_weight)
-        return self
+        return X, Y, weights, sample_weight
+
+    @staticmethod
+    def _drop_unweighted_rows(X, y: np.ndarray, sample_weight: Any) -> tuple[Any, np.ndarray, np.ndarray | None]:
+        """``(X, y, sample_weight)`` checked (float64, non-negative) without the rows of weight 0."""
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+            kept = np.flatnonzero(sample_weight > 0)
+            if kept.size < sample_weight.size:
+                X, y, sample_weight = X[kept], y[kept], sample_weight[kept]
+        return X, y, sample_weight
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Decision values of the one-vs-rest problems.
@@ -349,3 +425,61 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         for name in self._fitted_arrays:
             value = arrays[name]
             setattr(self, name, value.item() if value.ndim == 0 else value)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two fitted attributes are equal (arrays element-wise, bit for bit on floats)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.asarray(a).shape == np.asarray(b).shape and np.array_equal(a, b)
+    return bool(a == b) and type(a) is type(b)
+
+
+def merge_problem_groups(groups: Sequence[OneVsRestClassifierBase]) -> OneVsRestClassifierBase:
+    """One model from estimators fitted on groups of its one-vs-rest problems.
+
+    ``groups`` are fitted by :meth:`~OneVsRestClassifierBase.fit_problem_group` with the same
+    parameters on the same data, and together cover every problem once (in any order).  The
+    per-problem attributes (``_problem_axes``) are concatenated in the order of the problems;
+    every other fitted attribute must be identical in all groups (it is computed from the
+    data alone) and is kept.  The result is an unfitted clone of the first group holding
+    them: the model :meth:`~OneVsRestClassifierBase.fit` learns.
+
+    Raises
+    ------
+    ValueError
+        No group, groups of different classifiers, parameters or data (a shared attribute
+        differs), or groups that overlap or leave a problem out.
+    """
+    from sklearn.base import clone
+
+    if not groups:
+        raise ValueError("merge_problem_groups needs at least one fitted group")
+    first = groups[0]
+    axes = type(first)._problem_axes
+    if axes is None:
+        raise ValueError(f"{type(first).__name__} {type(first)._joint_reason}")
+    def settings(estimator) -> str:  # the parameters, a RandomState by its state (its repr is its address)
+        params = estimator.get_params(deep=False)
+        return repr({key: (value.get_state()[1].tobytes(), value.get_state()[2])
+                     if isinstance(value, np.random.RandomState) else value for key, value in params.items()})
+
+    for group in groups:
+        check_is_fitted(group, "fitted_problems_")
+        if type(group) is not type(first) or settings(group) != settings(first):
+            raise ValueError("the groups were fitted by different classifiers or with different parameters")
+    groups = sorted(groups, key=lambda group: group.fitted_problems_)
+    total = n_problems(len(first.classes_))
+    bounds = [group.fitted_problems_ for group in groups]
+    if bounds[0][0] != 0 or bounds[-1][1] != total or any(a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(f"the groups cover problems {bounds}, not each of the {total} problems once")
+    names = [name for name in vars(first) if name.endswith("_") and not name.startswith("_") and name != "fitted_problems_"]
+    merged = clone(first)
+    for name in names:
+        values = [vars(group).get(name) for group in groups]
+        if name in axes:
+            setattr(merged, name, np.concatenate(values, axis=axes[name]))
+        elif all(_same_value(values[0], value) for value in values[1:]):
+            setattr(merged, name, values[0])
+        else:
+            raise ValueError(f"{name} differs between the groups: they were not fitted on the same data")
+    return merged

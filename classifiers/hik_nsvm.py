@@ -25,18 +25,22 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_array
 
 from . import _hik_nsvm_kernels as K
-from ._compat import N_JOBS_CONSTRAINT, Interval, StrOptions
+from ._compat import N_JOBS_CONSTRAINT, Interval, StrOptions, _check_partial_fit_first_call, _fit_context
 from ._parallel import map_tasks, n_threads, problem_groups
 from ._random import kernel_seed
 from ._rows import matrix_arrays
-from .base import OneVsRestClassifierBase, auto_scale_mean
+from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
 
 __all__ = ["HIKnSVM", "hik_nsvm_objective", "hik_decision"]
 
@@ -86,6 +90,84 @@ def hik_nsvm_objective(
     return float(K.objective(matrix_arrays(X), y, sw, w, float(b), float(alpha), float(margin)))
 
 
+@dataclass
+class _EpochState:
+    """Where :meth:`HIKnSVM.partial_fit` is in Algorithm 1 between two calls.
+
+    ``W`` holds the weights without the l1 shrinks still pending in the epoch (the lazy
+    shrink of :func:`._hik_nsvm_kernels.sgd_pass`: ``cum`` in total, ``last[d]`` of it
+    applied to feature ``d``); ``coef_`` is ``W`` with them applied.
+    """
+
+    W: np.ndarray  #: (D, P) float64
+    b: np.ndarray  #: (P,) float64
+    last: np.ndarray  #: (D,) float64
+    cum: float  #: total shrink of the current epoch so far
+    epoch: int  #: epochs completed
+    block: int  #: calls made in the current epoch
+    seed: int  #: seed of the block shuffles
+
+
+def _nonzero_values(X) -> np.ndarray:
+    """The values whose median sets ``learning_rate="auto"``: stored entries of CSR, non-zeros of dense."""
+    return X.data if sp.issparse(X) else X[X != 0]
+
+
+def _row_l1_norms(X) -> np.ndarray:
+    """``||x_i||_1`` of every row, float64 (each row's sum is its own: the same in a block of rows)."""
+    return np.asarray(abs(X).sum(axis=1), dtype=np.float64).ravel()
+
+
+def _auto_rate(median: float | None) -> float:
+    """``learning_rate="auto"``: the median non-zero training value / 40 (1 without any)."""
+    return median / _AUTO_RATE_DIVISOR if median is not None else 1.0
+
+
+def _auto_margin(l1_norms: np.ndarray, sample_weight: np.ndarray | None) -> float:
+    """``margin="auto"``: ``0.05 * mean_i ||x_i||_1`` (rows counted ``sample_weight`` times; 0.05 if that is 0)."""
+    value = _AUTO_MARGIN * auto_scale_mean(l1_norms, sample_weight)
+    return value if value > 0 else _AUTO_MARGIN
+
+
+def _kth_smallest(blocks: Callable[[], Iterable[np.ndarray]], k: int, dtype: np.dtype) -> np.ndarray:
+    """The ``k``-th smallest (0-based) of the non-negative values of ``dtype`` that ``blocks()`` yields.
+
+    Radix selection on the bit patterns (for non-negative IEEE floats their order is the
+    order of the unsigned integers of the same bits): 16 bits per pass over the blocks, two
+    passes for float32, four for float64, with a histogram of 2^16 counts.  Exact, in memory
+    independent of the number of values.
+    """
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    bits = 8 * dtype.itemsize
+    prefix = 0
+    for shift in range(bits - 16, -1, -16):
+        counts = np.zeros(1 << 16, dtype=np.int64)
+        for values in blocks():
+            pattern = np.ascontiguousarray(values, dtype=dtype).view(unsigned)
+            if shift + 16 < bits:
+                pattern = pattern[(pattern >> unsigned.type(shift + 16)) == prefix]
+            counts += np.bincount(((pattern >> unsigned.type(shift)) & 0xFFFF).astype(np.intp), minlength=1 << 16)
+        cumulative = np.cumsum(counts)
+        digit = int(np.searchsorted(cumulative, k, side="right"))
+        k -= int(cumulative[digit - 1]) if digit else 0
+        prefix = (prefix << 16) | digit
+    return np.array([prefix], dtype=unsigned).view(dtype)
+
+
+def blockwise_median(blocks: Callable[[], Iterable[np.ndarray]], count: int, dtype: Any) -> float:
+    """``np.median`` of the ``count`` non-negative values (of ``dtype``) that ``blocks()`` yields, exactly.
+
+    The middle value, or for an even count ``np.median`` of the two middle values (the
+    rounding ``np.median`` of them all gives), selected in passes over the blocks
+    (:func:`_kth_smallest`) instead of sorting them all in memory.
+    """
+    dtype = np.dtype(dtype)
+    middle = [_kth_smallest(blocks, count // 2, dtype)]
+    if count % 2 == 0:
+        middle.insert(0, _kth_smallest(blocks, count // 2 - 1, dtype))
+    return float(np.median(np.concatenate(middle)))
+
+
 class HIKnSVM(OneVsRestClassifierBase):
     """Histogram-intersection SVM learnt in input space (nSVM, Sharma & Jurie [1]_, Alg. 1).
 
@@ -127,6 +209,10 @@ class HIKnSVM(OneVsRestClassifierBase):
         parallel (the numba kernels release the GIL).  The model does not depend on it.
     record_objective : bool, default=False
         Store ``objective_curve_``, Eq. 7a after every epoch (one extra scoring pass each).
+    shuffle : bool, default=True
+        Visit the examples in a new random order every epoch (Algorithm 1).  ``False``: in
+        their order, every epoch (the order :meth:`partial_fit` over row blocks reproduces
+        exactly; see there).
 
     Attributes
     ----------
@@ -139,7 +225,9 @@ class HIKnSVM(OneVsRestClassifierBase):
     intercept_ : ndarray of float64, shape (n_problems,)
         The biases (zeros when ``fit_intercept=False``).
     objective_curve_ : ndarray of float64, shape (n_epochs, n_problems)
-        Only with ``record_objective=True``.
+        Only with ``record_objective=True`` (``fit`` only).
+    n_iter_ : int
+        Epochs completed (``n_epochs`` after ``fit``; counted on by ``partial_fit``).
     classes_, n_features_in_ : see :class:`OneVsRestClassifierBase`.
 
     Notes
@@ -171,6 +259,13 @@ class HIKnSVM(OneVsRestClassifierBase):
     Negative values are refused in ``fit``; at prediction they are clipped to 0 (a zero
     feature adds nothing to Eq. 7b).
 
+    :meth:`partial_fit` runs the same steps over one block of rows at a time, carrying the
+    lazy shrink and the epoch's learning rate from call to call: epochs of ``partial_fit``
+    over blocks in order are ``fit`` on their concatenation with ``shuffle=False``, bit for
+    bit (the rule and the maths are in its docstring; :meth:`auto_parameters` resolves the
+    ``"auto"`` values from blocks).  This is what lets a training set larger than memory be
+    learnt (``classify_images.pipeline.streaming_training.fit_streaming``).
+
     References
     ----------
     .. [1] G. Sharma and F. Jurie, "Learning discriminative spatial representation for image
@@ -191,6 +286,7 @@ class HIKnSVM(OneVsRestClassifierBase):
     _requires_non_negative = True
     _accept_sparse = True
     _fitted_arrays = ("coef_", "intercept_")
+    _problem_axes = {"coef_": 0, "intercept_": 0, "objective_curve_": 1}  # one shared shuffle seed
 
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="left")],
@@ -202,6 +298,7 @@ class HIKnSVM(OneVsRestClassifierBase):
         "random_state": ["random_state"],
         "n_jobs": N_JOBS_CONSTRAINT,
         "record_objective": ["boolean"],
+        "shuffle": ["boolean"],
     }
 
     def __init__(
@@ -215,6 +312,7 @@ class HIKnSVM(OneVsRestClassifierBase):
         random_state: Any = None,
         n_jobs: int | None = None,
         record_objective: bool = False,
+        shuffle: bool = True,
     ) -> None:
         self.alpha = alpha
         self.margin = margin
@@ -225,22 +323,21 @@ class HIKnSVM(OneVsRestClassifierBase):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.record_objective = record_objective
+        self.shuffle = shuffle
 
     # ------------------------------------------------------------ schedule
     def _initial_rate(self, X) -> float:
         """``r``: ``learning_rate``, or for ``"auto"`` the median non-zero value of ``X`` / 40."""
         if self.learning_rate != "auto":
             return float(self.learning_rate)
-        values = X.data if sp.issparse(X) else X[X != 0]
-        return float(np.median(values)) / _AUTO_RATE_DIVISOR if values.size else 1.0
+        values = _nonzero_values(X)
+        return _auto_rate(float(np.median(values)) if values.size else None)
 
     def _margin(self, X, sample_weight: np.ndarray | None) -> float:
         """``margin``, or for ``"auto"`` ``0.05 * mean_i ||x_i||_1`` (rows counted ``sample_weight`` times)."""
         if self.margin != "auto":
             return float(self.margin)
-        l1 = np.asarray(abs(X).sum(axis=1), dtype=np.float64).ravel()
-        value = _AUTO_MARGIN * auto_scale_mean(l1, sample_weight)
-        return value if value > 0 else _AUTO_MARGIN
+        return _auto_margin(_row_l1_norms(X), sample_weight)
 
     def _schedule(self, r: float) -> np.ndarray:
         """Learning rate of every epoch: ``r``, then ``r / 10`` from epoch ``n_epochs // 2``."""
@@ -256,42 +353,214 @@ class HIKnSVM(OneVsRestClassifierBase):
         self.learning_rate_ = self._initial_rate(X)
         self.margin_ = self._margin(X, sample_weight)
         epochs = K.Epochs(self._schedule(self.learning_rate_), self._shuffle_seed())
-        if not sp.issparse(X) and np.count_nonzero(X) < _CSR_DENSITY * X.size:
+        n_problems = Y.shape[1]
+        W = np.zeros((X.shape[1], n_problems), dtype=np.float64)  # (D, P): a feature's P weights contiguous
+        b = np.zeros(n_problems, dtype=np.float64)
+        curve = np.zeros((self.n_epochs if self.record_objective else 0, n_problems), dtype=np.float64)
+
+        def run(rows, problems, W_group, b_group, lo, hi):
+            part = np.zeros((curve.shape[0], hi - lo), dtype=np.float64)
+            K.sgd(rows, problems, epochs, W_group, b_group, part, bool(self.shuffle))
+            curve[:, lo:hi] = part
+
+        self._run_problem_groups(X, Y, weights, W, b, run)
+        self.coef_ = np.ascontiguousarray(W.T)
+        self.intercept_ = b
+        self.n_iter_ = int(self.n_epochs)
+        self._epoch_state = None  # a later partial_fit continues from coef_
+        if self.record_objective:
+            self.objective_curve_ = curve
+
+    def _run_problem_groups(self, X, Y: np.ndarray, weights: np.ndarray | None, W: np.ndarray, b: np.ndarray,
+                            run: Callable, *, sparsify: bool = True) -> list:
+        """Train the problems (columns of ``Y``) on ``X`` in groups, one per thread.
+
+        ``run(rows, problems, W_group, b_group, lo, hi)`` trains problems ``lo:hi`` in place on
+        contiguous copies of ``W[:, lo:hi]`` and ``b[lo:hi]``, written back after; what it
+        returns is returned, in the order of the groups.  The problems share the examples'
+        order, so one pass serves a group (same weights as one by one).  ``sparsify``: train
+        sparse enough dense ``X`` from a CSR copy (worth it for many passes, not for one).
+        """
+        if sparsify and not sp.issparse(X) and np.count_nonzero(X) < _CSR_DENSITY * X.size:
             # Same numbers (the kernels visit the same non-zeros in the same order), but the
             # epochs no longer scan the zeros of every row.
             X = sp.csr_matrix(X)
         rows = matrix_arrays(X)
-        d = X.shape[1]
-        n_problems = Y.shape[1]
         targets = Y.astype(np.float64)
         weights = np.ones_like(targets) if weights is None else weights
-        # The problems share the examples' order, so one pass serves a group of them
-        # (same weights as one by one); threads get one group each.
         threads = n_threads(self.n_jobs)
-        bounds = problem_groups(n_problems, threads)
-        coef = np.zeros((n_problems, d), dtype=np.float64)
-        intercept = np.zeros(n_problems, dtype=np.float64)
-        curve = np.zeros((self.n_epochs if self.record_objective else 0, n_problems), dtype=np.float64)
+        bounds = problem_groups(Y.shape[1], threads)
 
-        def solve(group: int) -> None:
+        def solve(group: int):
             lo, hi = bounds[group], bounds[group + 1]
             problems = K.HingeProblems(
                 np.ascontiguousarray(targets[:, lo:hi]), np.ascontiguousarray(weights[:, lo:hi]),
                 float(self.alpha), self.margin_, bool(self.fit_intercept),
             )
-            W = np.zeros((d, hi - lo), dtype=np.float64)  # (D, P): a feature's P weights contiguous
-            b = np.zeros(hi - lo, dtype=np.float64)
-            part = np.zeros((curve.shape[0], hi - lo), dtype=np.float64)
-            K.sgd(rows, problems, epochs, W, b, part)
-            coef[lo:hi] = W.T
-            intercept[lo:hi] = b
-            curve[:, lo:hi] = part
+            W_group, b_group = np.ascontiguousarray(W[:, lo:hi]), b[lo:hi].copy()
+            result = run(rows, problems, W_group, b_group, lo, hi)
+            W[:, lo:hi] = W_group
+            b[lo:hi] = b_group
+            return result
 
-        map_tasks(solve, len(bounds) - 1, threads)
-        self.coef_ = coef
-        self.intercept_ = intercept
-        if self.record_objective:
-            self.objective_curve_ = curve
+        return map_tasks(solve, len(bounds) - 1, threads)
+
+    # -------------------------------------------------------- partial fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None, *,
+                    end_epoch: bool = True) -> "HIKnSVM":
+        """Run the SGD steps of Algorithm 1 over a block of examples, continuing the current epoch.
+
+        One call visits the rows of ``X`` once, at the learning rate of the current epoch
+        (``r`` for the first ``n_epochs // 2`` epochs, ``r / 10`` after, and after
+        ``n_epochs`` epochs too), in their order (``shuffle=False``) or in a random order of
+        the block (``shuffle=True``: ``RandomState(s).permutation(len(X))`` with ``s`` from
+        ``SeedSequence([seed, epoch, call of the epoch])``, ``seed`` drawn once from
+        ``random_state``).  ``end_epoch=True`` (the default: one call is one pass over the
+        data given, scikit-learn's convention) then ends the epoch: the l1 shrinks of
+        Algorithm 1's line 6 still pending are applied and the epoch count ``n_iter_``
+        advances.  With ``end_epoch=False`` the epoch continues with the next call.
+
+        So for blocks ``X_1 … X_K`` in order, ``n_epochs`` epochs of
+        ``partial_fit(X_k, y_k, end_epoch=(k == K))`` learn, bit for bit, the model of
+        ``fit(vstack(X_1 … X_K), hstack(y_1 … y_K))`` with ``shuffle=False``: the same steps
+        in the same order with the same lazy-shrink arithmetic, provided ``learning_rate`` and
+        ``margin`` are the values ``fit`` resolves (:meth:`auto_parameters` computes them from
+        the blocks; left at ``"auto"``, the first call resolves them from its own block).
+        With ``shuffle=True`` the examples are shuffled within blocks, not across them.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), non-negative
+        y : array-like of shape (n_samples,), labels among ``classes``
+        classes : array-like of shape (n_classes,), default=None
+            Every label of the data; required on the first call (later, ``None`` or the
+            same labels).
+        sample_weight : array-like of shape (n_samples,), default=None
+            As for :meth:`fit`.  ``class_weight="balanced"`` is refused: it needs the class
+            counts of all the data (give a dict).
+        end_epoch : bool, default=True
+            Whether this call ends an epoch.
+
+        Returns
+        -------
+        self : object
+
+        Notes
+        -----
+        After a call with ``end_epoch=False``, ``coef_`` has the epoch's shrinks so far
+        applied (it predicts as the literal Algorithm 1 would at that point), while the
+        weights the next call continues from keep them pending.  ``objective_curve_`` is
+        not recorded.  After ``fit``, ``partial_fit`` continues from its weights at epoch
+        ``n_epochs``.
+        """
+        if getattr(self, "classes_", None) is None and classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        if self.class_weight == "balanced":
+            raise ValueError(
+                "class_weight='balanced' is not supported by partial_fit: it needs the class counts of all "
+                "the data; give class_weight as a dict of weights"
+            )
+        first = getattr(self, "classes_", None) is None
+        X, y = self._validate_X(X, reset=first, y=y, training=True)
+        check_classification_targets(y)
+        _check_partial_fit_first_call(self, classes)
+        if len(self.classes_) < 2:
+            given = self.classes_.tolist()
+            del self.classes_
+            raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={given!r}")
+        unknown = np.setdiff1d(y, self.classes_)
+        if unknown.size:
+            raise ValueError(f"y has labels {unknown[:5].tolist()!r} that are not in classes {self.classes_[:10].tolist()!r}")
+        X, y, sample_weight = self._drop_unweighted_rows(X, y, sample_weight)
+        Y = ovr_targets(np.searchsorted(self.classes_, y), len(self.classes_))
+        weights = loss_weights(Y, self.classes_, self.class_weight, sample_weight)
+        state = self._start_epoch_state(X, Y.shape[1], sample_weight)
+        self.__dict__.pop("objective_curve_", None)
+        if X.shape[0]:
+            order = np.arange(X.shape[0])
+            if self.shuffle:
+                block_seed = np.random.SeedSequence([state.seed, state.epoch, state.block]).generate_state(1)[0]
+                order = np.random.RandomState(block_seed).permutation(X.shape[0])
+            rate = self._schedule(self.learning_rate_)[min(state.epoch, self.n_epochs - 1)]
+
+            def run(rows, problems, W_group, b_group, lo, hi):
+                last = state.last.copy()  # every group applies the same shrinks (same rows, same order)
+                return K.sgd_pass(rows, order, problems, rate, W_group, b_group, last, state.cum), last
+
+            # One pass: gathering a dense row's non-zeros costs less than converting the block to CSR.
+            state.cum, state.last = self._run_problem_groups(X, Y, weights, state.W, state.b, run, sparsify=False)[0]
+        if end_epoch:
+            K.flush(state.W, state.last, state.cum)
+            state.cum, state.epoch, state.block = 0.0, state.epoch + 1, 0
+            current = state.W
+        else:
+            state.block += 1
+            current = state.W.copy()
+            K.flush(current, state.last.copy(), state.cum)
+        self.coef_ = np.ascontiguousarray(current.T)
+        self.intercept_ = state.b.copy()
+        self.n_iter_ = state.epoch
+        return self
+
+    def _start_epoch_state(self, X, n_problems: int, sample_weight: np.ndarray | None) -> _EpochState:
+        """The state :meth:`partial_fit` continues: its own, else ``fit``'s model (at epoch ``n_iter_``), else zeros."""
+        state = getattr(self, "_epoch_state", None)
+        if state is not None:
+            return state
+        if not hasattr(self, "learning_rate_"):  # a first call, or a model loaded from a file
+            self.learning_rate_ = self._initial_rate(X)
+            self.margin_ = self._margin(X, sample_weight)
+        d = X.shape[1]
+        if hasattr(self, "coef_"):
+            W = np.ascontiguousarray(np.asarray(self.coef_, dtype=np.float64).T)
+            b = np.array(self.intercept_, dtype=np.float64)
+            epoch = int(getattr(self, "n_iter_", self.n_epochs))
+        else:
+            W, b, epoch = np.zeros((d, n_problems)), np.zeros(n_problems), 0
+        self._epoch_state = _EpochState(W, b, np.zeros(d), 0.0, epoch, 0, self._shuffle_seed())
+        return self._epoch_state
+
+    def auto_parameters(self, blocks: Iterable[tuple[Any, Any]]) -> dict[str, float]:
+        """``learning_rate`` and ``margin`` as :meth:`fit` on the concatenated blocks resolves them.
+
+        For ``"auto"``, the values ``fit`` computes on the rows of all the blocks:
+        ``margin_``, 0.05 times the mean l1 norm of the rows, from the rows' norms (8 bytes
+        per row), and ``learning_rate_``, the median of the non-zero values / 40, selected
+        exactly (:func:`blockwise_median`).  One pass over the blocks, then for the median
+        2 (float32) or 4 (float64) passes per middle value, two middle values for an even
+        count.  A number is
+        returned as given.  Bit-identical to ``fit``'s when the blocks have the format
+        (dense or CSR) and dtype ``fit`` is given.  Give the result to :meth:`set_params`
+        before streaming the blocks through :meth:`partial_fit`.
+
+        Parameters
+        ----------
+        blocks : re-iterable of ``(X_block, y_block)``
+            Iterated several times, in the same order each time.
+
+        Returns
+        -------
+        params : dict with keys ``"learning_rate"`` and ``"margin"``
+        """
+        def matrices():
+            for X_block, _ in blocks:
+                yield check_array(X_block, accept_sparse="csr", dtype=[np.float64, np.float32])
+
+        result = {"learning_rate": self.learning_rate, "margin": self.margin}
+        if "auto" not in result.values():
+            return result
+        norms, count, dtype = [], 0, np.dtype(np.float64)
+        for X in matrices():  # one pass: the rows' l1 norms, the number of non-zero values
+            norms.append(_row_l1_norms(X))
+            count += _nonzero_values(X).size
+            dtype = X.dtype
+        if self.margin == "auto":
+            result["margin"] = _auto_margin(np.concatenate(norms), None)
+        if self.learning_rate == "auto":
+            median = blockwise_median(lambda: (_nonzero_values(X) for X in matrices()), count, dtype) if count else None
+            result["learning_rate"] = _auto_rate(median)
+        return result
 
     def _decision_ovr(self, X) -> np.ndarray:
         return hik_decision(X, self.coef_, self.intercept_)

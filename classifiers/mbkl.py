@@ -366,6 +366,11 @@ class MBKL(OneVsRestClassifierBase):
         "n_iter_kernel_",
         "n_iter_",
     )
+    _joint_reason = (
+        "learns its stumps and their weights theta from all classes at once (Steps 0-1), and its Step 2 "
+        "trains all classes in one L-BFGS run: it cannot be trained in groups of classes and give the same "
+        "model; train it on one machine"
+    )
 
     _parameter_constraints: dict = {
         "n_stumps": [Interval(Integral, 1, None, closed="left"), None],

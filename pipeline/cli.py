@@ -4,6 +4,7 @@ Sub-commands::
 
     classify-images build-features DATASET [--config FILE] [--out DIR] ...
     classify-images train FEATURESET --classifier NAME [--param key=value ...] [--out FILE]
+                    [--scheduler tcp://HOST:PORT | --cluster local:N | --streaming [--block-rows N]]
     classify-images evaluate FEATURESET MODEL [--out DIR]
     classify-images experiment FEATURESET --classifier NAME --repeats R [--param ...]
     classify-images predict MODEL IMAGE_OR_FOLDER... [--top-k K] [--format table|csv|json]
@@ -185,7 +186,7 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str 
 
     try:
         yield
-    except USER_ERRORS:  # already one line naming what to fix (unknown parameter, model of another feature set)
+    except (*USER_ERRORS, UsageError):  # already one line naming what to fix (unknown parameter, lost cluster, …)
         raise
     except InvalidParameterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
@@ -204,25 +205,101 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str 
         raise UsageError(f"classifier {name!r}: {first}") from None
 
 
+#: ``train --streaming``: rows per block by default.
+DEFAULT_BLOCK_ROWS = 1024
+
+
+def _training_mode(args: argparse.Namespace):
+    """``train``'s cluster (``--scheduler`` / ``--cluster``) or streaming (``--streaming``) options,
+    checked before any work: the :class:`~.cluster.ClusterSpec` (or None)."""
+    from ..classifiers.registry import classifier_class
+    from .cluster import ClusterError, parse_cluster_option
+
+    try:
+        spec = parse_cluster_option(getattr(args, "scheduler", None), getattr(args, "cluster", None))
+    except ClusterError as exc:
+        raise UsageError(str(exc)) from None
+    streaming = getattr(args, "streaming", False)
+    block_rows = getattr(args, "block_rows", None)
+    if block_rows is not None and not streaming:
+        raise UsageError("--block-rows sets the blocks of --streaming; add --streaming or drop --block-rows")
+    if block_rows is not None and block_rows < 1:
+        raise UsageError(f"--block-rows must be at least 1, not {block_rows}")
+    if streaming and spec is not None:
+        raise UsageError(f"--streaming trains on this machine from row blocks; drop {spec.option} (or --streaming)")
+    estimator_class = classifier_class(args.classifier)
+    if streaming and not hasattr(estimator_class, "partial_fit"):
+        raise UsageError(f"--streaming needs a classifier that learns from row blocks (partial_fit): only nsvm does, "
+                         f"not {args.classifier}; train {args.classifier} without --streaming")
+    if spec is not None:
+        from .distributed_training import DistributedTrainingError, check_distributable
+
+        try:
+            check_distributable(estimator_class)
+        except DistributedTrainingError as exc:
+            raise UsageError(f"{spec.option}: classifier {args.classifier!r}: {exc}") from None
+    return spec
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .evaluation import train_classifier
     from .extractor import FeatureExtractor
     from .report import training_text
 
     _check_seeds(args.seed)
+    spec = _training_mode(args)
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     _check_out_file(out, "model")
     feature_set = load_feature_set(args.featureset)
     params = getattr(args, "params", None) or _params(args.param)
-    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
-        training = train_classifier(
-            args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed,
-            class_names=feature_set.class_names,
-        )
+    with contextlib.ExitStack() as stack:
+        fit = None
+        if spec is not None:
+            fit = _cluster_fit(stack, spec, feature_set)
+        elif getattr(args, "streaming", False):
+            fit = _streaming_fit(feature_set, getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS, args.seed)
+        with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
+            training = train_classifier(
+                args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed,
+                class_names=feature_set.class_names, fit=fit,
+            )
     path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
                       feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     print(training_text(training, path))
     return 0
+
+
+def _cluster_fit(stack: contextlib.ExitStack, spec, feature_set):
+    """``fit(estimator, X, y)`` on the cluster ``spec`` (opened on ``stack``): the workers read the
+    feature set's rows from its path (a shared filesystem), the client sends the labels."""
+    from .cluster import ClusterError, open_client, scheduler_errors
+    from .distributed_training import FeatureSetRows, fit_distributed
+
+    try:
+        client = stack.enter_context(open_client(spec))
+    except ClusterError as exc:
+        raise UsageError(str(exc)) from None
+    rows = FeatureSetRows.of(feature_set)
+
+    def fit(estimator, X, y):
+        try:
+            with scheduler_errors(spec):
+                return fit_distributed(client, estimator, rows, y)
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+
+    return fit
+
+
+def _streaming_fit(feature_set, block_rows: int, seed: int):
+    """``fit(estimator, X, y)`` by epochs of ``partial_fit`` over blocks of ``block_rows`` training rows,
+    cut from a permutation of the rows seeded by ``seed`` (the rows are stored class by class)."""
+    from .streaming_training import RowBlocks, fit_streaming
+
+    def fit(estimator, X, y):
+        return fit_streaming(estimator, RowBlocks(feature_set.X_train, y, block_rows, seed=seed))
+
+    return fit
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -514,6 +591,15 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="random_state of a randomised classifier (pmsvm, mbkl, nsvm) unless --param sets it")
     parser.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
+    where = parser.add_argument_group("where to train (default: this machine, all rows in memory)")
+    where.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                       help="train the one-vs-rest problems in groups on a running Dask cluster (pmsvm, nsvm); the "
+                       "workers read the feature set from its path, which they must see (a shared filesystem)")
+    where.add_argument("--cluster", metavar="local:N", help="the same on a local Dask cluster of N worker processes")
+    where.add_argument("--streaming", action="store_true",
+                       help="learn from blocks of training rows, one block in memory at a time (nsvm only)")
+    where.add_argument("--block-rows", type=int, metavar="N",
+                       help=f"rows per block with --streaming (default {DEFAULT_BLOCK_ROWS})")
     parser.set_defaults(func=cmd_train)
 
 

@@ -1,0 +1,164 @@
+"""Training from row blocks: a training set larger than memory, learnt one block at a time.
+
+:func:`fit_streaming` runs the epochs of an SGD classifier (HIK nSVM's Algorithm 1) as
+passes over a *re-iterable* of ``(X_block, y_block)`` — :class:`RowBlocks`, a feature set's
+``iter_row_blocks("train", rows)`` (memory-mapped ``.npy`` slices or shards, in the stored
+row order: see below), or any object whose ``__iter__`` yields the blocks in the same order
+every time — calling ``partial_fit`` on each block.  The memory it holds is of the order of
+one block (the block being read and the one being learnt, their validated non-zeros) plus the
+model, and, to resolve ``"auto"`` parameters, 8 bytes per row and 2^16-entry histograms.
+
+The rule, for HIK nSVM (:meth:`~classify_images.classifiers.HIKnSVM.partial_fit`): an
+epoch is one pass over the blocks in their order, each block's rows in their order
+(``shuffle=False``) or shuffled within the block (``shuffle=True``); the epoch ends after
+the last block.  With ``shuffle=False`` the model is the one ``fit`` learns on the
+concatenated rows with ``shuffle=False``, bit for bit — ``"auto"`` learning rate and margin
+included, resolved exactly from the blocks first
+(:meth:`~classify_images.classifiers.HIKnSVM.auto_parameters`).  With ``shuffle=True``
+(the default) the examples are not shuffled across blocks, so the model differs from the
+in-memory ``fit`` (whose shuffle spans all rows) as another shuffle would; the accuracy of
+both is compared in BENCHMARKS.md.  SGD needs every block to mix the classes: a feature
+set stores its training rows class by class, so contiguous blocks would show it one class
+at a time.  :class:`RowBlocks` therefore cuts the blocks from a fixed seeded permutation
+of the rows (each block read by index from the memory-mapped rows); with ``shuffle=False``
+the model is then ``fit`` on the permuted rows, bit for bit.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+
+__all__ = ["RowBlocks", "StreamingError", "fit_streaming"]
+
+
+class StreamingError(ValueError):
+    """The estimator cannot learn from blocks, or the blocks changed between passes (one line)."""
+
+
+class RowBlocks:
+    """A re-iterable of ``(X[rows], y[rows])`` blocks of ``rows_per_block`` rows of a row-indexable ``X``.
+
+    ``X`` is an ndarray (a memory-mapped one: only the block's rows are read), or a CSR
+    matrix.  With ``seed=None`` the blocks are consecutive rows; with a seed they are
+    consecutive slices of ``numpy.random.default_rng(seed).permutation(n)``, each slice's
+    rows sorted (read in file order), the same blocks on every pass.  A block is a view of
+    ``X`` (consecutive rows) or a new array of its rows only, so a pass holds at most one
+    block in memory.
+
+    Attributes
+    ----------
+    order : ndarray of int64, shape (n,)
+        The rows in the order the blocks visit them: the concatenated blocks are
+        ``X[order]``, ``y[order]``.
+    """
+
+    def __init__(self, X: Any, y: Any, rows_per_block: int, seed: int | None = None) -> None:
+        if rows_per_block < 1:
+            raise StreamingError(f"rows_per_block must be at least 1, not {rows_per_block}")
+        self.X, self.y, self.rows_per_block = X, np.asarray(y), int(rows_per_block)
+        n = X.shape[0]
+        if seed is None:
+            self.order = np.arange(n, dtype=np.int64)
+        else:
+            permutation = np.random.default_rng(seed).permutation(n)
+            self.order = np.concatenate(
+                [np.sort(permutation[start:start + self.rows_per_block]) for start in range(0, n, self.rows_per_block)]
+            ).astype(np.int64) if n else np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return -(-self.X.shape[0] // self.rows_per_block)
+
+    def __iter__(self):
+        for start in range(0, self.order.shape[0], self.rows_per_block):
+            rows = self.order[start:start + self.rows_per_block]
+            if rows[-1] - rows[0] == rows.shape[0] - 1:  # consecutive rows: a slice
+                block = self.X[rows[0]:rows[-1] + 1]
+            else:
+                block = self.X[rows]
+            yield block, self.y[rows]
+
+
+def _survey(blocks: Iterable[tuple[Any, Any]]) -> tuple[int, int, np.ndarray]:
+    """Number of blocks, of rows, and the sorted labels, in one pass."""
+    n_blocks = n_rows = 0
+    labels: set = set()
+    for X_block, y_block in blocks:
+        y_block = np.asarray(y_block)
+        if X_block.shape[0] != y_block.shape[0]:
+            raise StreamingError(f"block {n_blocks} has {X_block.shape[0]} rows but {y_block.shape[0]} labels")
+        labels.update(np.unique(y_block).tolist())
+        n_blocks += 1
+        n_rows += int(X_block.shape[0])
+    if n_blocks == 0 or n_rows == 0:
+        raise StreamingError("the blocks hold no training row")
+    return n_blocks, n_rows, np.array(sorted(labels))
+
+
+def fit_streaming(
+    estimator: Any,
+    blocks: Iterable[tuple[Any, Any]],
+    *,
+    n_epochs: int | None = None,
+    classes: Any = None,
+) -> Any:
+    """Fit a clone of ``estimator`` by ``n_epochs`` passes of ``partial_fit`` over ``blocks``.
+
+    Parameters
+    ----------
+    estimator : HIKnSVM (or any classifier with ``partial_fit``)
+        Left unchanged.  For HIK nSVM, ``"auto"`` ``learning_rate`` and ``margin`` are first
+        resolved over the blocks as ``fit`` resolves them on all the rows, and every block
+        but the last of a pass continues the epoch (``end_epoch=False``); an estimator
+        without ``end_epoch`` makes one ``partial_fit`` call per block.
+    blocks : re-iterable of ``(X_block, y_block)``
+        Iterated ``n_epochs`` + 1 times, in the same order (a first pass counts the blocks
+        and collects the labels), plus up to 5 passes (float32; 9 for float64) to resolve
+        ``"auto"`` parameters (:meth:`~classify_images.classifiers.HIKnSVM.auto_parameters`).
+    n_epochs : int, default=None
+        Passes; default the estimator's ``n_epochs``.
+    classes : array-like, default=None
+        Every label; default the labels the blocks hold.
+
+    Returns
+    -------
+    estimator
+        The fitted clone, with the estimator's parameters (``"auto"`` stays ``"auto"``; the
+        values used are ``learning_rate_`` and ``margin_``, as after ``fit``).
+
+    Raises
+    ------
+    StreamingError
+        No ``partial_fit``, no epoch count, no rows, or blocks that change between passes.
+    """
+    if not hasattr(estimator, "partial_fit"):
+        raise StreamingError(f"{type(estimator).__name__} has no partial_fit: it cannot learn from row blocks")
+    params = estimator.get_params()
+    if n_epochs is None:
+        n_epochs = params.get("n_epochs")
+        if n_epochs is None:
+            raise StreamingError(f"give n_epochs: {type(estimator).__name__} has no n_epochs parameter")
+    n_blocks, n_rows, labels = _survey(blocks)
+    classes = labels if classes is None else np.asarray(classes)
+    model = clone(estimator)
+    resolved = model.auto_parameters(blocks) if hasattr(model, "auto_parameters") else {}
+    model.set_params(**resolved)
+    ends_epochs = "end_epoch" in inspect.signature(model.partial_fit).parameters
+    for _ in range(int(n_epochs)):
+        seen = 0
+        for X_block, y_block in blocks:
+            seen += 1
+            if seen > n_blocks:
+                break
+            if ends_epochs:
+                model.partial_fit(X_block, y_block, classes=classes, end_epoch=seen == n_blocks)
+            else:
+                model.partial_fit(X_block, y_block, classes=classes)
+        if seen != n_blocks:
+            raise StreamingError(f"the blocks changed between passes ({n_blocks} blocks, then {seen}): "
+                                 "fit_streaming needs a re-iterable that yields the same blocks every time")
+    return model.set_params(**{name: params[name] for name in resolved})
