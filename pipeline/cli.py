@@ -258,9 +258,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             fit = _cluster_fit(stack, spec, feature_set)
         elif getattr(args, "streaming", False):
             fit = _streaming_fit(feature_set, getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS, args.seed)
+        # on a cluster or streaming, a sharded set is never assembled here (the rows are read lazily)
+        X = feature_set.rows["train"] if fit is not None and feature_set.layout == "sharded" else np.asarray(feature_set.X_train)
         with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
             training = train_classifier(
-                args.classifier, params, np.asarray(feature_set.X_train), feature_set.y_train, seed=args.seed,
+                args.classifier, params, X, feature_set.y_train, seed=args.seed,
                 class_names=feature_set.class_names, fit=fit,
             )
     path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
@@ -294,9 +296,11 @@ def _cluster_fit(stack: contextlib.ExitStack, spec, feature_set):
 def _streaming_fit(feature_set, block_rows: int, seed: int):
     """``fit(estimator, X, y)`` by epochs of ``partial_fit`` over blocks of ``block_rows`` training rows,
     cut from a permutation of the rows seeded by ``seed`` (the rows are stored class by class)."""
-    from .streaming_training import RowBlocks, fit_streaming
+    from .streaming_training import RowBlocks, ShardBlocks, fit_streaming
 
     def fit(estimator, X, y):
+        if feature_set.layout == "sharded":  # whole shards, never the assembled matrix
+            return fit_streaming(estimator, ShardBlocks(feature_set.rows["train"], y, block_rows, seed=seed))
         return fit_streaming(estimator, RowBlocks(feature_set.X_train, y, block_rows, seed=seed))
 
     return fit

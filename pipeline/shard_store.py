@@ -258,6 +258,23 @@ class ShardedRows:
         entry = self.entries[index]
         return read_shard(self.folder / entry["file"], entry["rows"], self.n_features, self.format)
 
+    def __getitem__(self, rows) -> np.ndarray | sp.csr_matrix:
+        """The rows at the integer indices ``rows`` (in that order), reading only the shards that hold them."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
+            raise IndexError(f"row index out of range for {self.shape[0]} rows")
+        shard_of = np.searchsorted(self.starts, rows, side="right") - 1
+        pieces = []
+        for index in np.unique(shard_of):
+            wanted = rows[shard_of == index] - self.starts[index]
+            pieces.append(self.shard(int(index))[wanted])
+        if not pieces:
+            return self._join([self.shard(0)[:0]]) if self.entries else np.zeros((0, self.n_features), np.float32)
+        joined = self._join(pieces)
+        # back to the order asked for (pieces come shard by shard)
+        placed = np.concatenate([np.flatnonzero(shard_of == index) for index in np.unique(shard_of)])
+        return joined[np.argsort(placed, kind="stable")]
+
     def check(self, verify_digests: bool = True) -> None:
         """Read every shard once: structure, SHA-1 against the manifest, finite values.
 

@@ -21,7 +21,10 @@ both is compared in BENCHMARKS.md.  SGD needs every block to mix the classes: a 
 set stores its training rows class by class, so contiguous blocks would show it one class
 at a time.  :class:`RowBlocks` therefore cuts the blocks from a fixed seeded permutation
 of the rows (each block read by index from the memory-mapped rows); with ``shuffle=False``
-the model is then ``fit`` on the permuted rows, bit for bit.
+the model is then ``fit`` on the permuted rows, bit for bit.  A sharded feature set
+(``build-features --store sharded``) is not read row by row: :class:`ShardBlocks` visits
+its shards in a seeded permutation, several shards per block, so that a block mixes the
+classes of the shards it joins while each shard is read once per pass.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import clone
 
-__all__ = ["RowBlocks", "StreamingError", "fit_streaming"]
+__all__ = ["RowBlocks", "ShardBlocks", "StreamingError", "fit_streaming"]
 
 
 class StreamingError(ValueError):
@@ -81,6 +84,52 @@ class RowBlocks:
             else:
                 block = self.X[rows]
             yield block, self.y[rows]
+
+
+class ShardBlocks:
+    """A re-iterable of blocks made of whole shards of a sharded split, in a seeded order.
+
+    The shards (``ShardedRows``, about 64 rows each, stored class by class) are visited in
+    ``numpy.random.default_rng(seed).permutation(n_shards)`` order and joined, consecutive
+    in that order, until a block holds at least ``rows_per_block`` rows; the same blocks on
+    every pass.  Each shard is read once per pass, and a pass holds one block (dense rows
+    or CSR, as the shards are stored).
+
+    Attributes
+    ----------
+    order : ndarray of int64, shape (n,)
+        The rows in the order the blocks visit them (the concatenated blocks are
+        ``X[order]``, ``y[order]``).
+    """
+
+    def __init__(self, rows: Any, y: Any, rows_per_block: int, seed: int | None = None) -> None:
+        if rows_per_block < 1:
+            raise StreamingError(f"rows_per_block must be at least 1, not {rows_per_block}")
+        self.rows, self.y, self.rows_per_block = rows, np.asarray(y), int(rows_per_block)
+        n_shards = len(rows.entries)
+        visit = np.arange(n_shards) if seed is None else np.random.default_rng(seed).permutation(n_shards)
+        self.groups: list[list[int]] = []
+        group: list[int] = []
+        held = 0
+        for index in visit:
+            group.append(int(index))
+            held += int(rows.entries[index]["rows"])
+            if held >= self.rows_per_block:
+                self.groups.append(group)
+                group, held = [], 0
+        if group:
+            self.groups.append(group)
+        ranges = [np.arange(rows.starts[i], rows.starts[i + 1], dtype=np.int64) for g in self.groups for i in g]
+        self.order = np.concatenate(ranges) if ranges else np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __iter__(self):
+        for group in self.groups:
+            block = self.rows._join([self.rows.shard(index) for index in group])
+            labels = np.concatenate([self.y[self.rows.starts[i]:self.rows.starts[i + 1]] for i in group])
+            yield block, labels
 
 
 def _survey(blocks: Iterable[tuple[Any, Any]]) -> tuple[int, int, np.ndarray]:
