@@ -510,7 +510,7 @@ def build_feature_set(
     log: Callable[[str], None] = lambda message: None,
     scheduler: str | None = None,
     cluster: str | None = None,
-    store: str = "npy",
+    store: str | None = None,
     batch_size: int | None = None,
 ) -> BuildResult:
     """Build (or reuse) the feature set of ``dataset_dir`` under ``config`` into ``out``.
@@ -539,9 +539,11 @@ def build_feature_set(
         ``tcp://HOST:PORT`` of a running Dask scheduler: the per-image steps run there.
     cluster : str, optional
         ``local:N``: start a Dask ``LocalCluster`` of N worker processes for this build.
-    store : {"npy", "sharded"}
-        Row layout: one memory-mapped ``.npy`` per split filled by this process (default),
-        or shards written by the workers (:mod:`~classify_images.pipeline.shard_store`).
+    store : {"npy", "sharded"}, optional
+        Row layout: one memory-mapped ``.npy`` per split filled by this process, or shards
+        written by the workers (:mod:`~classify_images.pipeline.shard_store`).  Default:
+        ``"npy"`` on this machine, ``"sharded"`` on a cluster (where the client should not
+        receive and hold every row).
     batch_size : int, optional
         Images per Dask task and rows per shard (default :data:`DEFAULT_BATCH_SIZE`).
 
@@ -555,12 +557,14 @@ def build_feature_set(
         Bad ``scheduler`` / ``cluster``, Dask not installed, the scheduler unreachable or
         lost during the build (finished work stays in the stage cache: the same call resumes).
     """
-    if store not in STORE_LAYOUTS:
-        raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
     batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     spec = parse_cluster_option(scheduler, cluster)
+    if store is None:
+        store = "npy" if spec is None else "sharded"
+    if store not in STORE_LAYOUTS:
+        raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
     out = check_destination(out, dataset_dir)
     if spec is None:
         return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, None, store, batch_size)

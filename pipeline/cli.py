@@ -562,9 +562,9 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
                         "$XDG_CACHE_HOME/classify-images, else ~/.cache/classify-images)")
     parser.add_argument("--no-cache", action="store_true", help="do not cache intermediate stages")
     _add_cluster_arguments(parser)
-    parser.add_argument("--store", choices=("npy", "sharded"), default="npy",
-                        help="row layout: npy (one memory-mapped file per split, default) or sharded "
-                        "(row blocks the workers write themselves; for a cluster)")
+    parser.add_argument("--store", choices=("npy", "sharded"), default=None,
+                        help="row layout: npy (one memory-mapped file per split; the default on this machine) or "
+                        "sharded (row blocks the workers write themselves; the default with --scheduler/--cluster)")
     parser.add_argument("--batch-size", type=int, metavar="B",
                         help=f"images per cluster task and rows per shard (default: {DEFAULT_BATCH_SIZE})")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

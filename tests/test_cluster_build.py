@@ -363,3 +363,14 @@ def test_a_folder_the_workers_cannot_see_is_one_line(tmp_path, local_cluster):
     with pytest.raises(ClusterError, match="cannot see .*not-mounted.*: put the dataset on a file system") as error:
         build_module._check_workers_see(client, tmp_path / "not-mounted", "the dataset")
     assert "\n" not in str(error.value) and "tcp://127.0.0.1:" in str(error.value)
+
+
+def test_default_layout_is_sharded_on_a_cluster_and_npy_here(tmp_path, local_cluster, reference):
+    """On a cluster the workers write the rows (the client does not hold them) unless --store npy."""
+    cluster, _ = local_cluster
+    _bounded(lambda: build_feature_set(FIXTURE_IMAGES, tmp_path / "remote", _config(), cache_dir=tmp_path / "cache",
+                                       scheduler=cluster.scheduler_address, batch_size=BATCH))
+    remote = load_feature_set(tmp_path / "remote")
+    assert remote.layout == "sharded"
+    _assert_same_features(remote, reference)
+    assert reference.layout == "npy"  # built here with no store given
