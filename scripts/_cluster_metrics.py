@@ -1,0 +1,117 @@
+"""Scheduler-side counters of a Dask build: tasks, their compute time, bytes moved.
+
+Loaded into the scheduler as a *preload* module (``dask.config`` key
+``distributed.scheduler.preload``, or ``dask scheduler --preload _cluster_metrics``):
+:func:`dask_setup` registers :class:`BuildMetrics`, which counts
+
+* ``tasks``: tasks that finished (reached ``memory`` or ``erred``), and the sum of their
+  compute seconds (the workers' ``startstops`` of action ``compute``), the first
+  compute start and the last compute stop (``tasks / (last stop - first start)`` is the
+  cluster's throughput in tasks/s);
+* ``graph_bytes``: bytes of the task graphs the clients submitted (frames of each
+  ``update-graph`` message: function, arguments, keys);
+* ``scheduler_to_worker_bytes``: bytes the scheduler wrote on its batched streams to the
+  workers (``compute-task`` messages carry each task's specification);
+* ``result_bytes``: ``nbytes`` of every result (what a client gathers, or a worker fetches
+  from another).
+
+Bytes the workers send back on their own streams (``task-finished`` messages: keys and
+metadata, no data) are not counted.  With a ``LocalCluster`` the scheduler runs in the
+client's process, so :data:`METRICS` is readable there after the build.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import Any
+
+#: The counters of the last scheduler started in this process (reset by :func:`dask_setup`).
+METRICS: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def _reset() -> None:
+    METRICS.clear()
+    METRICS.update(
+        tasks=0, erred=0, compute_seconds=0.0, first_start=None, last_stop=None,
+        graph_bytes=0, result_bytes=0, scheduler_to_worker_bytes=0, workers=0, task_prefixes={},
+    )
+
+
+_reset()
+
+
+class BuildMetrics:
+    """A :class:`distributed.diagnostics.plugin.SchedulerPlugin` holding :data:`METRICS`."""
+
+    name = "classify-images-build-metrics"
+
+    def __init__(self) -> None:
+        self._streams: list[Any] = []
+        self._scheduler = None
+
+    async def start(self, scheduler) -> None:
+        self._scheduler = scheduler
+        handler = scheduler.stream_handlers["update-graph"]
+
+        async def counting_update_graph(**message):
+            serialised = message.get("expr_ser") or message.get("graph_frames")
+            frames = getattr(serialised, "frames", serialised) or []
+            with _LOCK:
+                METRICS["graph_bytes"] += sum(memoryview(frame).nbytes for frame in frames)
+            result = handler(**message)
+            return await result if inspect.isawaitable(result) else result
+
+        scheduler.stream_handlers["update-graph"] = counting_update_graph
+
+    def add_worker(self, scheduler, worker: str) -> None:
+        stream = scheduler.stream_comms.get(worker)
+        if stream is not None:
+            self._streams.append(stream)
+        METRICS["workers"] = max(METRICS["workers"], len(scheduler.workers))
+        self._count_streams()
+
+    def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
+        self._count_streams()
+
+    def _count_streams(self) -> None:
+        METRICS["scheduler_to_worker_bytes"] = sum(stream.byte_count for stream in self._streams)
+
+    def transition(self, key, start: str, finish: str, *args, **kwargs) -> None:
+        if finish not in ("memory", "erred") or start != "processing":
+            return
+        with _LOCK:
+            METRICS["tasks"] += 1
+            METRICS["erred"] += finish == "erred"
+            METRICS["result_bytes"] += int(kwargs.get("nbytes") or 0)
+            prefix = str(key[0] if isinstance(key, tuple) else key).rsplit("-", 1)[0]
+            METRICS["task_prefixes"][prefix] = METRICS["task_prefixes"].get(prefix, 0) + 1
+            for interval in kwargs.get("startstops") or ():
+                if interval.get("action") != "compute":
+                    continue
+                METRICS["compute_seconds"] += interval["stop"] - interval["start"]
+                first = METRICS["first_start"]
+                METRICS["first_start"] = interval["start"] if first is None else min(first, interval["start"])
+                last = METRICS["last_stop"]
+                METRICS["last_stop"] = interval["stop"] if last is None else max(last, interval["stop"])
+        self._count_streams()
+
+    async def close(self) -> None:
+        self._count_streams()
+
+
+def dask_setup(scheduler) -> None:
+    """Preload hook: reset the counters and register the plugin on this scheduler."""
+    _reset()
+    scheduler.add_plugin(BuildMetrics())
+
+
+def snapshot() -> dict[str, Any]:
+    """A copy of the counters, with the throughput (tasks/s over the compute span)."""
+    with _LOCK:
+        metrics = dict(METRICS, task_prefixes=dict(METRICS["task_prefixes"]))
+    span = (metrics["last_stop"] or 0.0) - (metrics["first_start"] or 0.0)
+    metrics["compute_span_seconds"] = round(span, 3)
+    metrics["tasks_per_second"] = round(metrics["tasks"] / span, 3) if span > 0 else None
+    return metrics

@@ -1,0 +1,455 @@
+#!/usr/bin/env python
+"""Simulate a large dataset: synthetic images, a measured build, per-image costs, a projection.
+
+Sub-commands (run from the repository root)::
+
+    # N small synthetic textures (64-128 px, class-dependent statistics), deterministic:
+    python scripts/simulate_scale.py generate --out /work/cache/scale-sim/synth-1k --n 1000
+
+    # build features on them and record per-stage wall / CPU time per image, stage-cache and
+    # feature-store bytes per image, peak memory per process (and Dask counters on a cluster):
+    python scripts/simulate_scale.py build --images /work/cache/scale-sim/synth-1k \
+        --out /work/cache/scale-sim/fs-1k --cache-dir /work/cache/scale-sim/cold-1k \
+        --config bof-spm --codebook-size 256 --n-samples 20000 [--n-jobs 2 | --cluster local:2 |
+        --scheduler tcp://HOST:PORT] [--store sharded] --json sim-1k.json
+
+    # per-image CPU cost of each stage on real images (decode, dense SIFT, encode, pool), and
+    # the bytes a stage caches per image, for the paper configs:
+    python scripts/simulate_scale.py stage-costs --dataset ../shared/datasets/scene15 \
+        --configs bof-spm scspm vlad --n-images 30 --json stage-costs.json
+
+    # the projection of docs/scaling.md from those measurements:
+    python scripts/simulate_scale.py project --stage-costs stage-costs.json --build sim-1k.json \
+        [--check sim-50k.json]
+
+The synthetic images are oriented sinusoidal gratings under smoothed noise: class ``c``
+sets the orientation, the spatial frequency and the noise's smoothing, each image draws
+its size, phase and contrast from ``numpy.random.default_rng([seed, index])``, so the
+same arguments give the same files byte for byte.  They are small (64-128 px, no
+resizing by ``image.max_side``): a simulated run measures the per-image *overheads*
+(scheduling, cache entries, rows in the store) at a count of images this machine can
+hold, not the cost of dense SIFT on full-size photographs, which ``stage-costs``
+measures on real images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from bench_build_features import _cache_sizes, _du
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_STAMP = "synthetic.json"
+
+
+# ------------------------------------------------------------------ synthetic images
+
+
+def synthetic_image(index: int, n_classes: int, seed: int, min_side: int, max_side: int) -> tuple[int, np.ndarray]:
+    """Class and uint8 grayscale pixels of synthetic image ``index`` (deterministic)."""
+    import cv2
+
+    label = index % n_classes
+    rng = np.random.default_rng([seed, index])
+    height, width = (int(v) for v in rng.integers(min_side, max_side + 1, size=2))
+    theta = np.pi * label / n_classes + rng.normal(0.0, 0.08)
+    frequency = 0.05 + 0.15 * ((label * 7) % n_classes) / n_classes  # cycles per pixel
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    grating = np.sin(2 * np.pi * frequency * (xx * np.cos(theta) + yy * np.sin(theta)) + rng.uniform(0, 2 * np.pi))
+    noise = cv2.GaussianBlur(rng.standard_normal((height, width)).astype(np.float32), (0, 0), 0.5 + label % 4)
+    noise /= noise.std() + 1e-6
+    pixels = 128 + rng.uniform(30, 70) * grating + 35 * noise
+    return label, np.clip(pixels, 0, 255).astype(np.uint8)
+
+
+def generate(out: Path, n: int, n_classes: int, seed: int, min_side: int, max_side: int, quality: int) -> dict:
+    """Write ``n`` synthetic JPEGs as ``out/class_CC/img_NNNNNNN.jpg`` (skipped when already there)."""
+    import cv2
+
+    params = {"n": n, "n_classes": n_classes, "seed": seed, "min_side": min_side, "max_side": max_side,
+              "quality": quality}
+    stamp = out / _STAMP
+    if stamp.exists() and json.loads(stamp.read_text())["params"] == params:
+        print(f"{out}: {n} synthetic images already there")
+        return json.loads(stamp.read_text())
+    start, total_bytes = time.perf_counter(), 0
+    for c in range(n_classes):
+        (out / f"class_{c:02d}").mkdir(parents=True, exist_ok=True)
+    for index in range(n):
+        label, pixels = synthetic_image(index, n_classes, seed, min_side, max_side)
+        ok, encoded = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, quality])
+        assert ok
+        (out / f"class_{label:02d}" / f"img_{index:07d}.jpg").write_bytes(encoded.tobytes())
+        total_bytes += encoded.size
+    record = {"params": params, "bytes": total_bytes, "seconds": round(time.perf_counter() - start, 1)}
+    stamp.write_text(json.dumps(record, indent=2) + "\n")  # written last: the folder is complete
+    print(f"{out}: {n} images, {total_bytes / n / 1024:.1f} KiB each, {record['seconds']} s")
+    return record
+
+
+# ------------------------------------------------------------------ process-tree monitor
+
+
+def _proc_stat(pid: int) -> tuple[int, float, int] | None:
+    """``(parent pid, CPU seconds, resident bytes)`` of a process, from ``/proc/PID/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    # after the command: state ppid ... utime(12) stime(13) ... rss(22), counted from "state" = 0
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, int(fields[21]) * _PAGE
+
+
+class ProcessTreeMonitor:
+    """CPU seconds per stage and peak resident memory per process, of this process and its
+    descendants (joblib / loky workers, a ``LocalCluster``'s nannies and workers), sampled
+    every ``interval`` seconds from ``/proc``.
+
+    The stage is set by :meth:`progress` (the build's progress callback): a stage runs from
+    its progress bar's start to the next one's; the step after a progress bar is finished
+    (``split`` after ``check``, ``codebook`` after ``sample``, ``normalise+write`` after
+    ``encode + pool``) is named by :data:`AFTER`.  CPU of processes that exited is kept at
+    their last sample (work done in less than one interval before exiting is missed).
+    """
+
+    AFTER = {"check images": "split", "sample descriptors": "codebook", "encode + pool": "normalise+write"}
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.stage = "discover"
+        self.cpu: dict[int, float] = {}          # last CPU seconds seen per pid
+        self.peak_rss: dict[int, int] = {}       # peak resident bytes per pid
+        self.role: dict[int, str] = {}
+        self.stage_cpu: dict[str, float] = {}
+        self.peak_tree_rss = 0
+        self._stage_start_cpu = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _descendants(self) -> dict[int, tuple[float, int]]:
+        stats, children = {}, {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                stat = _proc_stat(int(entry))
+                if stat is not None:
+                    children.setdefault(stat[0], []).append(int(entry))
+                    stats[int(entry)] = stat[1:]
+        tree, stack = {}, [os.getpid()]
+        while stack:
+            pid = stack.pop()
+            if pid in stats:
+                tree[pid] = stats[pid]
+            stack.extend(children.get(pid, []))
+        return tree
+
+    def sample(self) -> None:
+        tree = self._descendants()
+        with self._lock:
+            for pid, (cpu, rss) in tree.items():
+                self.cpu[pid] = cpu
+                self.peak_rss[pid] = max(self.peak_rss.get(pid, 0), rss)
+                self.role.setdefault(pid, "main" if pid == os.getpid() else "worker")
+            self.peak_tree_rss = max(self.peak_tree_rss, sum(rss for _, rss in tree.values()))
+
+    def total_cpu(self) -> float:
+        return sum(self.cpu.values())
+
+    def mark(self, stage: str) -> None:
+        self.sample()
+        with self._lock:
+            total = self.total_cpu()
+            self.stage_cpu[self.stage] = self.stage_cpu.get(self.stage, 0.0) + total - self._stage_start_cpu
+            self.stage, self._stage_start_cpu = stage, total
+
+    def progress(self, iterable, description: str, total: int | None = None):
+        self.mark(description)
+        after = self.AFTER.get(description, f"after {description}")
+        for count, item in enumerate(iterable, start=1):
+            if count == total:  # the caller may stop pulling at the last item (zip)
+                self.mark(after)
+            yield item
+        if total is None or total == 0:
+            self.mark(after)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> "ProcessTreeMonitor":
+        self.sample()
+        self._stage_start_cpu = self.total_cpu()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.mark("done")
+
+    def memory(self) -> dict:
+        workers = [rss for pid, rss in self.peak_rss.items() if self.role[pid] == "worker"]
+        return {
+            "main_peak_mib": round(self.peak_rss.get(os.getpid(), 0) / 2**20, 1),
+            "worker_peak_mib": round(max(workers, default=0) / 2**20, 1),
+            "worker_processes_seen": len(workers),
+            "tree_peak_mib": round(self.peak_tree_rss / 2**20, 1),
+        }
+
+
+# ------------------------------------------------------------------ build
+
+
+def _cluster_options(args) -> dict:
+    """The build's cluster keywords that were given (none: the single-machine build)."""
+    options = {"scheduler": args.scheduler, "cluster": args.cluster, "store": args.store}
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def run_build(args) -> dict:
+    """One build with the stage cache in ``args.cache_dir`` (emptied first: a cold build)."""
+    import shutil
+
+    from classify_images.pipeline.build import build_feature_set
+    from classify_images.pipeline.config import load_config
+
+    overrides = {"codebook": {"size": args.codebook_size, "n_samples": args.n_samples},
+                 "dataset": {"train_per_class": args.train_per_class}}
+    config = load_config(args.config, overrides)
+    out, cache = Path(args.out), Path(args.cache_dir)
+    if not args.keep_cache:
+        shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    options = _cluster_options(args)
+    metrics_module = None
+    if "cluster" in options or "scheduler" in options:
+        import dask
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _cluster_metrics as metrics_module
+
+        dask.config.set({"distributed.scheduler.preload": ["_cluster_metrics"]})
+    with ProcessTreeMonitor() as monitor:
+        start = time.perf_counter()
+        result = build_feature_set(args.images, out, config, n_jobs=args.n_jobs, cache_dir=cache,
+                                   progress=monitor.progress, **options)
+        wall = time.perf_counter() - start
+    manifest = json.loads((out / "manifest.json").read_text())
+    n_images, rows = result.n_images, result.n_train + result.n_test
+    cache_bytes = _cache_sizes(cache)
+    stage_wall = manifest["timings"]
+    report = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores, shared",
+        "images": str(args.images), "config": args.config,
+        "overrides": overrides, "options": options, "n_jobs": args.n_jobs,
+        "n_images": n_images, "rows": rows, "n_train": result.n_train, "n_features": result.n_features,
+        "wall_seconds": round(wall, 2),
+        "stage_wall_seconds": stage_wall,
+        "stage_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_cpu.items()},
+        "cpu_seconds": round(sum(monitor.stage_cpu.values()), 2),
+        "per_image_ms": {
+            "wall": round(1000 * wall / n_images, 3),
+            "cpu": round(1000 * sum(monitor.stage_cpu.values()) / n_images, 3),
+            "check_wall": round(1000 * stage_wall.get("check", 0) / n_images, 3),
+            "check_cpu": round(1000 * monitor.stage_cpu.get("check images", 0) / n_images, 3),
+            "sample_wall_per_train_image": round(1000 * stage_wall.get("sample", 0) / max(result.n_train, 1), 3),
+            "encode_pool_wall": round(1000 * stage_wall.get("encode+pool", 0) / rows, 3),
+            "encode_pool_cpu": round(1000 * monitor.stage_cpu.get("encode + pool", 0) / rows, 3),
+        },
+        "cache_bytes_per_image": {k: round(v / n_images) for k, v in cache_bytes.items()},
+        "cache_bytes_total": sum(cache_bytes.values()),
+        "store_bytes_per_row": round(_du(out) / rows),
+        "store_bytes_total": _du(out),
+        "memory": monitor.memory(),
+    }
+    if metrics_module is not None:
+        metrics = metrics_module.snapshot()
+        sent = metrics["graph_bytes"] + metrics["scheduler_to_worker_bytes"] + metrics["result_bytes"]
+        metrics["bytes_sent_per_image"] = round(sent / n_images)
+        metrics["scheduler_overhead_ms_per_task"] = _overhead_per_task(metrics, stage_wall, monitor, report)
+        report["dask"] = metrics
+    return report
+
+
+def _overhead_per_task(metrics: dict, stage_wall: dict, monitor, report: dict) -> float | None:
+    """Worker-seconds of the per-image stages not spent computing a task, per task:
+    ``(workers × wall of the per-image stages − Σ task compute seconds) / tasks``."""
+    if not metrics["tasks"] or not metrics["workers"]:
+        return None
+    per_image_wall = sum(stage_wall.get(k, 0.0) for k in ("check", "sample", "encode+pool"))
+    idle = metrics["workers"] * per_image_wall - metrics["compute_seconds"]
+    return round(1000 * idle / metrics["tasks"], 3)
+
+
+# ------------------------------------------------------------------ per-image stage costs
+
+
+def _codebook_for(config, descriptors: np.ndarray, seed: int = 0):
+    """A codebook of the config's kind and size, learnt quickly from ``descriptors`` (float32).
+
+    The encode cost depends on the codebook's size and kind, not on how long it was trained:
+    a short training stands in for the build's (``n_iter`` kept small)."""
+    from classify_images.coding.codebook import learn_kmeans_codebook, learn_sparse_dictionary
+
+    kind, size = config.codebook.kind, config.codebook.size
+    if kind == "sparse":
+        return learn_sparse_dictionary(descriptors, size, lambda1=config.codebook.lambda_, n_iter=100, random_state=seed)
+    return learn_kmeans_codebook(descriptors, size, max_iter=20, random_state=seed)
+
+
+def stage_costs(args) -> dict:
+    """CPU milliseconds per image of decode, dense SIFT, encode, pool (one thread), and the
+    bytes each stage would cache per image, for each config, on ``n_images`` real images."""
+    import io
+
+    from classify_images.coding.pooling import spatial_pyramid_pool, pyramid_cells, n_pyramid_cells
+    from classify_images.features.dsift import dequantize_descriptors
+    from classify_images.pipeline.cache_store import encode_result
+    from classify_images.pipeline.config import load_config
+    from classify_images.pipeline.dataset import discover_dataset, file_fingerprint
+    from classify_images.pipeline.stages import _coder, codes_matrix, compute_descriptors, image_codes
+    from classify_images.coding.codebook import codebook_digest, codebook_size
+    from classify_images.features.preprocess import load_grayscale
+
+    dataset = discover_dataset(args.dataset)
+    rng = np.random.default_rng(args.seed)
+    pick = np.sort(rng.choice(len(dataset.paths), size=min(args.n_images, len(dataset.paths)), replace=False))
+    paths = [str(dataset.absolute(dataset.paths[i])) for i in pick]
+
+    def npz_bytes(result) -> int:
+        buffer = io.BytesIO()
+        np.savez(buffer, **encode_result(result))
+        return buffer.getbuffer().nbytes
+
+    def cpu(fn):
+        start = time.process_time()
+        value = fn()
+        return value, time.process_time() - start
+
+    report = {"dataset": args.dataset, "n_images": len(paths), "seed": args.seed, "configs": {}}
+    for name in args.configs:
+        config = load_config(name)
+        sift, max_side = config.sift_params(), config.image.max_side
+        # a codebook from the descriptors of the sampled images themselves (20 000 at most)
+        sample = np.concatenate([compute_descriptors(p, max_side, sift)["descriptors"] for p in paths[:10]])
+        sample = sample[rng.permutation(sample.shape[0])[:20000]]
+        codebook = _codebook_for(config, dequantize_descriptors(sample), seed=args.seed)
+        digest, kind = codebook_digest(codebook), config.codebook.kind
+        params = config.to_dict()["codebook"]
+        rows = {k: [] for k in ("fingerprint", "decode", "dsift", "encode", "pool", "descriptors", "cached_descriptors",
+                                "cached_codes", "vector_nnz")}
+        for repeat in range(2):  # the first pass compiles numba and warms the page cache
+            for path in paths:
+                fingerprint, t_hash = cpu(lambda: file_fingerprint(path))
+                image, t_decode = cpu(lambda: load_grayscale(path, max_side=max_side))
+                data, t_total = cpu(lambda: compute_descriptors(path, max_side, sift))
+                descriptors = dequantize_descriptors(data["descriptors"])
+                if kind in ("vlad", "fisher"):
+                    cells = pyramid_cells(data["x"], data["y"], tuple(int(v) for v in data["shape"]), list(config.pooling.levels))
+                    encoder = _coder(params, digest, codebook)
+                    vector, t_encode = cpu(lambda: encoder.encode(descriptors, cells, n_pyramid_cells(list(config.pooling.levels))))
+                    cached, t_pool = vector, 0.0
+                else:
+                    cached, t_encode = cpu(lambda: image_codes(path, fingerprint, max_side, sift, params, digest, codebook,
+                                                              descriptors_fn=lambda *a: data))
+                    n_words = codebook_size(codebook)
+                    vector, t_pool = cpu(lambda: spatial_pyramid_pool(
+                        codes_matrix(cached, n_words), cached["x"], cached["y"], tuple(int(v) for v in cached["shape"]),
+                        n_words, levels=list(config.pooling.levels), method=config.pooling.method))
+                if repeat == 0:
+                    continue
+                rows["fingerprint"].append(t_hash)
+                rows["decode"].append(t_decode)
+                rows["dsift"].append(max(t_total - t_decode, 0.0))
+                rows["encode"].append(t_encode)
+                rows["pool"].append(t_pool)
+                rows["descriptors"].append(data["descriptors"].shape[0])
+                rows["cached_descriptors"].append(npz_bytes(data) if config.sift.cache_descriptors else 0)
+                rows["cached_codes"].append(npz_bytes(cached))
+                rows["vector_nnz"].append(int(np.count_nonzero(vector)))
+        n_features = int(np.asarray(vector).size)
+        summary = {
+            "n_features": n_features,
+            "descriptors_per_image": round(float(np.mean(rows["descriptors"])), 1),
+            "cpu_ms_per_image": {k: round(1000 * float(np.mean(rows[k])), 2)
+                                 for k in ("fingerprint", "decode", "dsift", "encode", "pool")},
+            "cache_bytes_per_image": {"descriptors": round(float(np.mean(rows["cached_descriptors"]))),
+                                      "codes_or_vector": round(float(np.mean(rows["cached_codes"])))},
+            "row_bytes_dense": 4 * n_features,
+            "row_nonzero_fraction": round(float(np.mean(rows["vector_nnz"])) / n_features, 4),
+        }
+        summary["cpu_ms_per_image"]["total"] = round(sum(summary["cpu_ms_per_image"].values()), 2)
+        report["configs"][name] = summary
+        print(name, json.dumps(summary), flush=True)
+    return report
+
+
+# ------------------------------------------------------------------ command line
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="write N synthetic images")
+    gen.add_argument("--out", required=True, type=Path)
+    gen.add_argument("--n", type=int, default=1000)
+    gen.add_argument("--classes", type=int, default=10)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--min-side", type=int, default=64)
+    gen.add_argument("--max-side", type=int, default=128)
+    gen.add_argument("--quality", type=int, default=90, help="JPEG quality")
+
+    build = commands.add_parser("build", help="build features on a folder and measure")
+    build.add_argument("--images", required=True)
+    build.add_argument("--out", required=True)
+    build.add_argument("--cache-dir", required=True, help="emptied first (a cold build) unless --keep-cache")
+    build.add_argument("--keep-cache", action="store_true")
+    build.add_argument("--config", default="bof-spm")
+    build.add_argument("--codebook-size", type=int)
+    build.add_argument("--n-samples", type=int)
+    build.add_argument("--train-per-class", type=int)
+    build.add_argument("--n-jobs", type=int, default=1)
+    build.add_argument("--scheduler")
+    build.add_argument("--cluster")
+    build.add_argument("--store")
+    build.add_argument("--json")
+
+    costs = commands.add_parser("stage-costs", help="per-image CPU cost of each stage on real images")
+    costs.add_argument("--dataset", required=True)
+    costs.add_argument("--configs", nargs="+", default=["bof-spm", "scspm", "vlad"])
+    costs.add_argument("--n-images", type=int, default=30)
+    costs.add_argument("--seed", type=int, default=0)
+    costs.add_argument("--json")
+
+    args = parser.parse_args()
+    if args.command == "generate":
+        generate(args.out, args.n, args.classes, args.seed, args.min_side, args.max_side, args.quality)
+        return 0
+    if args.command == "stage-costs":  # one thread: CPU milliseconds of one core
+        os.environ["NUMBA_NUM_THREADS"] = "1"
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    report = run_build(args) if args.command == "build" else stage_costs(args)
+    print(json.dumps(report, indent=2))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
