@@ -26,6 +26,8 @@ import inspect
 import threading
 from typing import Any
 
+from distributed.diagnostics.plugin import SchedulerPlugin
+
 #: The counters of the last scheduler started in this process (reset by :func:`dask_setup`).
 METRICS: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -42,8 +44,8 @@ def _reset() -> None:
 _reset()
 
 
-class BuildMetrics:
-    """A :class:`distributed.diagnostics.plugin.SchedulerPlugin` holding :data:`METRICS`."""
+class BuildMetrics(SchedulerPlugin):
+    """The scheduler plugin that fills :data:`METRICS`."""
 
     name = "classify-images-build-metrics"
 

@@ -132,8 +132,10 @@ class ProcessTreeMonitor:
         self.peak_rss: dict[int, int] = {}       # peak resident bytes per pid
         self.role: dict[int, str] = {}
         self.stage_cpu: dict[str, float] = {}
+        self.stage_main_cpu: dict[str, float] = {}   # of this process alone (client; LocalCluster's scheduler)
         self.peak_tree_rss = 0
         self._stage_start_cpu = 0.0
+        self._stage_start_main_cpu = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -169,9 +171,10 @@ class ProcessTreeMonitor:
     def mark(self, stage: str) -> None:
         self.sample()
         with self._lock:
-            total = self.total_cpu()
+            total, main = self.total_cpu(), self.cpu.get(os.getpid(), 0.0)
             self.stage_cpu[self.stage] = self.stage_cpu.get(self.stage, 0.0) + total - self._stage_start_cpu
-            self.stage, self._stage_start_cpu = stage, total
+            self.stage_main_cpu[self.stage] = self.stage_main_cpu.get(self.stage, 0.0) + main - self._stage_start_main_cpu
+            self.stage, self._stage_start_cpu, self._stage_start_main_cpu = stage, total, main
 
     def progress(self, iterable, description: str, total: int | None = None):
         self.mark(description)
@@ -189,7 +192,7 @@ class ProcessTreeMonitor:
 
     def __enter__(self) -> "ProcessTreeMonitor":
         self.sample()
-        self._stage_start_cpu = self.total_cpu()
+        self._stage_start_cpu, self._stage_start_main_cpu = self.total_cpu(), self.cpu.get(os.getpid(), 0.0)
         self._thread.start()
         return self
 
@@ -258,6 +261,7 @@ def run_build(args) -> dict:
         "wall_seconds": round(wall, 2),
         "stage_wall_seconds": stage_wall,
         "stage_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_cpu.items()},
+        "stage_main_process_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_main_cpu.items()},
         "cpu_seconds": round(sum(monitor.stage_cpu.values()), 2),
         "per_image_ms": {
             "wall": round(1000 * wall / n_images, 3),
@@ -309,6 +313,35 @@ def _codebook_for(config, descriptors: np.ndarray, seed: int = 0):
     return learn_kmeans_codebook(descriptors, size, max_iter=20, random_state=seed)
 
 
+def _imagenet_like_decode(paths: list[str], work: Path) -> dict:
+    """CPU milliseconds to fingerprint, decode and shrink (``max_side`` 300) a colour JPEG of
+    ImageNet's typical size (500 × 375, quality 90), made by enlarging each image of ``paths``
+    and copying its grey levels into three slightly different channels."""
+    import cv2
+
+    from classify_images.features.preprocess import load_grayscale
+    from classify_images.pipeline.dataset import file_fingerprint
+
+    work.mkdir(parents=True, exist_ok=True)
+    files, sizes = [], []
+    for index, path in enumerate(paths):
+        grey = cv2.resize(cv2.imread(path, cv2.IMREAD_GRAYSCALE), (500, 375), interpolation=cv2.INTER_CUBIC)
+        colour = np.dstack([grey, cv2.GaussianBlur(grey, (0, 0), 1.0), 255 - grey])
+        file = work / f"imagenet_like_{index:03d}.jpg"
+        cv2.imwrite(str(file), colour, [cv2.IMWRITE_JPEG_QUALITY, 90])
+        files.append(str(file))
+        sizes.append(file.stat().st_size)
+    times = []
+    for repeat in range(2):
+        for file in files:
+            start = time.process_time()
+            file_fingerprint(file)
+            load_grayscale(file, max_side=300)
+            if repeat:
+                times.append(time.process_time() - start)
+    return {"cpu_ms_per_image": round(1000 * float(np.mean(times)), 2), "file_bytes": round(float(np.mean(sizes)))}
+
+
 def stage_costs(args) -> dict:
     """CPU milliseconds per image of decode, dense SIFT, encode, pool (one thread), and the
     bytes each stage would cache per image, for each config, on ``n_images`` real images."""
@@ -338,7 +371,9 @@ def stage_costs(args) -> dict:
         value = fn()
         return value, time.process_time() - start
 
-    report = {"dataset": args.dataset, "n_images": len(paths), "seed": args.seed, "configs": {}}
+    report = {"dataset": args.dataset, "n_images": len(paths), "seed": args.seed, "configs": {},
+              "imagenet_like_decode": _imagenet_like_decode(paths, args.work)}
+    print("imagenet_like_decode", json.dumps(report["imagenet_like_decode"]), flush=True)
     for name in args.configs:
         config = load_config(name)
         sift, max_side = config.sift_params(), config.image.max_side
@@ -432,6 +467,8 @@ def main() -> int:
     costs.add_argument("--configs", nargs="+", default=["bof-spm", "scspm", "vlad"])
     costs.add_argument("--n-images", type=int, default=30)
     costs.add_argument("--seed", type=int, default=0)
+    costs.add_argument("--work", type=Path, default=Path("/tmp/classify-images-stage-costs"),
+                       help="where the ImageNet-sized JPEGs are written")
     costs.add_argument("--json")
 
     args = parser.parse_args()
