@@ -431,6 +431,45 @@ def stage_costs(args) -> dict:
     return report
 
 
+# ------------------------------------------------------------------ training cost per class
+
+
+def train_costs(args) -> dict:
+    """Single-threaded training time of each classifier on a feature set's training rows
+    (CSR float32), with all the rows and with half of them (does the cost grow with the
+    rows as the projection assumes?), per one-vs-rest problem and per stored non-zero."""
+    import scipy.sparse as sp
+
+    from classify_images import HIKnSVM, PmSVM, QuadraticHingeSVC
+    from classify_images.classifiers.base import warm_up
+    from classify_images.pipeline.feature_store import load_feature_set
+
+    fs = load_feature_set(args.features)
+    X_all, y_all = sp.csr_matrix(np.asarray(fs.X_train, dtype=np.float32)), np.asarray(fs.y_train)
+    estimators = {"nsvm": lambda: HIKnSVM(random_state=0, n_jobs=1),
+                  "linear": lambda: QuadraticHingeSVC(),
+                  "pmsvm": lambda: PmSVM(random_state=0)}
+    report = {"features": str(args.features), "n_features": fs.n_features, "classifiers": {}}
+    half = np.sort(np.concatenate([np.flatnonzero(y_all == c)[: (y_all == c).sum() // 2] for c in np.unique(y_all)]))
+    for name in args.classifiers:
+        runs = {}
+        for label, rows in (("all", np.arange(y_all.size)), ("half", half)):
+            X, y = X_all[rows], y_all[rows]
+            estimator = estimators[name]()
+            warm_up(estimator, X, y)
+            wall, cpu = time.perf_counter(), time.process_time()
+            estimator.fit(X, y)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            n_classes = len(np.unique(y))
+            runs[label] = {"rows": int(y.size), "nnz": int(X.nnz), "classes": n_classes,
+                           "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                           "cpu_s_per_class": round(cpu / n_classes, 4),
+                           "cpu_ns_per_class_per_nnz": round(1e9 * cpu / n_classes / X.nnz, 3)}
+        report["classifiers"][name] = runs
+        print(name, json.dumps(runs), flush=True)
+    return report
+
+
 # ------------------------------------------------------------------ command line
 
 
@@ -471,16 +510,21 @@ def main() -> int:
                        help="where the ImageNet-sized JPEGs are written")
     costs.add_argument("--json")
 
+    train = commands.add_parser("train-costs", help="training time per one-vs-rest problem on a feature set")
+    train.add_argument("--features", required=True)
+    train.add_argument("--classifiers", nargs="+", default=["nsvm", "linear", "pmsvm"])
+    train.add_argument("--json")
+
     args = parser.parse_args()
     if args.command == "generate":
         generate(args.out, args.n, args.classes, args.seed, args.min_side, args.max_side, args.quality)
         return 0
-    if args.command == "stage-costs":  # one thread: CPU milliseconds of one core
+    if args.command in ("stage-costs", "train-costs"):  # one thread: CPU seconds of one core
         os.environ["NUMBA_NUM_THREADS"] = "1"
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
-    report = run_build(args) if args.command == "build" else stage_costs(args)
+    report = {"build": run_build, "stage-costs": stage_costs, "train-costs": train_costs}[args.command](args)
     print(json.dumps(report, indent=2))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
