@@ -470,6 +470,136 @@ def train_costs(args) -> dict:
     return report
 
 
+# ------------------------------------------------------------------ projection
+
+#: The per-image stages of a build: (name in the manifest's timings, progress-bar name, what it counts).
+_PER_IMAGE_STAGES = (("check", "check images", "n_images"), ("sample", "sample descriptors", "n_train"),
+                     ("encode+pool", "encode + pool", "rows"))
+#: Stage-cache folders and what their entries count (the codebook is one entry).
+_CACHE_COUNTS = {"check_image": "n_images", "image_descriptors": "n_images", "image_codes": "n_images",
+                 "image_encoding": "n_images", "descriptor_sample": "n_train", "learn_codebook": None}
+
+
+def per_image_costs(report: dict) -> dict:
+    """Milliseconds per counted image of each per-image stage of a :func:`run_build` report:
+    wall, CPU of the workers (process tree minus this process) and of this process (the
+    client, and a ``LocalCluster``'s scheduler)."""
+    costs = {}
+    for wall_key, cpu_key, count_key in _PER_IMAGE_STAGES:
+        n = max(report[count_key], 1)
+        tree = report["stage_cpu_seconds"].get(cpu_key, 0.0)
+        main = report.get("stage_main_process_cpu_seconds", {}).get(cpu_key, 0.0)
+        costs[wall_key] = {"count": report[count_key], "wall_ms": 1000 * report["stage_wall_seconds"].get(wall_key, 0.0) / n,
+                           "worker_cpu_ms": 1000 * max(tree - main, 0.0) / n, "main_cpu_ms": 1000 * main / n}
+    return costs
+
+
+def _scaled(report: dict, count_key: str | None, target: dict) -> float:
+    return 1.0 if count_key is None else target[count_key] / max(report[count_key], 1)
+
+
+def check_projection(small: dict, large: dict) -> dict:
+    """``large`` projected from ``small`` (each stage's wall, the cache and the store grow with
+    what they count; the codebook is fixed) against what ``large`` measured."""
+    counts = {"check": "n_images", "sample": "n_train", "encode+pool": "rows", "discover": "n_images",
+              "split": "n_images", "codebook": None, "normalise+write": "rows"}
+    rows = {}
+    for stage, count_key in counts.items():
+        projected = small["stage_wall_seconds"].get(stage, 0.0) * _scaled(small, count_key, large)
+        rows[stage] = {"projected_s": round(projected, 2), "measured_s": large["stage_wall_seconds"].get(stage, 0.0)}
+    projected_total = sum(row["projected_s"] for row in rows.values())
+    cache_small = {k: v * small["n_images"] for k, v in small["cache_bytes_per_image"].items()}
+    cache_projected = sum(v * _scaled(small, _CACHE_COUNTS.get(k, "n_images"), large) for k, v in cache_small.items())
+    return {
+        "images": [small["n_images"], large["n_images"]],
+        "stages": rows,
+        "stages_total": {"projected_s": round(projected_total, 1),
+                         "measured_s": round(sum(large["stage_wall_seconds"].values()), 1)},
+        "wall": {"projected_s": round(projected_total + small["wall_seconds"] - sum(small["stage_wall_seconds"].values()), 1),
+                 "measured_s": large["wall_seconds"]},
+        "cache_bytes": {"projected": round(cache_projected), "measured": large["cache_bytes_total"]},
+        "store_bytes": {"projected": round(small["store_bytes_total"] * large["rows"] / small["rows"]),
+                        "measured": large["store_bytes_total"]},
+        "peak_worker_mib": {"small": small["memory"]["worker_peak_mib"], "large": large["memory"]["worker_peak_mib"]},
+    }
+
+
+def project_imagenet(build: dict, stage_costs: dict | None, *, n_train: int, n_test: int, cores: list[int],
+                     image_bytes: int, config: str, store_bytes_per_row: float | None) -> dict:
+    """Time, disk and network of a build of ``n_train + n_test`` images on ``cores`` workers,
+    from the per-image costs of a measured build (see docs/scaling.md for the model)."""
+    n_all = n_train + n_test
+    costs = per_image_costs(build)
+    counts = {"check": n_all, "sample": n_train, "encode+pool": n_all}
+    worker_cpu = sum(costs[stage]["worker_cpu_ms"] * counts[stage] for stage in counts) / 1000
+    main_cpu = sum(costs[stage]["main_cpu_ms"] * counts[stage] for stage in counts) / 1000
+    extra_decode_ms = 0.0
+    if stage_costs is not None and "imagenet_like_decode" in stage_costs:
+        scene_decode = stage_costs["configs"][config]["cpu_ms_per_image"]["fingerprint"] + \
+            stage_costs["configs"][config]["cpu_ms_per_image"]["decode"]
+        # an image is decoded twice on the workers (check, descriptors)
+        extra_decode_ms = 2 * max(stage_costs["imagenet_like_decode"]["cpu_ms_per_image"] - scene_decode, 0.0)
+    worker_cpu += extra_decode_ms * n_all / 1000
+    per_image_client = 1000 * build["stage_wall_seconds"].get("discover", 0.0) / build["n_images"]
+    client_serial = (build["stage_wall_seconds"].get("codebook", 0.0)
+                     + per_image_client * n_all / 1000
+                     + build["stage_wall_seconds"].get("normalise+write", 0.0) * n_all / build["rows"])
+    cache_per_image = sum(v * _scaled(build, _CACHE_COUNTS.get(k, "n_images"), {"n_images": n_all, "n_train": n_train})
+                          for k, v in build["cache_bytes_per_image"].items()) * build["n_images"] / n_all
+    store_per_row = store_bytes_per_row if store_bytes_per_row is not None else build["store_bytes_per_row"]
+    sent_per_image = (build.get("dask") or {}).get("bytes_sent_per_image", 0)
+    network_per_image = image_bytes + cache_per_image + store_per_row + sent_per_image
+    table = []
+    for p in cores:
+        seconds = client_serial + max(worker_cpu / p, main_cpu)
+        table.append({"cores": p, "hours": round(seconds / 3600, 2), "workers_bound": worker_cpu / p >= main_cpu,
+                      "network_TB": round(network_per_image * n_all / 1e12, 2),
+                      "aggregate_GB_per_s": round(network_per_image * n_all / seconds / 1e9, 2)})
+    return {
+        "images": n_all, "per_image_ms": costs, "extra_decode_ms_per_image": round(extra_decode_ms, 2),
+        "worker_cpu_hours": round(worker_cpu / 3600, 1), "client_and_scheduler_cpu_hours": round(main_cpu / 3600, 2),
+        "client_serial_hours": round(client_serial / 3600, 2),
+        "disk_GB": {"images": round(image_bytes * n_all / 1e9), "stage_cache": round(cache_per_image * n_all / 1e9),
+                    "feature_store": round(store_per_row * n_all / 1e9)},
+        "network_bytes_per_image": round(network_per_image), "table": table,
+    }
+
+
+def train_projection(train_costs: dict, *, n_train: int, nnz_per_row: float, n_classes: int, cores: list[int]) -> dict:
+    """CPU hours of one-vs-rest training over ``n_classes`` on ``n_train`` rows, from the
+    measured cost per class per stored non-zero (valid when a classifier's work grows with
+    the rows: fixed epochs of SGD for nSVM), spread over ``cores``."""
+    out = {}
+    nnz = n_train * nnz_per_row
+    for name, runs in train_costs["classifiers"].items():
+        per_nnz = runs["all"]["cpu_ns_per_class_per_nnz"] * 1e-9
+        growth = runs["all"]["cpu_ns_per_class_per_nnz"] / runs["half"]["cpu_ns_per_class_per_nnz"]
+        cpu = per_nnz * nnz * n_classes
+        out[name] = {"cpu_s_per_class": round(per_nnz * nnz), "cpu_hours": round(cpu / 3600, 1),
+                     "per_nnz_growth_when_rows_double": round(growth, 2),
+                     "hours": {p: round(cpu / min(p, n_classes) / 3600, 2) for p in cores}}
+    return out
+
+
+def project(args) -> dict:
+    load = lambda path: json.loads(Path(path).read_text()) if path else None  # noqa: E731
+    real = load(args.build)
+    if args.build_mode:
+        real = real[args.build_mode]
+    report = {}
+    if real is not None:
+        report["imagenet_build"] = project_imagenet(
+            real, load(args.stage_costs), n_train=args.n_train, n_test=args.n_test, cores=args.cores,
+            image_bytes=args.image_bytes, config=args.config, store_bytes_per_row=args.store_bytes_per_row)
+    if args.train_costs:
+        report["imagenet_training"] = train_projection(load(args.train_costs), n_train=args.n_train,
+                                                       nnz_per_row=args.nnz_per_row, n_classes=args.classes,
+                                                       cores=args.cores)
+    if args.check_small and args.check_large:
+        report["check"] = check_projection(load(args.check_small), load(args.check_large))
+    return report
+
+
 # ------------------------------------------------------------------ command line
 
 
@@ -515,6 +645,23 @@ def main() -> int:
     train.add_argument("--classifiers", nargs="+", default=["nsvm", "linear", "pmsvm"])
     train.add_argument("--json")
 
+    proj = commands.add_parser("project", help="the projection of docs/scaling.md from the measurements")
+    proj.add_argument("--build", help="a build report (build --json), or bench_cluster.py's JSON with --build-mode")
+    proj.add_argument("--build-mode", help="the mode of bench_cluster.py's JSON to project from (e.g. local:2)")
+    proj.add_argument("--stage-costs", help="stage-costs --json (adds the larger images' extra decode time)")
+    proj.add_argument("--train-costs", help="train-costs --json")
+    proj.add_argument("--config", default="bof-spm")
+    proj.add_argument("--n-train", type=int, default=1_281_167, help="ImageNet-1k training images")
+    proj.add_argument("--n-test", type=int, default=50_000, help="ImageNet-1k validation images")
+    proj.add_argument("--classes", type=int, default=1000)
+    proj.add_argument("--cores", type=int, nargs="+", default=[10, 100, 1000])
+    proj.add_argument("--image-bytes", type=int, default=110_000, help="mean JPEG size (ImageNet-1k: ~110 KB)")
+    proj.add_argument("--nnz-per-row", type=float, default=1367.0, help="stored non-zeros per feature row")
+    proj.add_argument("--store-bytes-per-row", type=float, help="default: the measured build's")
+    proj.add_argument("--check-small", help="build report of the small simulated run")
+    proj.add_argument("--check-large", help="build report of the large simulated run")
+    proj.add_argument("--json")
+
     args = parser.parse_args()
     if args.command == "generate":
         generate(args.out, args.n, args.classes, args.seed, args.min_side, args.max_side, args.quality)
@@ -524,7 +671,8 @@ def main() -> int:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
-    report = {"build": run_build, "stage-costs": stage_costs, "train-costs": train_costs}[args.command](args)
+    commands_run = {"build": run_build, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
+    report = commands_run[args.command](args)
     print(json.dumps(report, indent=2))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
