@@ -43,6 +43,7 @@ def _namespace(args, mode: str, out: Path, cache: Path) -> argparse.Namespace:
         train_per_class=args.train_per_class,
         n_jobs=int(n) if kind == "loky" else 1, scheduler=None,
         cluster=f"local:{n}" if kind == "local" else None, store=args.store if kind == "local" else None,
+        batch_size=args.batch_size if kind == "local" else None,
     )
 
 
@@ -82,6 +83,7 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", default=["loky:2", "local:1", "local:2"],
                         help="loky:N (joblib, N processes) or local:N (LocalCluster of N workers)")
     parser.add_argument("--store", help="--store of the cluster modes (default: the build's default)")
+    parser.add_argument("--batch-size", type=int, help="images per Dask task of the cluster modes")
     parser.add_argument("--share-codebook", action="store_true",
                         help="later modes reuse the first mode's codebook cache entry (per-image stages stay cold)")
     parser.add_argument("--json")

@@ -216,7 +216,8 @@ class ProcessTreeMonitor:
 
 def _cluster_options(args) -> dict:
     """The build's cluster keywords that were given (none: the single-machine build)."""
-    options = {"scheduler": args.scheduler, "cluster": args.cluster, "store": args.store}
+    options = {"scheduler": args.scheduler, "cluster": args.cluster, "store": args.store,
+               "batch_size": getattr(args, "batch_size", None)}
     return {key: value for key, value in options.items() if value is not None}
 
 
@@ -629,6 +630,7 @@ def main() -> int:
     build.add_argument("--scheduler")
     build.add_argument("--cluster")
     build.add_argument("--store")
+    build.add_argument("--batch-size", type=int, help="images per Dask task (default: the build's)")
     build.add_argument("--json")
 
     costs = commands.add_parser("stage-costs", help="per-image CPU cost of each stage on real images")
