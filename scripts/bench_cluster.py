@@ -47,6 +47,41 @@ def _namespace(args, mode: str, out: Path, cache: Path) -> argparse.Namespace:
     )
 
 
+def _count_images(batch: list) -> int:
+    """A task that does nothing with its batch (the scheduler's cost per task, alone)."""
+    return len(batch)
+
+
+def task_overhead(n_workers: int, n_tasks: int, batch_size: int) -> dict:
+    """Wall and CPU per task of ``n_tasks`` no-op tasks on a ``LocalCluster`` of ``n_workers``
+    (one thread each), each carrying ``batch_size`` (path, SHA-1) pairs as a build's task does:
+    the scheduler's floor per task, with the client and the scheduler in this process."""
+    import logging
+    import time
+
+    from distributed import Client, LocalCluster
+
+    from simulate_scale import ProcessTreeMonitor
+
+    batches = [[(f"/data/imagenet/train/n{t:08d}/img_{i:03d}.JPEG", f"{t * batch_size + i:040x}")
+                for i in range(batch_size)] for t in range(n_tasks)]
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        client.wait_for_workers(n_workers)
+        client.gather(client.map(_count_images, batches[:50], pure=False))  # warm: function shipped, workers ready
+        with ProcessTreeMonitor(interval=0.2) as monitor:
+            monitor.mark("tasks")
+            start = time.perf_counter()
+            assert sum(client.gather(client.map(_count_images, batches, pure=False))) == n_tasks * batch_size
+            wall = time.perf_counter() - start
+            monitor.mark("done")
+    main = monitor.stage_main_cpu.get("tasks", 0.0)
+    return {"workers": n_workers, "tasks": n_tasks, "batch_size": batch_size, "wall_s": round(wall, 3),
+            "tasks_per_second": round(n_tasks / wall, 1), "wall_ms_per_task": round(1000 * wall / n_tasks, 3),
+            "client_and_scheduler_cpu_ms_per_task": round(1000 * main / n_tasks, 3),
+            "worker_cpu_ms_per_task": round(1000 * (monitor.stage_cpu.get("tasks", 0.0) - main) / n_tasks, 3)}
+
+
 def _same_features(first: Path, other: Path) -> bool:
     from classify_images.pipeline.feature_store import load_feature_set
 
@@ -74,22 +109,32 @@ def _row(mode: str, report: dict, base: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--dataset")
     parser.add_argument("--config", default="bof-spm")
     parser.add_argument("--codebook-size", type=int, help="override codebook.size")
     parser.add_argument("--n-samples", type=int, help="override codebook.n_samples")
     parser.add_argument("--train-per-class", type=int, help="override dataset.train_per_class")
     parser.add_argument("--work", required=True, type=Path, help="feature sets and caches go here (replaced)")
-    parser.add_argument("--modes", nargs="+", default=["loky:2", "local:1", "local:2"],
+    parser.add_argument("--modes", nargs="*", default=["loky:2", "local:1", "local:2"],
                         help="loky:N (joblib, N processes) or local:N (LocalCluster of N workers)")
     parser.add_argument("--store", help="--store of the cluster modes (default: the build's default)")
     parser.add_argument("--batch-size", type=int, help="images per Dask task of the cluster modes")
     parser.add_argument("--share-codebook", action="store_true",
                         help="later modes reuse the first mode's codebook cache entry (per-image stages stay cold)")
+    parser.add_argument("--noop-tasks", type=int, default=0,
+                        help="first measure the scheduler's cost per task with this many no-op tasks "
+                             "(batches of --batch-size or 32 pairs) on 1 and 2 workers")
     parser.add_argument("--json")
     args = parser.parse_args()
+    if args.modes and not args.dataset:
+        parser.error("--dataset is needed to build (or give --modes with no value to measure --noop-tasks only)")
 
-    reports, first_out, first_cache = {}, None, None
+    reports = {}
+    if args.noop_tasks:
+        reports["noop"] = [task_overhead(n, args.noop_tasks, args.batch_size or 32) for n in (1, 2)]
+        print(json.dumps(reports["noop"], indent=2), flush=True)
+
+    first_out, first_cache = None, None
     for mode in args.modes:
         name = mode.replace(":", "")
         out, cache = args.work / f"fs-{name}", args.work / f"cache-{name}"
@@ -106,6 +151,8 @@ def main() -> int:
         reports[mode] = report
         print(json.dumps(report, indent=2), flush=True)
 
+    if not args.modes:
+        return 0
     base = reports[args.modes[0]]
     print("| mode | wall s | per-image stages s | encode+pool s | ratio to "
           f"{args.modes[0]} | CPU s | tasks | tasks/s | bytes sent / image | overhead ms / task | "
