@@ -538,8 +538,12 @@ def project_imagenet(build: dict, stage_costs: dict | None, *, n_train: int, n_t
     if stage_costs is not None and "imagenet_like_decode" in stage_costs:
         scene_decode = stage_costs["configs"][config]["cpu_ms_per_image"]["fingerprint"] + \
             stage_costs["configs"][config]["cpu_ms_per_image"]["decode"]
+        # the probe's JPEGs are smoother (fewer bytes) than photographs of that size: its decode
+        # time is scaled by image_bytes / its bytes (Huffman decoding grows with the bytes)
+        probe = stage_costs["imagenet_like_decode"]
+        decode_ms = probe["cpu_ms_per_image"] * max(1.0, image_bytes / probe["file_bytes"])
         # an image is decoded twice on the workers (check, descriptors)
-        extra_decode_ms = 2 * max(stage_costs["imagenet_like_decode"]["cpu_ms_per_image"] - scene_decode, 0.0)
+        extra_decode_ms = 2 * max(decode_ms - scene_decode, 0.0)
     worker_cpu += extra_decode_ms * n_all / 1000
     per_image_client = 1000 * build["stage_wall_seconds"].get("discover", 0.0) / build["n_images"]
     client_serial = (build["stage_wall_seconds"].get("codebook", 0.0)
