@@ -19,6 +19,15 @@ Per-image work runs through :class:`joblib.Parallel` (``n_jobs``) and through
 the :class:`~classify_images.pipeline.stages.StageCache`, so re-running with the
 same config recomputes nothing, and changing only pooling or normalisation
 reuses the cached codes.
+
+On a Dask cluster (``scheduler`` / ``cluster``, :mod:`~classify_images.pipeline.cluster`)
+the same calls run as tasks of ``batch_size`` images each; the fitted extractor (its
+codebook) is sent to every worker once, the workers read and write the stage cache
+themselves (a folder they share), and the numbers are the same as on one machine: every
+row is computed by the same function of the image and the codebook, and per-image seeds
+derive from the image's content.  With ``store="sharded"`` the workers also write the rows,
+one shard per task (:mod:`~classify_images.pipeline.shard_store`); the client receives
+only each shard's name, size and checksum, and commits them with the manifest.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -39,17 +49,22 @@ from ..coding.codebook import codebook_size
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
+from .cluster import ClusterError, iter_tasks, open_client, parse_cluster_option, scheduler_errors
 from .extractor import FeatureExtractor
-from .feature_store import FeatureSetWriter, check_destination, load_feature_set
+from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, load_feature_set
 from .provenance import library_versions
+from .shard_store import shard_format, write_shard
 from .stages import StageCache, implementation_versions
 
-__all__ = ["BuildResult", "build_feature_set", "default_cache_dir"]
+__all__ = ["BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE"]
 
 _PROGRESS = Callable[[Iterable, str, int], Iterable]
 
 #: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
 _NORMALISE_CHUNK = 1024
+#: Images per Dask task, and rows per shard of a sharded store: chosen from the scheduler's
+#: cost per task against the cost of an image (BENCHMARKS.md, "Dask scheduler overhead per task").
+DEFAULT_BATCH_SIZE = 32
 
 
 def default_cache_dir() -> Path:
@@ -116,21 +131,69 @@ class _Split:
 
 @dataclass
 class _Runner:
-    """How per-image work runs: workers, stage cache, progress reporting."""
+    """How per-image work runs: joblib workers on this machine or Dask tasks on a cluster
+    (``client``), the stage cache, progress reporting.
+
+    Tasks are :func:`joblib.delayed` calls; ``shared`` objects are added to the keywords of
+    every call (scattered once to the cluster's workers; joblib pickles them with each call,
+    memory-mapping large arrays).
+    """
 
     n_jobs: int
     cache: StageCache
     progress: _PROGRESS
+    client: Any = None
+    batch_size: int = DEFAULT_BATCH_SIZE
 
-    def map(self, tasks: list, description: str, **parallel_options) -> list:
-        results = Parallel(n_jobs=self.n_jobs, return_as="generator", **parallel_options)(tasks)
-        return list(self.progress(results, description, len(tasks)))
+    def imap(self, tasks: list, description: str, *, shared: dict | None = None, batch_size: int | None = None,
+             **parallel_options) -> Iterator[tuple[int, Any]]:
+        """``(index, result)`` of each task, in completion order on a cluster, in order otherwise."""
+        if self.client is not None:
+            return iter_tasks(self.client, tasks, description, batch_size=batch_size or self.batch_size, shared=shared)
+        if shared:
+            tasks = [(function, args, {**kwargs, **shared}) for function, args, kwargs in tasks]
+        return enumerate(Parallel(n_jobs=self.n_jobs, return_as="generator", **parallel_options)(tasks))
+
+    def map(self, tasks: list, description: str, *, sizes: list[int] | None = None, **options) -> list:
+        """The results of ``tasks`` in order; the progress bar counts ``sizes[i]`` images for task ``i``."""
+        results: list = [None] * len(tasks)
+        for index, result in self.progress_of(self.imap(tasks, description, **options), description, sizes or len(tasks)):
+            results[index] = result
+        return results
+
+    def progress_of(self, pairs: Iterable[tuple[int, Any]], description: str, sizes: list[int] | int) -> Iterator:
+        """``pairs`` through the progress bar, which advances by ``sizes[index]`` images per pair."""
+        if isinstance(sizes, int):
+            yield from self.progress(pairs, description, sizes)
+            return
+        held: list = []
+
+        def ticks() -> Iterator[None]:
+            for pair in pairs:
+                held.append(pair)
+                yield from (None for _ in range(sizes[pair[0]]))
+
+        for _ in self.progress(ticks(), description, sum(sizes)):
+            while held:
+                yield held.pop()
 
 
-def _discover(dataset_dir: str | os.PathLike, config: PipelineConfig, n_jobs: int) -> _Images:
+#: Files fingerprinted per Dask task, in units of the batch size (reading a file is much
+#: cheaper than encoding an image).
+_FINGERPRINT_BATCHES = 8
+
+
+def _discover(dataset_dir: str | os.PathLike, config: PipelineConfig, n_jobs: int, client=None,
+              batch_size: int = DEFAULT_BATCH_SIZE) -> _Images:
     dataset = discover_dataset(dataset_dir, keep_background=config.dataset.keep_background)
     paths = [str(dataset.absolute(p)) for p in dataset.paths]
-    fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(delayed(_fingerprint_or_reason)(p) for p in paths)
+    calls = [delayed(_fingerprint_or_reason)(p) for p in paths]
+    if client is None:
+        fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(calls)
+    else:  # the workers read the files (on a file system they share), the client only lists them
+        fingerprints = [None] * len(calls)
+        for index, result in iter_tasks(client, calls, "fingerprint", batch_size=batch_size * _FINGERPRINT_BATCHES):
+            fingerprints[index] = result
     unreadable = [i for i, (_, reason) in enumerate(fingerprints) if reason is not None]
     if unreadable:  # listed as skipped, like every file that cannot be used
         keep = [i for i in range(len(paths)) if i not in set(unreadable)]
@@ -164,7 +227,7 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
         return None
     log(f"feature set {out} is up to date (config hash {config_hash[:12]}); nothing to do")
     return BuildResult(
-        path=out, n_images=n_images, n_train=existing.X_train.shape[0], n_test=existing.X_test.shape[0],
+        path=out, n_images=n_images, n_train=existing.rows["train"].shape[0], n_test=existing.rows["test"].shape[0],
         n_skipped=len(existing.manifest["skipped"]), n_features=existing.n_features,
         n_classes=len(existing.class_names), timings={"total": round(sum(timings.values()), 3)}, reused=True,
     )
@@ -249,23 +312,109 @@ def _learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCach
     return cache.learn_codebook(sample, config.to_dict()["codebook"])
 
 
+def _image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
+    """The vector of one image: normalised (:meth:`FeatureExtractor.vector`) or only pooled."""
+    return extractor.vector(path, fingerprint) if normalized else extractor.pooled(path, fingerprint)
+
+
 def _encode_and_pool(
     extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: _Runner
 ) -> dict[str, np.ndarray]:
     """The rows ``X_train``, ``X_test`` (memory-mapped), normalised when the normaliser is
     per-vector, pooled only when it still has to be fitted."""
-    row_of = extractor.vector if extractor.normalizer.is_fitted else extractor.pooled
+    normalized = extractor.normalizer.is_fitted
     X = {"train": writer.open_rows("X_train", len(split.train), extractor.n_features),
          "test": writer.open_rows("X_test", len(split.test), extractor.n_features)}
     rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
     order = np.concatenate([split.train, split.test])
-    # max_nbytes: the codebook is shipped to the workers once, memory-mapped.
-    vectors = Parallel(n_jobs=runner.n_jobs, return_as="generator", max_nbytes="100K")(
-        delayed(row_of)(images.paths[i], images.fingerprints[i]) for i in order
-    )
-    for (part, row), vector in zip(rows, runner.progress(vectors, "encode + pool", len(order))):
+    tasks = [delayed(_image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
+    # The extractor (its codebook) goes to each worker once: scattered to a cluster's workers,
+    # memory-mapped by joblib (max_nbytes) on this machine.
+    vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
+    for index, vector in runner.progress_of(vectors, "encode + pool", len(order)):
+        part, row = rows[index]
         X[part][row] = vector
     return X
+
+
+def _encode_shard(
+    images: list[tuple[str, str]], folder: str, part: str, index: int, fmt: str, *,
+    extractor: FeatureExtractor, normalized: bool, statistics_only: bool = False,
+) -> dict[str, Any]:
+    """One task of a sharded build: the rows of ``images``, written by the worker as shard
+    ``index`` of ``part`` in ``folder``.
+
+    Returns ``{"entry": …}`` (the shard's manifest entry), ``{"non_finite": [local rows]}``
+    (nothing written), or, with ``statistics_only``, the column minima and maxima of the
+    pooled rows (``{"minima", "maxima"}``, nothing written) for fitting a normaliser.
+    """
+    rows = np.stack([_image_row(path, fingerprint, extractor=extractor, normalized=normalized)
+                     for path, fingerprint in images]).astype(np.float32, copy=False)
+    if statistics_only:
+        return {"minima": rows.min(axis=0), "maxima": rows.max(axis=0)}
+    finite = np.isfinite(rows).all(axis=1)
+    if not finite.all():
+        return {"non_finite": np.flatnonzero(~finite).tolist()}
+    return {"entry": write_shard(folder, part, index, rows, fmt)}
+
+
+@dataclass
+class _Shards:
+    """The shards of a sharded build: which images each holds, then their manifest entries."""
+
+    fmt: str
+    rows_per_shard: int
+    #: (part, index of the shard in its part, positions of its images in ``split.train`` / ``split.test``)
+    plan: list[tuple[str, int, np.ndarray]]
+    entries: dict[str, list[dict]] = field(default_factory=dict)
+
+    def manifest(self, n_features: int) -> dict[str, Any]:
+        n_values = sum(entry["rows"] for entries in self.entries.values() for entry in entries) * n_features
+        nnz = sum(entry["nnz"] for entries in self.entries.values() for entry in entries)
+        return {"layout": "sharded", "format": self.fmt, "rows_per_shard": self.rows_per_shard,
+                "density": round(nnz / max(n_values, 1), 6), "shards": self.entries}
+
+
+def _write_shards(
+    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: _Runner
+) -> _Shards:
+    """Every row of the feature set, written by the workers as shards of ``runner.batch_size`` rows.
+
+    A normaliser with training statistics (``minmax``) is fitted first from the column
+    minima and maxima of the training shards' pooled rows (combined exactly), then every
+    shard is computed again, normalised, from the stage cache.
+    """
+    size = runner.batch_size
+    shards = _Shards(shard_format(extractor.config.codebook.kind), size, [])
+    for part, index in (("X_train", split.train), ("X_test", split.test)):
+        shards.plan += [(part, k, np.arange(start, min(start + size, len(index))))
+                        for k, start in enumerate(range(0, len(index), size))]
+    split_index = {"X_train": split.train, "X_test": split.test}
+
+    def tasks(plan, **options):
+        return [delayed(_encode_shard)([(images.paths[i], images.fingerprints[i]) for i in split_index[part][rows]],
+                                       os.fspath(writer.shard_folder), part, k, shards.fmt, **options)
+                for part, k, rows in plan]
+
+    def run(plan, description, extractor, **options):
+        return runner.map(tasks(plan, **options), description, sizes=[len(rows) for _, _, rows in plan],
+                          shared={"extractor": extractor}, batch_size=1, max_nbytes="100K")
+
+    if not extractor.normalizer.is_fitted:
+        training = [step for step in shards.plan if step[0] == "X_train"]
+        statistics = run(training, "pool (statistics)", extractor, normalized=False, statistics_only=True)
+        minima = np.minimum.reduce([result["minima"] for result in statistics])
+        maxima = np.maximum.reduce([result["maxima"] for result in statistics])
+        extractor.normalizer = type(extractor.normalizer).from_statistics(
+            extractor.normalizer.method, np.stack([minima, maxima]))
+    results = run(shards.plan, "encode + pool", extractor, normalized=True)
+    bad = [images.dataset.paths[split_index[part][rows[r]]]
+           for (part, _, rows), result in zip(shards.plan, results) for r in result.get("non_finite", [])]
+    if bad:
+        raise _non_finite_error(bad)
+    shards.entries = {part: [result["entry"] for (p, _, _), result in zip(shards.plan, results) if p == part]
+                      for part in ("X_train", "X_test")}
+    return shards
 
 
 def _fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> None:
@@ -288,10 +437,14 @@ def _check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> N
             finite = np.isfinite(rows[start : start + _NORMALISE_CHUNK]).all(axis=1)
             bad += [images.dataset.paths[index[start + r]] for r in np.flatnonzero(~finite)]
     if bad:
-        raise DatasetError(
-            f"the features of {len(bad)} image(s) are not finite (first: {bad[0]}); "
-            "check [normalization] and [sift] in the config, or remove those images"
-        )
+        raise _non_finite_error(bad)
+
+
+def _non_finite_error(bad: list[str]) -> DatasetError:
+    return DatasetError(
+        f"the features of {len(bad)} image(s) are not finite (first: {bad[0]}); "
+        "check [normalization] and [sift] in the config, or remove those images"
+    )
 
 
 def _store(
@@ -300,6 +453,11 @@ def _store(
     """Flush the rows; save the labels, the codebook and the normaliser's statistics."""
     for part in X.values():
         part.flush()
+    _store_labels_and_codebook(writer, extractor, labels, split)
+
+
+def _store_labels_and_codebook(writer: FeatureSetWriter, extractor: FeatureExtractor, labels: np.ndarray,
+                               split: _Split) -> None:
     writer.save_normalizer(extractor.normalizer)
     writer.save("y_train", labels[split.train])
     writer.save("y_test", labels[split.test])
@@ -308,9 +466,10 @@ def _store(
 
 def _manifest(
     config: PipelineConfig, config_hash: str, images: _Images, split: _Split, extractor: FeatureExtractor,
-    n_training_descriptors: int, timings: dict[str, float],
+    n_training_descriptors: int, timings: dict[str, float], shards: _Shards | None = None,
 ) -> dict:
     dataset = images.dataset
+    store = {} if shards is None else {"store": shards.manifest(extractor.n_features)}
     return {
         "config": config.to_dict(),
         "config_hash": config_hash,
@@ -333,6 +492,7 @@ def _manifest(
         "timings": timings,
         "versions": library_versions(),
         "implementation_versions": implementation_versions(config.codebook.kind),
+        **store,
     }
 
 
@@ -345,6 +505,10 @@ def build_feature_set(
     cache_dir: str | os.PathLike | None = None,
     progress: _PROGRESS = _no_progress,
     log: Callable[[str], None] = lambda message: None,
+    scheduler: str | None = None,
+    cluster: str | None = None,
+    store: str = "npy",
+    batch_size: int | None = None,
 ) -> BuildResult:
     """Build (or reuse) the feature set of ``dataset_dir`` under ``config`` into ``out``.
 
@@ -359,27 +523,72 @@ def build_feature_set(
     config : PipelineConfig
         The configuration (:func:`~classify_images.pipeline.config.load_config`).
     n_jobs : int
-        joblib workers for the per-image steps (-1: all cores).
+        joblib workers for the per-image steps (-1: all cores); not used on a cluster.
     cache_dir : path-like or None
-        joblib cache folder (None: no cache).
+        joblib cache folder (None: no cache).  On a cluster, a folder every worker can
+        read and write at the same path (docs/reliability.md, "The stage cache on a shared
+        file system").
     progress : callable
         ``progress(iterable, description, total)`` wrapper (e.g. tqdm).
     log : callable
         Receives one-line status messages.
+    scheduler : str, optional
+        ``tcp://HOST:PORT`` of a running Dask scheduler: the per-image steps run there.
+    cluster : str, optional
+        ``local:N``: start a Dask ``LocalCluster`` of N worker processes for this build.
+    store : {"npy", "sharded"}
+        Row layout: one memory-mapped ``.npy`` per split filled by this process (default),
+        or shards written by the workers (:mod:`~classify_images.pipeline.shard_store`).
+    batch_size : int, optional
+        Images per Dask task and rows per shard (default :data:`DEFAULT_BATCH_SIZE`).
 
     Returns
     -------
     BuildResult
+
+    Raises
+    ------
+    ClusterError
+        Bad ``scheduler`` / ``cluster``, Dask not installed, the scheduler unreachable or
+        lost during the build (finished work stays in the stage cache: the same call resumes).
     """
-    out, timer = check_destination(out, dataset_dir), StageTimer()
+    if store not in STORE_LAYOUTS:
+        raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
+    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    spec = parse_cluster_option(scheduler, cluster)
+    out = check_destination(out, dataset_dir)
+    if spec is None:
+        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, None, store, batch_size)
+    with open_client(spec) as client, scheduler_errors(spec):
+        log(f"running the per-image steps on {spec}")
+        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, client, store, batch_size)
+
+
+def _check_workers_see(client, folder: Path, what: str) -> None:
+    """Refuse to start when a worker cannot see ``folder`` (it is not on a file system they share)."""
+    seen = client.run(os.path.isdir, os.fspath(folder))
+    blind = sorted(worker for worker, ok in seen.items() if not ok)
+    if blind:
+        raise ClusterError(f"worker {blind[0]} (and {len(blind) - 1} more) cannot see {folder}: "
+                           f"put {what} on a file system every worker mounts at the same path")
+
+
+def _build(
+    dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir, progress: _PROGRESS, log, client,
+    store: str, batch_size: int,
+) -> BuildResult:
+    timer = StageTimer()
     with timer("discover"):
-        images = _discover(dataset_dir, config, n_jobs)
+        images = _discover(dataset_dir, config, n_jobs, client, batch_size)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(config.codebook.kind))
     reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log)
     if reused is not None:
         return reused
 
-    runner = _Runner(n_jobs, StageCache(cache_dir, cache_descriptors=config.sift.cache_descriptors), progress)
+    cache = StageCache(cache_dir, cache_descriptors=config.sift.cache_descriptors)
+    runner = _Runner(n_jobs, cache, progress, client, batch_size)
     with timer("check"):
         readable, skipped, warned = _check(images, config, runner)
     for entry in warned[:3]:
@@ -391,15 +600,25 @@ def build_feature_set(
         sample = _sample_descriptors(images, split.train, config, runner)
     with timer("codebook"):
         extractor = FeatureExtractor(config, _learn_codebook(sample, config, runner.cache, log), cache=runner.cache)
+    shards = None
     with FeatureSetWriter(out, dataset_dir) as writer:
-        with timer("encode+pool"), _image_errors_as_dataset_errors(images):
-            X = _encode_and_pool(extractor, images, split, writer, runner)
-        with timer("normalise+write"):
-            _fit_normalizer(extractor, X)
-            _check_finite(X, images, split)
-            _store(writer, X, extractor, images.dataset.labels, split)
-            del X
-        writer.commit(_manifest(config, config_hash, images, split, extractor, int(sample.shape[0]), timer.timings))
+        if store == "sharded":
+            if client is not None:
+                _check_workers_see(client, writer.shard_folder, "the feature set (--out)")
+            with timer("encode+pool"), _image_errors_as_dataset_errors(images):
+                shards = _write_shards(extractor, images, split, writer, runner)
+            with timer("normalise+write"):
+                _store_labels_and_codebook(writer, extractor, images.dataset.labels, split)
+        else:
+            with timer("encode+pool"), _image_errors_as_dataset_errors(images):
+                X = _encode_and_pool(extractor, images, split, writer, runner)
+            with timer("normalise+write"):
+                _fit_normalizer(extractor, X)
+                _check_finite(X, images, split)
+                _store(writer, X, extractor, images.dataset.labels, split)
+                del X
+        writer.commit(_manifest(config, config_hash, images, split, extractor, int(sample.shape[0]), timer.timings,
+                                shards))
     return BuildResult(
         path=out, n_images=len(images.paths), n_train=len(split.train), n_test=len(split.test),
         n_skipped=len(split.skipped), n_features=extractor.n_features, n_classes=len(images.dataset.class_names),

@@ -16,6 +16,15 @@ Layout::
                                                min-max normalisation (the fitted
                                                :class:`~classify_images.coding.normalize.Normalizer`)
 
+Two layouts hold the rows (``--store``).  ``npy`` (the default on one machine):
+``X_train.npy`` and ``X_test.npy`` as above, filled by the building process.  ``sharded``
+(for a cluster; manifest ``format_version`` 2 with a ``store`` entry): instead of those two
+files, row blocks ``X_train.000000.npy`` … (dense) or ``X_train.000000.npz`` … (CSR) that
+the workers write themselves, listed in the manifest with their rows and SHA-1
+(:mod:`~classify_images.pipeline.shard_store`).  Both load with :func:`load_feature_set`;
+``FeatureSet.X_train`` is the dense matrix either way, and
+:meth:`FeatureSet.iter_row_blocks` reads either layout one block at a time.
+
 Writing.  The folder is assembled under a temporary name beside its destination
 (``.<name>.partial-<pid>``): the row files are allocated on the disk before they are
 memory-mapped (``posix_fallocate``), so a full disk is an ``ENOSPC`` error at allocation
@@ -50,6 +59,7 @@ import numpy as np
 from ..coding.normalize import Normalizer
 from .atomic import atomic_write_json, fsync_file, remove_stale_siblings, replace_folder
 from .config import ConfigError, PipelineConfig
+from .shard_store import SHARD_FORMATS, ShardedRows, ShardError, is_shard_name, is_shard_temporary, shard_name
 
 __all__ = [
     "FeatureSetError",
@@ -66,7 +76,14 @@ CODEBOOK = "codebook"
 #: The fitted normaliser's statistics (``[minima; maxima]``), when it has any.
 NORMALIZER_STATISTICS = "minmax"
 FORMAT_NAME = "classify-images-feature-set"
+#: Version 1: rows in ``X_train.npy`` / ``X_test.npy``; version 2: a ``store`` entry says
+#: where the rows are (``layout = "sharded"``: shards listed in the manifest).
 FORMAT_VERSION = 1
+SHARDED_FORMAT_VERSION = 2
+#: The row layouts (``--store``).
+STORE_LAYOUTS = ("npy", "sharded")
+#: Rows per block of :meth:`FeatureSet.iter_row_blocks` on the ``npy`` layout, by default.
+DEFAULT_ROWS_PER_BLOCK = 1024
 #: The row arrays and the label arrays of a feature set.
 ROW_ARRAYS = ("X_train", "X_test")
 LABEL_ARRAYS = ("y_train", "y_test")
@@ -84,15 +101,83 @@ class FeatureSetError(ValueError):
 
 @dataclass
 class FeatureSet:
-    """A loaded feature set (arrays memory-mapped, read-only)."""
+    """A loaded feature set (arrays memory-mapped, read-only).
+
+    ``rows`` holds the rows of each split (``"train"``, ``"test"``): a memory-mapped array
+    (``npy`` layout) or a :class:`~classify_images.pipeline.shard_store.ShardedRows`
+    (``sharded`` layout).  :attr:`X_train` and :attr:`X_test` are dense float32 arrays in
+    both layouts (the shards are assembled on first access); :meth:`iter_row_blocks` reads
+    one block at a time instead.
+    """
 
     path: Path
     manifest: dict
-    X_train: np.ndarray
-    X_test: np.ndarray
+    rows: dict[str, np.ndarray | ShardedRows]
     y_train: np.ndarray
     y_test: np.ndarray
     _codebook: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def X_train(self) -> np.ndarray:
+        """Training rows, float32 (n_train, d)."""
+        return self._dense("train")
+
+    @property
+    def X_test(self) -> np.ndarray:
+        """Test rows, float32 (n_test, d)."""
+        return self._dense("test")
+
+    def _dense(self, split: str) -> np.ndarray:
+        rows = self.rows[split]
+        return rows.toarray() if isinstance(rows, ShardedRows) else rows
+
+    @property
+    def layout(self) -> str:
+        """``"npy"`` or ``"sharded"``."""
+        return str(self.manifest.get("store", {}).get("layout", "npy"))
+
+    def iter_row_blocks(self, split: str, rows_per_block: int | None = None):
+        """``(X_block, y_block)`` over the rows of ``split`` (``"train"`` or ``"test"``), in row order.
+
+        Parameters
+        ----------
+        split : {"train", "test"}
+        rows_per_block : int, optional
+            Rows per block (the last one may be shorter).  Default: one shard at a time
+            (``sharded`` layout), :data:`DEFAULT_ROWS_PER_BLOCK` rows (``npy`` layout).
+
+        Yields
+        ------
+        X_block : ndarray of float32 or scipy.sparse.csr_matrix
+            Slices of the memory-mapped array (``npy``), dense shards, or CSR shards of a
+            ``csr`` sharded store.
+        y_block : ndarray of int64
+        """
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', not {split!r}")
+        rows, labels = self.rows[split], (self.y_train if split == "train" else self.y_test)
+        if isinstance(rows, ShardedRows):
+            for where, block in rows.blocks(rows_per_block):
+                yield block, np.asarray(labels[where], dtype=np.int64)
+            return
+        step = rows_per_block or DEFAULT_ROWS_PER_BLOCK
+        if step < 1:
+            raise ValueError(f"rows_per_block must be at least 1, not {step}")
+        for start in range(0, rows.shape[0], step):
+            yield rows[start : start + step], np.asarray(labels[start : start + step], dtype=np.int64)
+
+    def to_dask_array(self, split: str):
+        """The rows of ``split`` as a lazy ``dask.array`` (one chunk per shard, or per
+        :data:`DEFAULT_ROWS_PER_BLOCK` rows of the memory-mapped array).  Needs Dask."""
+        rows = self.rows[split]
+        if isinstance(rows, ShardedRows):
+            return rows.to_dask_array()
+        from .cluster import require_distributed
+
+        require_distributed()
+        import dask.array as da
+
+        return da.from_array(rows, chunks=(DEFAULT_ROWS_PER_BLOCK, rows.shape[1]))
 
     @property
     def class_names(self) -> list[str]:
@@ -109,7 +194,7 @@ class FeatureSet:
 
     @property
     def n_features(self) -> int:
-        return int(self.X_train.shape[1])
+        return int(self.rows["train"].shape[1])
 
     @property
     def train_paths(self) -> list[str]:
@@ -201,8 +286,12 @@ def _check_manifest(folder: Path, manifest) -> None:
         raise bad("is not a JSON object")
     if manifest.get("format") != FORMAT_NAME:
         raise FeatureSetError(f"{folder} is not a classify-images feature set")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise bad(f"has format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}")
+    if manifest.get("format_version") not in (FORMAT_VERSION, SHARDED_FORMAT_VERSION):
+        raise bad(f"has format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION} "
+                  f"or {SHARDED_FORMAT_VERSION}")
+    if (manifest["format_version"] == SHARDED_FORMAT_VERSION) != ("store" in manifest):
+        raise bad(f"has format_version {manifest['format_version']} {'without' if 'store' not in manifest else 'with'} "
+                  "a 'store' entry")
     checks = {
         "config_hash": lambda v: isinstance(v, str) and bool(v),
         "config": lambda v: isinstance(v, dict),
@@ -227,15 +316,41 @@ def _check_manifest(folder: Path, manifest) -> None:
         PipelineConfig.from_dict(manifest["config"], source=str(folder / MANIFEST))
     except ConfigError as exc:
         raise FeatureSetError(f"{exc}; rebuild the feature set") from None
+    if "store" in manifest:
+        _check_store(manifest, bad)
+
+
+def _is_shard_entry(entry, part: str, fmt: str, index: int) -> bool:
+    return (isinstance(entry, dict) and entry.get("file") == shard_name(part, index, fmt)
+            and _is_count(entry.get("rows"), 1) and _is_count(entry.get("nnz"), 0)
+            and isinstance(entry.get("sha1"), str) and len(entry["sha1"]) == 40)
+
+
+def _check_store(manifest: dict, bad) -> None:
+    """The ``store`` entry of a sharded feature set: layout, format, shards covering every row."""
+    store = manifest["store"]
+    if not isinstance(store, dict) or store.get("layout") != "sharded" or store.get("format") not in SHARD_FORMATS:
+        raise bad("has an invalid 'store' (expected layout 'sharded' and format 'dense' or 'csr')")
+    shards = store.get("shards")
+    if not isinstance(shards, dict):
+        raise bad("has an invalid store.shards")
+    for part in ("train", "test"):
+        entries = shards.get(f"X_{part}")
+        if not isinstance(entries, list) or not all(
+            _is_shard_entry(entry, f"X_{part}", store["format"], index) for index, entry in enumerate(entries)
+        ):
+            raise bad(f"has an invalid store.shards.X_{part}")
+        if sum(entry["rows"] for entry in entries) != len(manifest["split"][part]):
+            raise bad(f"lists shards of X_{part} that do not cover its {len(manifest['split'][part])} rows")
 
 
 def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -> None:
     """Raise :class:`FeatureSetError` unless the arrays agree with each other and the manifest."""
     n_classes, n_features = len(manifest["class_names"]), manifest["n_features"]
     for part in ("train", "test"):
-        X, y = arrays[f"X_{part}"], arrays[f"y_{part}"]
+        X, y = arrays.get(f"X_{part}"), arrays[f"y_{part}"]
         n_rows = len(manifest["split"][part])
-        if X.ndim != 2 or X.dtype != np.float32 or X.shape != (n_rows, n_features):
+        if X is not None and (X.ndim != 2 or X.dtype != np.float32 or X.shape != (n_rows, n_features)):
             raise FeatureSetError(
                 f"feature set {folder}: X_{part}.npy is {X.dtype} {X.shape}, the manifest announces "
                 f"float32 ({n_rows}, {n_features}); rebuild it"
@@ -248,7 +363,21 @@ def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -
             raise FeatureSetError(
                 f"feature set {folder}: y_{part}.npy has labels outside 0…{n_classes - 1}; rebuild it"
             )
-        _require_finite(folder, f"X_{part}.npy", X)
+        if X is not None:
+            _require_finite(folder, f"X_{part}.npy", X)
+
+
+def _sharded_rows(folder: Path, manifest: dict) -> dict[str, ShardedRows]:
+    """The shards of both splits, each read once and checked (structure, SHA-1, finite values)."""
+    store = manifest["store"]
+    rows = {}
+    for part in ("train", "test"):
+        rows[part] = ShardedRows(folder, store["shards"][f"X_{part}"], manifest["n_features"], store["format"])
+        try:
+            rows[part].check()
+        except ShardError as exc:
+            raise FeatureSetError(f"feature set {folder}: {exc}; rebuild it") from None
+    return rows
 
 
 def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:
@@ -288,9 +417,12 @@ def load_feature_set(path: str | os.PathLike) -> FeatureSet:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise FeatureSetError(f"{manifest_path} is not valid JSON ({reason}); rebuild the feature set") from None
     _check_manifest(folder, manifest)
-    arrays = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in (*ROW_ARRAYS, *LABEL_ARRAYS)}
+    sharded = "store" in manifest
+    names = LABEL_ARRAYS if sharded else (*ROW_ARRAYS, *LABEL_ARRAYS)
+    arrays = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in names}
     _check_arrays(folder, manifest, arrays)
-    return FeatureSet(path=folder, manifest=manifest, **arrays)
+    rows = _sharded_rows(folder, manifest) if sharded else {"train": arrays["X_train"], "test": arrays["X_test"]}
+    return FeatureSet(path=folder, manifest=manifest, rows=rows, y_train=arrays["y_train"], y_test=arrays["y_test"])
 
 
 # --- what may be replaced ---
@@ -304,10 +436,15 @@ def _manifest_format(folder: Path):
         return None
 
 
+def _is_feature_set_file(name: str) -> bool:
+    """A name this project writes in a feature set: :data:`FILE_NAMES` or a shard."""
+    return name in FILE_NAMES or is_shard_name(name)
+
+
 def is_feature_set_folder(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` is empty or a feature set this project wrote.
 
-    A feature set holds nothing but :data:`FILE_NAMES` (regular files), and its manifest,
+    A feature set holds nothing but :data:`FILE_NAMES` and shards (regular files), and its manifest,
     when readable, announces this project's format.  (A feature set whose manifest was
     torn by a crash is still recognised by its file names, so a rebuild can repair it.)
     """
@@ -316,7 +453,7 @@ def is_feature_set_folder(folder: str | os.PathLike) -> bool:
         entries = list(os.scandir(folder))
     except OSError:
         return False
-    if not all(entry.name in FILE_NAMES and entry.is_file(follow_symlinks=False) for entry in entries):
+    if not all(_is_feature_set_file(entry.name) and entry.is_file(follow_symlinks=False) for entry in entries):
         return False
     if any(entry.name == MANIFEST for entry in entries):
         announced = _manifest_format(folder)
@@ -366,9 +503,11 @@ def check_destination(out: str | os.PathLike, dataset: str | os.PathLike | None 
 
 def _remove_feature_set_files(folder: Path) -> bool:
     """Delete a feature set (or a partial one) by the names this project writes in it only:
-    :data:`FILE_NAMES` and the manifest's temporary name.  True when the folder is gone."""
+    :data:`FILE_NAMES`, shards, and the temporary names of the manifest and of shards.
+    True when the folder is gone."""
     for entry in os.scandir(folder):
-        ours = entry.name in FILE_NAMES or (entry.name.startswith(f".{MANIFEST}.") and entry.name.endswith(".tmp"))
+        ours = _is_feature_set_file(entry.name) or is_shard_temporary(entry.name) or (
+            entry.name.startswith(f".{MANIFEST}.") and entry.name.endswith(".tmp"))
         if ours and not entry.is_dir(follow_symlinks=False):
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
@@ -459,11 +598,25 @@ class FeatureSetWriter:
         if statistics is not None:
             self.save(NORMALIZER_STATISTICS, statistics)
 
+    @property
+    def shard_folder(self) -> Path:
+        """Where the workers write the shards of a sharded store (the folder being assembled;
+        on a cluster it must be on a file system every worker shares)."""
+        return self.tmp
+
     def commit(self, manifest: dict) -> Path:
-        """Sync every file, write the manifest, and put the folder at ``out``."""
+        """Sync every file, write the manifest, and put the folder at ``out``.
+
+        A manifest with a ``store`` entry (sharded rows) is written as format version 2.
+        Temporary shard files left by killed workers are removed first."""
+        for entry in os.scandir(self.tmp):
+            if is_shard_temporary(entry.name):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
         for entry in os.scandir(self.tmp):
             fsync_file(entry.path)
-        manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest}
+        version = SHARDED_FORMAT_VERSION if "store" in manifest else FORMAT_VERSION
+        manifest = {"format": FORMAT_NAME, "format_version": version, **manifest}
         atomic_write_json(self.tmp / MANIFEST, manifest)
         check_destination(self.out, self.dataset)
         if replace_folder(self.tmp, self.out, self.aside):

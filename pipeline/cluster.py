@@ -1,0 +1,340 @@
+"""Where the per-image stages and the training run: this machine (joblib), or a Dask cluster.
+
+Two command-line options name a cluster (``build-features``, ``experiment``, ``predict``,
+``train``):
+
+* ``--scheduler tcp://HOST:PORT`` — a running Dask scheduler (``dask scheduler`` on one
+  machine, ``dask worker tcp://HOST:PORT`` on each worker machine);
+* ``--cluster local:N`` — a :class:`distributed.LocalCluster` of ``N`` worker processes
+  on this machine, one thread each, started for the command and stopped after it.
+
+With neither, nothing changes: the work runs in joblib's process pool, as it always did,
+and Dask is not imported.  Dask's ``distributed`` scheduler is an optional dependency
+(``pip install 'classify-images[distributed]'``): this module imports it inside
+:func:`open_client` only, so ``import classify_images`` and every path without a cluster
+work without it, and asking for a cluster without it is a one-line :class:`ClusterError`.
+
+Every failure to reach or keep the cluster is a :class:`ClusterError` of one line naming
+the option and what to do (the command line prints it and exits with status 2).
+
+References
+----------
+.. [1] M. Rocklin, "Dask: parallel computation with blocked algorithms and task
+   scheduling", Proc. 14th Python in Science Conference, 2015.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ClusterError",
+    "ClusterSpec",
+    "parse_cluster_option",
+    "open_client",
+    "require_distributed",
+    "scheduler_errors",
+    "iter_tasks",
+    "run_tasks",
+    "INSTALL_HINT",
+]
+
+#: What to run to get the optional dependency.
+INSTALL_HINT = "pip install 'classify-images[distributed]'"
+#: Seconds to wait for a scheduler to answer, and for a first worker to join it.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+_SCHEDULER_PATTERN = re.compile(r"(?:(?P<scheme>tcp|tls)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(?P<port>\d+)/?")
+_CLUSTER_PATTERN = re.compile(r"local:(?P<n>\d+)")
+
+
+class ClusterError(ValueError):
+    """The cluster cannot be used: bad option, Dask missing, scheduler unreachable or lost (one line)."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where to run: a running scheduler (``address``) or a local cluster of ``n_workers`` processes.
+
+    Exactly one of the two is set.
+    """
+
+    address: str | None = None
+    n_workers: int | None = None
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the cluster is started on this machine for the command (``--cluster local:N``)."""
+        return self.n_workers is not None
+
+    @property
+    def option(self) -> str:
+        """The command-line option this spec came from, for messages (``--scheduler tcp://…``)."""
+        return f"--cluster local:{self.n_workers}" if self.is_local else f"--scheduler {self.address}"
+
+    def __str__(self) -> str:
+        if self.is_local:
+            return f"a local Dask cluster of {self.n_workers} worker process(es)"
+        return f"the Dask scheduler at {self.address}"
+
+
+def parse_cluster_option(scheduler: str | None, cluster: str | None) -> ClusterSpec | None:
+    """The :class:`ClusterSpec` of ``--scheduler`` / ``--cluster``, or None when neither is given.
+
+    Parameters
+    ----------
+    scheduler : str or None
+        ``tcp://HOST:PORT`` (also ``tls://HOST:PORT``, or ``HOST:PORT`` meaning tcp).
+    cluster : str or None
+        ``local:N``, N ≥ 1 worker processes on this machine.
+
+    Raises
+    ------
+    ClusterError
+        Both given, or a value of the wrong form.  (Dask need not be installed to parse.)
+    """
+    if scheduler is not None and cluster is not None:
+        raise ClusterError("give either --scheduler (a running cluster) or --cluster (a local one), not both")
+    if scheduler is not None:
+        match = _SCHEDULER_PATTERN.fullmatch(scheduler.strip())
+        if match is None or not 1 <= int(match["port"]) <= 65535:
+            raise ClusterError(
+                f"--scheduler {scheduler!r} is not a scheduler address; give tcp://HOST:PORT "
+                "(the address 'dask scheduler' prints, port 8786 by default)"
+            )
+        return ClusterSpec(address=f"{match['scheme'] or 'tcp'}://{match['host']}:{int(match['port'])}")
+    if cluster is not None:
+        match = _CLUSTER_PATTERN.fullmatch(cluster.strip())
+        if match is None or int(match["n"]) < 1:
+            raise ClusterError(f"--cluster {cluster!r} is not understood; give local:N with N ≥ 1 worker processes (e.g. local:2)")
+        return ClusterSpec(n_workers=int(match["n"]))
+    return None
+
+
+def require_distributed():
+    """The ``distributed`` module, or a one-line :class:`ClusterError` saying what to install."""
+    try:
+        return importlib.import_module("distributed")
+    except ImportError as exc:
+        raise ClusterError(f"a Dask cluster needs Dask's distributed scheduler, which is not installed "
+                           f"({exc.name or 'distributed'} is missing): {INSTALL_HINT}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def open_client(spec: ClusterSpec, *, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Iterator["distributed.Client"]:  # noqa: F821
+    """A :class:`distributed.Client` on the cluster ``spec`` names, closed on exit.
+
+    ``--cluster local:N`` starts a :class:`distributed.LocalCluster` (``N`` worker processes,
+    one thread each, listening on the loopback interface, no dashboard) and stops it on exit.
+    ``--scheduler`` connects to a running scheduler within ``timeout`` seconds and waits as
+    long again for at least one worker.
+
+    Raises
+    ------
+    ClusterError
+        ``distributed`` is not installed; the scheduler does not answer; it has no worker.
+    """
+    distributed = require_distributed()
+    with _quiet_dask_logs(), contextlib.ExitStack() as stack:
+        if spec.is_local:
+            try:
+                cluster = stack.enter_context(distributed.LocalCluster(
+                    n_workers=spec.n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    dashboard_address=None, silence_logs=logging.ERROR,
+                ))
+            except (OSError, RuntimeError, TimeoutError) as exc:
+                raise ClusterError(f"cannot start {spec} ({_first_line(exc)}); try fewer workers, "
+                                   "or run without --cluster") from None
+            client = stack.enter_context(distributed.Client(cluster, set_as_default=False))
+        else:
+            try:
+                client = distributed.Client(spec.address, timeout=timeout, set_as_default=False)
+            except (OSError, TimeoutError) as exc:
+                raise ClusterError(
+                    f"cannot reach the Dask scheduler at {spec.address} ({_first_line(exc)}): start it "
+                    "('dask scheduler') or correct --scheduler"
+                ) from None
+            stack.enter_context(client)
+            try:
+                client.wait_for_workers(1, timeout=timeout)
+            except (OSError, TimeoutError):
+                raise ClusterError(
+                    f"the Dask scheduler at {spec.address} has no worker after {timeout:g} s: start some "
+                    f"('dask worker {spec.address}' on each machine)"
+                ) from None
+        yield client
+
+
+@contextlib.contextmanager
+def scheduler_errors(spec: ClusterSpec) -> Iterator[None]:
+    """Losing the scheduler in the middle of a command: one :class:`ClusterError` line.
+
+    What the workers finished is in the stage cache (they write it themselves), so the
+    message says to re-run the same command, which resumes from there.
+    """
+    try:
+        yield
+    except ClusterError:
+        raise
+    except TimeoutError as exc:  # a call to the scheduler that no longer answers
+        raise ClusterError(_lost(spec, exc)) from None
+    except Exception as exc:  # other OSErrors (a full disk, …) are not the cluster's: they propagate
+        if _is_dask_comm_error(exc):
+            raise ClusterError(_lost(spec, exc)) from None
+        if type(exc).__name__ == "KilledWorker" and (type(exc).__module__ or "").startswith("distributed"):
+            raise ClusterError(_killed_worker(exc)) from None
+        raise
+
+
+def _killed_worker(exc: BaseException) -> str:
+    return (f"a task failed because the workers running it died repeatedly ({_first_line(exc)}); "
+            "check the workers' logs and memory (dask worker --memory-limit), then re-run the same command to resume")
+
+
+def _lost(spec: ClusterSpec, exc: BaseException) -> str:
+    return (f"lost {spec} ({_first_line(exc)}); the finished work is kept in the stage cache: "
+            f"re-run the same command to resume")
+
+
+def _is_dask_comm_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is Dask's way of saying the scheduler went away (closed comm, cancelled futures)."""
+    import concurrent.futures
+
+    if isinstance(exc, concurrent.futures.CancelledError):
+        return True
+    module = type(exc).__module__ or ""
+    return module.startswith("distributed") and type(exc).__name__ in (
+        "CommClosedError", "FutureCancelledError", "CancelledError",
+    )
+
+
+@contextlib.contextmanager
+def _quiet_dask_logs() -> Iterator[None]:
+    """Dask's own loggers at ERROR while the client runs (its reconnect warnings are not ours to show)."""
+    loggers = [logging.getLogger(name) for name in ("distributed", "distributed.client", "distributed.core",
+                                                    "distributed.comm", "distributed.batched")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+#: A call as :func:`joblib.delayed` makes it: ``(function, args, kwargs)``.
+Call = tuple[Callable[..., Any], tuple, dict]
+
+
+def _run_batch(calls: Sequence[Call], **shared: Any) -> list:
+    """Run a batch of calls on a worker; ``shared`` (the scattered objects) is added to every call's keywords."""
+    return [function(*args, **{**kwargs, **shared}) for function, args, kwargs in calls]
+
+
+def _no_progress(iterable: Iterable, description: str, total: int) -> Iterable:
+    return iterable
+
+
+def iter_tasks(
+    client: "distributed.Client",  # noqa: F821
+    calls: Sequence[Call],
+    description: str,
+    *,
+    batch_size: int,
+    shared: dict[str, Any] | None = None,
+    max_in_flight: int | None = None,
+) -> Iterator[tuple[int, Any]]:
+    """``(index, result)`` of each of ``calls``, computed as Dask tasks of ``batch_size`` calls
+    each, yielded as the tasks complete (``distributed.as_completed``).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster (:func:`open_client`).
+    calls : sequence of (function, args, kwargs)
+        The calls, as :func:`joblib.delayed` makes them (``delayed(f)(x, y=1)``); the
+        functions must be importable on the workers (module-level).
+    description : str
+        Names the tasks (their keys start with it).
+    batch_size : int
+        Calls per task: enough that the scheduler's cost per task is small against the
+        task's work (BENCHMARKS.md, "Dask scheduler overhead per task").
+    shared : dict, optional
+        Objects every call needs as keyword arguments (the codebook, the extractor): sent to
+        each worker once (``client.scatter(..., broadcast=True)``), not with every task.
+    max_in_flight : int, optional
+        Tasks submitted and not yet collected (default: four per worker thread, at least 8):
+        the client and the scheduler hold a bounded number of tasks and results whatever
+        the number of calls.
+
+    Yields
+    ------
+    index, result
+        ``result = function(*args, **kwargs, **shared)`` of ``calls[index]``.  When a call
+        raises, its exception propagates here and the tasks still running are cancelled.
+    """
+    distributed = require_distributed()
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    batches = [range(start, min(start + batch_size, len(calls))) for start in range(0, len(calls), batch_size)]
+    # A list around each object: scatter would take a dict or a list for several objects.
+    shared_futures = {name: client.scatter([value], broadcast=True, hash=False)[0] for name, value in (shared or {}).items()}
+    if max_in_flight is None:
+        max_in_flight = max(8, 4 * sum(client.nthreads().values()))
+    prefix = f"{re.sub(r'[^a-z0-9]+', '-', description.lower()).strip('-') or 'task'}-{uuid.uuid4().hex[:8]}"
+    waiting = iter(range(len(batches)))
+    in_flight: dict = {}
+    completed = distributed.as_completed(loop=client.loop)
+
+    def submit_next() -> None:
+        index = next(waiting, None)
+        if index is not None:
+            batch = [calls[k] for k in batches[index]]
+            future = client.submit(_run_batch, batch, key=f"{prefix}-{index}", **shared_futures)
+            in_flight[future] = index
+            completed.add(future)
+
+    try:
+        for _ in range(max_in_flight):
+            submit_next()
+        for future in completed:
+            index = in_flight.pop(future)
+            results = future.result()
+            del future  # the worker may drop the result now
+            submit_next()
+            yield from zip(batches[index], results)
+    finally:
+        if in_flight:  # an error, or the consumer stopped: the rest is not needed
+            with contextlib.suppress(Exception):
+                client.cancel(list(in_flight))
+
+
+def run_tasks(
+    client: "distributed.Client",  # noqa: F821
+    calls: Sequence[Call],
+    description: str,
+    *,
+    batch_size: int,
+    shared: dict[str, Any] | None = None,
+    progress: Callable[[Iterable, str, int], Iterable] = _no_progress,
+) -> list:
+    """The results of ``calls`` in order (:func:`iter_tasks`), with a progress bar
+    ``progress(iterable, description, total)`` that advances as the tasks complete."""
+    results: list = [None] * len(calls)
+    for index, result in progress(iter_tasks(client, calls, description, batch_size=batch_size, shared=shared),
+                                  description, len(calls)):
+        results[index] = result
+    return results

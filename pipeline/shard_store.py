@@ -1,0 +1,342 @@
+"""The sharded row layout of a feature set: row blocks that the workers write themselves.
+
+On one machine a feature set keeps its rows in one memory-mapped ``X_train.npy`` (and
+``X_test.npy``) that the building process fills.  On a cluster the client cannot hold or
+funnel every vector, so each task writes the rows of its images itself, as one *shard*
+(a block of consecutive rows) in the feature-set folder being assembled::
+
+    X_train.000000.npz   rows 0 … B-1 of X_train, CSR     (format "csr")
+    X_train.000001.npz   rows B … 2B-1
+    ...
+    X_test.000000.npy    rows 0 … B-1 of X_test, dense    (format "dense")
+
+Format.  A whole feature set is either ``dense`` (each shard a float32 ``.npy``,
+memory-mappable) or ``csr`` (each shard an uncompressed ``.npz`` of the CSR components
+``data`` (float32), ``indices`` (int32), ``indptr`` (int64) and ``shape``), so that a
+reader always gets blocks of one type.  :func:`shard_format` chooses it from the
+encoder: hard-VQ histograms (``codebook.kind = "kmeans"``, BoF/SPM) have at most one
+non-zero per descriptor and cell, a few per cent of their entries, and are stored CSR;
+sparse-code max pooling, LLC, VLAD and Fisher vectors are mostly non-zero and stored
+dense.  The measured density is recorded in the manifest beside the choice.  CSR keeps
+every value bit for bit (entries ``-0.0`` are kept as stored entries).
+
+Writing.  :func:`write_shard` writes a shard under a temporary name, syncs it and renames
+it into place (:func:`os.replace`), so a reader never sees half a shard; the bytes depend
+on the rows only (no time stamp in the ``.npz``: its members carry a fixed date), so a
+task that Dask runs again — its worker died after writing — rewrites the very same file,
+which is harmless.  The feature set becomes visible only when the manifest, listing every
+shard with its rows and SHA-1, is written last and the folder moved into place
+(:class:`~classify_images.pipeline.feature_store.FeatureSetWriter`).
+
+Reading.  :class:`ShardedRows` is a lazy view of one split: :meth:`ShardedRows.blocks`
+reads one shard at a time, :meth:`ShardedRows.toarray` assembles the dense matrix (what
+``FeatureSet.X_train`` gives), :meth:`ShardedRows.to_dask_array` is a ``dask.array`` with
+one chunk per shard (Dask imported only there).  :func:`check_shards` validates the shards
+against the manifest (names, rows, SHA-1, dtypes, CSR structure, finite values).
+
+Why not zarr.  Zarr is the usual chunked-array store and dask reads it, but it would be a
+new dependency with its compressors, it has no sparse layout (CSR would be three ragged
+arrays managed by hand), and a chunk write is atomic only on some of its stores.  Plain
+``.npy`` / ``.npz`` shards need nothing beyond NumPy, load without pickle
+(``allow_pickle=False``), memory-map when dense, and ``dask.array`` reads them through
+``from_delayed`` with their shapes known from the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import re
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .atomic import fsync_folder
+
+__all__ = [
+    "SHARD_FORMATS",
+    "shard_format",
+    "shard_name",
+    "is_shard_name",
+    "is_shard_temporary",
+    "write_shard",
+    "read_shard",
+    "ShardedRows",
+    "ShardError",
+]
+
+#: ``dense``: float32 ``.npy`` shards; ``csr``: ``.npz`` shards of CSR components.
+SHARD_FORMATS = ("dense", "csr")
+#: Encoders (``codebook.kind``) whose vectors are sparse enough for CSR shards.
+SPARSE_KINDS = ("kmeans",)
+_SUFFIX = {"dense": "npy", "csr": "npz"}
+_SHARD = re.compile(r"(?P<part>X_train|X_test)\.(?P<index>\d{6})\.(?P<suffix>npy|npz)")
+_TEMPORARY = re.compile(r"\.(?:X_train|X_test)\.\d{6}\.(?:npy|npz)\.[0-9a-f]{32}\.tmp")
+#: The fixed date of the ``.npz`` members (the earliest a zip file can hold): the bytes of
+#: a shard depend on its rows only.
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+_CSR_KEYS = ("data", "indices", "indptr", "shape")
+
+
+class ShardError(ValueError):
+    """A shard is missing, torn or disagrees with the manifest (the reader words the message)."""
+
+
+def shard_format(codebook_kind: str) -> str:
+    """``"csr"`` for hard-VQ histograms, ``"dense"`` for every other encoder."""
+    return "csr" if codebook_kind in SPARSE_KINDS else "dense"
+
+
+def shard_name(part: str, index: int, fmt: str) -> str:
+    """``X_train.000003.npz`` (``part`` is ``X_train`` or ``X_test``)."""
+    return f"{part}.{index:06d}.{_SUFFIX[fmt]}"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether ``name`` is a shard's file name."""
+    return _SHARD.fullmatch(name) is not None
+
+
+def is_shard_temporary(name: str) -> bool:
+    """Whether ``name`` is the temporary name of a shard being written (left by a killed worker)."""
+    return _TEMPORARY.fullmatch(name) is not None
+
+
+def _csr_of(rows: np.ndarray) -> sp.csr_matrix:
+    """CSR of a float32 block keeping every entry that is not +0.0 (``-0.0`` included)."""
+    stored = (rows != 0) | np.signbit(rows)
+    indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(stored.sum(axis=1), out=indptr[1:])
+    row_index, col_index = np.nonzero(stored)
+    return sp.csr_matrix((rows[row_index, col_index], col_index.astype(np.int32), indptr), shape=rows.shape)
+
+
+def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An uncompressed ``.npz`` whose bytes depend on ``arrays`` only (fixed member dates)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for key, array in arrays.items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+            archive.writestr(zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_DATE), member.getvalue())
+    return buffer.getvalue()
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarray, fmt: str) -> dict:
+    """Write rows as shard ``index`` of ``part``, atomically and idempotently.
+
+    Parameters
+    ----------
+    folder : path-like
+        The feature-set folder being assembled (shared by the workers).
+    part : {"X_train", "X_test"}
+    index : int
+        Shard number within ``part``.
+    rows : ndarray of float32, shape (n, d)
+    fmt : {"dense", "csr"}
+
+    Returns
+    -------
+    dict
+        The manifest's entry of the shard: ``file``, ``rows``, ``nnz`` (stored entries),
+        ``bytes`` and ``sha1`` of the file.
+    """
+    rows = np.asarray(rows, dtype=np.float32)
+    if fmt == "csr":
+        matrix = _csr_of(rows)
+        payload = _npz_bytes({"data": matrix.data, "indices": matrix.indices, "indptr": matrix.indptr,
+                              "shape": np.asarray(rows.shape, dtype=np.int64)})
+        nnz = int(matrix.nnz)
+    else:
+        payload, nnz = _npy_bytes(rows), int(np.count_nonzero(rows))
+    name = shard_name(part, index, fmt)
+    path = Path(folder) / name
+    temporary = path.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    fsync_folder(path.parent)
+    return {"file": name, "rows": int(rows.shape[0]), "nnz": nnz, "bytes": len(payload),
+            "sha1": hashlib.sha1(payload).hexdigest()}
+
+
+def _sha1_of(path: Path) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_shard(path: str | os.PathLike, n_rows: int, n_features: int, fmt: str) -> np.ndarray | sp.csr_matrix:
+    """One shard: a read-only memory-mapped float32 array, or a CSR matrix (no pickle).
+
+    Raises
+    ------
+    ShardError
+        Unreadable file, or dtype, shape or CSR structure not the expected ones (the
+        message says what; the caller names the feature set).
+    """
+    path = Path(path)
+    try:
+        if fmt == "dense":
+            rows = np.load(path, mmap_mode="r", allow_pickle=False)
+        else:
+            with np.load(path, allow_pickle=False) as archive:
+                if sorted(archive.files) != sorted(_CSR_KEYS):
+                    raise ShardError(f"{path.name} holds {sorted(archive.files)}, not the CSR components")
+                data, indices, indptr, shape = (archive[key] for key in _CSR_KEYS)
+    except FileNotFoundError:
+        raise ShardError(f"{path.name} is missing") from None
+    except ShardError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a torn or tampered file, whatever NumPy says about it
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ShardError(f"{path.name} is corrupt ({reason})") from None
+    if fmt == "dense":
+        if rows.dtype != np.float32 or rows.shape != (n_rows, n_features):
+            raise ShardError(f"{path.name} is {rows.dtype} {rows.shape}, expected float32 ({n_rows}, {n_features})")
+        return rows
+    if tuple(shape.tolist()) != (n_rows, n_features) or data.dtype != np.float32 or indices.dtype.kind != "i" \
+            or indptr.dtype.kind != "i" or indptr.shape != (n_rows + 1,) or data.shape != indices.shape \
+            or indptr[0] != 0 or indptr[-1] != data.shape[0] or np.any(np.diff(indptr) < 0) \
+            or (indices.size and (indices.min() < 0 or indices.max() >= n_features)):
+        raise ShardError(f"{path.name} is not a valid float32 CSR matrix of shape ({n_rows}, {n_features})")
+    return sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_features))
+
+
+class ShardedRows:
+    """The rows of one split, held in shards; read lazily.
+
+    Parameters
+    ----------
+    folder : Path
+        The feature-set folder.
+    entries : list of dict
+        The manifest's shard entries of the split, in row order (``file``, ``rows``, …).
+    n_features : int
+    fmt : {"dense", "csr"}
+    """
+
+    def __init__(self, folder: Path, entries: list[dict], n_features: int, fmt: str) -> None:
+        self.folder, self.entries, self.n_features, self.format = Path(folder), list(entries), int(n_features), fmt
+        self.starts = np.concatenate([[0], np.cumsum([entry["rows"] for entry in self.entries], dtype=np.int64)])
+        self._dense: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.starts[-1]), self.n_features
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float32)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def shard(self, index: int) -> np.ndarray | sp.csr_matrix:
+        """Shard ``index`` (memory-mapped dense array or CSR matrix)."""
+        entry = self.entries[index]
+        return read_shard(self.folder / entry["file"], entry["rows"], self.n_features, self.format)
+
+    def check(self, verify_digests: bool = True) -> None:
+        """Read every shard once: structure, SHA-1 against the manifest, finite values.
+
+        Raises
+        ------
+        ShardError
+        """
+        for index, entry in enumerate(self.entries):
+            path = self.folder / entry["file"]
+            block = self.shard(index)
+            values = block.data if sp.issparse(block) else block
+            for start in range(0, max(values.shape[0], 1), 4096):
+                if not np.isfinite(values[start : start + 4096]).all():
+                    raise ShardError(f"{entry['file']} holds NaN or infinite values")
+            if verify_digests and _sha1_of(path) != entry["sha1"]:
+                raise ShardError(f"{entry['file']} is not the shard the manifest lists (SHA-1 differs)")
+
+    def blocks(self, rows_per_block: int | None = None) -> Iterator[tuple[slice, np.ndarray | sp.csr_matrix]]:
+        """``(rows, block)`` in row order: one shard at a time, or ``rows_per_block`` rows at a time.
+
+        Blocks are float32 ndarrays (dense format) or CSR matrices (csr format).
+        """
+        if rows_per_block is None:
+            for index in range(len(self.entries)):
+                yield slice(int(self.starts[index]), int(self.starts[index + 1])), self.shard(index)
+            return
+        if rows_per_block < 1:
+            raise ValueError(f"rows_per_block must be at least 1, not {rows_per_block}")
+        pending: list = []
+        start = 0
+        for _, block in self.blocks():
+            pending.append(block)
+            held = sum(piece.shape[0] for piece in pending)
+            while held >= rows_per_block:
+                joined = self._join(pending)
+                yield slice(start, start + rows_per_block), joined[:rows_per_block]
+                start += rows_per_block
+                pending, held = [joined[rows_per_block:]], held - rows_per_block
+        if pending and sum(piece.shape[0] for piece in pending):
+            joined = self._join(pending)
+            yield slice(start, start + joined.shape[0]), joined
+
+    def _join(self, pieces: list) -> np.ndarray | sp.csr_matrix:
+        if self.format == "csr":
+            return sp.vstack(pieces, format="csr", dtype=np.float32) if len(pieces) > 1 else pieces[0].tocsr()
+        return np.concatenate(pieces) if len(pieces) > 1 else np.asarray(pieces[0])
+
+    def toarray(self) -> np.ndarray:
+        """The dense float32 matrix of the split (assembled once, then kept)."""
+        if self._dense is None:
+            dense = np.zeros(self.shape, dtype=np.float32)
+            for rows, block in self.blocks():
+                dense[rows] = block.toarray() if sp.issparse(block) else block
+            dense.flags.writeable = False
+            self._dense = dense
+        return self._dense
+
+    def to_dask_array(self):
+        """A ``dask.array`` of the split with one chunk per shard (dense chunks; CSR shards
+        are expanded chunk by chunk when computed).  Needs Dask installed."""
+        from .cluster import require_distributed
+
+        require_distributed()
+        import dask
+        import dask.array as da
+
+        def dense_shard(index: int) -> np.ndarray:
+            block = self.shard(index)
+            return block.toarray() if sp.issparse(block) else np.asarray(block)
+
+        chunks = [
+            da.from_delayed(dask.delayed(dense_shard)(index), shape=(entry["rows"], self.n_features), dtype=np.float32)
+            for index, entry in enumerate(self.entries)
+        ]
+        if not chunks:
+            return da.zeros((0, self.n_features), dtype=np.float32)
+        return da.concatenate(chunks, axis=0)
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries of all shards (from the manifest)."""
+        return int(sum(entry["nnz"] for entry in self.entries))
