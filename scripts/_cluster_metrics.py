@@ -5,9 +5,10 @@ Loaded into the scheduler as a *preload* module (``dask.config`` key
 :func:`dask_setup` registers :class:`BuildMetrics`, which counts
 
 * ``tasks``: tasks that finished (reached ``memory`` or ``erred``), and the sum of their
-  compute seconds (the workers' ``startstops`` of action ``compute``), the first
-  compute start and the last compute stop (``tasks / (last stop - first start)`` is the
-  cluster's throughput in tasks/s);
+  compute seconds (the workers' ``startstops`` of action ``compute``); the same per task
+  name (``task_prefixes``: check-images, sample-descriptors, encode-pool, …) with the
+  span from its first compute start to its last compute stop, whose ratio is that step's
+  throughput in tasks/s;
 * ``graph_bytes``: bytes of the task graphs the clients submitted (frames of each
   ``update-graph`` message: function, arguments, keys);
 * ``scheduler_to_worker_bytes``: bytes the scheduler wrote on its batched streams to the
@@ -42,6 +43,14 @@ def _reset() -> None:
 
 
 _reset()
+
+
+def _prefix(key) -> str:
+    """The task's name without its token and index (``encode-pool-1a2b3c4d-17`` → ``encode-pool``)."""
+    parts = str(key[0] if isinstance(key, tuple) else key).split("-")
+    while len(parts) > 1 and (parts[-1].isdigit() or all(c in "0123456789abcdef" for c in parts[-1])):
+        parts.pop()
+    return "-".join(parts)
 
 
 class BuildMetrics(SchedulerPlugin):
@@ -87,12 +96,16 @@ class BuildMetrics(SchedulerPlugin):
             METRICS["tasks"] += 1
             METRICS["erred"] += finish == "erred"
             METRICS["result_bytes"] += int(kwargs.get("nbytes") or 0)
-            prefix = str(key[0] if isinstance(key, tuple) else key).rsplit("-", 1)[0]
-            METRICS["task_prefixes"][prefix] = METRICS["task_prefixes"].get(prefix, 0) + 1
+            group = METRICS["task_prefixes"].setdefault(
+                _prefix(key), {"tasks": 0, "compute_seconds": 0.0, "first_start": None, "last_stop": None})
+            group["tasks"] += 1
             for interval in kwargs.get("startstops") or ():
                 if interval.get("action") != "compute":
                     continue
                 METRICS["compute_seconds"] += interval["stop"] - interval["start"]
+                group["compute_seconds"] += interval["stop"] - interval["start"]
+                group["first_start"] = min(group["first_start"] or interval["start"], interval["start"])
+                group["last_stop"] = max(group["last_stop"] or interval["stop"], interval["stop"])
                 first = METRICS["first_start"]
                 METRICS["first_start"] = interval["start"] if first is None else min(first, interval["start"])
                 last = METRICS["last_stop"]
@@ -112,7 +125,12 @@ def dask_setup(scheduler) -> None:
 def snapshot() -> dict[str, Any]:
     """A copy of the counters, with the throughput (tasks/s over the compute span)."""
     with _LOCK:
-        metrics = dict(METRICS, task_prefixes=dict(METRICS["task_prefixes"]))
+        metrics = dict(METRICS, task_prefixes={k: dict(v) for k, v in METRICS["task_prefixes"].items()})
+    for group in metrics["task_prefixes"].values():  # throughput of each step while it ran
+        span = (group.pop("last_stop") or 0.0) - (group.pop("first_start") or 0.0)
+        group["span_seconds"] = round(span, 3)
+        group["compute_seconds"] = round(group["compute_seconds"], 3)
+        group["tasks_per_second"] = round(group["tasks"] / span, 2) if span > 0 else None
     span = (metrics["last_stop"] or 0.0) - (metrics["first_start"] or 0.0)
     metrics["compute_span_seconds"] = round(span, 3)
     metrics["tasks_per_second"] = round(metrics["tasks"] / span, 3) if span > 0 else None

@@ -36,13 +36,13 @@ _STAGES = Path("joblib") / "classify_images" / "pipeline" / "stages"
 
 
 def _namespace(args, mode: str, out: Path, cache: Path) -> argparse.Namespace:
-    kind, _, n = mode.partition(":")
+    kind, n, store = (mode.split(":") + [None])[:3]
     return argparse.Namespace(
         images=args.dataset, out=str(out), cache_dir=str(cache), keep_cache=args.share_codebook and cache.exists(),
         config=args.config, codebook_size=args.codebook_size, n_samples=args.n_samples,
         train_per_class=args.train_per_class,
         n_jobs=int(n) if kind == "loky" else 1, scheduler=None,
-        cluster=f"local:{n}" if kind == "local" else None, store=args.store if kind == "local" else None,
+        cluster=f"local:{n}" if kind == "local" else None, store=(store or args.store) if kind == "local" else None,
         batch_size=args.batch_size if kind == "local" else None,
     )
 
@@ -96,10 +96,11 @@ def _row(mode: str, report: dict, base: dict) -> str:
     base_stage = base["stage_wall_seconds"]
     base_per_image = sum(base_stage.get(k, 0.0) for k in ("check", "sample", "encode+pool"))
     dask = report.get("dask") or {}
+    encode = (dask.get("task_prefixes") or {}).get("encode-pool", {})
     cells = [
         mode, f"{report['wall_seconds']:.1f}", f"{per_image:.1f}", f"{stage.get('encode+pool', 0):.1f}",
         f"{per_image / base_per_image:.2f}", f"{report['cpu_seconds']:.0f}",
-        str(dask.get("tasks", "—")), str(dask.get("tasks_per_second", "—")),
+        str(dask.get("tasks", "—")), str(encode.get("tasks_per_second", "—")),
         str(dask.get("bytes_sent_per_image", "—")), str(dask.get("scheduler_overhead_ms_per_task", "—")),
         f"{report['memory']['main_peak_mib']:.0f} / {report['memory']['worker_peak_mib']:.0f}",
         str(report.get("identical_to_first", "—")),
@@ -116,7 +117,8 @@ def main() -> int:
     parser.add_argument("--train-per-class", type=int, help="override dataset.train_per_class")
     parser.add_argument("--work", required=True, type=Path, help="feature sets and caches go here (replaced)")
     parser.add_argument("--modes", nargs="*", default=["loky:2", "local:1", "local:2"],
-                        help="loky:N (joblib, N processes) or local:N (LocalCluster of N workers)")
+                        help="loky:N (joblib, N processes) or local:N[:STORE] (LocalCluster of N workers, "
+                             "--store STORE)")
     parser.add_argument("--store", help="--store of the cluster modes (default: the build's default)")
     parser.add_argument("--batch-size", type=int, help="images per Dask task of the cluster modes")
     parser.add_argument("--share-codebook", action="store_true",
@@ -136,7 +138,7 @@ def main() -> int:
 
     first_out, first_cache = None, None
     for mode in args.modes:
-        name = mode.replace(":", "")
+        name = mode.replace(":", "-")
         out, cache = args.work / f"fs-{name}", args.work / f"cache-{name}"
         shutil.rmtree(cache, ignore_errors=True)
         if args.share_codebook and first_cache is not None:
@@ -155,7 +157,7 @@ def main() -> int:
         return 0
     base = reports[args.modes[0]]
     print("| mode | wall s | per-image stages s | encode+pool s | ratio to "
-          f"{args.modes[0]} | CPU s | tasks | tasks/s | bytes sent / image | overhead ms / task | "
+          f"{args.modes[0]} | CPU s | tasks | encode tasks/s | bytes sent / image | overhead ms / task | "
           "peak MiB main / worker | identical |")
     print("|---|" + "---:|" * 11)
     for mode in args.modes:
