@@ -30,6 +30,7 @@ import json
 import os
 import re
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -80,7 +81,9 @@ def fsync_folder(path: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None) -> Iterator[IO]:
+def atomic_write(
+    path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None, concurrent: bool = False
+) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success sync it and rename it over ``path``.
 
     Parameters
@@ -91,6 +94,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
         Binary or text.
     encoding : str, optional
         Text encoding (``"utf-8"`` when ``mode="w"`` and none is given).
+    concurrent : bool, default=False
+        Writers in other threads, processes or machines may write ``path`` at the same time
+        (cluster workers writing a shard of a shared folder): the temporary name is random,
+        ``.<name>.<random>.tmp``, and no stale temporaries are removed (a process id says
+        nothing of another machine's writers).
 
     Yields
     ------
@@ -107,8 +115,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str | N
         raise ValueError(f"mode must be 'wb' or 'w', not {mode!r}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_siblings(path.parent, path.name)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if concurrent:
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    else:
+        remove_stale_siblings(path.parent, path.name)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     if mode == "w" and encoding is None:
         encoding = "utf-8"
     try:

@@ -178,9 +178,11 @@ class _Runner:
                 yield held.pop()
 
 
-#: Files fingerprinted per Dask task, in units of the batch size (reading a file is much
-#: cheaper than encoding an image).
-_FINGERPRINT_BATCHES = 8
+#: Images per Dask task of the cheap stages (fingerprint, check), in units of the batch size:
+#: reading or decoding an image costs a small fraction of sampling or encoding it, so their
+#: tasks hold more images for the same share of scheduler overhead (BENCHMARKS.md, "Dask
+#: scheduler overhead per task").
+_CHEAP_STAGE_BATCHES = 8
 
 
 def _discover(dataset_dir: str | os.PathLike, config: PipelineConfig, n_jobs: int, client=None,
@@ -192,7 +194,7 @@ def _discover(dataset_dir: str | os.PathLike, config: PipelineConfig, n_jobs: in
         fingerprints = Parallel(n_jobs=n_jobs, prefer="threads")(calls)
     else:  # the workers read the files (on a file system they share), the client only lists them
         fingerprints = [None] * len(calls)
-        for index, result in iter_tasks(client, calls, "fingerprint", batch_size=batch_size * _FINGERPRINT_BATCHES):
+        for index, result in iter_tasks(client, calls, "fingerprint", batch_size=batch_size * _CHEAP_STAGE_BATCHES):
             fingerprints[index] = result
     unreadable = [i for i, (_, reason) in enumerate(fingerprints) if reason is not None]
     if unreadable:  # listed as skipped, like every file that cannot be used
@@ -213,8 +215,9 @@ def _fingerprint_or_reason(path: str) -> tuple[str | None, str | None]:
         return None, f"cannot read file ({exc.strerror or exc})"
 
 
-def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log) -> BuildResult | None:
-    """The existing feature set at ``out`` when it was built with ``config_hash``.
+def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log,
+                         store: str = "npy") -> BuildResult | None:
+    """The existing feature set at ``out`` when it was built with ``config_hash`` into the ``store`` layout.
 
     Any failure to load it (torn, tampered or partial files) means "rebuild it"."""
     if not (out / "manifest.json").exists():
@@ -223,7 +226,7 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
         existing = load_feature_set(out)
     except Exception:  # noqa: BLE001 - whatever is wrong with it, the rebuild replaces it
         return None
-    if existing.config_hash != config_hash:
+    if existing.config_hash != config_hash or existing.layout != store:
         return None
     log(f"feature set {out} is up to date (config hash {config_hash[:12]}); nothing to do")
     return BuildResult(
@@ -240,7 +243,7 @@ def _check(images: _Images, config: PipelineConfig, runner: _Runner) -> tuple[np
     check = delayed(runner.cache.check_image)
     checks = runner.map(
         [check(p, f, max_side, largest_patch, max_pixels) for p, f in zip(images.paths, images.fingerprints)],
-        "check images",
+        "check images", batch_size=runner.batch_size * _CHEAP_STAGE_BATCHES,
     )
     skipped = list(images.dataset.unusable)
     skipped += [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
@@ -583,7 +586,7 @@ def _build(
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs, client, batch_size)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(config.codebook.kind))
-    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log)
+    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log, store)
     if reused is not None:
         return reused
 

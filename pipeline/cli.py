@@ -30,6 +30,7 @@ from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
 from .atomic import DISK_FULL_ERRNOS
 from .cache_store import CacheFolderError
+from .cluster import ClusterError
 from .config import ConfigError, load_config, named_configs
 from .dataset import DatasetError
 from .feature_store import FeatureSetError, load_feature_set
@@ -38,7 +39,8 @@ from .progress import tqdm_progress as _tqdm_progress
 
 __all__ = ["main", "build_parser"]
 
-USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, ClassifierParameterError, CacheFolderError)
+USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, ClassifierParameterError, CacheFolderError,
+               ClusterError)
 
 
 class UsageError(ValueError):
@@ -91,6 +93,16 @@ def _check_out_folder(out: Path, what: str) -> Path:
     return out
 
 
+def _cluster_spec(args: argparse.Namespace):
+    """``--scheduler`` / ``--cluster`` parsed, and Dask's presence checked, before any work."""
+    from .cluster import parse_cluster_option, require_distributed
+
+    spec = parse_cluster_option(args.scheduler, args.cluster)
+    if spec is not None:
+        require_distributed()
+    return spec
+
+
 def _default_feature_out(dataset: Path, config_name: str) -> Path:
     return Path("feature-sets") / f"{dataset.resolve().name}-{config_name}"
 
@@ -109,6 +121,9 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     }
     _check_n_jobs(args.n_jobs)
     _check_split_options(args)
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1 image per task, not {args.batch_size}")
+    _cluster_spec(args)
     config = load_config(args.config, overrides)
     config_name = Path(args.config).stem if args.config else "default"
     out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
@@ -116,6 +131,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     result = build_feature_set(
         args.dataset, out, config, n_jobs=args.n_jobs, cache_dir=cache_dir,
         progress=_tqdm_progress(not args.quiet), log=lambda m: print(m, file=sys.stderr) if not args.quiet else None,
+        scheduler=args.scheduler, cluster=args.cluster, store=args.store, batch_size=args.batch_size,
     )
     manifest = load_feature_set(result.path).manifest
     print(build_text(result, manifest["skipped"], result.timings if result.reused else manifest["timings"]))
@@ -224,6 +240,32 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _experiment_repeat(featureset: str, name: str, params: dict[str, Any], seed: int):
+    """One repeat of an experiment, on a cluster worker: the worker reads the feature set itself."""
+    from .evaluation import run_experiment
+
+    return run_experiment(load_feature_set(featureset), name, params, 1, first_seed=seed)
+
+
+def _experiment_on_cluster(spec, feature_set, name: str, params: dict[str, Any], repeats: int, first_seed: int):
+    """The repeats of an experiment as cluster tasks, one per seed, gathered into one :class:`Experiment`
+    (the same runs, in seed order, as :func:`run_experiment` on this machine)."""
+    import dataclasses
+
+    from joblib import delayed
+
+    from .cluster import open_client, run_tasks, scheduler_errors
+    from .evaluation import Experiment
+
+    where = os.fspath(Path(feature_set.path).resolve())
+    calls = [delayed(_experiment_repeat)(where, name, params, seed) for seed in range(first_seed, first_seed + repeats)]
+    with open_client(spec) as client, scheduler_errors(spec):
+        parts = run_tasks(client, calls, "experiment", batch_size=1)
+    first = dataclasses.replace(parts[0].first, feature_set=str(feature_set.path))
+    return Experiment(name, params, str(feature_set.path), feature_set.config_hash,
+                      tuple(run for part in parts for run in part.runs), first)
+
+
 def cmd_experiment(args: argparse.Namespace) -> int:
     from .evaluation import run_experiment
     from .report import experiment_text, write_experiment, write_report
@@ -231,12 +273,16 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     _check_seeds(args.seed, args.repeats)
+    spec = _cluster_spec(args)
     if args.out:
         _check_out_folder(Path(args.out), "experiment")
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
-        experiment = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
+        if spec is None:
+            experiment = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
+        else:
+            experiment = _experiment_on_cluster(spec, feature_set, args.classifier, params, args.repeats, args.seed)
     out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
     write_experiment(experiment, out)
     write_report(experiment.first, out, experiment=experiment)
@@ -326,9 +372,31 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
         print(f"{_display(entry['path'])}: skipped ({entry['reason']})")
 
 
+def _predict_image(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:
+    """The row and the status of one image (a cluster task's call)."""
+    X, status = extractor.transform_images([path])
+    return X, status[0]
+
+
+def _transform_on_cluster(spec, extractor, files: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """``extractor.transform_images(files)`` as cluster tasks (the extractor sent to each worker once)."""
+    from joblib import delayed
+
+    from .build import DEFAULT_BATCH_SIZE
+    from .cluster import open_client, run_tasks, scheduler_errors
+
+    with open_client(spec) as client, scheduler_errors(spec):
+        results = run_tasks(client, [delayed(_predict_image)(path) for path in files], "predict",
+                            batch_size=DEFAULT_BATCH_SIZE, shared={"extractor": extractor})
+    rows = [X for X, status in results if status["ok"]]
+    X = np.concatenate(rows) if rows else np.zeros((0, extractor.n_features), dtype=np.float32)
+    return X, [status for _, status in results]
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from .model_file import load_image_model, read_model_meta
 
+    spec = _cluster_spec(args)
     model = load_image_model(args.model)
     classifier, extractor = model[-1], model[0].extractor_
     if args.feature_set:
@@ -341,7 +409,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if not 1 <= args.top_k <= n_classes:
         raise UsageError(f"--top-k must be between 1 and the number of classes ({n_classes}), not {args.top_k}")
     files, skipped = _predict_inputs(args.images)
-    X, status = extractor.transform_images(files)
+    X, status = extractor.transform_images(files) if spec is None else _transform_on_cluster(spec, extractor, files)
     read = [entry["path"] for entry in status if entry["ok"]]
     skipped += [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
     if not read:
@@ -395,6 +463,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
+    from .build import DEFAULT_BATCH_SIZE
+
     parser = sub.add_parser("build-features", help="folder of class folders -> cached feature set",
                             description="Build a feature set (dense SIFT, codebook, spatial pyramid, normalisation) "
                             "from a folder of class folders. Every stage is cached: re-running recomputes nothing, "
@@ -410,8 +480,23 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache-dir", help="cache folder (default: $CLASSIFY_IMAGES_CACHE, else "
                         "$XDG_CACHE_HOME/classify-images, else ~/.cache/classify-images)")
     parser.add_argument("--no-cache", action="store_true", help="do not cache intermediate stages")
+    _add_cluster_arguments(parser)
+    parser.add_argument("--store", choices=("npy", "sharded"), default="npy",
+                        help="row layout: npy (one memory-mapped file per split, default) or sharded "
+                        "(row blocks the workers write themselves; for a cluster)")
+    parser.add_argument("--batch-size", type=int, metavar="B",
+                        help=f"images per cluster task and rows per shard (default: {DEFAULT_BATCH_SIZE})")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=cmd_build_features)
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--scheduler`` / ``--cluster``: run on a Dask cluster (needs classify-images[distributed])."""
+    parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                        help="run on the Dask cluster of this scheduler (pip install 'classify-images[distributed]'); "
+                        "the dataset, --out and the cache must be on a file system every worker shares")
+    parser.add_argument("--cluster", metavar="local:N",
+                        help="start a Dask cluster of N worker processes on this machine for this command")
 
 
 def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
@@ -453,6 +538,7 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
                         help="first split seed; each run's seed is also the classifier's random_state unless --param sets it")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, experiment.json "
                         "(default: <featureset>-<classifier>-experiment beside the feature set)")
+    _add_cluster_arguments(parser)
     parser.set_defaults(func=cmd_experiment)
 
 
@@ -468,6 +554,7 @@ def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
                         help=f"classes shown per image (1 … n_classes; default {DEFAULT_TOP_K}, or n_classes when fewer)")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
                         help="table (default), csv (path,rank,class,decision_value) or json")
+    _add_cluster_arguments(parser)
     parser.set_defaults(func=cmd_predict)
 
 

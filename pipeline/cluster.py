@@ -128,18 +128,21 @@ def require_distributed():
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    try:
+        text = str(exc).strip()
+    except Exception:  # noqa: BLE001 - an exception whose message cannot be built still has a name
+        text = ""
     return text.splitlines()[0] if text else type(exc).__name__
 
 
 @contextlib.contextmanager
-def open_client(spec: ClusterSpec, *, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Iterator["distributed.Client"]:  # noqa: F821
+def open_client(spec: ClusterSpec, *, timeout: float | None = None) -> Iterator["distributed.Client"]:  # noqa: F821
     """A :class:`distributed.Client` on the cluster ``spec`` names, closed on exit.
 
     ``--cluster local:N`` starts a :class:`distributed.LocalCluster` (``N`` worker processes,
-    one thread each, listening on the loopback interface, no dashboard) and stops it on exit.
-    ``--scheduler`` connects to a running scheduler within ``timeout`` seconds and waits as
-    long again for at least one worker.
+    one thread each, listening on the loopback interface, its dashboard on a free port) and stops it on exit.
+    ``--scheduler`` connects to a running scheduler within ``timeout`` seconds (default
+    :data:`DEFAULT_CONNECT_TIMEOUT`) and waits as long again for at least one worker.
 
     Raises
     ------
@@ -147,12 +150,13 @@ def open_client(spec: ClusterSpec, *, timeout: float = DEFAULT_CONNECT_TIMEOUT) 
         ``distributed`` is not installed; the scheduler does not answer; it has no worker.
     """
     distributed = require_distributed()
+    timeout = DEFAULT_CONNECT_TIMEOUT if timeout is None else timeout
     with _quiet_dask_logs(), contextlib.ExitStack() as stack:
         if spec.is_local:
             try:
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=spec.n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                    dashboard_address=None, silence_logs=logging.ERROR,
+                    dashboard_address=":0", silence_logs=logging.ERROR,
                 ))
             except (OSError, RuntimeError, TimeoutError) as exc:
                 raise ClusterError(f"cannot start {spec} ({_first_line(exc)}); try fewer workers, "

@@ -99,15 +99,16 @@ class FeatureSetError(ValueError):
     """A feature-set folder is missing, incomplete or corrupt (user-facing, one line)."""
 
 
-@dataclass
+@dataclass(init=False)
 class FeatureSet:
     """A loaded feature set (arrays memory-mapped, read-only).
 
-    ``rows`` holds the rows of each split (``"train"``, ``"test"``): a memory-mapped array
-    (``npy`` layout) or a :class:`~classify_images.pipeline.shard_store.ShardedRows`
-    (``sharded`` layout).  :attr:`X_train` and :attr:`X_test` are dense float32 arrays in
-    both layouts (the shards are assembled on first access); :meth:`iter_row_blocks` reads
-    one block at a time instead.
+    ``FeatureSet(path, manifest, X_train, X_test, y_train, y_test)``: the rows of each split
+    are a (memory-mapped) array (``npy`` layout) or a
+    :class:`~classify_images.pipeline.shard_store.ShardedRows` (``sharded`` layout), kept in
+    :attr:`rows` (``{"train": …, "test": …}``).  :attr:`X_train` and :attr:`X_test` are dense
+    float32 arrays in both layouts (the shards are assembled on first access);
+    :meth:`iter_row_blocks` reads one block at a time instead.
     """
 
     path: Path
@@ -116,6 +117,12 @@ class FeatureSet:
     y_train: np.ndarray
     y_test: np.ndarray
     _codebook: np.ndarray | None = field(default=None, repr=False)
+
+    def __init__(self, path, manifest: dict, X_train, X_test, y_train: np.ndarray, y_test: np.ndarray,
+                 _codebook=None) -> None:
+        self.path, self.manifest = Path(path), manifest
+        self.rows = {"train": X_train, "test": X_test}
+        self.y_train, self.y_test, self._codebook = y_train, y_test, _codebook
 
     @property
     def X_train(self) -> np.ndarray:
@@ -422,7 +429,7 @@ def load_feature_set(path: str | os.PathLike) -> FeatureSet:
     arrays = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in names}
     _check_arrays(folder, manifest, arrays)
     rows = _sharded_rows(folder, manifest) if sharded else {"train": arrays["X_train"], "test": arrays["X_test"]}
-    return FeatureSet(path=folder, manifest=manifest, rows=rows, y_train=arrays["y_train"], y_test=arrays["y_test"])
+    return FeatureSet(folder, manifest, rows["train"], rows["test"], arrays["y_train"], arrays["y_test"])
 
 
 # --- what may be replaced ---

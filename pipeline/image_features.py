@@ -28,6 +28,7 @@ The ``[dataset]`` table of the configuration is not used: the caller splits the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from types import SimpleNamespace
 from typing import Any
@@ -82,6 +83,13 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     n_jobs : int, default=1
         joblib workers for the per-image work (-1: all cores).  The vectors do not
         depend on it.
+    scheduler : str or None, default=None
+        ``tcp://HOST:PORT`` of a running Dask scheduler: ``fit`` and ``transform`` run
+        their per-image work there (needs ``classify-images[distributed]``; the images and
+        the cache folder must be visible to every worker).  The vectors do not depend on it.
+    cluster : str or None, default=None
+        ``local:N``: a Dask ``LocalCluster`` of N worker processes, started for each
+        ``fit`` / ``transform`` call (:mod:`~classify_images.pipeline.cluster`).
 
     Attributes
     ----------
@@ -111,6 +119,8 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         "config": [str, os.PathLike, PipelineConfig],
         "cache_dir": [str, os.PathLike, None, "boolean"],
         "n_jobs": [int],
+        "scheduler": [str, None],
+        "cluster": [str, None],
     }
 
     def __init__(
@@ -119,10 +129,14 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         *,
         cache_dir: str | os.PathLike | bool | None = None,
         n_jobs: int = 1,
+        scheduler: str | None = None,
+        cluster: str | None = None,
     ) -> None:
         self.config = config
         self.cache_dir = cache_dir
         self.n_jobs = n_jobs
+        self.scheduler = scheduler
+        self.cluster = cluster
 
     # ------------------------------------------------------------ helpers
     def _read_config(self) -> PipelineConfig:
@@ -139,12 +153,20 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
             folder = self.cache_dir
         return StageCache(folder, cache_descriptors=config.sift.cache_descriptors)
 
+    @contextlib.contextmanager
     def _runner(self, cache: StageCache):
+        """The per-image runner: joblib workers, or a Dask client while the block runs."""
         from .build import _Runner
+        from .cluster import open_client, parse_cluster_option, scheduler_errors
 
         if self.n_jobs == 0:
             raise ValueError("ImageFeatures: n_jobs must be a positive number of workers or -1 (all cores), not 0")
-        return _Runner(self.n_jobs, cache, _no_progress)
+        spec = parse_cluster_option(self.scheduler, self.cluster)
+        if spec is None:
+            yield _Runner(self.n_jobs, cache, _no_progress)
+            return
+        with open_client(spec) as client, scheduler_errors(spec):
+            yield _Runner(self.n_jobs, cache, _no_progress, client)
 
     @staticmethod
     def _readable(paths: list[str], extractor_check, runner) -> list[str]:
@@ -190,19 +212,19 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
             raise ValueError("ImageFeatures.fit needs at least one image")
         config = self._read_config()
         cache = self._stage_cache(config)
-        runner = self._runner(cache)
         largest_patch = max(config.sift.patch_sizes)
 
         def check(path, fingerprint):
             return cache.check_image(path, fingerprint, config.image.max_side, largest_patch)
 
-        fingerprints = self._readable(paths, check, runner)
-        images = SimpleNamespace(paths=paths, fingerprints=fingerprints)
-        sample = _sample_descriptors(images, np.arange(len(paths)), config, runner)
-        extractor = FeatureExtractor(config, _learn_codebook(sample, config, cache, lambda message: None), cache=cache)
-        if not extractor.normalizer.is_fitted:
-            pooled = runner.map([delayed(extractor.pooled)(p, f) for p, f in zip(paths, fingerprints)], "pool")
-            extractor.normalizer.fit(np.asarray(pooled, dtype=np.float32))
+        with self._runner(cache) as runner:
+            fingerprints = self._readable(paths, check, runner)
+            images = SimpleNamespace(paths=paths, fingerprints=fingerprints)
+            sample = _sample_descriptors(images, np.arange(len(paths)), config, runner)
+            extractor = FeatureExtractor(config, _learn_codebook(sample, config, cache, lambda message: None), cache=cache)
+            if not extractor.normalizer.is_fitted:
+                pooled = self._rows(runner, extractor, paths, fingerprints, normalized=False)
+                extractor.normalizer.fit(np.asarray(pooled, dtype=np.float32))
         self._set_fitted(extractor)
         return self
 
@@ -236,10 +258,18 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "extractor_")
         paths = _image_paths(X)
         extractor = self.extractor_
-        runner = self._runner(extractor.cache)
-        fingerprints = self._readable(paths, extractor.check, runner)
-        rows = runner.map([delayed(extractor.vector)(p, f) for p, f in zip(paths, fingerprints)], "encode + pool")
+        with self._runner(extractor.cache) as runner:
+            fingerprints = self._readable(paths, extractor.check, runner)
+            rows = self._rows(runner, extractor, paths, fingerprints, normalized=True)
         return np.asarray(rows, dtype=np.float32).reshape(len(paths), extractor.n_features)
+
+    @staticmethod
+    def _rows(runner, extractor: FeatureExtractor, paths: list[str], fingerprints: list[str], *, normalized: bool):
+        """The vectors of the images, the extractor sent to each worker once."""
+        from .build import _image_row
+
+        calls = [delayed(_image_row)(p, f, normalized=normalized) for p, f in zip(paths, fingerprints)]
+        return runner.map(calls, "encode + pool", shared={"extractor": extractor})
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:
         """``imagefeatures0 … imagefeatures{d-1}``."""

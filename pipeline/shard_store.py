@@ -20,8 +20,9 @@ sparse-code max pooling, LLC, VLAD and Fisher vectors are mostly non-zero and st
 dense.  The measured density is recorded in the manifest beside the choice.  CSR keeps
 every value bit for bit (entries ``-0.0`` are kept as stored entries).
 
-Writing.  :func:`write_shard` writes a shard under a temporary name, syncs it and renames
-it into place (:func:`os.replace`), so a reader never sees half a shard; the bytes depend
+Writing.  :func:`write_shard` writes a shard under a random temporary name, syncs it and
+renames it into place (:func:`~classify_images.pipeline.atomic.atomic_write`), so a reader
+never sees half a shard; the bytes depend
 on the rows only (no time stamp in the ``.npz``: its members carry a fixed date), so a
 task that Dask runs again — its worker died after writing — rewrites the very same file,
 which is harmless.  The feature set becomes visible only when the manifest, listing every
@@ -44,12 +45,10 @@ arrays managed by hand), and a chunk write is atomic only on some of its stores.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
 import re
-import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .atomic import fsync_folder
+from .atomic import atomic_write
 
 __all__ = [
     "SHARD_FORMATS",
@@ -67,6 +66,7 @@ __all__ = [
     "is_shard_temporary",
     "write_shard",
     "read_shard",
+    "as_dense",
     "ShardedRows",
     "ShardError",
 ]
@@ -117,6 +117,16 @@ def _csr_of(rows: np.ndarray) -> sp.csr_matrix:
     return sp.csr_matrix((rows[row_index, col_index], col_index.astype(np.int32), indptr), shape=rows.shape)
 
 
+def as_dense(block: np.ndarray | sp.csr_matrix) -> np.ndarray:
+    """A block as a float32 ndarray; a CSR block's stored entries are copied as they are
+    (``scipy``'s ``toarray`` adds them to zeros, which turns ``-0.0`` into ``0.0``)."""
+    if not sp.issparse(block):
+        return np.asarray(block)
+    dense = np.zeros(block.shape, dtype=np.float32)
+    dense[np.repeat(np.arange(block.shape[0]), np.diff(block.indptr)), block.indices] = block.data
+    return dense
+
+
 def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     """An uncompressed ``.npz`` whose bytes depend on ``arrays`` only (fixed member dates)."""
     buffer = io.BytesIO()
@@ -162,19 +172,8 @@ def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarr
     else:
         payload, nnz = _npy_bytes(rows), int(np.count_nonzero(rows))
     name = shard_name(part, index, fmt)
-    path = Path(folder) / name
-    temporary = path.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-    fsync_folder(path.parent)
+    with atomic_write(Path(folder) / name, "wb", concurrent=True) as handle:
+        handle.write(payload)
     return {"file": name, "rows": int(rows.shape[0]), "nnz": nnz, "bytes": len(payload),
             "sha1": hashlib.sha1(payload).hexdigest()}
 
@@ -310,7 +309,7 @@ class ShardedRows:
         if self._dense is None:
             dense = np.zeros(self.shape, dtype=np.float32)
             for rows, block in self.blocks():
-                dense[rows] = block.toarray() if sp.issparse(block) else block
+                dense[rows] = as_dense(block)
             dense.flags.writeable = False
             self._dense = dense
         return self._dense
@@ -325,8 +324,7 @@ class ShardedRows:
         import dask.array as da
 
         def dense_shard(index: int) -> np.ndarray:
-            block = self.shard(index)
-            return block.toarray() if sp.issparse(block) else np.asarray(block)
+            return as_dense(self.shard(index))
 
         chunks = [
             da.from_delayed(dask.delayed(dense_shard)(index), shape=(entry["rows"], self.n_features), dtype=np.float32)

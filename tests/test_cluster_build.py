@@ -1,0 +1,353 @@
+"""Building on a Dask cluster: bit-identical features, the sharded store, faults, one-line errors.
+
+Loopback only: one ``LocalCluster`` of two worker processes is shared by the module (its
+start takes seconds).  Every build here uses the small test config on the fixture images,
+with a few images per task so that each stage is several tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from classify_images.pipeline import build as build_module
+from classify_images.pipeline import cluster as cluster_module
+from classify_images.pipeline.build import build_feature_set
+from classify_images.pipeline.cli import main
+from classify_images.pipeline.config import validate_config
+from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
+from classify_images.pipeline.shard_store import ShardedRows, as_dense, read_shard, write_shard
+
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
+
+distributed = pytest.importorskip("distributed", reason="the cluster tests need classify-images[distributed]")
+
+#: Images per task in these tests (several tasks per stage on 40 images).
+BATCH = 4
+#: Seconds any one cluster build may take here before the test fails.
+BUILD_LIMIT = 120
+
+
+def _config():
+    return validate_config(json.loads(json.dumps(SMALL_CONFIG)))
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    """Two worker processes (one thread each) on the loopback interface, for the whole module."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        yield cluster, client
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The single-machine build (joblib, npy layout) every cluster build must equal bit for bit."""
+    root = tmp_path_factory.mktemp("reference")
+    build_feature_set(FIXTURE_IMAGES, root / "fs", _config(), cache_dir=root / "cache")
+    return load_feature_set(root / "fs")
+
+
+def _assert_same_features(built, reference):
+    for name in ("X_train", "X_test", "y_train", "y_test"):
+        a, b = np.asarray(getattr(built, name)), np.asarray(getattr(reference, name))
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert a.tobytes() == b.tobytes(), f"{name} differs from the single-machine build"
+    assert built.manifest["split"] == reference.manifest["split"]
+    assert built.manifest["codebook"] == reference.manifest["codebook"]
+    assert built.config_hash == reference.config_hash
+
+
+def _bounded(function, limit=BUILD_LIMIT):
+    """Run ``function`` in a daemon thread; fail the test if it takes longer than ``limit`` s."""
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = function()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        pytest.fail(f"cluster build still running after {limit} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+@pytest.mark.parametrize("store", ["npy", "sharded"])
+def test_local_cluster_build_is_bit_identical(tmp_path, local_cluster, reference, store):
+    cluster, _ = local_cluster
+    out = tmp_path / "fs"
+    result = _bounded(lambda: build_feature_set(
+        FIXTURE_IMAGES, out, _config(), cache_dir=tmp_path / "cache", scheduler=cluster.scheduler_address,
+        store=store, batch_size=BATCH,
+    ))
+    assert not result.reused
+    built = load_feature_set(out)
+    assert built.layout == store
+    _assert_same_features(built, reference)
+    if store == "sharded":
+        shards = built.manifest["store"]["shards"]
+        assert built.manifest["format_version"] == 2 and built.manifest["store"]["format"] == "csr"  # VQ histograms
+        assert [entry["rows"] for entry in shards["X_train"]] == [4, 4, 4, 4, 4]
+        assert not (out / "X_train.npy").exists()
+
+
+def test_sharded_shards_are_the_same_bytes_whoever_writes_them(tmp_path, local_cluster):
+    """The workers' shards and the ones this machine writes (joblib) are byte-identical files."""
+    cluster, _ = local_cluster
+    for name, options in (("joblib", {}), ("dask", {"scheduler": cluster.scheduler_address})):
+        _bounded(lambda: build_feature_set(FIXTURE_IMAGES, tmp_path / name, _config(), cache_dir=None,
+                                           store="sharded", batch_size=BATCH, **options))
+    joblib_store = load_feature_set(tmp_path / "joblib").manifest["store"]
+    dask_store = load_feature_set(tmp_path / "dask").manifest["store"]
+    assert joblib_store == dask_store
+    for entry in joblib_store["shards"]["X_test"]:
+        assert (tmp_path / "joblib" / entry["file"]).read_bytes() == (tmp_path / "dask" / entry["file"]).read_bytes()
+
+
+def test_killed_worker_still_gives_identical_features(tmp_path, local_cluster, reference):
+    """SIGKILL one worker process while encode tasks are running: Dask reschedules its tasks
+    (the nanny restarts the worker) and the shards rewritten are the same."""
+    cluster, client = local_cluster
+    before = client.run(os.getpid)
+    killed = {}
+
+    def progress(iterable, description, total):
+        for count, item in enumerate(iterable, 1):
+            yield item
+            if description == "encode + pool" and count == BATCH and not killed:
+                busy = [worker for worker, keys in client.processing().items() if keys] or list(before)
+                killed[busy[0]] = before[busy[0]]
+                os.kill(before[busy[0]], signal.SIGKILL)
+
+    out = tmp_path / "fs"
+    _bounded(lambda: build_feature_set(
+        FIXTURE_IMAGES, out, _config(), cache_dir=None, scheduler=cluster.scheduler_address, store="sharded",
+        batch_size=BATCH, progress=progress,
+    ))
+    assert killed, "no worker was killed: the test did not exercise the fault"
+    _assert_same_features(load_feature_set(out), reference)
+    assert not [name for name in os.listdir(out) if name.endswith(".tmp")]
+    client.wait_for_workers(2, timeout=60)  # the nanny restarted it, for the next tests
+    assert set(client.run(os.getpid).values()) != set(before.values())
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monkeypatch, capsys, reference):
+    """The scheduler stops in the middle of encode + pool: one line, exit 2, the stage cache
+    keeps what the workers finished, and the same command resumes against a new scheduler."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    config = write_config_toml(tmp_path / "small.toml")
+    command = ["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"),
+               "--cache-dir", str(tmp_path / "cache"), "--scheduler", address, "--batch-size", str(BATCH), "-q"]
+    monkeypatch.setattr(cluster_module, "DEFAULT_CONNECT_TIMEOUT", 5.0)
+
+    def start():
+        return distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                        scheduler_port=port, dashboard_address=":0")
+
+    doomed = start()
+
+    def progress_that_stops_the_scheduler(enabled):
+        def progress(iterable, description, total):
+            for count, item in enumerate(iterable, 1):
+                yield item
+                if description == "encode + pool" and count == BATCH:
+                    doomed.close(timeout=10)
+        return progress
+
+    monkeypatch.setattr("classify_images.pipeline.cli._tqdm_progress", progress_that_stops_the_scheduler)
+    try:
+        status = _bounded(lambda: main(command))
+    finally:
+        doomed.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert len(err) == 1 and err[0].startswith("classify-images build-features: error: lost the Dask scheduler")
+    assert "re-run the same command" in err[0]
+    assert not (tmp_path / "fs").exists()
+    codes = tmp_path / "cache" / "joblib" / "classify_images" / "pipeline" / "stages" / "image_codes"
+    assert len([entry for entry in codes.iterdir() if entry.is_dir()]) >= BATCH  # finished work kept
+
+    with start():
+        assert _bounded(lambda: main(command)) == 0
+    _assert_same_features(load_feature_set(tmp_path / "fs"), reference)
+
+
+def test_unreachable_scheduler_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cluster_module, "DEFAULT_CONNECT_TIMEOUT", 1.0)
+    address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
+    for command in (["build-features", str(FIXTURE_IMAGES), "--out", str(tmp_path / "fs"), "--scheduler", address],
+                    ["build-features", str(FIXTURE_IMAGES), "--scheduler", "nowhere"],
+                    ["build-features", str(FIXTURE_IMAGES), "--scheduler", address, "--cluster", "local:2"],
+                    ["build-features", str(FIXTURE_IMAGES), "--cluster", "local:0"]):
+        started = time.monotonic()
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("classify-images build-features: error: "), err
+        assert time.monotonic() - started < 30
+    assert not (tmp_path / "fs").exists()
+
+
+def test_experiment_and_predict_on_the_cluster_match_this_machine(tmp_path, local_cluster, reference, capsys):
+    cluster, _ = local_cluster
+    fs = str(reference.path)
+    model = str(tmp_path / "model.npz")
+    assert main(["train", fs, "--classifier", "linear", "--out", model]) == 0
+    outputs = []
+    for where in ([], ["--scheduler", cluster.scheduler_address]):
+        capsys.readouterr()
+        assert main(["experiment", fs, "--classifier", "linear", "--repeats", "3",
+                     "--out", str(tmp_path / f"exp{len(where)}"), *where]) == 0
+        runs = json.loads((tmp_path / f"exp{len(where)}" / "experiment.json").read_text())["runs"]
+        assert main(["predict", model, str(FIXTURE_IMAGES / "china"), "--format", "csv", *where]) == 0
+        outputs.append(([(run["seed"], run["mean_per_class_accuracy"]) for run in runs],
+                        capsys.readouterr().out.split("report.html\n", 1)[1]))
+    assert outputs[0] == outputs[1]
+
+
+# --- the sharded store itself -------------------------------------------------------------
+
+
+def _block(rng, n_rows, n_cols, density):
+    rows = rng.random((n_rows, n_cols), dtype=np.float32)
+    rows[rng.random((n_rows, n_cols)) > density] = 0.0
+    rows[0, :3] = [-0.0, 1e-38, -2.5]  # a negative zero, a denormal-sized value and a negative value survive
+    rows[-1] = 0.0  # an empty row
+    return rows
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_shards_round_trip_bit_for_bit(tmp_path, fmt):
+    rng = np.random.default_rng(0)
+    blocks = [_block(rng, n, 37, 0.05) for n in (5, 5, 3)]
+    entries = [write_shard(tmp_path, "X_train", k, block, fmt) for k, block in enumerate(blocks)]
+    assert [entry["file"] for entry in entries] == [f"X_train.00000{k}.{'npz' if fmt == 'csr' else 'npy'}" for k in range(3)]
+    again = write_shard(tmp_path, "X_train", 1, blocks[1], fmt)  # a rescheduled task rewrites its shard
+    assert again == entries[1]
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    whole = np.concatenate(blocks)
+    rows = ShardedRows(tmp_path, entries, 37, fmt)
+    rows.check()
+    assert rows.shape == whole.shape and rows.toarray().tobytes() == whole.tobytes()
+    first = read_shard(tmp_path / entries[0]["file"], 5, 37, fmt)
+    assert sp.isspmatrix_csr(first) if fmt == "csr" else isinstance(first, np.memmap)
+    if fmt == "csr":
+        assert first.nnz == entries[0]["nnz"] == np.count_nonzero((blocks[0] != 0) | np.signbit(blocks[0]))
+    for rows_per_block in (None, 1, 4, 13, 100):
+        pieces = list(rows.blocks(rows_per_block))
+        assert all(sp.isspmatrix_csr(block) == (fmt == "csr") for _, block in pieces)
+        joined = np.concatenate([as_dense(block) for _, block in pieces])
+        assert joined.tobytes() == whole.tobytes()
+        assert [where.start for where, _ in pieces] == sorted(where.start for where, _ in pieces)
+    assert rows.to_dask_array().compute().tobytes() == whole.tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_sharded_feature_set_loads_both_formats_and_iterates_blocks(tmp_path, monkeypatch, reference, fmt):
+    monkeypatch.setattr(build_module, "shard_format", lambda kind: fmt)
+    build_feature_set(FIXTURE_IMAGES, tmp_path / "fs", _config(), cache_dir=None, store="sharded", batch_size=6)
+    built = load_feature_set(tmp_path / "fs")
+    assert built.manifest["store"]["format"] == fmt and 0 < built.manifest["store"]["density"] <= 1
+    _assert_same_features(built, reference)
+    for fs in (built, reference):  # both layouts
+        for split in ("train", "test"):
+            blocks = list(fs.iter_row_blocks(split, rows_per_block=7))
+            X = np.concatenate([as_dense(block) for block, _ in blocks])
+            y = np.concatenate([labels for _, labels in blocks])
+            assert X.tobytes() == np.asarray(getattr(fs, f"X_{split}")).tobytes()
+            assert (y == getattr(fs, f"y_{split}")).all() and y.dtype == np.int64
+            assert fs.to_dask_array(split).compute().tobytes() == X.tobytes()
+
+
+def test_sharded_feature_set_validation(tmp_path):
+    out = tmp_path / "fs"
+    build_feature_set(FIXTURE_IMAGES, out, _config(), cache_dir=None, store="sharded", batch_size=8)
+    manifest = json.loads((out / "manifest.json").read_text())
+    first = out / manifest["store"]["shards"]["X_test"][0]["file"]
+    original = first.read_bytes()
+
+    def refused(expected):
+        with pytest.raises(FeatureSetError) as error:
+            load_feature_set(out)
+        assert expected in str(error.value) and "\n" not in str(error.value)
+
+    first.write_bytes(original[:len(original) // 2])
+    refused("corrupt")
+    first.write_bytes(original[:-30] + bytes(30))  # the zip's directory, torn
+    refused("corrupt")
+    first.write_bytes(original)
+    rows = as_dense(read_shard(first, manifest["store"]["shards"]["X_test"][0]["rows"], manifest["n_features"], "csr"))
+    rows[0, 0] = np.nan
+    with_nan = json.loads(json.dumps(manifest))
+    with_nan["store"]["shards"]["X_test"][0] = write_shard(out, "X_test", 0, rows, "csr")  # listed, with its SHA-1
+    (out / "manifest.json").write_text(json.dumps(with_nan))
+    refused("NaN")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    first.unlink()
+    refused("missing")
+    first.write_bytes(original)
+    load_feature_set(out)
+    for tamper, expected in (
+        (lambda m: m["store"]["shards"]["X_train"].pop(), "do not cover"),
+        (lambda m: m["store"].update(format="zarr"), "invalid 'store'"),
+        (lambda m: m.update(format_version=1), "with a 'store'"),
+        (lambda m: m["store"]["shards"]["X_test"][0].update(file="X_test.000000.npy"), "store.shards.X_test"),
+        (lambda m: m["store"]["shards"]["X_train"][0].update(sha1="0" * 40), "SHA-1"),
+    ):
+        changed = json.loads(json.dumps(manifest))
+        tamper(changed)
+        (out / "manifest.json").write_text(json.dumps(changed))
+        refused(expected)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    # A sharded feature set is replaced by a rebuild like an npy one (its shard names are ours).
+    build_feature_set(FIXTURE_IMAGES, out, _config(), cache_dir=None)
+    assert load_feature_set(out).layout == "npy" and not list(out.glob("X_*.0*"))
+
+
+def test_image_features_on_the_cluster_match_this_machine(local_cluster):
+    from classify_images.pipeline.image_features import ImageFeatures
+
+    cluster, _ = local_cluster
+    paths = sorted(str(path) for path in FIXTURE_IMAGES.rglob("*.jpg"))
+    train, test = paths[::2], paths[1::2]
+    here = ImageFeatures(_config(), cache_dir=False).fit(train)
+    there = ImageFeatures(_config(), cache_dir=False, scheduler=cluster.scheduler_address).fit(train)
+    assert there.codebook_.tobytes() == here.codebook_.tobytes()
+    assert _bounded(lambda: there.transform(test)).tobytes() == here.transform(test).tobytes()
+
+
+def test_minmax_normalisation_sharded_on_the_cluster_is_bit_identical(tmp_path, local_cluster):
+    """A normaliser fitted on the training rows: the workers' per-shard minima and maxima,
+    combined, give the statistics of the single-machine build, and the same rows."""
+    cluster, _ = local_cluster
+    raw = json.loads(json.dumps(SMALL_CONFIG))
+    raw["normalization"]["method"] = "minmax"
+    config = validate_config(raw)
+    build_feature_set(FIXTURE_IMAGES, tmp_path / "here", config, cache_dir=tmp_path / "cache")
+    _bounded(lambda: build_feature_set(FIXTURE_IMAGES, tmp_path / "there", config, cache_dir=tmp_path / "cache",
+                                       scheduler=cluster.scheduler_address, store="sharded", batch_size=BATCH))
+    here, there = load_feature_set(tmp_path / "here"), load_feature_set(tmp_path / "there")
+    _assert_same_features(there, here)
+    assert (tmp_path / "there" / "minmax.npy").read_bytes() == (tmp_path / "here" / "minmax.npy").read_bytes()
+    assert np.asarray(there.X_train).max() == 1.0 and np.asarray(there.X_train).min() == 0.0
