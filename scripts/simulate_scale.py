@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import threading
@@ -234,6 +235,7 @@ def run_build(args) -> dict:
     out, cache = Path(args.out), Path(args.cache_dir)
     if not args.keep_cache:
         shutil.rmtree(cache, ignore_errors=True)
+    cache_dir = None if getattr(args, "no_cache", False) else cache
     shutil.rmtree(out, ignore_errors=True)
     options = _cluster_options(args)
     metrics_module = None
@@ -246,7 +248,7 @@ def run_build(args) -> dict:
         dask.config.set({"distributed.scheduler.preload": ["_cluster_metrics"]})
     with ProcessTreeMonitor() as monitor:
         start = time.perf_counter()
-        result = build_feature_set(args.images, out, config, n_jobs=args.n_jobs, cache_dir=cache,
+        result = build_feature_set(args.images, out, config, n_jobs=args.n_jobs, cache_dir=cache_dir,
                                    progress=monitor.progress, **options)
         wall = time.perf_counter() - start
     manifest = json.loads((out / "manifest.json").read_text())
@@ -526,47 +528,77 @@ def check_projection(small: dict, large: dict) -> dict:
 
 
 def project_imagenet(build: dict, stage_costs: dict | None, *, n_train: int, n_test: int, cores: list[int],
-                     image_bytes: int, config: str, store_bytes_per_row: float | None) -> dict:
-    """Time, disk and network of a build of ``n_train + n_test`` images on ``cores`` workers,
-    from the per-image costs of a measured build (see docs/scaling.md for the model)."""
+                     image_bytes: int, config: str, codebook_seconds: float, task_seconds: float,
+                     batch_size: int, fs_bandwidth: list[float]) -> dict:
+    """Time, disk and network of a cold build of ``n_train + n_test`` images on ``cores``
+    single-threaded workers, from a measured cluster build (docs/scaling.md, "The model").
+
+    * worker CPU: the measured worker CPU per image of each per-image step (fingerprint,
+      check, descriptor sample, encode + pool + shard write), times the images it visits
+      at that scale (the sample step visits every training image), plus the extra decode
+      time of larger colour JPEGs (``stage_costs``' probe);
+    * scheduler: ``task_seconds`` of client + scheduler CPU per task (measured with no-op
+      tasks), ``batch_size`` images per task; the scheduler is one process, so
+      ``tasks × task_seconds`` bounds the build from below whatever the cores;
+    * the codebook (``codebook_seconds``, one thread on the client) does not grow with the
+      images (a fixed sample of descriptors);
+    * bytes over the network: every image read once by a worker, the stage cache written
+      (and the training images' descriptors read back by encode), the shards written, the
+      scheduler's messages and results; at ``fs_bandwidth`` GB/s of shared file system the
+      build cannot be faster than those bytes take.
+    """
     n_all = n_train + n_test
     costs = per_image_costs(build)
+    discover_worker_ms = 1000 * (build["stage_cpu_seconds"].get("discover", 0.0)
+                                 - build["stage_main_process_cpu_seconds"].get("discover", 0.0)) / build["n_images"]
     counts = {"check": n_all, "sample": n_train, "encode+pool": n_all}
-    worker_cpu = sum(costs[stage]["worker_cpu_ms"] * counts[stage] for stage in counts) / 1000
-    main_cpu = sum(costs[stage]["main_cpu_ms"] * counts[stage] for stage in counts) / 1000
+    worker_cpu = (sum(costs[stage]["worker_cpu_ms"] * counts[stage] for stage in counts)
+                  + discover_worker_ms * n_all) / 1000
     extra_decode_ms = 0.0
     if stage_costs is not None and "imagenet_like_decode" in stage_costs:
-        scene_decode = stage_costs["configs"][config]["cpu_ms_per_image"]["fingerprint"] + \
-            stage_costs["configs"][config]["cpu_ms_per_image"]["decode"]
+        scene = stage_costs["configs"][config]["cpu_ms_per_image"]
         # the probe's JPEGs are smoother (fewer bytes) than photographs of that size: its decode
         # time is scaled by image_bytes / its bytes (Huffman decoding grows with the bytes)
         probe = stage_costs["imagenet_like_decode"]
         decode_ms = probe["cpu_ms_per_image"] * max(1.0, image_bytes / probe["file_bytes"])
         # an image is decoded twice on the workers (check, descriptors)
-        extra_decode_ms = 2 * max(decode_ms - scene_decode, 0.0)
+        extra_decode_ms = 2 * max(decode_ms - scene["fingerprint"] - scene["decode"], 0.0)
     worker_cpu += extra_decode_ms * n_all / 1000
-    per_image_client = 1000 * build["stage_wall_seconds"].get("discover", 0.0) / build["n_images"]
-    client_serial = (build["stage_wall_seconds"].get("codebook", 0.0)
-                     + per_image_client * n_all / 1000
-                     + build["stage_wall_seconds"].get("normalise+write", 0.0) * n_all / build["rows"])
-    cache_per_image = sum(v * _scaled(build, _CACHE_COUNTS.get(k, "n_images"), {"n_images": n_all, "n_train": n_train})
-                          for k, v in build["cache_bytes_per_image"].items()) * build["n_images"] / n_all
-    store_per_row = store_bytes_per_row if store_bytes_per_row is not None else build["store_bytes_per_row"]
-    sent_per_image = (build.get("dask") or {}).get("bytes_sent_per_image", 0)
-    network_per_image = image_bytes + cache_per_image + store_per_row + sent_per_image
+    n_tasks = math.ceil(n_all / batch_size) * 2 + math.ceil(n_train / batch_size) + math.ceil(n_all / (8 * batch_size))
+    scheduler = n_tasks * task_seconds
+    per_image = dict(build["cache_bytes_per_image"])
+    # the descriptor sample of a training image holds ceil(n_samples / n_train) descriptors
+    # (128 bytes each) in an entry whose overhead is about a check entry's size
+    n_samples = build["overrides"]["codebook"]["n_samples"] or 200_000
+    sample_entry = per_image.get("check_image", 0) + 128 * math.ceil(n_samples / n_train)
+    per_image["descriptor_sample"] = sample_entry * n_train / n_all
+    cache_written = sum(v for v in per_image.values()) * n_all
+    cache_read = per_image.get("image_descriptors", 0) * n_train
+    store = build["store_bytes_per_row"] * n_all
+    messages = (build.get("dask") or {}).get("bytes_sent_per_image", 0) * n_all
+    network = image_bytes * n_all + cache_written + cache_read + store + messages
     table = []
     for p in cores:
-        seconds = client_serial + max(worker_cpu / p, main_cpu)
-        table.append({"cores": p, "hours": round(seconds / 3600, 2), "workers_bound": worker_cpu / p >= main_cpu,
-                      "network_TB": round(network_per_image * n_all / 1e12, 2),
-                      "aggregate_GB_per_s": round(network_per_image * n_all / seconds / 1e9, 2)})
+        cpu_seconds = codebook_seconds + max(worker_cpu / p, scheduler)
+        row = {"cores": p, "cpu_bound_hours": round(cpu_seconds / 3600, 3),
+               "bound": "workers" if worker_cpu / p >= scheduler else "scheduler",
+               "network_GB_per_s_needed": round(network / max(cpu_seconds - codebook_seconds, 1e-9) / 1e9, 2)}
+        for bandwidth in fs_bandwidth:
+            row[f"hours_at_{bandwidth:g}_GB_per_s"] = round(max(cpu_seconds, codebook_seconds + network / (bandwidth * 1e9)) / 3600, 3)
+        table.append(row)
     return {
-        "images": n_all, "per_image_ms": costs, "extra_decode_ms_per_image": round(extra_decode_ms, 2),
-        "worker_cpu_hours": round(worker_cpu / 3600, 1), "client_and_scheduler_cpu_hours": round(main_cpu / 3600, 2),
-        "client_serial_hours": round(client_serial / 3600, 2),
-        "disk_GB": {"images": round(image_bytes * n_all / 1e9), "stage_cache": round(cache_per_image * n_all / 1e9),
-                    "feature_store": round(store_per_row * n_all / 1e9)},
-        "network_bytes_per_image": round(network_per_image), "table": table,
+        "images": n_all, "train_images": n_train, "tasks": n_tasks, "batch_size": batch_size,
+        "per_image_ms": costs, "discover_worker_ms": round(discover_worker_ms, 3),
+        "extra_decode_ms_per_image": round(extra_decode_ms, 2),
+        "worker_cpu_ms_per_image": round(1000 * worker_cpu / n_all, 2),
+        "worker_cpu_hours": round(worker_cpu / 3600, 1), "scheduler_hours": round(scheduler / 3600, 3),
+        "codebook_hours": round(codebook_seconds / 3600, 3),
+        "disk_GB": {"images": round(image_bytes * n_all / 1e9), "stage_cache": round(cache_written / 1e9),
+                    "feature_store": round(store / 1e9)},
+        "network_GB": {"images": round(image_bytes * n_all / 1e9), "cache_written": round(cache_written / 1e9),
+                       "cache_read": round(cache_read / 1e9), "store": round(store / 1e9),
+                       "scheduler_and_results": round(messages / 1e9, 1), "total": round(network / 1e9)},
+        "table": table,
     }
 
 
@@ -588,14 +620,19 @@ def train_projection(train_costs: dict, *, n_train: int, nnz_per_row: float, n_c
 
 def project(args) -> dict:
     load = lambda path: json.loads(Path(path).read_text()) if path else None  # noqa: E731
-    real = load(args.build)
-    if args.build_mode:
-        real = real[args.build_mode]
     report = {}
-    if real is not None:
+    if args.build:
+        runs = load(args.build)
+        build = runs[args.build_mode] if args.build_mode else runs
+        codebook = runs[args.codebook_mode] if args.codebook_mode else build
+        noop = {run["workers"]: run for run in runs.get("noop", [])} if args.build_mode else {}
+        task_seconds = (args.task_ms if args.task_ms is not None
+                        else noop[max(noop)]["client_and_scheduler_cpu_ms_per_task"]) / 1000
         report["imagenet_build"] = project_imagenet(
-            real, load(args.stage_costs), n_train=args.n_train, n_test=args.n_test, cores=args.cores,
-            image_bytes=args.image_bytes, config=args.config, store_bytes_per_row=args.store_bytes_per_row)
+            build, load(args.stage_costs), n_train=args.n_train, n_test=args.n_test, cores=args.cores,
+            image_bytes=args.image_bytes, config=args.config,
+            codebook_seconds=codebook["stage_cpu_seconds"]["codebook"], task_seconds=task_seconds,
+            batch_size=args.batch_size, fs_bandwidth=args.fs_gb_per_s)
     if args.train_costs:
         report["imagenet_training"] = train_projection(load(args.train_costs), n_train=args.n_train,
                                                        nnz_per_row=args.nnz_per_row, n_classes=args.classes,
@@ -626,6 +663,7 @@ def main() -> int:
     build.add_argument("--out", required=True)
     build.add_argument("--cache-dir", required=True, help="emptied first (a cold build) unless --keep-cache")
     build.add_argument("--keep-cache", action="store_true")
+    build.add_argument("--no-cache", action="store_true", help="build without a stage cache (what the cache costs)")
     build.add_argument("--config", default="bof-spm")
     build.add_argument("--codebook-size", type=int)
     build.add_argument("--n-samples", type=int)
@@ -653,7 +691,13 @@ def main() -> int:
 
     proj = commands.add_parser("project", help="the projection of docs/scaling.md from the measurements")
     proj.add_argument("--build", help="a build report (build --json), or bench_cluster.py's JSON with --build-mode")
-    proj.add_argument("--build-mode", help="the mode of bench_cluster.py's JSON to project from (e.g. local:2)")
+    proj.add_argument("--build-mode", help="the mode of bench_cluster.py's JSON to project from (e.g. local:2:sharded)")
+    proj.add_argument("--codebook-mode", help="the mode whose codebook CPU seconds to use (the one that learnt it)")
+    proj.add_argument("--task-ms", type=float, help="client + scheduler CPU ms per task (default: the no-op "
+                      "measurement in bench_cluster.py's JSON)")
+    proj.add_argument("--batch-size", type=int, default=32, help="images per task")
+    proj.add_argument("--fs-gb-per-s", type=float, nargs="+", default=[1.0, 10.0],
+                      help="shared file system bandwidths to bound the build by")
     proj.add_argument("--stage-costs", help="stage-costs --json (adds the larger images' extra decode time)")
     proj.add_argument("--train-costs", help="train-costs --json")
     proj.add_argument("--config", default="bof-spm")
@@ -663,7 +707,6 @@ def main() -> int:
     proj.add_argument("--cores", type=int, nargs="+", default=[10, 100, 1000])
     proj.add_argument("--image-bytes", type=int, default=110_000, help="mean JPEG size (ImageNet-1k: ~110 KB)")
     proj.add_argument("--nnz-per-row", type=float, default=1367.0, help="stored non-zeros per feature row")
-    proj.add_argument("--store-bytes-per-row", type=float, help="default: the measured build's")
     proj.add_argument("--check-small", help="build report of the small simulated run")
     proj.add_argument("--check-large", help="build report of the large simulated run")
     proj.add_argument("--json")
