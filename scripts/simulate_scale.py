@@ -501,16 +501,39 @@ def _scaled(report: dict, count_key: str | None, target: dict) -> float:
     return 1.0 if count_key is None else target[count_key] / max(report[count_key], 1)
 
 
+def _encode_split(sample: float, encode: float, train_share: float) -> tuple[float, float]:
+    """Encode cost of a training image (descriptors read from the cache) and of a test image
+    (descriptors computed and cached, as the sample step does: ``+ sample``), from the mean
+    ``encode`` cost over a set whose ``train_share`` are training images."""
+    cached = max(encode - (1.0 - train_share) * sample, 0.0)
+    return cached, cached + sample
+
+
 def check_projection(small: dict, large: dict) -> dict:
     """``large`` projected from ``small`` (each stage's wall, the cache and the store grow with
     what they count; the codebook is fixed) against what ``large`` measured."""
     counts = {"check": "n_images", "sample": "n_train", "encode+pool": "rows", "discover": "n_images",
               "split": "n_images", "codebook": None, "normalise+write": "rows"}
+    cpu_names = {"check": "check images", "sample": "sample descriptors", "encode+pool": "encode + pool"}
     rows = {}
     for stage, count_key in counts.items():
         projected = small["stage_wall_seconds"].get(stage, 0.0) * _scaled(small, count_key, large)
-        rows[stage] = {"projected_s": round(projected, 2), "measured_s": large["stage_wall_seconds"].get(stage, 0.0)}
+        cpu = cpu_names.get(stage, stage)
+        rows[stage] = {"projected_s": round(projected, 2), "measured_s": large["stage_wall_seconds"].get(stage, 0.0),
+                       "projected_cpu_s": round(small["stage_cpu_seconds"].get(cpu, 0.0) * _scaled(small, count_key, large), 2),
+                       "measured_cpu_s": large["stage_cpu_seconds"].get(cpu, 0.0)}
     projected_total = sum(row["projected_s"] for row in rows.values())
+    # with cached descriptors, encoding a training image reads the descriptors the sample step
+    # cached, a test image computes them: split the small run's encode time into the two
+    aware = {}
+    for clock, key in (("stage_wall_seconds", "s"), ("stage_cpu_seconds", "cpu_s")):
+        sample = small[clock].get("sample" if key == "s" else "sample descriptors", 0.0)
+        encode = small[clock].get("encode+pool" if key == "s" else "encode + pool", 0.0)
+        cached, fresh = _encode_split(sample / max(small["n_train"], 1), encode / max(small["rows"], 1),
+                                      small["n_train"] / max(small["rows"], 1))
+        aware[f"projected_{key}"] = round(cached * large["n_train"] + fresh * (large["rows"] - large["n_train"]), 2)
+        aware[f"measured_{key}"] = rows["encode+pool"][f"measured_{key}"]
+    rows["encode+pool, train/test aware"] = aware
     cache_small = {k: v * small["n_images"] for k, v in small["cache_bytes_per_image"].items()}
     cache_projected = sum(v * _scaled(small, _CACHE_COUNTS.get(k, "n_images"), large) for k, v in cache_small.items())
     return {
@@ -551,9 +574,13 @@ def project_imagenet(build: dict, stage_costs: dict | None, *, n_train: int, n_t
     costs = per_image_costs(build)
     discover_worker_ms = 1000 * (build["stage_cpu_seconds"].get("discover", 0.0)
                                  - build["stage_main_process_cpu_seconds"].get("discover", 0.0)) / build["n_images"]
-    counts = {"check": n_all, "sample": n_train, "encode+pool": n_all}
-    worker_cpu = (sum(costs[stage]["worker_cpu_ms"] * counts[stage] for stage in counts)
-                  + discover_worker_ms * n_all) / 1000
+    sample_ms = costs["sample"]["worker_cpu_ms"]
+    encode_cached_ms, encode_fresh_ms = costs["encode+pool"]["worker_cpu_ms"], costs["encode+pool"]["worker_cpu_ms"]
+    if build["cache_bytes_per_image"].get("image_descriptors"):  # descriptors cached by the sample step
+        encode_cached_ms, encode_fresh_ms = _encode_split(sample_ms, costs["encode+pool"]["worker_cpu_ms"],
+                                                          build["n_train"] / build["rows"])
+    worker_cpu = ((discover_worker_ms + costs["check"]["worker_cpu_ms"]) * n_all
+                  + (sample_ms + encode_cached_ms) * n_train + encode_fresh_ms * n_test) / 1000
     extra_decode_ms = 0.0
     if stage_costs is not None and "imagenet_like_decode" in stage_costs:
         scene = stage_costs["configs"][config]["cpu_ms_per_image"]
@@ -589,6 +616,7 @@ def project_imagenet(build: dict, stage_costs: dict | None, *, n_train: int, n_t
     return {
         "images": n_all, "train_images": n_train, "tasks": n_tasks, "batch_size": batch_size,
         "per_image_ms": costs, "discover_worker_ms": round(discover_worker_ms, 3),
+        "encode_ms": {"training_image": round(encode_cached_ms, 2), "test_image": round(encode_fresh_ms, 2)},
         "extra_decode_ms_per_image": round(extra_decode_ms, 2),
         "worker_cpu_ms_per_image": round(1000 * worker_cpu / n_all, 2),
         "worker_cpu_hours": round(worker_cpu / 3600, 1), "scheduler_hours": round(scheduler / 3600, 3),
