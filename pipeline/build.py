@@ -564,13 +564,23 @@ def build_feature_set(
     out = check_destination(out, dataset_dir)
     if spec is None:
         return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, None, store, batch_size)
+    # The workers do not share this process's current folder: they get absolute paths.
+    dataset_dir = os.path.abspath(dataset_dir)
+    cache_dir = None if cache_dir is None else os.path.abspath(os.path.expanduser(cache_dir))
     with open_client(spec) as client, scheduler_errors(spec):
         log(f"running the per-image steps on {spec}")
+        if os.path.isdir(dataset_dir):  # (a missing one is the dataset step's one-line error)
+            _check_workers_see(client, Path(dataset_dir), "the dataset")
         return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, client, store, batch_size)
 
 
 def _check_workers_see(client, folder: Path, what: str) -> None:
-    """Refuse to start when a worker cannot see ``folder`` (it is not on a file system they share)."""
+    """Refuse to start when a worker cannot see ``folder`` (it is not on a file system they share).
+
+    Raises
+    ------
+    ClusterError
+    """
     seen = client.run(os.path.isdir, os.fspath(folder))
     blind = sorted(worker for worker, ok in seen.items() if not ok)
     if blind:

@@ -12,8 +12,9 @@ funnel every vector, so each task writes the rows of its images itself, as one *
 
 Format.  A whole feature set is either ``dense`` (each shard a float32 ``.npy``,
 memory-mappable) or ``csr`` (each shard an uncompressed ``.npz`` of the CSR components
-``data`` (float32), ``indices`` (int32), ``indptr`` (int64) and ``shape``), so that a
-reader always gets blocks of one type.  :func:`shard_format` chooses it from the
+``data`` float32, ``indices`` int32, ``indptr`` int64 and ``shape`` — these dtypes whatever
+scipy chose, so that the bytes do not depend on its version), so that a reader always gets
+blocks of one type.  :func:`shard_format` chooses it from the
 encoder: hard-VQ histograms (``codebook.kind = "kmeans"``, BoF/SPM) have at most one
 non-zero per descriptor and cell, a few per cent of their entries, and are stored CSR;
 sparse-code max pooling, LLC, VLAD and Fisher vectors are mostly non-zero and stored
@@ -114,7 +115,7 @@ def _csr_of(rows: np.ndarray) -> sp.csr_matrix:
     indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
     np.cumsum(stored.sum(axis=1), out=indptr[1:])
     row_index, col_index = np.nonzero(stored)
-    return sp.csr_matrix((rows[row_index, col_index], col_index.astype(np.int32), indptr), shape=rows.shape)
+    return sp.csr_matrix((rows[row_index, col_index], col_index, indptr), shape=rows.shape)
 
 
 def as_dense(block: np.ndarray | sp.csr_matrix) -> np.ndarray:
@@ -166,8 +167,8 @@ def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarr
     rows = np.asarray(rows, dtype=np.float32)
     if fmt == "csr":
         matrix = _csr_of(rows)
-        payload = _npz_bytes({"data": matrix.data, "indices": matrix.indices, "indptr": matrix.indptr,
-                              "shape": np.asarray(rows.shape, dtype=np.int64)})
+        payload = _npz_bytes({"data": matrix.data.astype(np.float32), "indices": matrix.indices.astype(np.int32),
+                              "indptr": matrix.indptr.astype(np.int64), "shape": np.asarray(rows.shape, dtype=np.int64)})
         nnz = int(matrix.nnz)
     else:
         payload, nnz = _npy_bytes(rows), int(np.count_nonzero(rows))

@@ -200,7 +200,8 @@ def test_unreachable_scheduler_is_one_line_exit_2(tmp_path, monkeypatch, capsys)
     for command in (["build-features", str(FIXTURE_IMAGES), "--out", str(tmp_path / "fs"), "--scheduler", address],
                     ["build-features", str(FIXTURE_IMAGES), "--scheduler", "nowhere"],
                     ["build-features", str(FIXTURE_IMAGES), "--scheduler", address, "--cluster", "local:2"],
-                    ["build-features", str(FIXTURE_IMAGES), "--cluster", "local:0"]):
+                    ["build-features", str(FIXTURE_IMAGES), "--cluster", "local:0"],
+                    ["build-features", str(FIXTURE_IMAGES), "--cluster", "local:1", "--batch-size", "0"]):
         started = time.monotonic()
         assert main(command) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -351,3 +352,14 @@ def test_minmax_normalisation_sharded_on_the_cluster_is_bit_identical(tmp_path, 
     _assert_same_features(there, here)
     assert (tmp_path / "there" / "minmax.npy").read_bytes() == (tmp_path / "here" / "minmax.npy").read_bytes()
     assert np.asarray(there.X_train).max() == 1.0 and np.asarray(there.X_train).min() == 0.0
+
+
+def test_a_folder_the_workers_cannot_see_is_one_line(tmp_path, local_cluster):
+    """A worker without the file system of the dataset or of --out: refused before any work."""
+    from classify_images.pipeline.cluster import ClusterError
+
+    _, client = local_cluster
+    build_module._check_workers_see(client, tmp_path, "the dataset")  # both workers see it
+    with pytest.raises(ClusterError, match="cannot see .*not-mounted.*: put the dataset on a file system") as error:
+        build_module._check_workers_see(client, tmp_path / "not-mounted", "the dataset")
+    assert "\n" not in str(error.value) and "tcp://127.0.0.1:" in str(error.value)
