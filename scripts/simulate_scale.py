@@ -591,7 +591,9 @@ def project_imagenet(build: dict, stage_costs: dict | None, *, n_train: int, n_t
         # an image is decoded twice on the workers (check, descriptors)
         extra_decode_ms = 2 * max(decode_ms - scene["fingerprint"] - scene["decode"], 0.0)
     worker_cpu += extra_decode_ms * n_all / 1000
-    n_tasks = math.ceil(n_all / batch_size) * 2 + math.ceil(n_train / batch_size) + math.ceil(n_all / (8 * batch_size))
+    # encode and sample: batch_size images per task; fingerprint and check: 8 × batch_size
+    n_tasks = (math.ceil(n_all / batch_size) + math.ceil(n_train / batch_size)
+               + 2 * math.ceil(n_all / (8 * batch_size)))
     scheduler = n_tasks * task_seconds
     per_image = dict(build["cache_bytes_per_image"])
     # the descriptor sample of a training image holds ceil(n_samples / n_train) descriptors
