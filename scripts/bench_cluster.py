@@ -162,9 +162,9 @@ def main() -> int:
     print("|---|" + "---:|" * 11)
     for mode in args.modes:
         print(_row(mode, reports[mode], base))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(reports, indent=2) + "\n")
+    from _bench_utils import write_json
+
+    write_json(args.json, reports)
     return 0
 
 

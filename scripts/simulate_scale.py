@@ -753,9 +753,9 @@ def main() -> int:
     commands_run = {"build": run_build, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
     report = commands_run[args.command](args)
     print(json.dumps(report, indent=2))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    from _bench_utils import write_json
+
+    write_json(args.json, report)
     return 0
 
 
