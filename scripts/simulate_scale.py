@@ -10,17 +10,23 @@ Sub-commands (run from the repository root)::
     # feature-store bytes per image, peak memory per process (and Dask counters on a cluster):
     python scripts/simulate_scale.py build --images /work/cache/scale-sim/synth-1k \
         --out /work/cache/scale-sim/fs-1k --cache-dir /work/cache/scale-sim/cold-1k \
-        --config bof-spm --codebook-size 256 --n-samples 20000 [--n-jobs 2 | --cluster local:2 |
-        --scheduler tcp://HOST:PORT] [--store sharded] --json sim-1k.json
+        --config bof-spm --codebook-size 256 --n-samples 20000 --train-per-class 50 \
+        [--n-jobs 2 | --cluster local:2 | --scheduler tcp://HOST:PORT] [--store sharded] \
+        [--no-cache] --json sim-1k.json
 
     # per-image CPU cost of each stage on real images (decode, dense SIFT, encode, pool), and
     # the bytes a stage caches per image, for the paper configs:
     python scripts/simulate_scale.py stage-costs --dataset ../shared/datasets/scene15 \
         --configs bof-spm scspm vlad --n-images 30 --json stage-costs.json
 
-    # the projection of docs/scaling.md from those measurements:
-    python scripts/simulate_scale.py project --stage-costs stage-costs.json --build sim-1k.json \
-        [--check sim-50k.json]
+    # single-threaded training time per one-vs-rest problem on a feature set:
+    python scripts/simulate_scale.py train-costs --features FEATURE_SET --json train-costs.json
+
+    # the projection of docs/scaling.md from those measurements (bench-cluster.json from
+    # scripts/bench_cluster.py), and the check of a small simulated run against a large one:
+    python scripts/simulate_scale.py project --build bench-cluster.json --build-mode local:2:sharded \
+        --codebook-mode loky:2 --stage-costs stage-costs.json --train-costs train-costs.json \
+        --check-small sim-1k.json --check-large sim-50k.json --json projection.json
 
 The synthetic images are oriented sinusoidal gratings under smoothed noise: class ``c``
 sets the orientation, the spatial frequency and the noise's smoothing, each image draws
