@@ -64,7 +64,7 @@ _PROGRESS = Callable[[Iterable, str, int], Iterable]
 _NORMALISE_CHUNK = 1024
 #: Images per Dask task, and rows per shard of a sharded store: chosen from the scheduler's
 #: cost per task against the cost of an image (BENCHMARKS.md, "Dask scheduler overhead per task").
-DEFAULT_BATCH_SIZE = 32
+DEFAULT_BATCH_SIZE = 64
 
 
 def default_cache_dir() -> Path:
@@ -567,7 +567,7 @@ def build_feature_set(
     # The workers do not share this process's current folder: they get absolute paths.
     dataset_dir = os.path.abspath(dataset_dir)
     cache_dir = None if cache_dir is None else os.path.abspath(os.path.expanduser(cache_dir))
-    with open_client(spec) as client, scheduler_errors(spec):
+    with open_client(spec) as client, scheduler_errors(spec, cached=cache_dir is not None):
         log(f"running the per-image steps on {spec}")
         if os.path.isdir(dataset_dir):  # (a missing one is the dataset step's one-line error)
             _check_workers_see(client, Path(dataset_dir), "the dataset")

@@ -182,21 +182,22 @@ def open_client(spec: ClusterSpec, *, timeout: float | None = None) -> Iterator[
 
 
 @contextlib.contextmanager
-def scheduler_errors(spec: ClusterSpec) -> Iterator[None]:
+def scheduler_errors(spec: ClusterSpec, *, cached: bool = True) -> Iterator[None]:
     """Losing the scheduler in the middle of a command: one :class:`ClusterError` line.
 
     What the workers finished is in the stage cache (they write it themselves), so the
-    message says to re-run the same command, which resumes from there.
+    message says to re-run the same command, which resumes from there (``cached=False``:
+    the command runs without a stage cache, and the message says a re-run starts again).
     """
     try:
         yield
     except ClusterError:
         raise
     except TimeoutError as exc:  # a call to the scheduler that no longer answers
-        raise ClusterError(_lost(spec, exc)) from None
+        raise ClusterError(_lost(spec, exc, cached)) from None
     except Exception as exc:  # other OSErrors (a full disk, …) are not the cluster's: they propagate
         if _is_dask_comm_error(exc):
-            raise ClusterError(_lost(spec, exc)) from None
+            raise ClusterError(_lost(spec, exc, cached)) from None
         if type(exc).__name__ == "KilledWorker" and (type(exc).__module__ or "").startswith("distributed"):
             raise ClusterError(_killed_worker(exc)) from None
         raise
@@ -207,7 +208,9 @@ def _killed_worker(exc: BaseException) -> str:
             "check the workers' logs and memory (dask worker --memory-limit), then re-run the same command to resume")
 
 
-def _lost(spec: ClusterSpec, exc: BaseException) -> str:
+def _lost(spec: ClusterSpec, exc: BaseException, cached: bool = True) -> str:
+    if not cached:
+        return f"lost {spec} ({_first_line(exc)}); without a stage cache nothing was kept: re-run the command"
     return (f"lost {spec} ({_first_line(exc)}); the finished work is kept in the stage cache: "
             f"re-run the same command to resume")
 

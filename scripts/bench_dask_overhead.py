@@ -9,7 +9,7 @@ Measures, in one run on this machine:
 2. the seconds per image of the three per-image stages (check, descriptor sample, encode +
    pool) in this process, on ``--images`` images of ``--dataset`` with ``--config``;
 
-and prints, per stage, the share of the work lost to the scheduler at each batch size
+and the weight of a shard of their vectors, dense and CSR; and prints, per stage, the share of the work lost to the scheduler at each batch size
 measured (its cost per call in worker-seconds over the stage's seconds per image), and the
 smallest batch size whose share is at most ``--max-overhead``.  The no-op is the builtin
 ``abs``: pickled by reference, as the pipeline's module-level stage functions are (a function
@@ -88,7 +88,23 @@ def _stage_seconds(dataset: Path, config_name: str, n_images: int) -> dict[str, 
     seconds["encode+pool"] = U.best_time(lambda: [extractor.pooled(p, f) for p, f in zip(paths, fingerprints)],
                                          repeats=3) / n_images
     seconds["codebook_size"] = size
+    # What a shard of these rows weighs, dense and CSR (the store's two formats).
+    rows = np.stack([extractor.vector(p, f) for p, f in zip(paths, fingerprints)])
+    dense = len(write_shard_bytes(rows, "dense"))
+    seconds["shard"] = {"density": float(np.count_nonzero(rows) / rows.size), "dense_bytes_per_row": dense / n_images,
+                        "csr_bytes_per_row": len(write_shard_bytes(rows, "csr")) / n_images}
     return seconds
+
+
+def write_shard_bytes(rows: np.ndarray, fmt: str) -> bytes:
+    """The bytes of a shard of ``rows`` in format ``fmt`` (written to a temporary folder)."""
+    import tempfile
+
+    from classify_images.pipeline.shard_store import write_shard
+
+    with tempfile.TemporaryDirectory() as folder:
+        entry = write_shard(folder, "X_train", 0, rows, fmt)
+        return (Path(folder) / entry["file"]).read_bytes()
 
 
 def main() -> None:
@@ -128,7 +144,8 @@ def main() -> None:
     per_call = {batch: args.workers * best[f"dask_batch_{batch}"] for batch in batches}
     result["overhead_worker_s_per_call"] = {str(batch): round(value, 6) for batch, value in per_call.items()}
     stages = _stage_seconds(Path(args.dataset), args.config, args.images)
-    result["seconds_per_image"] = {k: round(v, 5) for k, v in stages.items() if k != "codebook_size"}
+    result["seconds_per_image"] = {k: round(v, 5) for k, v in stages.items() if k not in ("codebook_size", "shard")}
+    result["shard_of_these_rows"] = {k: round(v, 4) for k, v in stages["shard"].items()}
     result["codebook_size_for_encode_timing"] = stages["codebook_size"]
     result["overhead_share"], result["smallest_batch_within_max_overhead"] = {}, {}
     for stage in ("check", "sample", "encode+pool"):

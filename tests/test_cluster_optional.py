@@ -117,6 +117,9 @@ def test_scheduler_errors_maps_dask_failures_to_one_line_and_lets_others_through
             with scheduler_errors(spec):
                 raise failure
         assert "\n" not in str(error.value)
+    with pytest.raises(ClusterError, match="without a stage cache nothing was kept"):
+        with scheduler_errors(spec, cached=False):
+            raise CommClosedError("in <TCP>: Stream is closed")
     full = OSError(errno.ENOSPC, "No space left on device")
     with pytest.raises(OSError) as error:  # not the cluster's: the CLI words a full disk itself
         with scheduler_errors(spec):
