@@ -662,6 +662,10 @@ def project(args) -> dict:
         build = runs[args.build_mode] if args.build_mode else runs
         codebook = runs[args.codebook_mode] if args.codebook_mode else build
         noop = {run["workers"]: run for run in runs.get("noop", [])} if args.build_mode else {}
+        if args.batch_size is None:
+            from classify_images.pipeline.build import DEFAULT_BATCH_SIZE
+
+            args.batch_size = DEFAULT_BATCH_SIZE
         task_seconds = (args.task_ms if args.task_ms is not None
                         else noop[max(noop)]["client_and_scheduler_cpu_ms_per_task"]) / 1000
         report["imagenet_build"] = project_imagenet(
@@ -731,7 +735,7 @@ def main() -> int:
     proj.add_argument("--codebook-mode", help="the mode whose codebook CPU seconds to use (the one that learnt it)")
     proj.add_argument("--task-ms", type=float, help="client + scheduler CPU ms per task (default: the no-op "
                       "measurement in bench_cluster.py's JSON)")
-    proj.add_argument("--batch-size", type=int, default=32, help="images per task")
+    proj.add_argument("--batch-size", type=int, help="images per encode task (default: the build's)")
     proj.add_argument("--fs-gb-per-s", type=float, nargs="+", default=[1.0, 10.0],
                       help="shared file system bandwidths to bound the build by")
     proj.add_argument("--stage-costs", help="stage-costs --json (adds the larger images' extra decode time)")
