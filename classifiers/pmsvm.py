@@ -412,6 +412,8 @@ class PmSVM(OneVsRestClassifierBase):
         table = self._delta_table(approx, rows, inv_max)
         q_kernel, r, z = _k.row_constants(rows, table, inv_max, approx, d)
         constants = _k.RowConstants(q_kernel, r, z, d * float(approx.v0 @ approx.phi0))
+        entries = _k.solver_entries(rows, table)
+        del rows, table  # the solver reads ``entries`` only
         n_problems = Y.shape[1]
         self.C_ = float(self.C) if self.C != "auto" else 1.0 / max(auto_scale_mean(q_kernel, sample_weight), np.finfo(float).tiny)
         cost = np.full(Y.shape, self.C_) if weights is None else self.C_ * weights
@@ -424,11 +426,16 @@ class PmSVM(OneVsRestClassifierBase):
 
         def solve(group: int) -> np.ndarray:
             lo, hi = bounds[group], bounds[group + 1]
-            b = np.empty((d, approx.m + 1, padded_width(hi - lo, _GROUP_PADDING)))
-            S = np.empty(hi - lo)
-            _k.dcd_solve(rows, table, np.ascontiguousarray(Y[:, lo:hi]), constants, problem, b, S, n_iter[lo:hi])
-            b[:, :, : hi - lo] += approx.v0[None, :, None] * S[None, None, :]  # a_j = b_j + S v0
-            return _k.drop_padding(b, hi - lo)  # in place: no second copy of the coefficients
+            width = padded_width(hi - lo, _GROUP_PADDING)
+            Y_group = np.ascontiguousarray(Y[:, lo:hi])
+            alpha = np.empty((Y.shape[0], width))
+            b = np.empty((d, approx.m, width), dtype=np.float32)
+            group_problem = problem._replace(cost=np.ascontiguousarray(problem.cost[:, lo:hi]))
+            _k.dcd_solve(entries, Y_group, constants, group_problem, b, alpha, n_iter[lo:hi])
+            del b
+            alpha[:, : hi - lo] *= Y_group
+            coef = _k.dual_coefficients(entries, alpha, approx.v0, d)
+            return _k.drop_padding(coef, hi - lo)  # in place: no second copy of the coefficients
 
         groups = map_tasks(solve, len(bounds) - 1, threads)
         self.coef_ = groups[0] if len(groups) == 1 else np.concatenate(groups, axis=2)
