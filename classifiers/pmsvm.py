@@ -90,10 +90,6 @@ inner loops run over the group's contiguous coefficients ``b[j, q, :]``, which t
 vectorises; groups much smaller (sized for a core's cache) or much larger train slower
 (see BENCHMARKS.md, section PmSVM)."""
 
-_GROUP_PADDING = 8
-"""The coefficients of a group are padded to a multiple of this many problems, so that the
-kernels' loops over the group vectorise without a scalar remainder."""
-
 _BLOCKS_PER_THREAD = 4
 """Prediction splits the rows into this many blocks per thread."""
 
@@ -426,7 +422,7 @@ class PmSVM(OneVsRestClassifierBase):
 
         def solve(group: int) -> np.ndarray:
             lo, hi = bounds[group], bounds[group + 1]
-            width = padded_width(hi - lo, _GROUP_PADDING)
+            width = padded_width(hi - lo, _k.LANES)
             Y_group = np.ascontiguousarray(Y[:, lo:hi])
             alpha = np.empty((Y.shape[0], width))
             b = np.empty((d, approx.m, width), dtype=np.float32)
