@@ -61,9 +61,8 @@ LOG_SHIFT = 0.05
 """The shift of the polynomial's variable ``t = ln(x + 0.05)`` (CVPR Algorithm 2)."""
 
 LANES = 8
-"""The solver's loops over the problems of a group run in blocks of this many (the group's
-width is a multiple of it): a trip count known to the compiler, which turns each block into
-whole SIMD vectors without a remainder loop."""
+"""The solver's coefficients of a group are padded to a multiple of this many problems, so that
+its loops over the group vectorise without a scalar remainder."""
 
 BIN_ROUNDING = 1e-9
 """Added to ``b x_hat`` before ``floor``: ``x = max_j`` gives ``b (1 - 1e-16)``, not ``b - 1``."""
@@ -461,9 +460,8 @@ def _rows_gradient(start, end, indices, table_rows, use_lut, values, b, acc):
         row = table_rows[k] if use_lut else k
         for q in range(m):
             dphi = values[row, q]
-            for lane0 in range(0, width, LANES):
-                for lane in range(LANES):  # a constant trip count: unrolled into whole vectors
-                    acc[lane0 + lane] += b[j, q, lane0 + lane] * dphi
+            for c in range(width):
+                acc[c] += b[j, q, c] * dphi
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -480,9 +478,8 @@ def _rows_update(start, end, indices, table_rows, use_lut, values, b, delta):
         row = table_rows[k] if use_lut else k
         for q in range(m):
             du = values[row, m + 1 + q]
-            for lane0 in range(0, width, LANES):
-                for lane in range(LANES):
-                    b[j, q, lane0 + lane] += delta[lane0 + lane] * du
+            for c in range(width):
+                b[j, q, c] += delta[c] * du
 
 
 @njit(cache=True, nogil=True)
