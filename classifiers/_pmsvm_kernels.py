@@ -455,6 +455,15 @@ def _rows_gradient(start, end, indices, table_rows, use_lut, values, b, acc):
     m = b.shape[1]
     width = b.shape[2]
     acc[:] = 0.0
+    if m == 2:  # the default degree: one loop over the group per entry
+        for k in range(start, end):
+            j = indices[k]
+            row = table_rows[k] if use_lut else k
+            dphi1 = values[row, 0]
+            dphi2 = values[row, 1]
+            for c in range(width):
+                acc[c] += b[j, 0, c] * dphi1 + b[j, 1, c] * dphi2
+        return
     for k in range(start, end):
         j = indices[k]
         row = table_rows[k] if use_lut else k
@@ -473,6 +482,17 @@ def _rows_update(start, end, indices, table_rows, use_lut, values, b, delta):
     """
     m = b.shape[1]
     width = b.shape[2]
+    if m == 2:
+        for k in range(start, end):
+            j = indices[k]
+            row = table_rows[k] if use_lut else k
+            du1 = values[row, 3]
+            du2 = values[row, 4]
+            for c in range(width):
+                step = delta[c]
+                b[j, 0, c] += step * du1
+                b[j, 1, c] += step * du2
+        return
     for k in range(start, end):
         j = indices[k]
         row = table_rows[k] if use_lut else k
