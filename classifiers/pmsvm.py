@@ -26,8 +26,8 @@ training set is not kept, the model is the ``d x (m+1)`` coefficients per class.
 PmSVM pre-computes ``ln(x_ij + 0.05)`` and ``X^-1 M_p(c, x_ij)`` for every
 stored training value (CVPR Sec. 4.4).  PmSVM-LUT (``lut_bins=b``, LUT
 Algorithm 3) reads both from two tables over ``[0, 1]`` indexed by
-``floor(b x)`` (LUT Eqs. 18-19), so it stores nothing per training value
-beyond the input itself.
+``floor(b x)`` (LUT Eqs. 18-19), so it stores per training value only its
+bin (2 bytes), computed once per fit rather than at every visit.
 
 Implementation choices (see :class:`PmSVM` for the parameters):
 
@@ -37,6 +37,10 @@ Implementation choices (see :class:`PmSVM` for the parameters):
   the basis value ``phi(eps)``: training keeps ``a_j`` as ``b_j + S v0`` and
   prediction adds the precomputed score of the all-zero vector, so both cost
   O(m) per stored non-zero (details in :mod:`._pmsvm_kernels`).
+* The solver keeps only the coefficients of ``t^1 .. t^m`` (those of ``t^0``
+  never enter a gradient, ``phi(x)_0 - phi(eps)_0 = 0``), in float32, and the
+  model is computed afterwards from the dual variables, in float64:
+  ``a_j = sum_i alpha_i y_i u(x_ij)`` (CVPR Eqs. 8 and 11).
 * ``M_p(c_k, x)`` is computed exactly; the CVPR code's shortcut
   ``M_p(c_0, x) ~ c_0`` is not used.
 * The LUT tables sample each bin at its centre ``(h + 1/2)/b`` (the last entry,
@@ -307,16 +311,20 @@ class PmSVM(OneVsRestClassifierBase):
 
     Memory during training, per stored training value: the input (value and
     column index) plus, without LUT, ``2m + 1`` float32 pre-computed numbers;
-    with LUT nothing more.  Per class: ``d (m+1)`` float64 coefficients, ``n``
-    dual variables and ``n`` shrinking flags.
+    with LUT its bin (2 bytes; dense input: also its column, 4 bytes).  Per
+    group of problems: ``d m`` float32 working coefficients per (padded)
+    problem; per class: ``d (m+1)`` float64 coefficients, ``n`` dual variables
+    and ``n`` shrinking flags.
 
     Problems are solved in groups of up to 16 (one pass over an example
     serves the whole group,
     :func:`._pmsvm_kernels.dcd_solve`); each problem's iterations, shrinking
     and stopping are its own, and the model does not depend on the grouping
     or on ``n_jobs``.  Training and prediction cost O(m) per stored
-    non-zero and problem, independent of ``d``, for CSR input; dense input is
-    scanned entry by entry (zeros skipped).
+    non-zero and problem, independent of ``d``; the solver reads the training
+    rows' non-zeros only, whatever the input format (dense input is converted:
+    to CSR without LUT, to columns and bins with LUT), and prediction scans
+    dense rows entry by entry (zeros skipped).
     """
 
     _requires_non_negative = True
