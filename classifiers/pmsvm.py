@@ -94,6 +94,10 @@ inner loops run over the group's contiguous coefficients ``b[j, q, :]``, which t
 vectorises; groups much smaller (sized for a core's cache) or much larger train slower
 (see BENCHMARKS.md, section PmSVM)."""
 
+_SOLVER_DTYPE = np.float32
+"""Type of the solver's working coefficients (:func:`._pmsvm_kernels.dcd_solve`); the model
+is float64 whatever it is."""
+
 _BLOCKS_PER_THREAD = 4
 """Prediction splits the rows into this many blocks per thread."""
 
@@ -433,7 +437,7 @@ class PmSVM(OneVsRestClassifierBase):
             width = padded_width(hi - lo, _k.LANES)
             Y_group = np.ascontiguousarray(Y[:, lo:hi])
             alpha = np.empty((Y.shape[0], width))
-            b = np.empty((d, approx.m, width), dtype=np.float32)
+            b = np.empty((d, approx.m, width), dtype=_SOLVER_DTYPE)
             group_problem = problem._replace(cost=np.ascontiguousarray(problem.cost[:, lo:hi]))
             _k.dcd_solve(entries, Y_group, constants, group_problem, b, alpha, n_iter[lo:hi])
             del b
