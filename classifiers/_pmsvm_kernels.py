@@ -42,6 +42,7 @@ __all__ = [
     "power_mean",
     "power_mean_gram_csr",
     "power_mean_gram_dense",
+    "power_mean_nodes",
     "DeltaTable",
     "DualProblem",
     "RowConstants",
@@ -233,34 +234,43 @@ def _integer_power(x: np.ndarray, n: int) -> np.ndarray:
         power = power * power
 
 
-def power_mean_values(c: float, x: np.ndarray, p: float) -> np.ndarray:
-    """``M_p(c, x)`` for a scalar ``c > 0`` and an array ``x > 0``: :func:`power_mean`, vectorised.
+def power_mean_nodes(nodes: np.ndarray, x: np.ndarray, p: float) -> list[np.ndarray]:
+    """``[M_p(c, x) for c in nodes]`` for an array ``x > 0`` and nodes ``c > 0``: :func:`power_mean`, vectorised.
 
-    The same formulas as :func:`power_mean`, as NumPy array operations (NumPy's SIMD
-    ``exp``/``log``); for ``p = -2^k`` the root ``s^(1/p)`` is ``1 / sqrt^k(s)``.  Agrees
-    with :func:`power_mean` to rounding (checked by the tests).
+    The formulas of :func:`power_mean` as NumPy array operations (NumPy's SIMD ``exp``,
+    ``log``, ``sqrt``), with what depends on ``x`` alone computed once for all nodes: for
+    integer ``p`` the term ``x^p`` (by squaring), and for ``p = -2^k`` the root ``s^(1/p)``
+    is ``1 / sqrt^k(s)``.  Agrees with :func:`power_mean` to rounding (checked by the tests).
     """
     if p == -1.0:
-        return 2.0 * c * x / (c + x)
+        return [2.0 * c * x / (c + x) for c in nodes]
     if p == 0.0:
-        return np.sqrt(c * x)
-    lo = np.minimum(x, c)
+        root = np.sqrt(x)
+        return [np.sqrt(c) * root for c in nodes]
     if p == -np.inf:
-        return lo
-    hi = np.maximum(x, c)
-    if -64.0 <= p <= -2.0 and p == np.floor(p) and lo.min(initial=1.0) >= 1e-4:
+        return [np.minimum(x, c) for c in nodes]
+    if -64.0 <= p <= -2.0 and p == np.floor(p) and min(x.min(initial=1.0), np.min(nodes)) >= 1e-4:
         n = int(-p)
-        s = 0.5 * (_integer_power(1.0 / lo, n) + _integer_power(1.0 / hi, n))
-        if n & (n - 1) == 0:  # n = 2^k: s^(-1/n) by k square roots
-            for _ in range(n.bit_length() - 1):
-                s = np.sqrt(s)
-            return 1.0 / s
-        return np.exp(np.log(s) / p)
-    return lo * np.exp(np.log1p(0.5 * np.expm1(-p * np.log(lo / hi))) / p)
+        x_term = _integer_power(1.0 / x, n)  # x^p, no overflow: (1e-4)^-64 = 1e256
+        out = []
+        for c in nodes:
+            s = 0.5 * (float(c) ** p + x_term)
+            if n & (n - 1) == 0:  # n = 2^k: s^(-1/n) by k square roots
+                for _ in range(n.bit_length() - 1):
+                    s = np.sqrt(s)
+                out.append(1.0 / s)
+            else:
+                out.append(np.exp(np.log(s) / p))
+        return out
+    out = []
+    for c in nodes:
+        lo = np.minimum(x, c)
+        out.append(lo * np.exp(np.log1p(0.5 * np.expm1(-p * np.log(lo / np.maximum(x, c)))) / p))
+    return out
 
 
-_DELTA_CHUNK = 1 << 15
-"""Values converted to delta rows at a time (the temporaries stay in cache)."""
+_DELTA_CHUNK = 1 << 13
+"""Values converted to delta rows at a time (the temporaries stay in a core's cache)."""
 
 
 def _write_delta_rows(x_hat: np.ndarray, approx, out: np.ndarray) -> None:
@@ -272,9 +282,12 @@ def _write_delta_rows(x_hat: np.ndarray, approx, out: np.ndarray) -> None:
     for q in range(1, m + 1):
         out[:, q - 1] = power - approx.phi0[q]
         power = power * t
-    node_terms = np.stack([power_mean_values(ck, x_tilde, approx.p) - mk
-                           for ck, mk in zip(approx.node_values, approx.m_zero)])
-    out[:, m:] = (approx.vinv @ node_terms).T
+    node_terms = [mk - mz for mk, mz in zip(power_mean_nodes(approx.node_values, x_tilde, approx.p), approx.m_zero)]
+    for r in range(m + 1):  # X^-1 (M_p(c, x~) - M_p(c, eps)), one output column at a time
+        column = approx.vinv[r, 0] * node_terms[0]
+        for k in range(1, m + 1):
+            column += approx.vinv[r, k] * node_terms[k]
+        out[:, m + r] = column
 
 
 def delta_rows_values(values, approx) -> np.ndarray:
