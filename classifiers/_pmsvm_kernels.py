@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from ._random import shuffle_prefix
-from ._rows import column
+from ._rows import RowArrays, column
 
 __all__ = [
     "LOG_SHIFT",
@@ -51,6 +51,7 @@ __all__ = [
     "delta_rows_values",
     "delta_rows_csr",
     "SolverEntries",
+    "nonzero_rows",
     "solver_entries",
     "dcd_solve",
     "dual_coefficients",
@@ -441,6 +442,38 @@ def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
     return out_ptr, out_indices, bins
 
 
+@njit(cache=True, nogil=True)
+def _nonzero_arrays(rows):
+    """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass each to count and copy)."""
+    indptr, _, data, _ = rows
+    n = indptr.shape[0] - 1
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        count = 0
+        for k in range(indptr[i], indptr[i + 1]):
+            if data[k] != 0.0:
+                count += 1
+        out_ptr[i + 1] = out_ptr[i] + count
+    out_indices = np.empty(out_ptr[n], dtype=np.int32)
+    out_data = np.empty(out_ptr[n], dtype=data.dtype)
+    for i in range(n):
+        start = indptr[i]
+        o = out_ptr[i]
+        for k in range(start, indptr[i + 1]):
+            if data[k] != 0.0:
+                out_indices[o] = k - start
+                out_data[o] = data[k]
+                o += 1
+    return out_ptr, out_indices, out_data
+
+
+def nonzero_rows(rows: RowArrays) -> RowArrays:
+    """CSR :class:`~classify_images.classifiers._rows.RowArrays` of the non-zeros of ``rows`` (CSR input as it is)."""
+    if not rows.dense:
+        return rows
+    return RowArrays(*_nonzero_arrays(rows), False)
+
+
 def solver_entries(rows, table: DeltaTable) -> SolverEntries:
     """The :class:`SolverEntries` of the training ``rows`` (CSR unless ``table.use_lut``).
 
@@ -491,7 +524,8 @@ def _rows_update(start, end, indices, table_rows, use_lut, values, b, delta):
     """``b[j, q - 1, c] += delta[c] (u(x_ij) - v0)_q`` (q = 1..m) for the non-zeros of row ``i``.
 
     The ``q = 0`` coefficients never enter a gradient (``phi(x)_0 - phi0_0 = 0``; their
-    sum is tracked by ``beta``), so the solver does not keep them.
+    sum is tracked by ``beta``), so the solver does not keep them (:func:`dual_coefficients`
+    computes them afterwards).
     """
     m = b.shape[1]
     width = b.shape[2]
@@ -541,8 +575,9 @@ def dcd_solve(entries, Y, constants, problem, b, alpha, n_iter):
     ``zero_value = d v0 . phi0``), and an update changes ``beta`` by ``delta z_i``:
     O(nnz_i m) per step.  ``phi(x)_0 - phi0_0 = 0``, so only ``b_{j,1..m}`` enter the
     sum: the solver keeps those (``b``, float32: half the memory traffic of float64;
-    the gradient's rounding error is far below any useful ``tol``) and the model is
-    computed from the final ``alpha`` afterwards, exactly (:func:`dual_coefficients`).
+    the gradient's rounding error is far below any useful ``tol``), and the ``t^0``
+    coefficients of the model are computed from the final ``alpha`` afterwards
+    (:func:`dual_coefficients`).
 
     The problems of the group share the examples' order (one permutation of all
     ``n`` examples per outer iteration, skipping those a problem has shrunk), so
@@ -664,22 +699,32 @@ def dcd_solve(entries, Y, constants, problem, b, alpha, n_iter):
 
 
 @njit(cache=True, nogil=True)
-def dual_coefficients(entries, weights, v0, n_features):
-    """The model ``a_j = sum_i w_i u(x_ij) = b_j + S v0`` (CVPR Eqs. 8 and 11) from the dual.
+def dual_coefficients(entries, weights, b, v0, n_features):
+    """The model ``a_j = b_j + S v0`` (CVPR Eqs. 8 and 11) after :func:`dcd_solve`.
 
-    ``weights[i, c] = alpha_ic y_ic``; ``S_c = sum_i w_ic``.  Returns ``coef`` (d, m+1, w)
-    float64 with ``coef[j, q, c] = a_{j,q}`` of problem ``c``: one pass over the rows with a
-    non-zero weight, in float64, so the model does not carry the solver's float32 rounding.
+    ``weights[i, c] = alpha_ic y_ic``, ``S_c = sum_i w_ic``.  The coefficients of ``t^1 ..
+    t^m`` are the solver's ``b`` (float32) plus ``S v0``; those of ``t^0``, which the solver
+    does not keep, are ``b_j0 = sum_i w_i (u(x_ij) - v0)_0``: one pass over the rows with a
+    non-zero weight, in float64.  Returns ``coef`` (d, m+1, w) float64 with
+    ``coef[j, q, c] = a_{j,q}`` of problem ``c``.
     """
     indptr, indices, table_rows, use_lut, values = entries
     n, width = weights.shape
     m = v0.shape[0] - 1
-    coef = np.zeros((n_features, m + 1, width))
+    coef = np.empty((n_features, m + 1, width))
     S = np.zeros(width)
+    for i in range(n):
+        for c in range(width):
+            S[c] += weights[i, c]
+    for j in range(n_features):
+        for c in range(width):
+            coef[j, 0, c] = S[c] * v0[0]
+        for q in range(1, m + 1):
+            for c in range(width):
+                coef[j, q, c] = np.float64(b[j, q - 1, c]) + S[c] * v0[q]
     for i in range(n):
         any_weight = False
         for c in range(width):
-            S[c] += weights[i, c]
             if weights[i, c] != 0.0:
                 any_weight = True
         if not any_weight:
@@ -687,14 +732,9 @@ def dual_coefficients(entries, weights, v0, n_features):
         for k in range(indptr[i], indptr[i + 1]):
             j = indices[k]
             row = table_rows[k] if use_lut else k
-            for q in range(m + 1):
-                du = np.float64(values[row, m + q])
-                for c in range(width):
-                    coef[j, q, c] += weights[i, c] * du
-    for j in range(n_features):
-        for q in range(m + 1):
+            du = np.float64(values[row, m])
             for c in range(width):
-                coef[j, q, c] += S[c] * v0[q]
+                coef[j, 0, c] += weights[i, c] * du
     return coef
 
 

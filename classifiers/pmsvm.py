@@ -38,9 +38,9 @@ Implementation choices (see :class:`PmSVM` for the parameters):
   prediction adds the precomputed score of the all-zero vector, so both cost
   O(m) per stored non-zero (details in :mod:`._pmsvm_kernels`).
 * The solver keeps only the coefficients of ``t^1 .. t^m`` (those of ``t^0``
-  never enter a gradient, ``phi(x)_0 - phi(eps)_0 = 0``), in float32, and the
-  model is computed afterwards from the dual variables, in float64:
-  ``a_j = sum_i alpha_i y_i u(x_ij)`` (CVPR Eqs. 8 and 11).
+  never enter a gradient, ``phi(x)_0 - phi(eps)_0 = 0``), in float32; those of
+  ``t^0`` are computed afterwards from the dual variables, in float64:
+  ``a_j0 = sum_i alpha_i y_i u(x_ij)_0`` (CVPR Eqs. 8 and 11).
 * ``M_p(c_k, x)`` is computed exactly; the CVPR code's shortcut
   ``M_p(c_0, x) ~ c_0`` is not used.
 * The LUT tables sample each bin at its centre ``(h + 1/2)/b`` (the last entry,
@@ -416,7 +416,7 @@ class PmSVM(OneVsRestClassifierBase):
         self.feature_max_ = _k.column_max(rows, d)
         inv_max, _ = self._scales()
         if self.lut_bins is None and rows.dense:  # the pre-computation is per stored non-zero (CVPR Sec. 4.4)
-            rows = matrix_arrays(sp.csr_matrix(X))
+            rows = _k.nonzero_rows(rows)
         table = self._delta_table(approx, rows, inv_max)
         q_kernel, r, z = _k.row_constants(rows, table, inv_max, approx, d)
         constants = _k.RowConstants(q_kernel, r, z, d * float(approx.v0 @ approx.phi0))
@@ -440,9 +440,8 @@ class PmSVM(OneVsRestClassifierBase):
             b = np.empty((d, approx.m, width), dtype=_SOLVER_DTYPE)
             group_problem = problem._replace(cost=np.ascontiguousarray(problem.cost[:, lo:hi]))
             _k.dcd_solve(entries, Y_group, constants, group_problem, b, alpha, n_iter[lo:hi])
-            del b
             alpha[:, : hi - lo] *= Y_group
-            coef = _k.dual_coefficients(entries, alpha, approx.v0, d)
+            coef = _k.dual_coefficients(entries, alpha, b, approx.v0, d)
             return _k.drop_padding(coef, hi - lo)  # in place: no second copy of the coefficients
 
         groups = map_tasks(solve, len(bounds) - 1, threads)

@@ -18,7 +18,8 @@ For every feature set two problems:
 Every method runs in its own fresh Python subprocess, single-threaded (``OMP_NUM_THREADS``,
 ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``NUMBA_NUM_THREADS`` = 1), on the same input:
 the features divided by the training maximum of each dimension (what PmSVM does internally;
-test values clipped to ``[0, 1]``), float32 CSR.  The ``-2t`` methods are the same PmSVM with
+test values clipped to ``[0, 1]``), float32, as a dense array (``--input dense``, the default:
+what the pipeline passes a classifier, feature sets being dense) or CSR (``--input csr``).  The ``-2t`` methods are the same PmSVM with
 ``n_jobs=2`` (two joblib threads over groups of classes): wall time is their measure.
 
 * training CPU time: ``time.process_time`` of ``fit`` (best of ``--repeats``) after
@@ -98,8 +99,8 @@ def subclass_labels(X: np.ndarray, y: np.ndarray, n_classes: int) -> np.ndarray:
     return out
 
 
-def load_problem(folder: str, n_classes: int):
-    """Scaled float32 CSR train/test matrices and labels (module docstring)."""
+def load_problem(folder: str, n_classes: int, input_format: str = "dense"):
+    """Scaled float32 train/test matrices (dense or CSR) and labels (module docstring)."""
     import scipy.sparse as sp
 
     fs = U.load_features(folder)
@@ -113,9 +114,19 @@ def load_problem(folder: str, n_classes: int):
     X_train = np.asarray(X_train, dtype=np.float32)
     fmax = X_train.max(axis=0)
     inv = np.divide(1.0, fmax, out=np.ones_like(fmax), where=fmax > 0)
-    train = sp.csr_matrix(np.minimum(X_train * inv, 1.0).astype(np.float32))
-    test = sp.csr_matrix(np.minimum(np.asarray(X_test, dtype=np.float32) * inv, 1.0).astype(np.float32))
+    train = np.minimum(X_train * inv, 1.0).astype(np.float32)
+    test = np.minimum(np.asarray(X_test, dtype=np.float32) * inv, 1.0).astype(np.float32)
+    if input_format == "csr":
+        train, test = sp.csr_matrix(train), sp.csr_matrix(test)
     return train, test, np.asarray(y_train), np.asarray(y_test)
+
+
+def input_bytes(X) -> int:
+    return _csr_bytes(X) if hasattr(X, "indptr") else int(X.nbytes)
+
+
+def density(X) -> float:
+    return float((X.nnz if hasattr(X, "nnz") else np.count_nonzero(X)) / np.prod(X.shape))
 
 
 def make_estimator(kind: str, params: dict, train):
@@ -129,7 +140,8 @@ def make_estimator(kind: str, params: dict, train):
         return QuadraticHingeSVC(**params)
     from sklearn.svm import LinearSVC
 
-    C = 1.0 / float(np.mean(train.multiply(train).sum(axis=1)))
+    squared_norms = train.multiply(train).sum(axis=1) if hasattr(train, "multiply") else np.einsum("ij,ij->i", train, train)
+    C = 1.0 / float(np.mean(squared_norms))
     return LinearSVC(C=C, loss="squared_hinge", dual=True, tol=0.1, max_iter=1000, random_state=0)
 
 
@@ -139,11 +151,11 @@ def n_iterations(est) -> list[int]:
 
 
 # --------------------------------------------------------------- worker side
-def run_worker(folder: str, n_classes: int, method: str, repeats: int) -> dict:
+def run_worker(folder: str, n_classes: int, method: str, repeats: int, input_format: str) -> dict:
     from classify_images.classifiers.base import warm_up
 
     _, kind, params = METHODS[method]
-    train, test, y_train, y_test = load_problem(folder, n_classes)
+    train, test, y_train, y_test = load_problem(folder, n_classes, input_format)
     warm_up(make_estimator(kind, params, train), train, y_train)
     cpu, wall, extra_kib = [], [], 0
     for _ in range(repeats):
@@ -162,22 +174,23 @@ def run_worker(folder: str, n_classes: int, method: str, repeats: int) -> dict:
         "n_test": int(test.shape[0]),
         "n_features": int(train.shape[1]),
         "n_classes": int(np.unique(y_train).size),
-        "density": float(train.nnz / np.prod(train.shape)),
+        "density": density(train),
+        "input": input_format,
         "mean_class_accuracy": float(U.mean_per_class_accuracy(y_test, pred)),
         "train_cpu_s": min(cpu),
         "train_wall_s": min(wall),
-        "input_mib": _csr_bytes(train) / 2**20,
+        "input_mib": input_bytes(train) / 2**20,
         "extra_peak_mib": extra_kib / 1024,
         "outer_iterations": n_iterations(est),
     }
 
 
 # --------------------------------------------------------------- parent side
-def run_method(folder: str, n_classes: int, method: str, repeats: int) -> dict:
+def run_method(folder: str, n_classes: int, method: str, repeats: int, input_format: str) -> dict:
     env = dict(os.environ, **{name: "1" for name in THREAD_ENV})
     env["MALLOC_MMAP_THRESHOLD_"] = "65536"  # as bench_pmsvm: freed memory is not reused unseen
     cmd = [sys.executable, __file__, "--worker", method, "--features", folder,
-           "--problems", str(n_classes), "--repeats", str(repeats)]
+           "--problems", str(n_classes), "--repeats", str(repeats), "--input", input_format]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
@@ -190,7 +203,7 @@ def markdown(title: str, rows: list[dict]) -> str:
     first = next((r for r in rows if "error" not in r), None)
     head = "" if first is None else (
         f" — {first['n_train']} training × {first['n_features']} features, {first['n_classes']} classes, "
-        f"{100 * first['density']:.1f} % non-zero, {first['n_test']} test rows"
+        f"{100 * first['density']:.1f} % non-zero ({first['input']} input), {first['n_test']} test rows"
     )
     lines = [
         f"#### {title}{head}",
@@ -219,12 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problems", default="15,101", help="numbers of classes: the set's own, and/or relabelled")
     parser.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated subset of: " + ", ".join(METHODS))
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--input", choices=("dense", "csr"), default="dense", help="format of the matrices given to fit")
     parser.add_argument("--wait-minutes", type=float, default=60.0)
     parser.add_argument("--json", help="write all results to this JSON file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(run_worker(args.features[0], int(args.problems), args.worker, args.repeats)))
+        print(json.dumps(run_worker(args.features[0], int(args.problems), args.worker, args.repeats, args.input)))
         return 0
     everything = {}
     for folder in args.features:
@@ -232,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         for n_classes in (int(v) for v in args.problems.split(",")):
             rows = []
             for method in args.methods.split(","):
-                rows.append(run_method(folder, n_classes, method, args.repeats))
+                rows.append(run_method(folder, n_classes, method, args.repeats, args.input))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             title = f"{Path(folder).name}, {n_classes} classes"
             everything[title] = rows

@@ -242,7 +242,8 @@ def test_delta_rows_of_csr_entries_match_values():
 
 @pytest.mark.parametrize("lut_bins", [None, 100])
 def test_solver_float32_and_model_from_dual_against_references(split, lut_bins):
-    """The float32 solver reaches the float64 solver's dual; the model is ``sum_i alpha_i y_i u(x_i)``."""
+    """The float32 solver reaches the float64 solver's dual; the model is ``sum_i alpha_i y_i u(x_i)``
+    (its ``t^0`` part computed from the dual, the rest the solver's float32 sums)."""
     from classify_images.classifiers import _pmsvm_kernels as _k
     from classify_images.classifiers._rows import matrix_arrays
 
@@ -260,16 +261,16 @@ def test_solver_float32_and_model_from_dual_against_references(split, lut_bins):
     entries = _k.solver_entries(rows, table)
     Y = np.where(y_train[:, None] == np.unique(y_train)[None, :], 1, -1).astype(np.int8)
     problem = _k.DualProblem(True, np.full(Y.shape, 0.01), 1e-3, 1000, 0)
-    alphas = {}
+    alphas, slopes = {}, {}
     for dtype in (np.float32, np.float64):
-        alpha = np.empty((Y.shape[0], 8))
-        _k.dcd_solve(entries, Y, constants, problem, np.empty((d, 2, 8), dtype=dtype), alpha, np.empty(3, np.int64))
-        alphas[dtype] = alpha
+        alpha, b = np.empty((Y.shape[0], 8)), np.empty((d, 2, 8), dtype=dtype)
+        _k.dcd_solve(entries, Y, constants, problem, b, alpha, np.empty(3, np.int64))
+        alphas[dtype], slopes[dtype] = alpha, b
     assert np.all(alphas[np.float32][:, 3:] == 0) and np.abs(alphas[np.float32]).max() > 0
     np.testing.assert_allclose(alphas[np.float32], alphas[np.float64], rtol=0, atol=1e-3 * np.abs(alphas[np.float64]).max())
     # slow reference: a_j = sum_i w_i u(x_ij), with u(0) = v0 on the zero entries
     weights = alphas[np.float32][:, :3] * Y
-    coef = _k.dual_coefficients(entries, np.ascontiguousarray(weights), approx.v0, d)
+    coef = _k.dual_coefficients(entries, np.ascontiguousarray(weights), slopes[np.float32], approx.v0, d)
     scaled = np.minimum(X_train * inv_max, 1.0)
     if lut_bins is None:
         u = approx.delta_rows(scaled.ravel())[:, 2:].reshape(*scaled.shape, 3).astype(np.float64)
@@ -278,7 +279,10 @@ def test_solver_float32_and_model_from_dual_against_references(split, lut_bins):
         u = clf.lut_table(approx)[bins][:, :, 2:].astype(np.float64)
     u[scaled == 0] = 0.0
     expected = np.einsum("ijq,ic->jqc", u, weights) + weights.sum(axis=0)[None, None, :] * approx.v0[None, :, None]
-    np.testing.assert_allclose(coef, expected, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(coef[:, 0], expected[:, 0], rtol=1e-9, atol=1e-12)  # t^0: computed from the dual
+    # t^1..t^m: the solver's float32 running sums, within float32 rounding of the exact sums
+    np.testing.assert_allclose(coef[:, 1:], expected[:, 1:], rtol=0, atol=1e-5 * np.abs(expected[:, 1:]).max())
+    assert not np.array_equal(coef[:, 1:], expected[:, 1:])  # (they are float32 sums, not recomputed)
 
 
 @pytest.mark.parametrize("lut_bins", [None, 100])
@@ -296,3 +300,16 @@ def test_explicit_zeros_and_class_weights_across_groups(split, lut_bins):
     np.testing.assert_array_equal(one.coef_, two.coef_)
     plain = PmSVM(random_state=0).fit(X_train, y_train)
     assert not np.allclose(one.decision_function(X_test), plain.decision_function(X_test))
+
+
+def test_nonzero_rows_of_dense_input():
+    from classify_images.classifiers import _pmsvm_kernels as _k
+    from classify_images.classifiers._rows import matrix_arrays
+
+    X, _ = histograms(30, d=25, seed=6)
+    indptr, indices, data, dense = _k.nonzero_rows(matrix_arrays(X))
+    expected = sp.csr_matrix(X)
+    assert not dense
+    np.testing.assert_array_equal(indptr, expected.indptr)
+    np.testing.assert_array_equal(indices, expected.indices)
+    np.testing.assert_array_equal(data, expected.data)
