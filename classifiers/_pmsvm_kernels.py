@@ -405,6 +405,21 @@ class SolverEntries(NamedTuple):
 
 
 @njit(cache=True, nogil=True)
+def _nonzero_indptr(rows):
+    """Row pointers (int64) of the non-zeros of ``rows``: ``out[i + 1] - out[i]`` non-zeros in row ``i``."""
+    indptr, _, data, _ = rows
+    n = indptr.shape[0] - 1
+    out = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        count = 0
+        for k in range(indptr[i], indptr[i + 1]):
+            if data[k] != 0.0:
+                count += 1
+        out[i + 1] = out[i] + count
+    return out
+
+
+@njit(cache=True, nogil=True)
 def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
     """CSR structure of the non-zeros of ``rows`` and the LUT bin of each (:func:`_table_row`).
 
@@ -414,13 +429,7 @@ def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
     indptr, indices, data, dense = rows
     n = indptr.shape[0] - 1
     if dense:
-        out_ptr = np.zeros(n + 1, dtype=np.int64)
-        for i in range(n):
-            count = 0
-            for k in range(indptr[i], indptr[i + 1]):
-                if data[k] != 0.0:
-                    count += 1
-            out_ptr[i + 1] = out_ptr[i] + count
+        out_ptr = _nonzero_indptr(rows)
         out_indices = np.empty(out_ptr[n], dtype=np.int32)
     else:
         out_ptr = indptr.astype(np.int64)
@@ -444,16 +453,10 @@ def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
 
 @njit(cache=True, nogil=True)
 def _nonzero_arrays(rows):
-    """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass each to count and copy)."""
+    """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass to count, one to copy)."""
     indptr, _, data, _ = rows
     n = indptr.shape[0] - 1
-    out_ptr = np.zeros(n + 1, dtype=np.int64)
-    for i in range(n):
-        count = 0
-        for k in range(indptr[i], indptr[i + 1]):
-            if data[k] != 0.0:
-                count += 1
-        out_ptr[i + 1] = out_ptr[i] + count
+    out_ptr = _nonzero_indptr(rows)
     out_indices = np.empty(out_ptr[n], dtype=np.int32)
     out_data = np.empty(out_ptr[n], dtype=data.dtype)
     for i in range(n):
