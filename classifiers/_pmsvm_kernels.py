@@ -35,13 +35,14 @@ import numpy as np
 from numba import njit
 
 from ._random import shuffle_prefix
-from ._rows import column
+from ._rows import RowArrays, column
 
 __all__ = [
     "LOG_SHIFT",
     "power_mean",
     "power_mean_gram_csr",
     "power_mean_gram_dense",
+    "power_mean_nodes",
     "DeltaTable",
     "DualProblem",
     "RowConstants",
@@ -49,13 +50,21 @@ __all__ = [
     "row_constants",
     "delta_rows_values",
     "delta_rows_csr",
+    "SolverEntries",
+    "nonzero_rows",
+    "solver_entries",
     "dcd_solve",
+    "dual_coefficients",
     "drop_padding",
     "decision_values",
 ]
 
 LOG_SHIFT = 0.05
 """The shift of the polynomial's variable ``t = ln(x + 0.05)`` (CVPR Algorithm 2)."""
+
+LANES = 8
+"""The solver's coefficients of a group are padded to a multiple of this many problems, so that
+its loops over the group vectorise without a scalar remainder."""
 
 BIN_ROUNDING = 1e-9
 """Added to ``b x_hat`` before ``floor``: ``x = max_j`` gives ``b (1 - 1e-16)``, not ``b - 1``."""
@@ -213,53 +222,100 @@ def column_max(rows, n_features):
     return out
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _delta_row(x_hat, p, eps, node_values, vinv, phi0, m_zero, out, i, scratch):
-    """Write the delta row of the scaled value ``x_hat`` into ``out[i]`` (``2m+1`` floats).
+def _integer_power(x: np.ndarray, n: int) -> np.ndarray:
+    """``x ** n`` for an integer ``n >= 1`` by repeated squaring (array operations only)."""
+    result = None
+    power = x
+    while True:
+        if n & 1:
+            result = power if result is None else result * power
+        n >>= 1
+        if not n:
+            return result
+        power = power * power
 
-    ``out[i, q-1] = t^q - t0^q`` (q = 1..m) and
-    ``out[i, m:] = X^-1 (M_p(c, x~) - M_p(c, eps))`` (CVPR Eq. 11 minus its zero
-    part); ``scratch`` holds ``m+1`` floats.  The other arguments are the fields of the
-    :class:`~classify_images.classifiers.pmsvm.PolynomialApproximation`, which the callers
-    unpack once.
+
+def power_mean_nodes(nodes: np.ndarray, x: np.ndarray, p: float) -> list[np.ndarray]:
+    """``[M_p(c, x) for c in nodes]`` for an array ``x > 0`` and nodes ``c > 0``: :func:`power_mean`, vectorised.
+
+    The formulas of :func:`power_mean` as NumPy array operations (NumPy's SIMD ``exp``,
+    ``log``, ``sqrt``), with what depends on ``x`` alone computed once for all nodes: for
+    integer ``p`` the term ``x^p`` (by squaring), and for ``p = -2^k`` the root ``s^(1/p)``
+    is ``1 / sqrt^k(s)``.  Agrees with :func:`power_mean` to rounding (checked by the tests).
     """
-    m = phi0.shape[0] - 1
-    x_tilde = max(min(x_hat, 1.0), eps)
-    t = np.log(x_tilde + LOG_SHIFT)
-    power = 1.0
-    for q in range(1, m + 1):
-        power *= t
-        out[i, q - 1] = power - phi0[q]
-    for k in range(m + 1):
-        scratch[k] = power_mean(node_values[k], x_tilde, p) - m_zero[k]
-    for r in range(m + 1):
-        s = 0.0
-        for k in range(m + 1):
-            s += vinv[r, k] * scratch[k]
-        out[i, m + r] = s
-
-
-@njit(cache=True, nogil=True)
-def delta_rows_values(values, approx):
-    """Delta rows of scaled values (the look-up table T1/T2 of the LUT paper, Eqs. 18-19)."""
-    p, m, eps, node_values, vinv, phi0, m_zero, _ = approx
-    out = np.empty((values.shape[0], 2 * m + 1), dtype=np.float32)
-    scratch = np.empty(m + 1)
-    for i in range(values.shape[0]):
-        _delta_row(values[i], p, eps, node_values, vinv, phi0, m_zero, out, i, scratch)
+    if p == -1.0:
+        return [2.0 * c * x / (c + x) for c in nodes]
+    if p == 0.0:
+        root = np.sqrt(x)
+        return [np.sqrt(c) * root for c in nodes]
+    if p == -np.inf:
+        return [np.minimum(x, c) for c in nodes]
+    if -64.0 <= p <= -2.0 and p == np.floor(p) and min(x.min(initial=1.0), np.min(nodes)) >= 1e-4:
+        n = int(-p)
+        x_term = _integer_power(1.0 / x, n)  # x^p, no overflow: (1e-4)^-64 = 1e256
+        out = []
+        for c in nodes:
+            s = 0.5 * (float(c) ** p + x_term)
+            if n & (n - 1) == 0:  # n = 2^k: s^(-1/n) by k square roots
+                for _ in range(n.bit_length() - 1):
+                    s = np.sqrt(s)
+                out.append(1.0 / s)
+            else:
+                out.append(np.exp(np.log(s) / p))
+        return out
+    out = []
+    for c in nodes:
+        lo = np.minimum(x, c)
+        out.append(lo * np.exp(np.log1p(0.5 * np.expm1(-p * np.log(lo / np.maximum(x, c)))) / p))
     return out
 
 
-@njit(cache=True, nogil=True)
-def delta_rows_csr(rows, inv_max, approx):
-    """Delta rows of every stored entry of CSR ``rows`` (PmSVM's pre-computation, CVPR Sec. 4.4)."""
-    indices = rows.indices
-    data = rows.data
-    p, m, eps, node_values, vinv, phi0, m_zero, _ = approx
-    out = np.empty((data.shape[0], 2 * m + 1), dtype=np.float32)
-    scratch = np.empty(m + 1)
-    for k in range(data.shape[0]):
-        _delta_row(data[k] * inv_max[indices[k]], p, eps, node_values, vinv, phi0, m_zero, out, k, scratch)
+_DELTA_CHUNK = 1 << 13
+"""Values converted to delta rows at a time (the temporaries stay in a core's cache)."""
+
+
+def _write_delta_rows(x_hat: np.ndarray, approx, out: np.ndarray) -> None:
+    """Write the delta rows of the scaled values ``x_hat`` into ``out`` (see :func:`delta_rows_values`)."""
+    m = approx.m
+    x_tilde = np.maximum(np.minimum(x_hat, 1.0), approx.eps)
+    t = np.log(x_tilde + LOG_SHIFT)
+    power = t
+    for q in range(1, m + 1):
+        out[:, q - 1] = power - approx.phi0[q]
+        power = power * t
+    node_terms = [mk - mz for mk, mz in zip(power_mean_nodes(approx.node_values, x_tilde, approx.p), approx.m_zero)]
+    for r in range(m + 1):  # X^-1 (M_p(c, x~) - M_p(c, eps)), one output column at a time
+        column = approx.vinv[r, 0] * node_terms[0]
+        for k in range(1, m + 1):
+            column += approx.vinv[r, k] * node_terms[k]
+        out[:, m + r] = column
+
+
+def delta_rows_values(values, approx) -> np.ndarray:
+    """Delta rows ``[t^q - t0^q (q = 1..m), X^-1 (M_p(c, x~) - M_p(c, eps))]`` of scaled values.
+
+    ``t = ln(x~ + 0.05)``, ``x~ = max(min(x_hat, 1), eps)`` (CVPR Eq. 11 minus its zero
+    part); float32, shape ``(len(values), 2m + 1)``.  Used for the LUT paper's tables T1/T2
+    (Eqs. 18-19).
+    """
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    out = np.empty((values.shape[0], 2 * approx.m + 1), dtype=np.float32)
+    for lo in range(0, values.shape[0], _DELTA_CHUNK):
+        _write_delta_rows(values[lo : lo + _DELTA_CHUNK], approx, out[lo : lo + _DELTA_CHUNK])
+    return out
+
+
+def delta_rows_csr(rows, inv_max, approx) -> np.ndarray:
+    """Delta rows of every stored entry of CSR ``rows`` (PmSVM's pre-computation, CVPR Sec. 4.4).
+
+    Computed in chunks, so the only large array is the float32 result.
+    """
+    data, indices = rows.data, rows.indices
+    out = np.empty((data.shape[0], 2 * approx.m + 1), dtype=np.float32)
+    for lo in range(0, data.shape[0], _DELTA_CHUNK):
+        hi = lo + _DELTA_CHUNK
+        x_hat = data[lo:hi].astype(np.float64) * inv_max[indices[lo:hi]]
+        _write_delta_rows(x_hat, approx, out[lo:hi])
     return out
 
 
@@ -334,58 +390,170 @@ def row_constants(rows, table, inv_max, approx, n_features):
     return q_kernel, r, z
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _rows_gradient(start, end, dense, indices, data, use_lut, bin_scale, n_bins, values, b, bins, acc):
-    """``acc[c] = sum_{j in nz(x_i)} b[j, 1:, c] . (phi(x_ij) - phi0)[1:]`` for every class ``c``.
+class SolverEntries(NamedTuple):
+    """The training rows as :func:`dcd_solve` reads them (:func:`solver_entries`).
 
-    Pre-computed mode (CSR only): entry ``k`` reads table row ``k``.  LUT mode:
-    the bin of each entry is kept in ``bins`` for :func:`_rows_update` (``-1``
-    for a zero entry, whose delta row is zero).  The rows and the table come as their
-    fields (see :func:`_table_row`).
+    CSR structure only: the solver needs, for each stored non-zero, its column and the
+    row of ``values`` holding its delta row, never the value itself.
     """
-    m = b.shape[1] - 1
-    n_classes = b.shape[2]
-    acc[:] = 0.0
-    for k in range(start, end):
-        if use_lut:
+
+    indptr: np.ndarray  #: start of each example's entries; length ``n + 1``
+    indices: np.ndarray  #: column of each entry (int32)
+    table_rows: np.ndarray  #: LUT: row of ``values`` of each entry (its bin); otherwise empty (entry ``k`` reads row ``k``)
+    use_lut: bool  #: whether ``table_rows`` is used
+    values: np.ndarray  #: float32 (rows, 2m+1): the delta rows (LUT: one per bin, then an all-zero row)
+
+
+@njit(cache=True, nogil=True)
+def _nonzero_indptr(rows):
+    """Row pointers (int64) of the non-zeros of ``rows``: ``out[i + 1] - out[i]`` non-zeros in row ``i``."""
+    indptr, _, data, _ = rows
+    n = indptr.shape[0] - 1
+    out = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        count = 0
+        for k in range(indptr[i], indptr[i + 1]):
+            if data[k] != 0.0:
+                count += 1
+        out[i + 1] = out[i] + count
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
+    """CSR structure of the non-zeros of ``rows`` and the LUT bin of each (:func:`_table_row`).
+
+    CSR input keeps its own ``indices``; an explicit zero gets the table's all-zero row
+    ``n_bins + 1``.  Dense input gets the columns of its non-zeros.
+    """
+    indptr, indices, data, dense = rows
+    n = indptr.shape[0] - 1
+    if dense:
+        out_ptr = _nonzero_indptr(rows)
+        out_indices = np.empty(out_ptr[n], dtype=np.int32)
+    else:
+        out_ptr = indptr.astype(np.int64)
+        out_indices = indices  # int32 (solver_entries): shared with the input
+    bins = np.empty(out_indices.shape[0], dtype=bin_dtype_sample.dtype)
+    for i in range(n):
+        start = indptr[i]
+        o = out_ptr[i]
+        for k in range(start, indptr[i + 1]):
             if data[k] == 0.0:
-                bins[k - start] = -1
+                if not dense:
+                    bins[o] = n_bins + 1
+                    o += 1
                 continue
-            j, row = _table_row(k, start, dense, indices, data, use_lut, bin_scale, n_bins)
-            bins[k - start] = row
-        else:
+            j, h = _table_row(k, start, dense, indices, data, True, bin_scale, n_bins)
+            out_indices[o] = j
+            bins[o] = h
+            o += 1
+    return out_ptr, out_indices, bins
+
+
+@njit(cache=True, nogil=True)
+def _nonzero_arrays(rows):
+    """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass to count, one to copy)."""
+    indptr, _, data, _ = rows
+    n = indptr.shape[0] - 1
+    out_ptr = _nonzero_indptr(rows)
+    out_indices = np.empty(out_ptr[n], dtype=np.int32)
+    out_data = np.empty(out_ptr[n], dtype=data.dtype)
+    for i in range(n):
+        start = indptr[i]
+        o = out_ptr[i]
+        for k in range(start, indptr[i + 1]):
+            if data[k] != 0.0:
+                out_indices[o] = k - start
+                out_data[o] = data[k]
+                o += 1
+    return out_ptr, out_indices, out_data
+
+
+def nonzero_rows(rows: RowArrays) -> RowArrays:
+    """CSR :class:`~classify_images.classifiers._rows.RowArrays` of the non-zeros of ``rows`` (CSR input as it is)."""
+    if not rows.dense:
+        return rows
+    return RowArrays(*_nonzero_arrays(rows), False)
+
+
+def solver_entries(rows, table: DeltaTable) -> SolverEntries:
+    """The :class:`SolverEntries` of the training ``rows`` (CSR unless ``table.use_lut``).
+
+    PmSVM-LUT computes the bin of every stored value once, here, rather than at every
+    visit of its example; the bins take 2 bytes per non-zero (``uint16`` up to 65 534 bins).
+    Without LUT the table already holds one delta row per stored entry.
+    """
+    if not table.use_lut:
+        return SolverEntries(rows.indptr.astype(np.int64), rows.indices.astype(np.int32, copy=False),
+                             np.empty(0, dtype=np.uint16), False, table.values)
+    sample = np.empty(0, dtype=np.uint16 if table.n_bins + 1 <= np.iinfo(np.uint16).max else np.int32)
+    rows = rows._replace(indices=rows.indices.astype(np.int32, copy=False))
+    indptr, indices, bins = _lut_entries(rows, table.bin_scale, table.n_bins, sample)
+    values = np.vstack([table.values, np.zeros((1, table.values.shape[1]), dtype=table.values.dtype)])
+    return SolverEntries(indptr, indices, bins, True, values)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rows_gradient(start, end, indices, table_rows, use_lut, values, b, acc):
+    """``acc[c] = sum_{j in nz(x_i)} b[j, :, c] . (phi(x_ij) - phi0)[1:]`` for every problem ``c``.
+
+    ``b[j, q - 1, c]`` holds the coefficient of ``t^q`` (q = 1..m); the rows and the
+    table come as the fields of the :class:`SolverEntries`.
+    """
+    m = b.shape[1]
+    width = b.shape[2]
+    acc[:] = 0.0
+    if m == 2:  # the default degree: one loop over the group per entry
+        for k in range(start, end):
             j = indices[k]
-            row = k
+            row = table_rows[k] if use_lut else k
+            dphi1 = values[row, 0]
+            dphi2 = values[row, 1]
+            for c in range(width):
+                acc[c] += b[j, 0, c] * dphi1 + b[j, 1, c] * dphi2
+        return
+    for k in range(start, end):
+        j = indices[k]
+        row = table_rows[k] if use_lut else k
         for q in range(m):
             dphi = values[row, q]
-            for c in range(n_classes):
-                acc[c] += b[j, q + 1, c] * dphi
+            for c in range(width):
+                acc[c] += b[j, q, c] * dphi
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rows_update(start, end, dense, indices, use_lut, values, b, bins, delta):
-    """``b[j, :, c] += delta[c] (u(x_ij) - v0)`` for the non-zeros of row ``i`` (all classes).
+def _rows_update(start, end, indices, table_rows, use_lut, values, b, delta):
+    """``b[j, q - 1, c] += delta[c] (u(x_ij) - v0)_q`` (q = 1..m) for the non-zeros of row ``i``.
 
-    The rows and the table come as their fields (see :func:`_table_row`).
+    The ``q = 0`` coefficients never enter a gradient (``phi(x)_0 - phi0_0 = 0``; their
+    sum is tracked by ``beta``), so the solver does not keep them (:func:`dual_coefficients`
+    computes them afterwards).
     """
-    m = b.shape[1] - 1
-    n_classes = b.shape[2]
+    m = b.shape[1]
+    width = b.shape[2]
+    if m == 2:
+        for k in range(start, end):
+            j = indices[k]
+            row = table_rows[k] if use_lut else k
+            du1 = values[row, 3]
+            du2 = values[row, 4]
+            for c in range(width):
+                step = delta[c]
+                b[j, 0, c] += step * du1
+                b[j, 1, c] += step * du2
+        return
     for k in range(start, end):
-        if use_lut:
-            row = bins[k - start]
-            if row < 0:
-                continue
-        else:
-            row = k
-        j = column(k, start, dense, indices)
-        for q in range(m + 1):
-            du = values[row, m + q]
-            for c in range(n_classes):
+        j = indices[k]
+        row = table_rows[k] if use_lut else k
+        for q in range(m):
+            du = values[row, m + 1 + q]
+            for c in range(width):
                 b[j, q, c] += delta[c] * du
 
 
 @njit(cache=True, nogil=True)
-def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
+def dcd_solve(entries, Y, constants, problem, b, alpha, n_iter):
     """Dual coordinate descent of PmSVM (CVPR Algorithm 3; LUT paper Algorithm 3).
 
     Solves, for every column ``c`` of ``Y`` (a one-vs-rest problem, labels in
@@ -408,7 +576,11 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
 
     (``r_i``, ``z_i``, ``zero_value`` from ``constants``, see :func:`row_constants`;
     ``zero_value = d v0 . phi0``), and an update changes ``beta`` by ``delta z_i``:
-    O(nnz_i m) per step.
+    O(nnz_i m) per step.  ``phi(x)_0 - phi0_0 = 0``, so only ``b_{j,1..m}`` enter the
+    sum: the solver keeps those (``b``, float32: half the memory traffic of float64;
+    the gradient's rounding error is far below any useful ``tol``), and the ``t^0``
+    coefficients of the model are computed from the final ``alpha`` afterwards
+    (:func:`dual_coefficients`).
 
     The problems of the group share the examples' order (one permutation of all
     ``n`` examples per outer iteration, skipping those a problem has shrunk), so
@@ -417,35 +589,31 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
     numbers do not depend on the others in its group (same seed, same
     permutations), so any grouping (threads) gives the same model.
 
-    Writes ``b`` (d, m+1, w), ``S`` and ``n_iter`` (outer iterations until each
-    problem stopped).  ``w >= n_problems``: columns beyond the problems are padding
-    (they stay 0), so that the loops over the group have a vector-friendly length.
+    Writes ``b`` (d, m, w) float32, ``alpha`` (n, w) float64 (the dual variables; columns
+    beyond the problems stay 0) and ``n_iter`` (outer iterations until each problem
+    stopped).  ``w >= n_problems``: columns beyond the problems are padding, so that the
+    loops over the group have a vector-friendly length.
     """
-    indptr, indices, data, dense = rows
-    use_lut, bin_scale, n_bins, values = table
+    indptr, indices, table_rows, use_lut, values = entries
     q_kernel, r, z, zero_value = constants
     l2_loss, cost, tol, max_iter, seed = problem
     n, n_classes = Y.shape
     diag = 0.0
     upper = np.inf
-    alpha = np.zeros((n, n_classes))
     shrunk = np.zeros((n, n_classes), dtype=np.bool_)
     n_shrunk = np.zeros(n_classes, dtype=np.int64)
     done = np.zeros(n_classes, dtype=np.bool_)
     beta = np.zeros(n_classes)
-    acc = np.empty(b.shape[2])
-    delta = np.zeros(b.shape[2])
+    S = np.zeros(n_classes)
+    acc = np.empty(b.shape[2], dtype=b.dtype)
+    delta = np.zeros(b.shape[2], dtype=b.dtype)
     pg_max_old = np.full(n_classes, np.inf)
     pg_min_old = np.full(n_classes, -np.inf)
     pg_max_new = np.empty(n_classes)
     pg_min_new = np.empty(n_classes)
-    S[:] = 0.0
+    alpha[:, :] = 0.0
     n_iter[:] = 0
     b[:, :, :] = 0.0
-    longest = 0
-    for i in range(n):
-        longest = max(longest, indptr[i + 1] - indptr[i])
-    bins = np.empty(longest if use_lut else 0, dtype=np.int64)
     index = np.arange(n)
     no_state = np.empty(0, dtype=np.uint64)  # numba's Mersenne Twister, seeded here
     np.random.seed(seed)
@@ -466,7 +634,7 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
                 continue
             start = indptr[i]
             end = indptr[i + 1]
-            _rows_gradient(start, end, dense, indices, data, use_lut, bin_scale, n_bins, values, b, bins, acc)
+            _rows_gradient(start, end, indices, table_rows, use_lut, values, b, acc)
             any_delta = False
             for c in range(n_classes):
                 delta[c] = 0.0
@@ -501,13 +669,14 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
                 if abs(PG) > 1.0e-12:
                     new = min(max(a - G / (q_kernel[i] + diag), 0.0), upper)
                     alpha[i, c] = new
-                    delta[c] = (new - a) * yi
-                    if delta[c] != 0.0:
+                    step = (new - a) * yi
+                    if step != 0.0:
+                        delta[c] = step
                         any_delta = True
-                        beta[c] += delta[c] * z[i]
-                        S[c] += delta[c]
+                        beta[c] += step * z[i]
+                        S[c] += step
             if any_delta:
-                _rows_update(start, end, dense, indices, use_lut, values, b, bins, delta)
+                _rows_update(start, end, indices, table_rows, use_lut, values, b, delta)
         it += 1
         for c in range(n_classes):
             if done[c]:
@@ -530,6 +699,46 @@ def dcd_solve(rows, table, Y, constants, problem, b, S, n_iter):
                 pg_max_old[c] = np.inf
             if pg_min_old[c] >= 0.0:
                 pg_min_old[c] = -np.inf
+
+
+@njit(cache=True, nogil=True)
+def dual_coefficients(entries, weights, b, v0, n_features):
+    """The model ``a_j = b_j + S v0`` (CVPR Eqs. 8 and 11) after :func:`dcd_solve`.
+
+    ``weights[i, c] = alpha_ic y_ic``, ``S_c = sum_i w_ic``.  The coefficients of ``t^1 ..
+    t^m`` are the solver's ``b`` (float32) plus ``S v0``; those of ``t^0``, which the solver
+    does not keep, are ``b_j0 = sum_i w_i (u(x_ij) - v0)_0``: one pass over the rows with a
+    non-zero weight, in float64.  Returns ``coef`` (d, m+1, w) float64 with
+    ``coef[j, q, c] = a_{j,q}`` of problem ``c``.
+    """
+    indptr, indices, table_rows, use_lut, values = entries
+    n, width = weights.shape
+    m = v0.shape[0] - 1
+    coef = np.empty((n_features, m + 1, width))
+    S = np.zeros(width)
+    for i in range(n):
+        for c in range(width):
+            S[c] += weights[i, c]
+    for j in range(n_features):
+        for c in range(width):
+            coef[j, 0, c] = S[c] * v0[0]
+        for q in range(1, m + 1):
+            for c in range(width):
+                coef[j, q, c] = np.float64(b[j, q - 1, c]) + S[c] * v0[q]
+    for i in range(n):
+        any_weight = False
+        for c in range(width):
+            if weights[i, c] != 0.0:
+                any_weight = True
+        if not any_weight:
+            continue
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            row = table_rows[k] if use_lut else k
+            du = np.float64(values[row, m])
+            for c in range(width):
+                coef[j, 0, c] += weights[i, c] * du
+    return coef
 
 
 # ------------------------------------------------------------ prediction

@@ -26,8 +26,8 @@ training set is not kept, the model is the ``d x (m+1)`` coefficients per class.
 PmSVM pre-computes ``ln(x_ij + 0.05)`` and ``X^-1 M_p(c, x_ij)`` for every
 stored training value (CVPR Sec. 4.4).  PmSVM-LUT (``lut_bins=b``, LUT
 Algorithm 3) reads both from two tables over ``[0, 1]`` indexed by
-``floor(b x)`` (LUT Eqs. 18-19), so it stores nothing per training value
-beyond the input itself.
+``floor(b x)`` (LUT Eqs. 18-19), so it stores per training value only its
+bin (2 bytes), computed once per fit rather than at every visit.
 
 Implementation choices (see :class:`PmSVM` for the parameters):
 
@@ -37,6 +37,10 @@ Implementation choices (see :class:`PmSVM` for the parameters):
   the basis value ``phi(eps)``: training keeps ``a_j`` as ``b_j + S v0`` and
   prediction adds the precomputed score of the all-zero vector, so both cost
   O(m) per stored non-zero (details in :mod:`._pmsvm_kernels`).
+* The solver keeps only the coefficients of ``t^1 .. t^m`` (those of ``t^0``
+  never enter a gradient, ``phi(x)_0 - phi(eps)_0 = 0``), in float32; those of
+  ``t^0`` are computed afterwards from the dual variables, in float64:
+  ``a_j0 = sum_i alpha_i y_i u(x_ij)_0`` (CVPR Eqs. 8 and 11).
 * ``M_p(c_k, x)`` is computed exactly; the CVPR code's shortcut
   ``M_p(c_0, x) ~ c_0`` is not used.
 * The LUT tables sample each bin at its centre ``(h + 1/2)/b`` (the last entry,
@@ -90,9 +94,9 @@ inner loops run over the group's contiguous coefficients ``b[j, q, :]``, which t
 vectorises; groups much smaller (sized for a core's cache) or much larger train slower
 (see BENCHMARKS.md, section PmSVM)."""
 
-_GROUP_PADDING = 8
-"""The coefficients of a group are padded to a multiple of this many problems, so that the
-kernels' loops over the group vectorise without a scalar remainder."""
+_SOLVER_DTYPE = np.float32
+"""Type of the solver's working coefficients (:func:`._pmsvm_kernels.dcd_solve`); the model
+is float64 whatever it is."""
 
 _BLOCKS_PER_THREAD = 4
 """Prediction splits the rows into this many blocks per thread."""
@@ -311,16 +315,20 @@ class PmSVM(OneVsRestClassifierBase):
 
     Memory during training, per stored training value: the input (value and
     column index) plus, without LUT, ``2m + 1`` float32 pre-computed numbers;
-    with LUT nothing more.  Per class: ``d (m+1)`` float64 coefficients, ``n``
-    dual variables and ``n`` shrinking flags.
+    with LUT its bin (2 bytes; dense input: also its column, 4 bytes).  Per
+    group of problems: ``d m`` float32 working coefficients per (padded)
+    problem; per class: ``d (m+1)`` float64 coefficients, ``n`` dual variables
+    and ``n`` shrinking flags.
 
     Problems are solved in groups of up to 16 (one pass over an example
     serves the whole group,
     :func:`._pmsvm_kernels.dcd_solve`); each problem's iterations, shrinking
     and stopping are its own, and the model does not depend on the grouping
     or on ``n_jobs``.  Training and prediction cost O(m) per stored
-    non-zero and problem, independent of ``d``, for CSR input; dense input is
-    scanned entry by entry (zeros skipped).
+    non-zero and problem, independent of ``d``; the solver reads the training
+    rows' non-zeros only, whatever the input format (dense input is converted:
+    to CSR without LUT, to columns and bins with LUT), and prediction scans
+    dense rows entry by entry (zeros skipped).
     """
 
     _requires_non_negative = True
@@ -409,10 +417,12 @@ class PmSVM(OneVsRestClassifierBase):
         self.feature_max_ = _k.column_max(rows, d)
         inv_max, _ = self._scales()
         if self.lut_bins is None and rows.dense:  # the pre-computation is per stored non-zero (CVPR Sec. 4.4)
-            rows = matrix_arrays(sp.csr_matrix(X))
+            rows = _k.nonzero_rows(rows)
         table = self._delta_table(approx, rows, inv_max)
         q_kernel, r, z = _k.row_constants(rows, table, inv_max, approx, d)
         constants = _k.RowConstants(q_kernel, r, z, d * float(approx.v0 @ approx.phi0))
+        entries = _k.solver_entries(rows, table)
+        del rows, table  # the solver reads ``entries`` only
         n_problems = Y.shape[1]
         self.C_ = float(self.C) if self.C != "auto" else 1.0 / max(auto_scale_mean(q_kernel, sample_weight), np.finfo(float).tiny)
         cost = np.full(Y.shape, self.C_) if weights is None else self.C_ * weights
@@ -425,11 +435,15 @@ class PmSVM(OneVsRestClassifierBase):
 
         def solve(group: int) -> np.ndarray:
             lo, hi = bounds[group], bounds[group + 1]
-            b = np.empty((d, approx.m + 1, padded_width(hi - lo, _GROUP_PADDING)))
-            S = np.empty(hi - lo)
-            _k.dcd_solve(rows, table, np.ascontiguousarray(Y[:, lo:hi]), constants, problem, b, S, n_iter[lo:hi])
-            b[:, :, : hi - lo] += approx.v0[None, :, None] * S[None, None, :]  # a_j = b_j + S v0
-            return _k.drop_padding(b, hi - lo)  # in place: no second copy of the coefficients
+            width = padded_width(hi - lo, _k.LANES)
+            Y_group = np.ascontiguousarray(Y[:, lo:hi])
+            alpha = np.empty((Y.shape[0], width))
+            b = np.empty((d, approx.m, width), dtype=_SOLVER_DTYPE)
+            group_problem = problem._replace(cost=np.ascontiguousarray(problem.cost[:, lo:hi]))
+            _k.dcd_solve(entries, Y_group, constants, group_problem, b, alpha, n_iter[lo:hi])
+            alpha[:, : hi - lo] *= Y_group
+            coef = _k.dual_coefficients(entries, alpha, b, approx.v0, d)
+            return _k.drop_padding(coef, hi - lo)  # in place: no second copy of the coefficients
 
         groups = map_tasks(solve, len(bounds) - 1, threads)
         self.coef_ = groups[0] if len(groups) == 1 else np.concatenate(groups, axis=2)

@@ -103,11 +103,13 @@ def test_nodes_and_polynomial_approximation_of_g():
 
 
 # ------------------------------------------------- (b) exact reference
-@pytest.mark.parametrize("p, loss", [(-1.0, "l2"), (-8.0, "l2"), (-np.inf, "l2"), (-1.0, "l1")])
-def test_matches_exact_kernel_svm(split, p, loss):
+@pytest.mark.parametrize("p, loss, m", [(-1.0, "l2", 2), (-8.0, "l2", 2), (-np.inf, "l2", 2), (-1.0, "l1", 2),
+                                        (-8.0, "l2", 3)])
+def test_matches_exact_kernel_svm(split, p, loss, m):
+    """``m = 2`` runs the solver's unrolled loops, ``m = 3`` its general ones."""
     X_train, y_train, X_test, y_test = split
     reference = exact_power_mean_svm(X_train, y_train, X_test, p=p, C=0.01, loss=loss)
-    clf = PmSVM(p=p, C=0.01, loss=loss, random_state=0).fit(X_train, y_train)
+    clf = PmSVM(p=p, C=0.01, loss=loss, m=m, random_state=0).fit(X_train, y_train)
     scores = clf.decision_function(X_test)
     assert np.corrcoef(scores.ravel(), reference.ravel())[0, 1] > 0.99
     acc = np.mean(clf.predict(X_test) == y_test)
@@ -204,3 +206,110 @@ def test_drop_padding_in_place():
     assert out.shape == (5, 3, 11) and out.flags.c_contiguous
     np.testing.assert_array_equal(out, expected)
     assert np.shares_memory(out, a)  # no second copy of the model
+
+
+# ------------------------------------------------- (e) fast paths vs references
+@pytest.mark.parametrize("p", [-1.0, 0.0, -np.inf, -8.0, -2.0, -3.0, -64.0, -0.5, -20.5, -100.0])
+def test_vectorised_power_mean_matches_scalar(p):
+    from classify_images.classifiers import _pmsvm_kernels as _k
+
+    nodes = np.array([0.0114, 0.179, 0.806, 1e-3])
+    for x in (np.geomspace(1e-6, 1.0, 300), np.random.default_rng(0).uniform(1e-3, 1, 300)):  # below/above 1e-4
+        got = _k.power_mean_nodes(nodes, x, p)
+        assert len(got) == nodes.size
+        for c, values in zip(nodes, got):
+            np.testing.assert_allclose(values, [_k.power_mean(c, v, p) for v in x], rtol=1e-12, atol=0)
+
+
+def test_delta_rows_of_csr_entries_match_values():
+    from classify_images.classifiers import _pmsvm_kernels as _k
+    from classify_images.classifiers._rows import matrix_arrays
+
+    X, _ = histograms(50, d=30, seed=4)
+    A = sp.csr_matrix(X)
+    inv_max = 1.0 / np.maximum(X.max(axis=0), 1e-12).astype(np.float64)
+    approx = PmSVM(p=-8).approximation()
+    rows = _k.delta_rows_csr(matrix_arrays(A), inv_max, approx)
+    np.testing.assert_array_equal(rows, approx.delta_rows(A.data * inv_max[A.indices]))
+    # each column against its definition (float32 rounding)
+    x = np.maximum(np.minimum(A.data * inv_max[A.indices], 1.0), approx.eps)
+    t = np.log(x + 0.05)
+    np.testing.assert_allclose(rows[:, 0], t - approx.phi0[1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(rows[:, 1], t**2 - approx.phi0[2], rtol=1e-6, atol=1e-6)
+    m_nodes = np.array([[_k.power_mean(c, v, -8.0) for c in approx.node_values] for v in x]) - approx.m_zero
+    np.testing.assert_allclose(rows[:, 2:], m_nodes @ approx.vinv.T, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lut_bins", [None, 100])
+def test_solver_float32_and_model_from_dual_against_references(split, lut_bins):
+    """The float32 solver reaches the float64 solver's dual; the model is ``sum_i alpha_i y_i u(x_i)``
+    (its ``t^0`` part computed from the dual, the rest the solver's float32 sums)."""
+    from classify_images.classifiers import _pmsvm_kernels as _k
+    from classify_images.classifiers._rows import matrix_arrays
+
+    X_train, y_train, _, _ = split
+    clf = PmSVM(p=-8, lut_bins=lut_bins, C=0.01, tol=1e-3, random_state=0)
+    approx = clf.approximation()
+    A = sp.csr_matrix(X_train)
+    rows = matrix_arrays(A)
+    d = A.shape[1]
+    clf.feature_max_ = _k.column_max(rows, d)
+    inv_max, _ = clf._scales()
+    table = clf._delta_table(approx, rows, inv_max)
+    q_kernel, r, z = _k.row_constants(rows, table, inv_max, approx, d)
+    constants = _k.RowConstants(q_kernel, r, z, d * float(approx.v0 @ approx.phi0))
+    entries = _k.solver_entries(rows, table)
+    Y = np.where(y_train[:, None] == np.unique(y_train)[None, :], 1, -1).astype(np.int8)
+    problem = _k.DualProblem(True, np.full(Y.shape, 0.01), 1e-3, 1000, 0)
+    alphas, slopes = {}, {}
+    for dtype in (np.float32, np.float64):
+        alpha, b = np.empty((Y.shape[0], 8)), np.empty((d, 2, 8), dtype=dtype)
+        _k.dcd_solve(entries, Y, constants, problem, b, alpha, np.empty(3, np.int64))
+        alphas[dtype], slopes[dtype] = alpha, b
+    assert np.all(alphas[np.float32][:, 3:] == 0) and np.abs(alphas[np.float32]).max() > 0
+    np.testing.assert_allclose(alphas[np.float32], alphas[np.float64], rtol=0, atol=1e-3 * np.abs(alphas[np.float64]).max())
+    # slow reference: a_j = sum_i w_i u(x_ij), with u(0) = v0 on the zero entries
+    weights = alphas[np.float32][:, :3] * Y
+    coef = _k.dual_coefficients(entries, np.ascontiguousarray(weights), slopes[np.float32], approx.v0, d)
+    scaled = np.minimum(X_train * inv_max, 1.0)
+    if lut_bins is None:
+        u = approx.delta_rows(scaled.ravel())[:, 2:].reshape(*scaled.shape, 3).astype(np.float64)
+    else:
+        bins = np.minimum((scaled * lut_bins + 1e-9).astype(int), lut_bins)
+        u = clf.lut_table(approx)[bins][:, :, 2:].astype(np.float64)
+    u[scaled == 0] = 0.0
+    expected = np.einsum("ijq,ic->jqc", u, weights) + weights.sum(axis=0)[None, None, :] * approx.v0[None, :, None]
+    np.testing.assert_allclose(coef[:, 0], expected[:, 0], rtol=1e-9, atol=1e-12)  # t^0: computed from the dual
+    # t^1..t^m: the solver's float32 running sums, within float32 rounding of the exact sums
+    np.testing.assert_allclose(coef[:, 1:], expected[:, 1:], rtol=0, atol=1e-5 * np.abs(expected[:, 1:]).max())
+    assert not np.array_equal(coef[:, 1:], expected[:, 1:])  # (they are float32 sums, not recomputed)
+
+
+@pytest.mark.parametrize("lut_bins", [None, 100])
+def test_explicit_zeros_and_class_weights_across_groups(split, lut_bins):
+    X_train, y_train, X_test, _ = split
+    A = sp.csr_matrix(X_train)
+    A.data[::5] = 0.0  # explicit zeros are zeros
+    dense = PmSVM(lut_bins=lut_bins, random_state=0).fit(A.toarray(), y_train)
+    csr = PmSVM(lut_bins=lut_bins, random_state=0).fit(A, y_train)
+    np.testing.assert_allclose(csr.coef_, dense.coef_, rtol=0, atol=1e-12)
+    # class weights: each group of problems reads its own classes' costs
+    weights = {0: 3.0, 1: 0.5, 2: 1.0}
+    one = PmSVM(class_weight=weights, random_state=0).fit(X_train, y_train)
+    two = PmSVM(class_weight=weights, random_state=0, n_jobs=2).fit(X_train, y_train)
+    np.testing.assert_array_equal(one.coef_, two.coef_)
+    plain = PmSVM(random_state=0).fit(X_train, y_train)
+    assert not np.allclose(one.decision_function(X_test), plain.decision_function(X_test))
+
+
+def test_nonzero_rows_of_dense_input():
+    from classify_images.classifiers import _pmsvm_kernels as _k
+    from classify_images.classifiers._rows import matrix_arrays
+
+    X, _ = histograms(30, d=25, seed=6)
+    indptr, indices, data, dense = _k.nonzero_rows(matrix_arrays(X))
+    expected = sp.csr_matrix(X)
+    assert not dense
+    np.testing.assert_array_equal(indptr, expected.indptr)
+    np.testing.assert_array_equal(indices, expected.indices)
+    np.testing.assert_array_equal(data, expected.data)
