@@ -135,7 +135,7 @@ def pyramid_atoms(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarr
     atom_cells : ndarray of int (n_levels, n_atoms)
         The cell of each atom at each level.
     """
-    cells = np.asarray(cells, dtype=np.int64).reshape(-1, np.shape(cells)[-1])
+    cells = np.atleast_2d(np.asarray(cells, dtype=np.int64))
     key = np.zeros(cells.shape[1], dtype=np.int64)
     for level_cells in cells:
         key = key * n_cells + level_cells

@@ -152,3 +152,12 @@ def test_far_components_get_exact_zero_posteriors_not_subnormals():
     assert posteriors[0, 2] == 0.0 and posteriors[2, 0] == 0.0 and posteriors[2, 2] > 0.99
     tiny = posteriors[(posteriors > 0) & (posteriors < np.finfo(np.float32).tiny)]
     assert tiny.size == 0
+
+
+def test_no_descriptors_give_zeros_and_one_descriptor_a_unit_vector():
+    encoder = FisherEncoder(_random_model(np.random.default_rng(5)))
+    empty = encoder.encode(np.zeros((0, 6), np.float32), np.zeros((3, 0), np.int32), 8)
+    assert empty.shape == (8 * encoder.cell_dimension,) and not empty.any()
+    one = encoder.encode(np.ones((1, 6)), np.array([[0], [1], [5]]), 8)
+    assert np.isclose(np.linalg.norm(one), 1.0)
+    assert not one.reshape(8, -1)[[2, 3, 4, 6, 7]].any()  # only the cells of the descriptor
