@@ -24,14 +24,24 @@ square root of every entry (power normalisation, §3.2, α = 1/2), then the L2 n
 cell vector normalised so, then the concatenation L2-normalised.  An empty cell gives
 zeros.  The vectors are signed.
 
-Speed: the Gaussian log-densities of all descriptors come from two BLAS products,
-:math:`\\sum_d x_d^2/\\sigma_{kd}^2 - 2x_d\\mu_{kd}/\\sigma_{kd}^2 + \\mu_{kd}^2/\\sigma_{kd}^2`,
-the posteriors from a log-sum-exp, and per cell the statistics
-:math:`S^0_k = \\sum_i\\gamma_{ik}`, :math:`S^1_k = \\sum_i\\gamma_{ik}x_i`,
-:math:`S^2_k = \\sum_i\\gamma_{ik}x_i^2` from two more products, since
+Speed: every descriptor is visited once, whatever the pyramid.  The descriptors are
+grouped by their *atom*, the set of cells they fall in at every level (for 1×1 + 2×2 +
+3×1 the 8 regions cut by the 2×2 and 3×1 grids together); the statistics
+
+.. math::  S^0_k = \\sum_i\\gamma_{ik},\\qquad S^1_k = \\sum_i\\gamma_{ik}x_i,\\qquad
+           S^2_k = \\sum_i\\gamma_{ik}x_i^2
+
+and the descriptor count ``N`` of each atom come from one BLAS product
+:math:`\\gamma^\\top[x, x^2]` per atom, and those of a cell are the sums over its atoms (the
+statistics are additive, the formulas above depend on nothing else) since
 :math:`\\sum_i\\gamma_{ik}(x_i-\\mu_k) = S^1_k - \\mu_k S^0_k` and
-:math:`\\sum_i\\gamma_{ik}(x_i-\\mu_k)^2 = S^2_k - 2\\mu_k S^1_k + \\mu_k^2 S^0_k`
-(all in float64).
+:math:`\\sum_i\\gamma_{ik}(x_i-\\mu_k)^2 = S^2_k - 2\\mu_k S^1_k + \\mu_k^2 S^0_k`.
+The Gaussian log-densities come from one BLAS product of the same :math:`[x, x^2]`,
+:math:`\\sum_d x_d^2/\\sigma_{kd}^2 - 2x_d\\mu_{kd}/\\sigma_{kd}^2 + \\mu_{kd}^2/\\sigma_{kd}^2`,
+the posteriors from a log-sum-exp.  The encoder computes the projection, the posteriors
+and the per-atom products in float32 (single-precision BLAS: twice the throughput, half
+the memory traffic) and everything from the atom statistics on in float64;
+:func:`gmm_posteriors` is the float64 version of the same posteriors.
 
 The model (PCA and GMM) is a dict of plain arrays, ``FISHER_MODEL_KEYS``, learnt by
 :func:`~classify_images.coding.codebook.learn_fisher_model` and stored in the feature
@@ -48,38 +58,91 @@ References
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
 from .vlad import l2_normalize_rows, signed_sqrt
 
-__all__ = ["IMPLEMENTATION_VERSION", "FISHER_MODEL_KEYS", "gmm_posteriors", "FisherEncoder"]
+__all__ = ["IMPLEMENTATION_VERSION", "FISHER_MODEL_KEYS", "gmm_posteriors", "pyramid_atoms", "FisherEncoder"]
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
 #: config hash, so results computed by the old code are not reused.
-IMPLEMENTATION_VERSION = 1
+IMPLEMENTATION_VERSION = 2
 
 #: The arrays of a Fisher-vector model: PCA mean (P,) and components (D, P); GMM
 #: weights (K,), means (K, D) and diagonal variances (K, D).
 FISHER_MODEL_KEYS = ("pca_mean", "pca_components", "weights", "means", "variances")
 
 
-def gmm_posteriors(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
-    """Posteriors :math:`\\gamma_{ik}` of a diagonal GMM ([1]_, Eq. 3), shape (n, K).
+def _log_joint_terms(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(W, c)`` with :math:`\\log\\pi_k + \\log\\mathcal N(x;\\mu_k,\\sigma_k^2) = [x, x^2]\\,W_{:k} + c_k`
+    (float64): the rows of ``W`` are :math:`\\mu_k/\\sigma_k^2`, then :math:`-1/(2\\sigma_k^2)`, and
+    :math:`c_k = \\log\\pi_k - \\tfrac12\\sum_d(\\mu_{kd}^2/\\sigma_{kd}^2 + \\log\\sigma_{kd}^2 + \\log 2\\pi)`."""
+    precisions = 1.0 / variances
+    constant = np.log(weights) - 0.5 * (
+        np.sum(means * means * precisions, axis=1) + np.sum(np.log(variances), axis=1) + means.shape[1] * np.log(2.0 * np.pi)
+    )
+    return np.concatenate([(means * precisions).T, -0.5 * precisions.T]), constant
 
-    The quadratic form by BLAS products, normalised by log-sum-exp (no underflow).
+
+def _moments(x: np.ndarray) -> np.ndarray:
+    """``[x, x^2]`` side by side, (n, 2D)."""
+    return np.concatenate([x, x * x], axis=1)
+
+
+def _posteriors(moments: np.ndarray, terms: np.ndarray, constant: np.ndarray) -> np.ndarray:
+    """Posteriors from the moments ``[x, x^2]`` (n, 2D) and the terms of
+    :func:`_log_joint_terms`, in the dtype of the arguments: one BLAS product, then a
+    log-sum-exp per row (no underflow); posteriors below :math:`e^{-80}` times the row's
+    largest are exactly 0."""
+    log_joint = moments @ terms
+    log_joint += constant
+    log_joint -= log_joint.max(axis=1, keepdims=True)
+    # e^-87 is float32's smallest normal number, and products with subnormal numbers are
+    # many times slower: what would underflow towards them is 0.
+    log_joint[log_joint < -80.0] = -np.inf
+    np.exp(log_joint, out=log_joint)
+    log_joint /= log_joint.sum(axis=1, keepdims=True)
+    return log_joint
+
+
+def gmm_posteriors(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
+    """Posteriors :math:`\\gamma_{ik}` of a diagonal GMM ([1]_, Eq. 3), shape (n, K), float64.
+
+    The quadratic form by one BLAS product, normalised by log-sum-exp (no underflow).
     """
     x = np.asarray(x, dtype=np.float64)
-    precisions = 1.0 / variances
-    log_density = -0.5 * (
-        (x * x) @ precisions.T
-        - 2.0 * x @ (means * precisions).T
-        + np.sum(means * means * precisions, axis=1)
-        + np.sum(np.log(variances), axis=1)
-        + x.shape[1] * np.log(2.0 * np.pi)
-    )
-    log_joint = log_density + np.log(weights)
-    return np.exp(log_joint - logsumexp(log_joint, axis=1, keepdims=True))
+    return _posteriors(_moments(x), *_log_joint_terms(
+        np.asarray(weights, dtype=np.float64), np.asarray(means, dtype=np.float64), np.asarray(variances, dtype=np.float64)
+    ))
+
+
+def pyramid_atoms(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group descriptors by the cells they fall in at every level.
+
+    Parameters
+    ----------
+    cells : ndarray of int (n_levels, n)
+        Global cell number of each descriptor at each level.
+    n_cells : int
+        Total number of cells.
+
+    Returns
+    -------
+    order : ndarray of int (n,)
+        The descriptors sorted by atom (stable: the original order within an atom).
+    bounds : ndarray of int (n_atoms + 1,)
+        Atom ``a`` is ``order[bounds[a]:bounds[a + 1]]``.
+    atom_cells : ndarray of int (n_levels, n_atoms)
+        The cell of each atom at each level.
+    """
+    cells = np.atleast_2d(np.asarray(cells, dtype=np.int64))
+    key = np.zeros(cells.shape[1], dtype=np.int64)
+    for level_cells in cells:
+        key = key * n_cells + level_cells
+    _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    return order, bounds, cells[:, first]
 
 
 class FisherEncoder:
@@ -91,6 +154,9 @@ class FisherEncoder:
         ``FISHER_MODEL_KEYS``: PCA mean and components, GMM weights, means and variances.
     """
 
+    #: Precision of the projection, the posteriors and the per-atom BLAS products.
+    compute_dtype = np.float32
+
     def __init__(self, model: dict[str, np.ndarray]) -> None:
         missing = [key for key in FISHER_MODEL_KEYS if key not in model]
         if missing:
@@ -100,6 +166,11 @@ class FisherEncoder:
         )
         self.n_components, self.n_dims = self.means.shape
         self.std = np.sqrt(self.variances)
+        dtype = self.compute_dtype
+        # x = s·Pᵀ - m·Pᵀ: the mean's projection subtracted after the product.
+        self._projection_t = np.ascontiguousarray(self.pca_components.T, dtype=dtype)
+        self._projected_mean = (self.pca_mean @ self.pca_components.T).astype(dtype)
+        self._terms = tuple(np.ascontiguousarray(t, dtype=dtype) for t in _log_joint_terms(self.weights, self.means, self.variances))
 
     @property
     def cell_dimension(self) -> int:
@@ -107,8 +178,10 @@ class FisherEncoder:
         return 2 * self.n_components * self.n_dims
 
     def project(self, descriptors: np.ndarray) -> np.ndarray:
-        """PCA-reduced descriptors :math:`P(s - m)`, float64 (n, D)."""
-        return (np.asarray(descriptors, dtype=np.float64) - self.pca_mean) @ self.pca_components.T
+        """PCA-reduced descriptors :math:`P(s - m)`, (n, D) in :attr:`compute_dtype`."""
+        projected = np.asarray(descriptors, dtype=self.compute_dtype) @ self._projection_t
+        projected -= self._projected_mean
+        return projected
 
     def encode(self, descriptors: np.ndarray, cells: np.ndarray, n_cells: int) -> np.ndarray:
         """The improved Fisher vector of every pyramid cell, concatenated and L2-normalised.
@@ -117,23 +190,33 @@ class FisherEncoder:
         (``descriptors`` before PCA, ``(n, P)``); the result is float32 of
         ``n_cells · 2 · K · D`` entries.
         """
-        x = self.project(descriptors)
-        posteriors = gmm_posteriors(x, self.weights, self.means, self.variances)
-        vectors = np.zeros((n_cells, self.cell_dimension))
-        for level_cells in cells:
-            for cell in np.unique(level_cells):
-                members = level_cells == cell
-                vectors[cell] = self._cell_vector(x[members], posteriors[members])
+        K, D = self.n_components, self.n_dims
+        order, bounds, atom_cells = pyramid_atoms(cells, n_cells)
+        x = self.project(np.asarray(descriptors)[order])
+        moments = _moments(x)
+        posteriors = _posteriors(moments, *self._terms)
+        n_atoms = bounds.shape[0] - 1
+        atom_s0 = np.empty((n_atoms, K))
+        atom_s12 = np.empty((n_atoms, K, 2 * D))
+        for atom in range(n_atoms):
+            members = slice(bounds[atom], bounds[atom + 1])
+            atom_s0[atom] = posteriors[members].sum(axis=0, dtype=np.float64)
+            atom_s12[atom] = posteriors[members].T @ moments[members]
+        counts = np.zeros(n_cells)
+        s0, s12 = np.zeros((n_cells, K)), np.zeros((n_cells, K, 2 * D))
+        for level_atoms in atom_cells:
+            np.add.at(counts, level_atoms, np.diff(bounds))
+            np.add.at(s0, level_atoms, atom_s0)
+            np.add.at(s12, level_atoms, atom_s12)
+        vectors = self._cell_vectors(counts, s0[:, :, None], s12[:, :, :D], s12[:, :, D:])
         per_cell = l2_normalize_rows(signed_sqrt(vectors))
         return l2_normalize_rows(per_cell.ravel()).astype(np.float32)
 
-    def _cell_vector(self, x: np.ndarray, posteriors: np.ndarray) -> np.ndarray:
-        """``[G_μ, G_σ]`` (unnormalised) of the ``N`` descriptors of one cell."""
-        s0 = posteriors.sum(axis=0)[:, None]
-        s1 = posteriors.T @ x
-        s2 = posteriors.T @ (x * x)
-        n = x.shape[0]
+    def _cell_vectors(self, counts: np.ndarray, s0: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+        """``[G_μ, G_σ]`` (unnormalised) of every cell from its statistics (n_cells, K, ·);
+        empty cells give zeros."""
+        n = np.maximum(counts, 1.0)[:, None, None]
         grad_mean = (s1 - self.means * s0) / self.std / (n * np.sqrt(self.weights)[:, None])
         squared = (s2 - 2.0 * self.means * s1 + self.means * self.means * s0) / self.variances
         grad_std = (squared - s0) / (n * np.sqrt(2.0 * self.weights)[:, None])
-        return np.concatenate([grad_mean.ravel(), grad_std.ravel()])
+        return np.concatenate([grad_mean.reshape(counts.shape[0], -1), grad_std.reshape(counts.shape[0], -1)], axis=1)

@@ -6,7 +6,7 @@ import pytest
 
 from classify_images.classifiers.registry import make_classifier
 from classify_images.coding import FisherEncoder, learn_fisher_model
-from classify_images.coding.fisher import FISHER_MODEL_KEYS, gmm_posteriors
+from classify_images.coding.fisher import FISHER_MODEL_KEYS, gmm_posteriors, pyramid_atoms
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
 from classify_images.pipeline.build import build_feature_set
 from classify_images.pipeline.feature_store import load_feature_set
@@ -123,3 +123,41 @@ def test_fisher_build_end_to_end(tmp_path, small_dataset):
     assert_new_images_match_rows(fs, [str(small_dataset / p) for p in fs.test_paths[:3]])
     linear = make_classifier("linear", {}).fit(X, np.asarray(fs.y_train))
     assert linear.score(np.asarray(fs.X_test), np.asarray(fs.y_test)) > 0.5
+
+
+def test_pyramid_atoms_partition_descriptors_by_their_cells():
+    rng = np.random.default_rng(3)
+    x, y, shape = random_layout(rng, 500)
+    levels = (1, 2, "3x1")
+    cells = pyramid_cells(x, y, shape, levels)
+    order, bounds, atom_cells = pyramid_atoms(cells, n_pyramid_cells(levels))
+    assert sorted(order.tolist()) == list(range(500)) and bounds[0] == 0 and bounds[-1] == 500
+    assert atom_cells.shape == (3, 8)  # 2x2 and 3x1 together cut the image into 8 regions
+    assert len({tuple(column) for column in atom_cells.T}) == 8
+    for atom in range(len(bounds) - 1):
+        members = order[bounds[atom] : bounds[atom + 1]]
+        assert members.size and np.all(np.diff(members) > 0)  # the original order within an atom
+        np.testing.assert_array_equal(cells[:, members], np.repeat(atom_cells[:, [atom]], members.size, axis=1))
+
+
+def test_far_components_get_exact_zero_posteriors_not_subnormals():
+    model = _random_model(np.random.default_rng(4), K=3, D=2, P=2)
+    model["pca_components"], model["pca_mean"] = np.eye(2), np.zeros(2)
+    model["means"] = np.array([[0.0, 0.0], [0.5, 0.0], [60.0, 0.0]])
+    model["variances"] = np.full((3, 2), 0.5)
+    encoder = FisherEncoder(model)
+    points = np.array([[0.1, 0.2], [0.4, -0.1], [59.0, 0.3]])
+    posteriors = gmm_posteriors(encoder.project(points).astype(np.float64), model["weights"], model["means"], model["variances"])
+    np.testing.assert_allclose(posteriors.sum(axis=1), 1.0)
+    assert posteriors[0, 2] == 0.0 and posteriors[2, 0] == 0.0 and posteriors[2, 2] > 0.99
+    tiny = posteriors[(posteriors > 0) & (posteriors < np.finfo(np.float32).tiny)]
+    assert tiny.size == 0
+
+
+def test_no_descriptors_give_zeros_and_one_descriptor_a_unit_vector():
+    encoder = FisherEncoder(_random_model(np.random.default_rng(5)))
+    empty = encoder.encode(np.zeros((0, 6), np.float32), np.zeros((3, 0), np.int32), 8)
+    assert empty.shape == (8 * encoder.cell_dimension,) and not empty.any()
+    one = encoder.encode(np.ones((1, 6)), np.array([[0], [1], [5]]), 8)
+    assert np.isclose(np.linalg.norm(one), 1.0)
+    assert not one.reshape(8, -1)[[2, 3, 4, 6, 7]].any()  # only the cells of the descriptor
