@@ -269,8 +269,8 @@ class ShardedRows:
             wanted = rows[shard_of == index] - self.starts[index]
             pieces.append(self.shard(int(index))[wanted])
         if not pieces:
-            return self._join([self.shard(0)[:0]]) if self.entries else np.zeros((0, self.n_features), np.float32)
-        joined = self._join(pieces)
+            return self.stack([self.shard(0)[:0]]) if self.entries else np.zeros((0, self.n_features), np.float32)
+        joined = self.stack(pieces)
         # back to the order asked for (pieces come shard by shard)
         placed = np.concatenate([np.flatnonzero(shard_of == index) for index in np.unique(shard_of)])
         return joined[np.argsort(placed, kind="stable")]
@@ -309,15 +309,16 @@ class ShardedRows:
             pending.append(block)
             held = sum(piece.shape[0] for piece in pending)
             while held >= rows_per_block:
-                joined = self._join(pending)
+                joined = self.stack(pending)
                 yield slice(start, start + rows_per_block), joined[:rows_per_block]
                 start += rows_per_block
                 pending, held = [joined[rows_per_block:]], held - rows_per_block
         if pending and sum(piece.shape[0] for piece in pending):
-            joined = self._join(pending)
+            joined = self.stack(pending)
             yield slice(start, start + joined.shape[0]), joined
 
-    def _join(self, pieces: list) -> np.ndarray | sp.csr_matrix:
+    def stack(self, pieces: list) -> np.ndarray | sp.csr_matrix:
+        """Row blocks of this split (shards or slices of them) stacked into one block of its format."""
         if self.format == "csr":
             return sp.vstack(pieces, format="csr", dtype=np.float32) if len(pieces) > 1 else pieces[0].tocsr()
         return np.concatenate(pieces) if len(pieces) > 1 else np.asarray(pieces[0])

@@ -127,7 +127,7 @@ class ShardBlocks:
 
     def __iter__(self):
         for group in self.groups:
-            block = self.rows._join([self.rows.shard(index) for index in group])
+            block = self.rows.stack([self.rows.shard(index) for index in group])
             labels = np.concatenate([self.y[self.rows.starts[i]:self.rows.starts[i + 1]] for i in group])
             yield block, labels
 
