@@ -53,19 +53,19 @@ _SCREEN_BINS = 256
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _chol_add(G, active, n, j, L, pivot_rtol):
-    """Append atom ``j`` to the Cholesky factor of ``G[active[:n]][:, active[:n]]``.
+def _chol_append(L, n, gjj, pivot_rtol):
+    """Append an atom to the Cholesky factor ``L`` of the ``n`` active atoms' Gram block.
 
-    Returns False (and leaves ``L`` unchanged in its first ``n`` rows) if the
-    pivot is too small, i.e. atom ``j`` is (numerically) dependent on the
-    active atoms.
+    On entry ``L[n, :n]`` holds the new atom's Gram entries with the active
+    atoms and ``gjj`` its squared norm; the new row of the factor is computed
+    in place.  Returns False (the first ``n`` rows are unchanged) if the pivot
+    is too small, i.e. the atom is (numerically) dependent on the active atoms.
     """
-    gjj = G[j, j]
     if gjj <= 0.0:
         return False
     s = 0.0
     for i in range(n):
-        v = G[active[i], j]
+        v = L[n, i]
         for m in range(i):
             v -= L[i, m] * L[n, m]
         v /= L[i, i]
@@ -76,6 +76,14 @@ def _chol_add(G, active, n, j, L, pivot_rtol):
         return False
     L[n, n] = np.sqrt(d2)
     return True
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _chol_add(G, active, n, j, L, pivot_rtol):
+    """Append atom ``j`` to the Cholesky factor of ``G[active[:n]][:, active[:n]]`` (see :func:`_chol_append`)."""
+    for i in range(n):
+        L[n, i] = G[active[i], j]
+    return _chol_append(L, n, G[j, j], pivot_rtol)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -117,10 +125,10 @@ def _four_rows(M, index, n, i):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _start_path(G, cols, G32, rows, K, best, correlation, active, pos, signs, u, state, L, pivot_rtol):
-    """Make candidate ``best`` the only active one, with the sign of ``correlation``; returns 1."""
-    _chol_add(G, active, 0, cols[best], L, pivot_rtol)
-    _activate(cols, G32, rows, K, 0, best, active, pos)
+def _start_path(G, best, correlation, active, signs, u, state, L, pivot_rtol):
+    """Make atom ``best`` the only active one, with the sign of ``correlation``; returns 1."""
+    _chol_add(G, active, 0, best, L, pivot_rtol)
+    active[0] = best
     signs[0] = 1.0 if correlation > 0 else -1.0
     u[0] = 0.0
     state[best] = _ACTIVE
@@ -128,42 +136,20 @@ def _start_path(G, cols, G32, rows, K, best, correlation, active, pos, signs, u,
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _activate(cols, G32, rows, K, i, k, active, pos):
-    """Put candidate ``k`` in active slot ``i``: its atom, position and Gram row on the candidates."""
-    j = cols[k]
-    active[i] = j
-    pos[i] = k
-    if K < G32.shape[0]:  # on all atoms the directions read G32 itself
-        g = G32[j]
-        out = rows[i]
-        for t in range(K):
-            out[t] = g[cols[t]]
+def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w, rhs, r, a, pivot_rtol):
+    """LARS-lasso path of one descriptor on all atoms; returns the active-set size.
 
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _homotopy(
-    c, cols, K, G, G32, rows, slots, lam, max_steps, state, skipped, active, pos, signs, u, L, w, rhs, r, a, pivot_rtol
-):
-    """LARS-lasso path for one descriptor restricted to the atoms ``cols[:K]``; returns the active-set size.
-
-    The path is that of the lasso on the candidate atoms ``cols[:K]``
-    (increasing atom indices; all atoms for the full problem).  Candidate
-    ``k`` is atom ``cols[k]``: ``state``, ``r`` and ``a`` are indexed by
-    candidate, ``rows[i, :K]`` holds ``G32[active[i], cols[:K]]`` (copied when
-    the atom enters, so a direction reads contiguous memory; on all atoms the
-    rows of ``G32`` are read directly).  On return
-    ``active[:n]`` holds the atom indices, ``pos[:n]`` their candidate
-    positions and ``u[:n]`` their coefficients (some may be exactly zero).
-    ``state`` must be all ``_FREE`` on its first ``K`` entries on entry and is
-    left so.  ``G`` (float64) gives the Cholesky factors, ``G32`` (its float32
-    copy) the directions ``a = G[:, A] w``.
+    On return ``active[:n]`` holds the atom indices and ``u[:n]`` their
+    coefficients (some may be exactly zero).  ``state`` must be all
+    ``_FREE`` on entry and is left so.  ``G`` (float64) gives the Cholesky
+    factors, ``G32`` (its float32 copy) the directions ``a = G[:, A] w``.
     """
     cap = L.shape[0]
-    gathered = K < G32.shape[0]
+    K = c.shape[0]
     best = -1
     mu = 0.0
     for k in range(K):
-        v = c[cols[k]]
+        v = c[k]
         r[k] = v
         if abs(v) > mu:
             mu = abs(v)
@@ -172,7 +158,7 @@ def _homotopy(
         return 0
 
     # first atom: the largest correlation (an all-zero atom cannot have one)
-    n = _start_path(G, cols, G32, rows, K, best, r[best], active, pos, signs, u, state, L, pivot_rtol)
+    n = _start_path(G, best, r[best], active, signs, u, state, L, pivot_rtol)
     nskip = 0
     just_left = -1
     gprev = 0.0  # pending update r -= gprev * a (fused into the next pass)
@@ -186,10 +172,7 @@ def _homotopy(
         i = 0
         while i < n:
             w0, w1, w2, w3 = _four_weights(w, n, i)
-            if gathered:
-                g0, g1, g2, g3 = _four_rows(rows, slots, n, i)
-            else:
-                g0, g1, g2, g3 = _four_rows(G32, active, n, i)
+            g0, g1, g2, g3 = _four_rows(G32, active, n, i)
             if i == 0:
                 for k in range(K):
                     r[k] -= gprev * a[k]
@@ -257,8 +240,8 @@ def _homotopy(
             break
 
         if event == 1:
-            if n < cap and _chol_add(G, active, n, cols[who], L, pivot_rtol):
-                _activate(cols, G32, rows, K, n, who, active, pos)
+            if n < cap and _chol_add(G, active, n, who, L, pivot_rtol):
+                active[n] = who
                 signs[n] = enter_sign
                 u[n] = 0.0
                 state[who] = _ACTIVE
@@ -268,14 +251,11 @@ def _homotopy(
                 skipped[nskip] = who
                 nskip += 1
         else:
-            gone = pos[who]
+            gone = active[who]
             for i in range(who, n - 1):
                 active[i] = active[i + 1]
-                pos[i] = pos[i + 1]
                 signs[i] = signs[i + 1]
                 u[i] = u[i + 1]
-                if gathered:
-                    rows[i, :K] = rows[i + 1, :K]
             n -= 1
             # rebuild the factor of the smaller active set; skipped atoms may retry
             for i in range(nskip):
@@ -300,7 +280,7 @@ def _homotopy(
                         best = k
                 if best < 0 or mu <= lam:
                     break
-                n = _start_path(G, cols, G32, rows, K, best, r[best], active, pos, signs, u, state, L, pivot_rtol)
+                n = _start_path(G, best, r[best], active, signs, u, state, L, pivot_rtol)
 
     # closed form on the final support: u_A = G_AA^{-1} (c_A - λ s_A)
     if n > 0:
@@ -308,7 +288,7 @@ def _homotopy(
             rhs[i] = c[active[i]] - lam * signs[i]
         _chol_solve(L, n, rhs, u)
     for i in range(n):
-        state[pos[i]] = _FREE
+        state[active[i]] = _FREE
     for i in range(nskip):
         state[skipped[i]] = _FREE
     if just_left >= 0:
@@ -385,23 +365,159 @@ def _kkt_violators(c, G32, active, u, n, in_set, bound, r, out):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _merge(cols, m, extra, nv, in_set, tmp):
-    """Merge the sorted atoms ``extra[:nv]`` into the sorted candidates ``cols[:m]``; the new size."""
+def _pool_residuals(c, pool, mc, grams, n, u, r_pool):
+    """``r_pool[k] = c[pool[k]] - sum_i u[i] grams[i, k]`` on the ``mc`` pool atoms, four active rows per pass."""
+    for k in range(mc):
+        r_pool[k] = c[pool[k]]
     i = 0
-    j = 0
-    q = 0
-    while i < m or j < nv:
-        if j >= nv or (i < m and cols[i] < extra[j]):
-            tmp[q] = cols[i]
-            i += 1
-        else:
-            tmp[q] = extra[j]
-            in_set[extra[j]] = 1
-            j += 1
-        q += 1
-    for t in range(q):
-        cols[t] = tmp[t]
-    return q
+    while i < n:
+        u0, u1, u2, u3 = _four_weights(u, n, i)
+        g0 = grams[i]
+        g1 = grams[i + 1] if i + 1 < n else g0
+        g2 = grams[i + 2] if i + 2 < n else g0
+        g3 = grams[i + 3] if i + 3 < n else g0
+        for k in range(mc):
+            r_pool[k] -= u0 * g0[k] + u1 * g1[k] + u2 * g2[k] + u3 * g3[k]
+        i += 4
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _extend_pool(G, pool, mc, extra, nv, in_set, pstate, grams, active, n):
+    """Append the atoms ``extra[:nv]`` to the pool (free, with their Gram entries with the active atoms); the new size."""
+    for q in range(nv):
+        j = extra[q]
+        pool[mc + q] = j
+        in_set[j] = 1
+        pstate[mc + q] = _FREE
+    for i in range(n):
+        g = G[active[i]]
+        out = grams[i]
+        for q in range(nv):
+            out[mc + q] = g[extra[q]]
+    return mc + nv
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _refactor(grams, ppos, gdiag, active, n, L, pivot_rtol):
+    """Cholesky factor of the active Gram block from scratch (after a removal), from the gathered Gram rows."""
+    for i in range(n):
+        for m in range(i):
+            L[i, m] = grams[m, ppos[i]]
+        if not _chol_append(L, i, gdiag[active[i]], pivot_rtol):
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _feature_sign(
+    c, G, gdiag, lam, pool, mc, r_pool, pstate, grams, n, active, ppos, signs, u, L, ustar, rhs, skipped,
+    pivot_rtol, max_iter,
+):
+    """Feature-sign search for the lasso on the pool atoms ``pool[:mc]``, warm-started; the active-set size, or -1.
+
+    On entry ``active[:n]`` (pool positions ``ppos[:n]``, marked ``_ACTIVE``
+    in ``pstate[:mc]``, the other pool atoms ``_FREE``), ``signs[:n]``,
+    ``u[:n]`` and the Cholesky factor ``L`` describe a point that is optimal
+    on its active set (``n = 0`` is allowed), and ``grams[i, :mc]`` holds the
+    Gram entries of active atom ``i`` with the pool.  On return the pool's
+    lasso is solved: ``|r_k| <= lam`` on the inactive pool atoms, and
+    ``u[:n]`` is the closed-form solution on the final active set, with
+    ``r_pool[:mc]`` the pool's residual correlations.  -1 (the caller then
+    follows the full path) if the start is not sign-consistent, an entering
+    atom is numerically dependent on the active ones, the factor is full, or
+    ``max_iter`` iterations did not suffice.
+    """
+    cap = L.shape[0]
+    for i in range(n):
+        if u[i] * signs[i] <= 0.0:
+            return -1
+    _pool_residuals(c, pool, mc, grams, n, u, r_pool)
+    at_optimum = True  # u is optimal on its active set
+    nskip = 0
+    for _it in range(max_iter):
+        newest = -1
+        best = -1
+        if at_optimum:
+            # the inactive pool atom of largest |r_k| > lam enters, with the sign of r_k
+            top = lam
+            for k in range(mc):
+                if pstate[k] == _FREE:
+                    v = abs(r_pool[k])
+                    if v > top:
+                        top = v
+                        best = k
+            if best < 0:
+                for t in range(nskip):
+                    pstate[skipped[t]] = _FREE
+                return n
+            if n >= cap:
+                return -1
+            j = pool[best]
+            g = G[j]
+            out = grams[n]
+            for k in range(mc):
+                out[k] = g[pool[k]]
+            for i in range(n):
+                L[n, i] = grams[i, best]
+            if not _chol_append(L, n, gdiag[j], pivot_rtol):
+                return -1
+            active[n] = j
+            ppos[n] = best
+            signs[n] = 1.0 if r_pool[best] > 0 else -1.0
+            u[n] = 0.0
+            pstate[best] = _ACTIVE
+            newest = n
+            n += 1
+        # minimiser of the quadratic on the signs' orthant: G_AA u* = c_A - lam s_A
+        for i in range(n):
+            rhs[i] = c[active[i]] - lam * signs[i]
+        _chol_solve(L, n, rhs, ustar)
+        if newest >= 0 and ustar[newest] * signs[newest] <= 0.0:
+            # |r_j| exceeded lam by rounding only: not a violator at this point
+            n -= 1
+            pstate[best] = _SKIP
+            skipped[nskip] = best
+            nskip += 1
+            continue
+        # line search from u towards u*: the first coefficient to reach zero
+        t = 1.0
+        who = -1
+        for i in range(n):
+            if ustar[i] * signs[i] <= 0.0:
+                ti = u[i] / (u[i] - ustar[i])
+                if ti < t:
+                    t = ti
+                    who = i
+        for q in range(nskip):  # u moves: skipped atoms may enter again
+            pstate[skipped[q]] = _FREE
+        nskip = 0
+        if who < 0:
+            for i in range(n):
+                u[i] = ustar[i]
+            _pool_residuals(c, pool, mc, grams, n, u, r_pool)
+            at_optimum = True
+            continue
+        for i in range(n):
+            u[i] += t * (ustar[i] - u[i])
+        u[who] = 0.0
+        # drop every coefficient at (or past) zero, keep the order of the others
+        q = 0
+        for i in range(n):
+            if u[i] * signs[i] > 0.0:
+                if q != i:
+                    active[q] = active[i]
+                    ppos[q] = ppos[i]
+                    signs[q] = signs[i]
+                    u[q] = u[i]
+                    grams[q, :mc] = grams[i, :mc]
+                q += 1
+            else:
+                pstate[ppos[i]] = _FREE
+        n = q
+        if not _refactor(grams, ppos, gdiag, active, n, L, pivot_rtol):
+            return -1
+        at_optimum = False
+    return -1
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -459,14 +575,17 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
     rhs = np.empty(cap, dtype=np.float64)
     r = np.empty(K, dtype=np.float64)
     a = np.zeros(K, dtype=np.float64)  # read (times 0) by the first fused pass
-    rows = np.zeros((cap, K), dtype=np.float32)
-    all_atoms = np.arange(K)
     cols = np.empty(K, dtype=np.int64)
     in_set = np.zeros(K, dtype=np.int8)
     hist = np.zeros(_SCREEN_BINS, dtype=np.int64)
     extra = np.empty(K, dtype=np.int64)
-    tmp = np.empty(K, dtype=np.int64)
-    n_paths = 0
+    pstate = np.zeros(K, dtype=np.int8)
+    r_pool = np.empty(K, dtype=np.float64)
+    ustar = np.empty(cap, dtype=np.float64)
+    fs_skipped = np.empty(K, dtype=np.int64)
+    grams = np.empty((cap, K), dtype=np.float64)
+    gdiag = np.diag(G).copy()
+    n_checks = 0
     screen = n_candidates < K
     size = max(16 * nrows, 64)
     indices = np.empty(size, dtype=np.int32)
@@ -479,27 +598,27 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
         full = True
         if screen:
             m = _screen(c, n_candidates, cols, in_set, hist)
+            for k in range(m):
+                pstate[k] = _FREE
+            n = 0
             while True:
-                n = _homotopy(
-                    c, cols, m, G, G32, rows, all_atoms, lam, max_steps, state, skipped, active, pos, signs, u, L, w,
-                    rhs, r, a, pivot_rtol,
+                n = _feature_sign(
+                    c, G, gdiag, lam, cols, m, r_pool, pstate, grams, n, active, pos, signs, u, L, ustar, rhs,
+                    fs_skipped, pivot_rtol, max_steps,
                 )
-                n_paths += 1
+                if n < 0:
+                    break
+                n_checks += 1
                 nv = _kkt_violators(c, G32, active, u, n, in_set, kkt_bound, r, extra)
                 if nv == 0:
                     full = False
                     break
-                if 2 * (m + nv) > K:
-                    break
-                m = _merge(cols, m, extra, nv, in_set, tmp)
+                m = _extend_pool(G, cols, m, extra, nv, in_set, pstate, grams, active, n)
             for t in range(m):
                 in_set[cols[t]] = 0
             n_full += full
         if full:
-            n = _homotopy(
-                c, all_atoms, K, G, G32, rows, all_atoms, lam, max_steps, state, skipped, active, pos, signs, u, L,
-                w, rhs, r, a, pivot_rtol,
-            )
+            n = _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w, rhs, r, a, pivot_rtol)
         if nnz + n > size:
             size = max(2 * size, nnz + n)
             new_i = np.empty(size, dtype=np.int32)
@@ -529,4 +648,4 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
                 m += 1
         counts[row] = m
         nnz += m
-    return indices[:nnz].copy(), data[:nnz].copy(), counts, n_full, n_paths
+    return indices[:nnz].copy(), data[:nnz].copy(), counts, n_full, n_checks

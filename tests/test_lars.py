@@ -159,7 +159,7 @@ def test_bad_arguments():
 
 
 def _kernel_counts(X, D, lam, n_candidates):
-    """(codes, descriptors finished on all atoms, candidate paths) from the compiled kernel."""
+    """(codes, descriptors finished on the full path, KKT checks on all atoms) from the compiled kernel."""
     from classify_images.coding._lars_kernels import encode_block
     from classify_images.coding.lars import _KKT_MARGIN, _PIVOT_RTOL
 
@@ -167,28 +167,94 @@ def _kernel_counts(X, D, lam, n_candidates):
     G = D @ D.T
     C = np.ascontiguousarray(np.asarray(X, np.float32) @ D.astype(np.float32).T)
     K, d = D.shape
-    idx, val, cnt, n_full, n_paths = encode_block(
-        C, G, G.astype(np.float32), LAM, 4 * min(K, d) + 16, _PIVOT_RTOL, min(K, d + 8), n_candidates,
-        LAM * (1 - _KKT_MARGIN),
+    idx, val, cnt, n_full, n_checks = encode_block(
+        C, G, G.astype(np.float32), lam, 4 * min(K, d) + 16, _PIVOT_RTOL, min(K, d + 8), n_candidates,
+        lam * (1 - _KKT_MARGIN),
     )
-    return (idx, val, cnt), n_full, n_paths
+    return (idx, val, cnt), n_full, n_checks
+
+
+def _assert_same_solutions(X, D, A, B, lam, *, atol):
+    """Codes ``A`` and ``B`` (dense) of the same lasso: same support, close values, same objective."""
+    assert np.array_equal(A != 0, B != 0)
+    np.testing.assert_allclose(A, B, atol=atol, rtol=0)
+    np.testing.assert_allclose(lasso_objective(X, D, A, lam), lasso_objective(X, D, B, lam), rtol=1e-7, atol=1e-12)
 
 
 @pytest.mark.parametrize("n_candidates", [1, 3, 16, 64])
-def test_screened_paths_equal_the_full_path(sift_data, n_candidates):
-    """Candidate sets grown by the KKT check give the full homotopy's codes, bit for bit."""
+def test_feature_sign_codes_equal_the_full_path(sift_data, n_candidates):
+    """Feature-sign on pools grown by the KKT check gives the full homotopy's codes (to float32 rounding)."""
     X, D = sift_data
     full = lasso_lars_codes(X, D, LAM, n_candidates=None)
     screened = lasso_lars_codes(X, D, LAM, n_candidates=n_candidates)
-    assert np.array_equal(full.indptr, screened.indptr)
-    assert np.array_equal(full.indices, screened.indices)
-    assert np.array_equal(full.data, screened.data)
-    _, n_full, n_paths = _kernel_counts(X, D, LAM, n_candidates)
-    # the KKT check did reject candidate-set solutions (more paths than descriptors)
-    assert n_paths > X.shape[0]
-    if n_candidates == 1:
-        # ... and some descriptors ended on the full dictionary
-        assert n_full > 0
+    assert screened.has_sorted_indices
+    _assert_same_solutions(X, D, screened.toarray().astype(np.float64), full.toarray().astype(np.float64), LAM,
+                           atol=1e-6)
+    _, n_full, n_checks = _kernel_counts(X, D, LAM, n_candidates)
+    # the KKT check did reject pool solutions (more checks than descriptors), and
+    # feature-sign, not the full-path fallback, found the codes
+    assert n_checks > X.shape[0]
+    assert n_full == 0
+
+
+@pytest.mark.parametrize("K,d,n_candidates", [(40, 32, 1), (40, 32, 4), (256, 64, 2), (256, 64, 16), (300, 20, 8)])
+def test_feature_sign_matches_full_path_and_spams_float64(K, d, n_candidates):
+    """float64 correlations: feature-sign, the full LARS path and spams.lasso agree (support, values, KKT)."""
+    rng = np.random.default_rng(10 * K + d)
+    D = rng.normal(size=(K, d))
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    X = rng.normal(size=(200, d)) * rng.uniform(0.2, 2.0, size=(200, 1))
+    A = lasso_lars_codes(X, D, LAM, correlation_dtype=np.float64, n_candidates=n_candidates)
+    A = A.toarray().astype(np.float64)
+    F = lasso_lars_codes(X, D, LAM, correlation_dtype=np.float64, n_candidates=None).toarray().astype(np.float64)
+    _assert_same_solutions(X, D, A, F, LAM, atol=1e-6)
+    _assert_same_solutions(X, D, A, _spams_codes(X, D, LAM), LAM, atol=1e-6)
+    _check_kkt(X, D, A, LAM, 1e-6)
+    assert (A != 0).sum(1).mean() > 3
+    (_, _, counts), n_full, n_checks = _kernel_counts(X, D, LAM, n_candidates)
+    assert n_checks > X.shape[0]
+    # the full path is only the fallback for codes whose active atoms nearly
+    # span R^d (an entering atom is then numerically dependent on them)
+    assert n_full <= (counts >= 0.8 * d).sum()
+
+
+def test_codes_are_deterministic_and_independent_of_the_batch(sift_data):
+    """Same input, same bytes; a descriptor's code does not depend on the other rows of its block."""
+    X, D = sift_data
+    U1 = lasso_lars_codes(X, D, LAM)
+    U2 = lasso_lars_codes(X, D, LAM)
+    assert np.array_equal(U1.indptr, U2.indptr) and np.array_equal(U1.indices, U2.indices)
+    assert U1.data.tobytes() == U2.data.tobytes()
+    order = np.random.default_rng(3).permutation(X.shape[0])
+    U3 = lasso_lars_codes(X[order], D, LAM)
+    assert (U3 != U1[order]).nnz == 0
+
+
+def test_one_atom_and_two_atoms():
+    """K = 1: soft thresholding, u = sign(c) max(|c| - λ, 0) / |d|²; K = 2 with a one-atom pool."""
+    rng = np.random.default_rng(11)
+    d = rng.normal(size=(1, 8))
+    X = rng.normal(size=(50, 8)) * 0.3
+    c = (X @ d.T).ravel()
+    expect = np.sign(c) * np.maximum(np.abs(c) - LAM, 0) / (d @ d.T).item()
+    U = lasso_lars_codes(X, d, LAM, correlation_dtype=np.float64).toarray().ravel()
+    np.testing.assert_allclose(U, expect, rtol=1e-6, atol=1e-7)
+    assert (U == 0).sum() == (expect == 0).sum() > 0
+    D2 = np.vstack([d, rng.normal(size=(1, 8))])
+    A = lasso_lars_codes(X, D2, LAM, correlation_dtype=np.float64, n_candidates=1).toarray().astype(np.float64)
+    F = lasso_lars_codes(X, D2, LAM, correlation_dtype=np.float64, n_candidates=None).toarray().astype(np.float64)
+    _assert_same_solutions(X, D2, A, F, LAM, atol=1e-6)
+    _check_kkt(X, D2, A, LAM, 1e-6)
+
+
+def test_large_lambda_gives_empty_codes():
+    rng = np.random.default_rng(12)
+    D = rng.normal(size=(30, 10))
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    X = rng.normal(size=(20, 10))
+    lam = 1.01 * np.abs(X @ D.T).max()
+    assert lasso_lars_codes(X, D, lam).nnz == 0
+    assert lasso_lars_codes(X, D, lam, n_candidates=None).nnz == 0
 
 
 def test_screened_codes_match_spams_when_the_check_fails_often(sift_data):
