@@ -48,8 +48,10 @@ _JUST_LEFT = 3  # left on the previous step: may not re-enter on this one
 _DEN_TINY = 1e-12
 #: Atoms per block of the entry pre-test.
 _BLOCK = 64
-#: Bins of the histogram of |c_k| that sets the screening threshold.
-_SCREEN_BINS = 256
+#: The first pool takes the atoms with |c_k| >= _SCREEN_RATIO * max |c| (see _screen).
+_SCREEN_RATIO = 0.8
+#: Atoms per block of the screen's block maxima.
+_SCREEN_BLOCK = 16
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -296,46 +298,61 @@ def _homotopy(c, G, G32, lam, max_steps, state, skipped, active, signs, u, L, w,
     return n
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _screen(c, m, cols, in_set, hist):
-    """Candidates: about the ``m`` atoms of largest ``|c_k|``, in increasing index order, into ``cols``.
+@njit(nogil=True, cache=True, boundscheck=False, fastmath=True)
+def _block_max_abs(c, bmax):
+    """``bmax[b] = max |c_k|`` over each block of ``_SCREEN_BLOCK`` atoms (the last may be shorter); the overall max.
 
-    The threshold is the lower edge of the bin of a ``_SCREEN_BINS``-bin
-    histogram of ``|c_k| / max |c|`` where the count from the top reaches
-    ``m``, so at least ``m`` atoms are taken (all atoms in that bin).  Marks
-    them in ``in_set`` (cleared by the caller); returns their number.
+    ``fastmath`` only lets the max reductions vectorise: a maximum does not
+    depend on the order of the comparisons.
     """
     K = c.shape[0]
-    top = 0.0
-    for k in range(K):
-        v = abs(c[k])
-        if v > top:
-            top = v
-    if top == 0.0:
-        for k in range(K):
-            cols[k] = k
-            in_set[k] = 1
-        return K
-    nb = hist.shape[0]
-    hist[:] = 0
-    scale = nb / top
-    for k in range(K):
-        b = int(abs(c[k]) * scale)
-        hist[min(b, nb - 1)] += 1
-    total = 0
-    b = nb - 1
-    while b > 0:
-        total += hist[b]
-        if total >= m:
-            break
-        b -= 1
-    tau = b / scale
+    top = abs(c[0])
+    for b in range(bmax.shape[0]):
+        lo = b * _SCREEN_BLOCK
+        hi = min(lo + _SCREEN_BLOCK, K)
+        v = abs(c[lo])
+        for k in range(lo + 1, hi):
+            v = max(v, abs(c[k]))
+        bmax[b] = v
+        top = max(top, v)
+    return top
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _screen(c, lam, m, cols, in_set, bmax):
+    """First pool: atoms of large ``|c_k|``, about ``m`` of them, into ``cols``; their number (0: the code is empty).
+
+    Takes the atoms with ``|c_k| >= rho max|c|``, ``rho`` = ``_SCREEN_RATIO``
+    (scanning only the blocks whose maximum reaches the threshold), then
+    raises ``rho`` halfway towards 1 while more than ``2 m`` remain (each
+    time on the atoms already taken).  Returns 0 if ``max |c_k| <= lam``:
+    then ``u = 0`` satisfies the KKT condition.  Marks the pool in ``in_set``
+    (cleared by the caller).
+    """
+    K = c.shape[0]
+    top = _block_max_abs(c, bmax)
+    if top <= lam:
+        return 0
+    rho = _SCREEN_RATIO
+    tau = rho * top
     q = 0
-    for k in range(K):
-        if abs(c[k]) >= tau:
-            cols[q] = k
-            in_set[k] = 1
-            q += 1
+    for b in range(bmax.shape[0]):
+        if bmax[b] >= tau:
+            for k in range(b * _SCREEN_BLOCK, min((b + 1) * _SCREEN_BLOCK, K)):
+                cols[q] = k  # branch-free append
+                q += abs(c[k]) >= tau
+    while q > 2 * m:
+        rho = 0.5 * (1.0 + rho)
+        tau = rho * top
+        kept = 0
+        for t in range(q):
+            j = cols[t]
+            if abs(c[j]) >= tau:
+                cols[kept] = j
+                kept += 1
+        q = kept
+    for t in range(q):
+        in_set[cols[t]] = 1
     return q
 
 
@@ -577,8 +594,8 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
     a = np.zeros(K, dtype=np.float64)  # read (times 0) by the first fused pass
     cols = np.empty(K, dtype=np.int64)
     in_set = np.zeros(K, dtype=np.int8)
-    hist = np.zeros(_SCREEN_BINS, dtype=np.int64)
     extra = np.empty(K, dtype=np.int64)
+    bmax = np.empty((K + _SCREEN_BLOCK - 1) // _SCREEN_BLOCK, dtype=C.dtype)
     pstate = np.zeros(K, dtype=np.int8)
     r_pool = np.empty(K, dtype=np.float64)
     ustar = np.empty(cap, dtype=np.float64)
@@ -597,11 +614,12 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
         c = C[row]
         full = True
         if screen:
-            m = _screen(c, n_candidates, cols, in_set, hist)
+            m = _screen(c, lam, n_candidates, cols, in_set, bmax)
+            n = 0
+            full = m > 0  # m == 0: max |c_k| <= lam, the code is empty
             for k in range(m):
                 pstate[k] = _FREE
-            n = 0
-            while True:
+            while full:
                 n = _feature_sign(
                     c, G, gdiag, lam, cols, m, r_pool, pstate, grams, n, active, pos, signs, u, L, ustar, rhs,
                     fs_skipped, pivot_rtol, max_steps,
