@@ -1,19 +1,28 @@
 """Compiled kernels of :mod:`classify_images.coding.lars` (private).
 
 :func:`encode_block` computes the lasso codes of a block of descriptors from
-their correlations with the atoms; :func:`_homotopy` follows the LARS-lasso
-path of one descriptor on a candidate set of atoms (started, or restarted,
-by :func:`_start_path`), on an incrementally updated Cholesky factor of the
-active Gram block (:func:`_chol_add`, :func:`_chol_solve`).  The candidate
-set comes from :func:`_screen` and grows by the atoms that
+their correlations with the atoms.  Screened (the default), each descriptor
+is solved by :func:`_feature_sign` on a pool of atoms that starts from
+:func:`_screen` and grows (:func:`_extend_pool`) by the atoms that
 :func:`_kkt_violators` finds violating the full problem's optimality
-condition (:func:`_merge`).  The algorithm,
-its optimality conditions and its numerical safeguards are described in
+condition; the pool's residual correlations come from Gram entries gathered
+per active atom (:func:`_pool_residuals`).  Unscreened, or as the fallback,
+:func:`_homotopy` follows the LARS-lasso path on all atoms (started, or
+restarted, by :func:`_start_path`).  Both keep an incrementally updated
+Cholesky factor of the active Gram block (:func:`_chol_append`,
+:func:`_chol_add`, :func:`_refactor`, :func:`_chol_solve`).  The algorithms,
+their optimality conditions and their numerical safeguards are described in
 :mod:`classify_images.coding.lars`; this module holds only their compiled
 form.
 
 Implementation choices (they fix the order of the floating-point operations,
 hence the codes bit for bit):
+
+* the feature-sign search gathers float64 Gram entries (its residuals and
+  factors are float64); the KKT check over all atoms reads rows of the
+  float32 copy of the Gram matrix, four active rows per pass;
+* the first pool is found from block maxima of ``|c|`` (a vectorised
+  reduction) and a scan of the blocks that reach the threshold;
 
 * the direction ``a = G[:, A] w`` is accumulated four active rows per pass
   over the ``K`` atoms (a missing row is padded with weight 0), and the first
@@ -541,11 +550,13 @@ def _feature_sign(
 def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_bound):
     """Lasso codes of the descriptors whose correlations are the rows of ``C``.
 
-    Each descriptor's path is first followed on its ``n_candidates`` atoms of
-    largest ``|c_k|``; the code is kept if every other atom satisfies the
-    full problem's KKT condition ``|c_j - (G u)_j| <= kkt_bound`` (then it
-    solves the full lasso), otherwise the path is followed again on all
-    ``K`` atoms.
+    Screened (``n_candidates < K``), each descriptor is solved by
+    feature-sign search on a pool of about ``n_candidates`` atoms of largest
+    ``|c_k|``; the code is kept once every other atom satisfies the full
+    problem's KKT condition ``|c_j - (G u)_j| <= kkt_bound`` (then it solves
+    the full lasso), otherwise the violators join the pool and the search
+    continues.  Unscreened, or when the search fails, the LARS-lasso path is
+    followed on all ``K`` atoms.
 
     Parameters
     ----------
@@ -556,16 +567,17 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
     lam : float
         Weight of the l1 penalty.
     max_steps : int
-        Cap on the homotopy steps per descriptor.
+        Cap on the homotopy steps, and on the feature-sign iterations per
+        pool, of a descriptor.
     pivot_rtol : float
         Relative Cholesky pivot below which an entering atom is skipped.
     cap : int
         Largest active set the Cholesky factor can hold.
     n_candidates : int
-        Size of the candidate set (``>= K``: no screening).
+        About the size of the first pool (``>= K``: no screening).
     kkt_bound : float
-        Largest ``|residual correlation|`` accepted outside the candidates
-        (a little below ``lam``, so that rounding errs towards the full path).
+        Largest ``|residual correlation|`` accepted outside the pool
+        (a little below ``lam``, so that rounding errs towards a larger pool).
 
     Returns
     -------
@@ -576,9 +588,10 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
     counts : ndarray of int64, shape (n,)
         Number of stored coefficients of each row.
     n_full : int
-        Number of descriptors whose path was finally followed on all atoms.
-    n_paths : int
-        Number of paths followed on candidate sets.
+        Number of screened descriptors whose feature-sign search failed
+        (their path was followed on all atoms).
+    n_checks : int
+        Number of KKT checks on all atoms.
     """
     nrows, K = C.shape
     state = np.zeros(K, dtype=np.int8)

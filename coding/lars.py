@@ -1,4 +1,4 @@
-"""Exact lasso sparse codes by the LARS-lasso homotopy.
+"""Exact lasso sparse codes by feature-sign search and the LARS-lasso homotopy.
 
 For every descriptor :math:`x \\in \\mathbb{R}^d` and a dictionary
 :math:`D \\in \\mathbb{R}^{K\\times d}` (atoms as rows) this module solves
@@ -8,13 +8,15 @@ For every descriptor :math:`x \\in \\mathbb{R}^d` and a dictionary
     u^\\star(x) = \\arg\\min_{u\\in\\mathbb{R}^K}\\;
         \\tfrac12\\lVert x - D^\\top u\\rVert_2^2 + \\lambda\\lVert u\\rVert_1 ,
 
-Eq. (3) of ScSPM [1]_ with the dictionary :math:`V = D` fixed, the problem
-that ``spams.lasso(..., mode=2)`` [3]_ solves.  The solver is the LARS-lasso
-homotopy of Efron et al. [2]_ (Section 3.1, "lasso modification"), written on
-the Gram matrix :math:`G = DD^\\top` (computed once per dictionary) and the
+Eq. (3) of ScSPM [1]_ with the dictionary :math:`V = D` fixed (its Eq. (10)),
+the problem that ``spams.lasso(..., mode=2)`` [3]_ solves.  The reference
+solver is the LARS-lasso homotopy of Efron et al. [2]_ (Section 3.1, "lasso
+modification"), written on the Gram matrix :math:`G = DD^\\top` (computed once per dictionary) and the
 correlations :math:`c = Dx` (one BLAS product per batch of descriptors), so
 the work per descriptor is independent of ``d`` and only touches the active
-set.  The compiled path follower lives in the private module
+set.  By default each descriptor is solved by feature-sign search [4]_ on a
+small pool of atoms grown by the full KKT check (below), which gives the
+same codes faster.  The compiled kernels live in the private module
 :mod:`classify_images.coding._lars_kernels`.
 
 Optimality (KKT).  :math:`u` is optimal iff, with the residual correlations
@@ -47,23 +49,56 @@ from scratch after a removal, which is rare).  At the end the coefficients are
 recomputed in closed form, :math:`u_A = G_{AA}^{-1}(c_A - \\lambda s_A)`, so
 no error accumulates along the path.
 
-Screening (safe).  Per descriptor the path is first followed on a small
-candidate set :math:`S` (the atoms of largest :math:`|c_k|`), which gives
-the lasso solution :math:`u_S` restricted to :math:`S`.  It is the solution of
-the full problem iff the KKT condition also holds outside :math:`S`,
-:math:`|c_j - G_{j,A}u_A| \\le \\lambda` for :math:`j \\notin S` (one pass of
-:math:`\\lceil |A|/4\\rceil` Gram rows over the ``K`` atoms); the check
-accepts a code only with the margin :math:`\\lambda(1-10^{-5})`, so rounding
-errs towards another path.  Violators are added to :math:`S` and the path is
-followed again, from :math:`\\mu = \\max|c_k|`; past ``K/2`` candidates it is
-followed on all atoms.  Directions, entry steps and the final coefficients
-are computed with the same floating-point operations as on the full path,
-so when both paths visit the same active sets the codes agree bit for bit.
+Screened solver: feature-sign search on a growing pool, checked by the
+full KKT condition (the default).  The ScSPM authors solve Eq. (10) by
+feature-sign search [4]_ (Algorithm 1 there), an active-set method: keep an
+active set :math:`A` with signs :math:`\\theta_A`; on the orthant of these
+signs the objective is the quadratic
+:math:`\\tfrac12\\lVert x - D_A^\\top u_A\\rVert^2 + \\lambda\\theta_A^\\top u_A`,
+minimised at :math:`\\hat u_A = G_{AA}^{-1}(c_A - \\lambda\\theta_A)`.
+
+1. If :math:`u` is optimal on :math:`A` (:math:`r_A = \\lambda\\theta_A`), the
+   inactive atom of largest :math:`|r_j| > \\lambda` enters with
+   :math:`\\theta_j = \\mathrm{sign}(r_j)`; if there is none, stop.
+2. Move from :math:`u` towards :math:`\\hat u_A` up to the first coefficient
+   that reaches zero (that atom leaves :math:`A`), or to :math:`\\hat u_A`
+   itself (then :math:`u` is optimal on :math:`A`: back to 1).  Each move
+   stays in the closed orthant, where the objective is the convex quadratic
+   minimised at its end, so the objective decreases strictly; an active set
+   with its signs is never optimal twice, and the search ends.
+
+When :math:`u` is optimal on :math:`A`, adding atom :math:`j` changes the
+minimiser by :math:`(r_j - \\lambda\\theta_j)\\,G_{A'A'}^{-1}e_j`, whose
+:math:`j`-th entry has the sign :math:`\\theta_j` (:math:`(G^{-1})_{jj} > 0`):
+the new coefficient moves away from zero with its sign.  If rounding makes it
+move the other way, :math:`|r_j|` exceeded :math:`\\lambda` by rounding only
+and atom :math:`j` is passed over until :math:`u` moves.
+
+The search runs on a pool :math:`S` of atoms only: first the atoms of
+largest :math:`|c_k|` (about ``n_candidates``; none if
+:math:`\\max_k|c_k|\\le\\lambda`, when :math:`u = 0` is optimal); it needs the
+pool's residual correlations :math:`r_S = c_S - G_{S,A}u_A` and the Gram
+entries :math:`G_{A,S}`, gathered when an atom enters.  Its result solves the
+lasso on :math:`S`; it solves the full problem iff the KKT condition also holds
+outside :math:`S`, :math:`|c_j - G_{j,A}u_A| \\le \\lambda` for
+:math:`j \\notin S`, checked in one pass of :math:`\\lceil |A|/4\\rceil` Gram
+rows over the ``K`` atoms with the margin :math:`\\lambda(1-10^{-5})`, so that
+rounding errs towards another round.  The violators join :math:`S` and the
+search continues from where it stopped (the current :math:`u` is optimal on
+its active set), until the check passes.  The final coefficients are the
+closed form :math:`\\hat u_A` on the final active set, computed by the same
+float64 Cholesky factor as at the end of the homotopy.  Since the lasso
+solution is unique for a dictionary in general position, both solvers give
+the same codes up to rounding.  The homotopy on all atoms
+(``n_candidates=None``) is kept as the reference, and is the fallback of a
+descriptor whose search meets a numerically dependent atom (codes with
+nearly ``d`` non-zeros) or runs past ``max_steps`` iterations.
 
 Numerical safety.  Descriptors with :math:`\\max_k|c_k| \\le \\lambda` (zero or
-low-contrast) get an empty code.  An atom whose Cholesky pivot is
+low-contrast) get an empty code.  In the homotopy, an atom whose Cholesky pivot is
 :math:`\\le 10^{-10} G_{kk}` (linearly dependent on the active atoms, e.g. a
-duplicated atom, or an all-zero atom) is skipped until the next removal; the
+duplicated atom, or an all-zero atom) is skipped until the next removal (the
+feature-sign search hands such a descriptor to the homotopy); the
 variable that has just left may not re-enter on the next step (it sits exactly
 on the bound); ties are handled one variable per step (zero-length steps);
 the number of steps is capped (``max_steps``).
@@ -77,6 +112,9 @@ References
 .. [3] J. Mairal, F. Bach, J. Ponce and G. Sapiro, "Online learning for matrix
    factorization and sparse coding", JMLR 11, 19–60, 2010 (the SPAMS
    toolbox, ``spams.lasso``).
+.. [4] H. Lee, A. Battle, R. Raina and A. Y. Ng, "Efficient sparse coding
+   algorithms", Advances in Neural Information Processing Systems 19
+   (NIPS 2006), 801–808, 2007.
 """
 
 from __future__ import annotations
@@ -97,9 +135,9 @@ _CHUNK = 4096
 #: An entering atom whose Cholesky pivot is <= _PIVOT_RTOL * G_kk is skipped.
 _PIVOT_RTOL = 1e-10
 
-#: A code found on the candidate atoms is accepted if every other atom has
+#: A code found on the pool of atoms is accepted if every other atom has
 #: |residual correlation| <= λ (1 - _KKT_MARGIN); otherwise the violating atoms
-#: join the candidates and the path is followed again.
+#: join the pool and the feature-sign search continues.
 _KKT_MARGIN = 1e-5
 
 
@@ -122,11 +160,12 @@ def lasso_lars_codes(
 
         u = \\arg\\min_u \\tfrac12\\lVert x - D^\\top u\\rVert_2^2 + \\lambda\\lVert u\\rVert_1 ,
 
-    the problem of ``spams.lasso(..., mode=2)`` [3]_, by the LARS of Efron et
-    al. [2]_ with the lasso modification (a variable leaves the active set when
-    its coefficient crosses zero), on the Gram matrix :math:`G = DD^\\top` and
-    the correlations :math:`XD^\\top` (one BLAS product per 4096
-    rows).  The result satisfies the KKT conditions
+    the problem of ``spams.lasso(..., mode=2)`` [3]_ (Eq. (10) of ScSPM), by
+    feature-sign search [4]_ on KKT-checked pools of atoms, or by the LARS of
+    Efron et al. [2]_ with the lasso modification (a variable leaves the
+    active set when its coefficient crosses zero), on the Gram matrix
+    :math:`G = DD^\\top` and the correlations :math:`XD^\\top` (one BLAS
+    product per 4096 rows).  The result satisfies the KKT conditions
     :math:`|D(x - D^\\top u)| \\le \\lambda`, with equality
     :math:`= \\lambda\\,\\mathrm{sign}(u_k)` on the support.  See the module
     docstring for the algorithm and its numerical safeguards.
@@ -156,16 +195,14 @@ def lasso_lars_codes(
         ``spams.lasso``.
 
     n_candidates : int or None, default 16
-        Screening: each path is first followed on about this many atoms of
-        largest :math:`|c_k|` (at least this many: a histogram bin's worth),
-        then the KKT condition :math:`|c_j - (Gu)_j| \\le \\lambda` is checked
-        on every other atom; violators join the candidates and the path is
-        followed again, until no atom violates it (the code then solves the
-        full problem) or half of the atoms are candidates (then the path is
-        followed on all atoms).  The codes solve the same full problem as
-        the unscreened path, and equal its codes bit for bit whenever both
-        paths visit the same active sets; ``None`` follows every path on all
-        atoms.
+        Screening: each descriptor is solved by feature-sign search [4]_ on a
+        pool of about this many atoms of largest :math:`|c_k|`, grown by the
+        atoms that violate the full problem's KKT condition
+        :math:`|c_j - (Gu)_j| \\le \\lambda` until none does (the code then
+        solves the full problem).  ``None`` follows the LARS-lasso homotopy
+        on all atoms for every descriptor (the reference solver; also the
+        fallback of the rare descriptor whose search fails, see the module
+        docstring).  Both give the same codes up to rounding.
 
     Returns
     -------
@@ -180,6 +217,8 @@ def lasso_lars_codes(
        regression", Annals of Statistics 32(2), 407–499, 2004.
     .. [3] J. Mairal, F. Bach, J. Ponce and G. Sapiro, "Online learning for
        matrix factorization and sparse coding", JMLR 11, 19–60, 2010.
+    .. [4] H. Lee, A. Battle, R. Raina and A. Y. Ng, "Efficient sparse coding
+       algorithms", NIPS 19 (NIPS 2006), 801–808, 2007.
     """
     D = np.asarray(dictionary, dtype=np.float64)
     if D.ndim != 2:
