@@ -1,10 +1,13 @@
 #!/usr/bin/env python
-"""Benchmark the numba LARS-lasso encoder against ``spams.lasso`` (mode 2), one thread each.
+"""Benchmark the numba lasso encoder against ``spams.lasso`` (mode 2), one thread each.
 
-Encoders: ``lars_screened`` (default: paths on a screened candidate set,
-checked by the full KKT condition), ``lars_full`` (``n_candidates=None``:
-every path on all atoms, the solver before screening), ``spams`` and, as the
-bound, ``blas_product_f32``: the bare correlation product ``X Dᵀ`` alone.
+Encoders: ``feature_sign`` (default ``lasso_lars_codes``: feature-sign search
+on pools of atoms grown by the full KKT check), ``lars_full``
+(``n_candidates=None``: the LARS-lasso homotopy on all atoms, the reference),
+``previous`` (the solver of another git revision, ``--baseline-rev``,
+default ``main``: its ``coding/lars.py`` and ``coding/_lars_kernels.py`` loaded
+from ``git show``), ``spams`` and, as the bound, ``blas_product_f32``: the
+bare correlation product ``X Dᵀ`` alone.
 
 Data: dense SIFT (16-px patches, step 6, ScSPM setting) of ``--n-images``
 random 15-Scenes images (loaded with ``load_grayscale``, longer side <= 300).
@@ -13,11 +16,12 @@ n_iter=200)`` on the descriptors of ``--n-train-images`` *other* images
 (``--dictionary learnt``, default) or random training descriptors
 normalised to unit length (``--dictionary random``).  λ = 0.15.
 
-Both encoders get the same descriptors and the same float64 Gram matrix; both
+All encoders get the same descriptors and the same float64 Gram matrix; all
 timings include the correlation product (``X Dᵀ``).  Each is run
 ``--repeats`` times alternately; the fastest pass is reported, as wall time
 and thread CPU time (the machine is shared: compare the ratios).  The codes
-are compared (max |difference|, support differences, objective, KKT).
+are compared (max |difference|, support differences, objective, KKT) with
+``spams``, ``lars_full`` and ``previous``.
 
 Example::
 
@@ -36,6 +40,9 @@ import datetime  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -57,6 +64,23 @@ def _same_csr(a, b) -> bool:
     )
 
 
+def _solver_of_revision(rev: str):
+    """``lasso_lars_codes`` of git revision ``rev`` (its two modules copied into a temporary package)."""
+    import importlib
+
+    package = Path(tempfile.mkdtemp(prefix="lars_baseline_")) / "_baseline_lars"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("lars.py", "_lars_kernels.py"):
+        src = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:coding/{name}"], check=True,
+                             capture_output=True).stdout
+        (package / name).write_bytes(src)
+    sys.path.insert(0, str(package.parent))
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    return importlib.import_module("_baseline_lars.lars").lasso_lars_codes, commit
+
+
 def main(argv=None) -> dict:
     import spams
 
@@ -75,6 +99,7 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--float64", action="store_true", help="also time float64 correlations")
+    p.add_argument("--baseline-rev", default="main", help="git revision of the 'previous' solver ('none': skip)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
 
@@ -110,13 +135,18 @@ def main(argv=None) -> dict:
         return np.ascontiguousarray(np.asarray(X, dtype=np.float32) @ D32.T)
 
     runs = {
-        "lars_screened": lambda: lasso_lars_codes(X, D, lam, gram=G),
+        "feature_sign": lambda: lasso_lars_codes(X, D, lam, gram=G),
         "lars_full": lambda: lasso_lars_codes(X, D, lam, gram=G, n_candidates=None),
-        "spams": run_spams,
-        "blas_product_f32": run_blas,
     }
+    baseline_commit = None
+    if args.baseline_rev != "none":
+        previous_codes, baseline_commit = _solver_of_revision(args.baseline_rev)
+        runs["previous"] = lambda: previous_codes(X, D, lam, gram=G)
+        previous_codes(X[:50], D, lam, gram=G)  # numba compile / cache load, untimed
+    runs["spams"] = run_spams
+    runs["blas_product_f32"] = run_blas
     if args.float64:
-        runs["lars_screened_f64corr"] = lambda: lasso_lars_codes(X, D, lam, gram=G, correlation_dtype=np.float64)
+        runs["feature_sign_f64corr"] = lambda: lasso_lars_codes(X, D, lam, gram=G, correlation_dtype=np.float64)
     for warm in ({}, {"n_candidates": None}, {"correlation_dtype": np.float64}):
         lasso_lars_codes(X[:50], D, lam, gram=G, **warm)  # numba compile / cache load, untimed
     times = {k: [] for k in runs}
@@ -136,10 +166,14 @@ def main(argv=None) -> dict:
                  "dictionary": args.dictionary, "atoms": args.atoms, "lambda1": lam,
                  "dictionary_seconds": round(t_dict, 1)},
         "spams_version": getattr(spams, "__version__", "unknown"),
+        "previous": {"rev": args.baseline_rev, "commit": baseline_commit},
         "encoders": {},
     }
-    F = codes["lars_full"].toarray().astype(np.float64)
-    ff = lasso_objective(X64, D, F, lam)
+    peers = {}
+    for peer in ("spams", "lars_full", "previous"):
+        if peer in codes:
+            P = codes[peer].toarray().astype(np.float64)
+            peers[peer] = (P, lasso_objective(X64, D, P, lam))
     for name in runs:
         wall = min(t[0] for t in times[name])
         cpu = min(t[1] for t in times[name])
@@ -150,25 +184,28 @@ def main(argv=None) -> dict:
         fo = lasso_objective(X64, D, A, lam)
         corr = (X64 - A @ D) @ D.T
         on = A != 0
-        result["encoders"][name] = {
+        entry = result["encoders"][name] = {
             "desc_per_s_wall": round(n / wall),
             "desc_per_s_cpu": round(n / cpu),
             "nnz_per_code": round(float(on.sum(1).mean()), 2),
             "empty_codes": round(float((on.sum(1) == 0).mean()), 4),
-            "max_abs_diff_vs_spams": float(np.abs(A - R).max()),
-            "support_diffs_vs_spams": int((on != (R != 0)).sum()),
-            "max_rel_objective_diff_vs_spams": float(np.max(np.abs(fo - fr) / np.maximum(fr, 1e-12))),
-            "max_abs_diff_vs_lars_full": float(np.abs(A - F).max()),
-            "support_diffs_vs_lars_full": int((on != (F != 0)).sum()),
-            "max_rel_objective_diff_vs_lars_full": float(np.max(np.abs(fo - ff) / np.maximum(ff, 1e-12))),
-            "bit_identical_to_lars_full": bool(name != "spams" and _same_csr(codes[name], codes["lars_full"])),
-            "kkt_max_violation": float(max(np.abs(corr).max() - lam,
-                                           np.abs(corr[on] - lam * np.sign(A[on])).max() if on.any() else 0.0)),
         }
+        for peer, (P, fp) in peers.items():
+            if peer == name:
+                continue
+            entry[f"max_abs_diff_vs_{peer}"] = float(np.abs(A - P).max())
+            entry[f"support_diffs_vs_{peer}"] = int((on != (P != 0)).sum())
+            entry[f"max_rel_objective_diff_vs_{peer}"] = float(np.max(np.abs(fo - fp) / np.maximum(fp, 1e-12)))
+            if peer != "spams" and name != "spams":
+                entry[f"bit_identical_to_{peer}"] = _same_csr(codes[name], codes[peer])
+        entry["kkt_max_violation"] = float(max(np.abs(corr).max() - lam,
+                                               np.abs(corr[on] - lam * np.sign(A[on])).max() if on.any() else 0.0))
     for name in runs:
         e, s = result["encoders"][name], result["encoders"]["spams"]
         e["speedup_wall"] = round(e["desc_per_s_wall"] / s["desc_per_s_wall"], 2)
         e["speedup_cpu"] = round(e["desc_per_s_cpu"] / s["desc_per_s_cpu"], 2)
+        if "previous" in result["encoders"]:
+            e["speedup_cpu_vs_previous"] = round(e["desc_per_s_cpu"] / result["encoders"]["previous"]["desc_per_s_cpu"], 3)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
