@@ -5,8 +5,9 @@
   the code is the one-hot vector of :math:`k^*`, stored as the index alone.
 * :func:`sparse_encode` — sparse coding (ScSPM, Eq. 3 with the dictionary fixed):
   :math:`u = \\arg\\min_u \\tfrac12\\lVert x - V^\\top u\\rVert_2^2 + \\lambda\\lVert u\\rVert_1`,
-  solved exactly by the LARS-lasso homotopy (:func:`classify_images.coding.lars.lasso_lars_codes`,
-  numba; the same problem and solution as ``spams.lasso`` mode 2), stored as a CSR matrix.
+  solved exactly by feature-sign search on KKT-checked pools of atoms, with the LARS-lasso
+  homotopy as reference (:func:`classify_images.coding.lars.lasso_lars_codes`, numba; the
+  same problem and solution as ``spams.lasso`` mode 2), stored as a CSR matrix.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ class SparseCoder:
 
     The Gram matrix :math:`V V^\\top` is computed once and shared by every
     call, so encoding an image costs one product :math:`X V^\\top` plus the
-    LARS-lasso steps of :func:`~classify_images.coding.lars.lasso_lars_codes`
-    (followed on a few screened candidate atoms, accepted by the full KKT
-    check; exact solutions, equal to ``spams.lasso(..., mode=2)``'s).
+    feature-sign search of :func:`~classify_images.coding.lars.lasso_lars_codes`
+    (on a few screened atoms, grown until the full KKT check holds; exact
+    solutions, equal to ``spams.lasso(..., mode=2)``'s).
 
     Parameters
     ----------

@@ -120,6 +120,8 @@ def test_degenerate_dictionary_duplicate_and_zero_atoms():
     U = lasso_lars_codes(X, D, LAM, correlation_dtype=np.float64).toarray().astype(np.float64)
     _check_kkt(X, D, U, LAM, 1e-6)
     assert not U[:, -1].any()
+    # dependent atoms stop the feature-sign search: the full path takes over
+    assert _kernel_counts(X, D, LAM, 16)[1] > 0
     # KKT ⇒ optimal (convex problem).  spams' LARS is no reference here: on this
     # singular Gram it returns NaNs and sub-optimal codes for some descriptors.
     R = _spams_codes(X, D, LAM)
