@@ -98,18 +98,30 @@ def _chol_add(G, active, n, j, L, pivot_rtol):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _chol_solve(L, n, b, out):
-    """Solve ``L Lᵀ out = b`` (first ``n`` entries)."""
-    for i in range(n):
+def _chol_forward(L, lo, n, b, y):
+    """Entries ``lo:n`` of ``y = L⁻¹ b`` (forward substitution; ``y[:lo]`` already computed)."""
+    for i in range(lo, n):
         v = b[i]
         for m in range(i):
-            v -= L[i, m] * out[m]
-        out[i] = v / L[i, i]
+            v -= L[i, m] * y[m]
+        y[i] = v / L[i, i]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _chol_back(L, n, y, out):
+    """``out = L⁻ᵀ y`` (first ``n`` entries; back substitution, ``out`` may be ``y``)."""
     for i in range(n - 1, -1, -1):
-        v = out[i]
+        v = y[i]
         for m in range(i + 1, n):
             v -= L[m, i] * out[m]
         out[i] = v / L[i, i]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _chol_solve(L, n, b, out):
+    """Solve ``L Lᵀ out = b`` (first ``n`` entries)."""
+    _chol_forward(L, 0, n, b, out)
+    _chol_back(L, n, out, out)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -436,7 +448,7 @@ def _refactor(grams, ppos, gdiag, active, n, L, pivot_rtol):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _feature_sign(
-    c, G, gdiag, lam, pool, mc, r_pool, pstate, grams, n, active, ppos, signs, u, L, ustar, rhs, skipped,
+    c, G, gdiag, lam, pool, mc, r_pool, pstate, grams, n, active, ppos, signs, u, L, ustar, rhs, y, skipped,
     pivot_rtol, max_iter,
 ):
     """Feature-sign search for the lasso on the pool atoms ``pool[:mc]``, warm-started; the active-set size, or -1.
@@ -460,6 +472,7 @@ def _feature_sign(
     _pool_residuals(c, pool, mc, grams, n, u, r_pool)
     at_optimum = True  # u is optimal on its active set
     nskip = 0
+    ny = 0  # y[:ny] = L⁻¹ (c_A - lam s_A)[:ny]: unchanged while atoms are only appended
     for _it in range(max_iter):
         newest = -1
         best = -1
@@ -495,12 +508,16 @@ def _feature_sign(
             newest = n
             n += 1
         # minimiser of the quadratic on the signs' orthant: G_AA u* = c_A - lam s_A
-        for i in range(n):
+        # (the same operations as _chol_solve; the forward part only for new rows)
+        for i in range(ny, n):
             rhs[i] = c[active[i]] - lam * signs[i]
-        _chol_solve(L, n, rhs, ustar)
+        _chol_forward(L, ny, n, rhs, y)
+        ny = n
+        _chol_back(L, n, y, ustar)
         if newest >= 0 and ustar[newest] * signs[newest] <= 0.0:
             # |r_j| exceeded lam by rounding only: not a violator at this point
             n -= 1
+            ny = n
             pstate[best] = _SKIP
             skipped[nskip] = best
             nskip += 1
@@ -540,6 +557,7 @@ def _feature_sign(
             else:
                 pstate[ppos[i]] = _FREE
         n = q
+        ny = 0
         if not _refactor(grams, ppos, gdiag, active, n, L, pivot_rtol):
             return -1
         at_optimum = False
@@ -612,6 +630,7 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
     pstate = np.zeros(K, dtype=np.int8)
     r_pool = np.empty(K, dtype=np.float64)
     ustar = np.empty(cap, dtype=np.float64)
+    yfw = np.empty(cap, dtype=np.float64)
     fs_skipped = np.empty(K, dtype=np.int64)
     grams = np.empty((cap, K), dtype=np.float64)
     gdiag = np.diag(G).copy()
@@ -635,7 +654,7 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
             while full:
                 n = _feature_sign(
                     c, G, gdiag, lam, cols, m, r_pool, pstate, grams, n, active, pos, signs, u, L, ustar, rhs,
-                    fs_skipped, pivot_rtol, max_steps,
+                    yfw, fs_skipped, pivot_rtol, max_steps,
                 )
                 if n < 0:
                     break
