@@ -183,7 +183,8 @@ def lasso_lars_codes(
     gram : ndarray, shape (K, K), optional
         Precomputed :math:`DD^\\top` (float64), to share between calls.
     max_steps : int, optional
-        Cap on the homotopy steps per descriptor (default ``4 * min(K, d) + 16``).
+        Cap on the homotopy steps per descriptor, and on the feature-sign
+        iterations per pool (default ``4 * min(K, d) + 16``).
     correlation_dtype : {numpy.float32, numpy.float64}, default float32
         Precision of the BLAS product :math:`XD^\\top` (the homotopy itself
         runs in float64, directions from a float32 copy of :math:`G`, final
