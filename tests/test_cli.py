@@ -124,7 +124,7 @@ def test_threads_option_limits_blas_during_the_command(tmp_path, feature_set, mo
         (["train", "{fs}", "--classifier", "linear", "--param", "C=-1"], "The 'C' parameter"),
         (["train", "no-such-featureset-folder", "--classifier", "linear"], "does not exist"),
         (["evaluate", "{fs}", "no-such-model.npz"], "does not exist"),
-        (["experiment", "{fs}", "--classifier", "linear", "--repeats", "0"], "--repeats must be at least 1"),
+        (["experiment", "{fs}", "--classifier", "linear", "--repeats", "0"], "--repeats must be from 1 to 1000, not 0"),
         (["--threads", "0", "train", "{fs}", "--classifier", "linear"], "--threads must be at least 1"),
         (["experiment", "{fs}", "--classifier", "nsvm", "--param", "margin=-1"], "The 'margin' parameter"),
     ],
