@@ -457,9 +457,16 @@ def _top_k(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tuple[s
 
 
 def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str) -> None:
+    """The top-``k`` classes of each image on stdout in format ``fmt``; the skipped inputs, and
+    their count, on stderr in every format (the JSON document lists them too)."""
     import csv
     import json
 
+    for entry in skipped:
+        print(f"skipped {_display(entry['path'])}: {entry['reason']}", file=sys.stderr)
+    if skipped:
+        print(f"{len(skipped)} input{'s' if len(skipped) > 1 else ''} skipped, "
+              f"{len(rows)} image{'s' if len(rows) > 1 else ''} classified", file=sys.stderr)
     if fmt == "json":
         document = {
             "scores": "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
@@ -476,15 +483,11 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
         for path, top in rows:
             for rank, (name, value) in enumerate(top, 1):
                 writer.writerow([_display(path), rank, name, f"{value:.6f}"])
-        for entry in skipped:
-            print(f"skipped {_display(entry['path'])}: {entry['reason']}", file=sys.stderr)
         return
     print(f"# top {k} classes per image with their decision values "
           "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
     for path, top in rows:
         print(f"{_display(path)}: " + ", ".join(f"{name} ({value:+.3f})" for name, value in top))
-    for entry in skipped:
-        print(f"{_display(entry['path'])}: skipped ({entry['reason']})")
 
 
 def _predict_image(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:

@@ -161,19 +161,37 @@ def inputs(tmp_path):
     return root
 
 
-def test_predict_folder_recursively_lists_skips(capsys, lone_model, inputs):
-    code, out, err = _run(capsys, ["predict", lone_model, inputs, inputs / "notes.txt", inputs / "nope.jpg"])
+def _skips(err: str) -> dict[str, str]:
+    """The ``skipped PATH: REASON`` lines of ``predict``'s stderr, as path → reason."""
+    return dict(line[len("skipped "):].split(": ", 1) for line in err.splitlines() if line.startswith("skipped "))
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_predict_folder_recursively_lists_skips_on_stderr(capsys, lone_model, inputs, fmt):
+    """In every format the skipped inputs, and their count, go to stderr: stdout holds the results only."""
+    code, out, err = _run(capsys, ["predict", lone_model, inputs, inputs / "notes.txt", inputs / "nope.jpg",
+                                   "--format", fmt])
     assert code == 0, err
-    lines = out.strip().splitlines()
-    predicted = [line for line in lines[1:] if "skipped" not in line]
-    assert [line.split(": ")[0] for line in predicted] == [str(inputs / "a.jpg"), str(inputs / "sub/deeper/b.JPG")]
-    skipped = {line.split(": ")[0]: line for line in lines if "skipped" in line}
-    assert set(skipped) == {str(inputs / "sub" / p) for p in ("broken.png", "empty.jpg", "dangling.jpg")} | {
+    expected = {str(inputs / "sub" / p) for p in ("broken.png", "empty.jpg", "dangling.jpg")} | {
         str(inputs / "notes.txt"), str(inputs / "nope.jpg")}
+    skipped = _skips(err)
+    assert set(skipped) == expected, err
     assert "does not exist" in skipped[str(inputs / "nope.jpg")]
     assert "extension" in skipped[str(inputs / "notes.txt")]
     assert "symbolic link" in skipped[str(inputs / "sub" / "dangling.jpg")]
+    assert "5 inputs skipped, 2 images classified" in err
     assert "Traceback" not in err
+    if fmt != "json":  # stdout: the results only (a JSON document has a member listing the skips)
+        assert not any(path in out for path in expected), out
+    classified = [str(inputs / "a.jpg"), str(inputs / "sub/deeper/b.JPG")]
+    if fmt == "table":
+        assert [line.split(": ")[0] for line in out.strip().splitlines()[1:]] == classified
+    elif fmt == "csv":
+        assert sorted({row["path"] for row in csv.DictReader(io.StringIO(out))}) == classified
+    else:
+        document = json.loads(out)  # stdout is one JSON document, whatever was skipped
+        assert [p["path"] for p in document["predictions"]] == classified
+        assert {s["path"] for s in document["skipped"]} == expected  # and it lists the skips too
 
 
 @pytest.mark.parametrize("case", ["missing", "empty-folder", "only-broken", "quoted-glob", "not-an-image"])
@@ -247,7 +265,7 @@ def test_file_that_cannot_be_opened_is_listed(capsys, lone_model, inputs, monkey
     monkeypatch.setattr(extractor, "file_fingerprint", fingerprint)
     code, out, err = _run(capsys, ["predict", lone_model, inputs / "a.jpg", inputs / "sub" / "deeper" / "b.JPG"])
     assert code == 0, err
-    assert f"{inputs / 'a.jpg'}: skipped (cannot read file (Permission denied))" in out
+    assert f"skipped {inputs / 'a.jpg'}: cannot read file (Permission denied)" in err
 
 
 def test_undecodable_file_name(tmp_path, capsys, lone_model):
