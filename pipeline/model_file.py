@@ -14,8 +14,9 @@ Layout (a NumPy ``.npz`` zip archive, members stored uncompressed):
     trained by the command line), the identity of the feature set it was trained on
     (``config_hash``, ``n_features``, ``class_names``, ``path``), the extractor's
     configuration (``extractor.config``, the plain form of
-    :class:`~classify_images.pipeline.config.PipelineConfig`), the training time in
-    seconds and the library versions.
+    :class:`~classify_images.pipeline.config.PipelineConfig`, with the image-size guard
+    ``image.max_pixels`` that classifying new images applies; a file without that key gets
+    the default), the training time in seconds and the library versions.
 ``model/<attribute>``
     one plain numeric array per fitted attribute of the classifier, as returned by the
     estimator's ``_model_arrays()`` and given back to ``_restore_model_arrays()``.

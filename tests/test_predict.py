@@ -348,3 +348,65 @@ def test_model_alone_on_real_photographs(tmp_path, caltech_mini, capsys):
     expected = classifier.predict(np.asarray(fs.X_test))
     assert [predicted[p] for p in tests] == list(expected)
     assert set(expected) <= set(fs.class_names)
+
+
+# ------------------------------------------------- the model's image-size guard
+def _with_image_table(source, destination, edit) -> None:
+    """A copy of the model file ``source`` whose extractor's ``[image]`` table is ``edit(table)``."""
+    with np.load(source, allow_pickle=False) as archive:
+        members = {key: archive[key] for key in archive.files}
+    meta = json.loads(str(members["__meta__"][()]))
+    edit(meta["extractor"]["config"]["image"])
+    members["__meta__"] = np.array(json.dumps(meta))
+    np.savez(destination, **members)
+
+
+def test_predict_uses_the_max_pixels_recorded_in_the_model(tmp_path, capsys, trained):
+    """``image.max_pixels`` of the model's pipeline config guards ``predict`` (not the library default)."""
+    from classify_images import load_model
+    from classify_images.pipeline.image_features import UnreadableImagesError
+
+    _, model = trained
+    guarded = tmp_path / "guarded.npz"
+    _with_image_table(model, guarded, lambda table: table.update(max_pixels=64 * 64))  # the digits' size
+    large, small = FIXTURE_IMAGES / "china" / "11.jpg", FIXTURE_IMAGES / "digit_1" / "11.jpg"  # 120², 64² px
+    code, out, err = _run(capsys, ["predict", guarded, large, small, "--format", "csv"])
+    assert code == 0, err
+    assert {row["path"] for row in csv.DictReader(io.StringIO(out))} == {str(small)}
+    assert _skips(err) == {str(large): "image too large (120 x 120 pixels > image.max_pixels = 4096); "
+                                       "raise image.max_pixels to read it"}
+    with pytest.raises(UnreadableImagesError, match="image.max_pixels = 4096"):
+        load_model(guarded).predict([str(large)])
+    assert load_model(guarded).predict([str(small)]).shape == (1,)
+
+
+def test_model_file_without_max_pixels_still_loads_and_uses_the_default(tmp_path, capsys, trained):
+    """A model file written before ``image.max_pixels`` existed loads (no pickle) with the default guard."""
+    from classify_images import load_model
+    from classify_images.pipeline.config import DEFAULT_MAX_PIXELS
+
+    _, model = trained
+    old = tmp_path / "old.npz"
+    _with_image_table(model, old, lambda table: table.pop("max_pixels"))
+    loaded = load_model(old)
+    assert loaded[0].extractor_.config.image.max_pixels == DEFAULT_MAX_PIXELS
+    image = FIXTURE_IMAGES / "china" / "11.jpg"
+    assert loaded.predict([str(image)]).tolist() == load_model(model).predict([str(image)]).tolist()
+    code, out, err = _run(capsys, ["predict", old, image])
+    assert code == 0 and "skipped" not in err, err
+
+
+def test_image_features_fit_uses_the_configs_max_pixels(tmp_path):
+    import dataclasses
+
+    from classify_images import ImageFeatures
+    from classify_images.pipeline.config import validate_config
+    from classify_images.pipeline.image_features import UnreadableImagesError
+
+    from .conftest import SMALL_CONFIG
+
+    config = validate_config({**SMALL_CONFIG})
+    config = dataclasses.replace(config, image=dataclasses.replace(config.image, max_pixels=64 * 64))
+    paths = [str(p) for p in sorted((FIXTURE_IMAGES / "china").glob("*.jpg"))]
+    with pytest.raises(UnreadableImagesError, match="image.max_pixels = 4096"):
+        ImageFeatures(config, cache_dir=False).fit(paths)
