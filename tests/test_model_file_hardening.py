@@ -121,6 +121,28 @@ def test_wrong_shapes_are_one_line(tmp_path, model_files, name, key, change):
     _one_line(lambda: load_model(path), "shape")
 
 
+def test_every_fitted_array_of_every_classifier_has_a_shape_rule():
+    """The arrays a model file holds are the ones each classifier lists (``_fitted_arrays``); each is
+    checked against a shape rule, so that none reaches the classifier unchecked."""
+    from classify_images.classifiers.registry import CLASSIFIERS as REGISTERED
+    from classify_images.classifiers.registry import classifier_class
+    from classify_images.pipeline.model_file import _FITTED_SHAPES
+
+    for name in REGISTERED:
+        assert set(_FITTED_SHAPES[name]) == set(classifier_class(name)._fitted_arrays), name
+
+
+@pytest.mark.parametrize("name", ["linear", "pmsvm"])
+@pytest.mark.parametrize("value", [np.nan, np.array([1.0, 2.0]), np.array([[0.5]])])
+def test_tampered_loss_weight_is_one_line(tmp_path, model_files, name, value):
+    """``C_`` (the resolved loss weight) is a finite scalar like every other fitted array is checked."""
+    path = _copy(tmp_path, model_files, name)
+    members = _members(path)
+    members["model/C_"] = np.asarray(value)
+    _write(path, members)
+    _one_line(lambda: load_model(path), "C_")
+
+
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))
 def test_wrong_class_count_is_one_line(tmp_path, model_files, name):
     path = _copy(tmp_path, model_files, name)
