@@ -10,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from classify_images.pipeline.config import PipelineConfig
@@ -22,6 +22,7 @@ from classify_images.pipeline.model_file import (
     save_model,
 )
 
+from ._fuzz import fuzz_settings
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
 
 CLASSIFIERS = {"linear": {}, "pmsvm": {"random_state": 0}, "mbkl": {"random_state": 0, "n_stumps": 200},
@@ -347,8 +348,7 @@ def _load_and_use(path) -> None:
     model.decision_function([IMAGE])
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@fuzz_settings(60)
 @given(name=st.sampled_from(sorted(CLASSIFIERS)), edits=st.lists(st.tuples(st.sampled_from(_META_PATHS), _json),
                                                                  min_size=1, max_size=3))
 def test_fuzzed_headers_never_end_in_a_traceback(tmp_path_factory, model_files, name, edits):
@@ -365,8 +365,7 @@ def test_fuzzed_headers_never_end_in_a_traceback(tmp_path_factory, model_files, 
 _shapes = st.lists(st.integers(0, 40), max_size=3).map(tuple)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@fuzz_settings(60)
 @given(name=st.sampled_from(sorted(CLASSIFIERS)), key_index=st.integers(0, 20), shape=_shapes,
        dtype=st.sampled_from(["<f8", "<f4", "<i4", "<i8", "|b1", "<U3", "|u1"]),
        fill=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2**31, 2**31 - 1))

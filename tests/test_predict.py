@@ -11,11 +11,12 @@ import shutil
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from classify_images.pipeline.cli import main
 
+from ._fuzz import fuzz_settings, run_cli
 from .conftest import FIXTURE_IMAGES, build_fixture_feature_set, write_config_toml
 
 CLASSES = ["china", "digit_0", "digit_1", "flower"]
@@ -80,19 +81,10 @@ def test_model_alone_predicts_class_names_from_image_paths(tmp_path, trained, lo
         np.testing.assert_array_equal(model[0].transform(images), X)
         np.testing.assert_array_equal(scores, classifier.decision_function(X))
         assert (predicted == [p.split(os.sep)[-2] for p in images]).mean() >= 0.6  # easy classes
-        code, out, err = _run_cli(images[:1])
+        code, out, err = run_cli(["predict", "model.npz", *images[:1]])
         assert code == 0 and out.splitlines()[1].split(": ")[1].split(" (")[0] in CLASSES, err
     finally:
         shutil.move(moved, fs_path)
-
-
-def _run_cli(images):
-    import contextlib
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["predict", "model.npz", *images])
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_cli_trained_model_has_class_names(trained):
@@ -149,7 +141,11 @@ def test_unknown_class_weight_key_is_one_line(trained, capsys, weights):
 @pytest.fixture()
 def inputs(tmp_path):
     """A folder tree with images, non-images and broken files."""
-    root = tmp_path / "inputs"
+    return _make_inputs(tmp_path / "inputs")
+
+
+def _make_inputs(root):
+    """``root``: a folder tree with images, non-images and broken files."""
     (root / "sub" / "deeper").mkdir(parents=True)
     shutil.copy(FIXTURE_IMAGES / "flower" / "11.jpg", root / "a.jpg")
     shutil.copy(FIXTURE_IMAGES / "china" / "11.jpg", root / "sub" / "deeper" / "b.JPG")
@@ -301,15 +297,22 @@ _ARGUMENTS = ["a.jpg", "sub", "sub/broken.png", "sub/empty.jpg", "sub/dangling.j
               ".", "*.jpg", "sub/deeper/b.JPG", ""]
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@pytest.fixture(scope="module")
+def fuzz_inputs(tmp_path_factory, trained):
+    """The model file alone in a folder, and the input tree, shared by the examples of the fuzz test
+    (which only read them)."""
+    root = tmp_path_factory.mktemp("fuzz-predict")
+    (root / "alone").mkdir()
+    return shutil.copy(trained[1], root / "alone" / "model.npz"), _make_inputs(root / "inputs")
+
+
+@fuzz_settings(30)
 @given(names=st.lists(st.sampled_from(_ARGUMENTS), min_size=1, max_size=4),
        top_k=st.integers(-3, 6) | st.just(2**70), fmt=st.sampled_from(["table", "csv", "json"]))
-def test_fuzzed_predict_arguments_never_end_in_a_traceback(capsys, lone_model, inputs, names, top_k, fmt):
-    argv = ["predict", str(lone_model), *[str(inputs / n) if n else "" for n in names],
-            "--top-k", str(top_k), "--format", fmt]
-    code = main(argv)
-    out, err = capsys.readouterr()
+def test_fuzzed_predict_arguments_never_end_in_a_traceback(fuzz_inputs, names, top_k, fmt):
+    model, inputs = fuzz_inputs
+    argv = ["predict", model, *[inputs / n if n else "" for n in names], "--top-k", top_k, "--format", fmt]
+    code, out, err = run_cli(argv)
     assert code in (0, 2) and "Traceback" not in err
     if code == 2:
         assert len(err.strip().splitlines()) == 1
