@@ -114,7 +114,8 @@ def _writing(option: str, path: Path, what: str):
     try:
         yield
     except OSError as exc:
-        inside = exc.filename is not None and Path(os.fsdecode(exc.filename)).is_relative_to(path)
+        # ``path`` itself, a file in it (a report), or ``path`` + ``.npz`` (a model)
+        inside = exc.filename is not None and os.fsdecode(exc.filename).startswith(os.fspath(path))
         if exc.errno in DISK_FULL_ERRNOS or not inside:
             raise
         reason = exc.strerror or type(exc).__name__
@@ -675,7 +676,8 @@ def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("predict", help="top-k classes of new images",
                             description="Classify images with a model file alone (it holds the classifier, the "
                             "codebook, the normaliser and the pipeline config). Folders are searched recursively "
-                            "for image files; unreadable inputs are listed with the reason and skipped.")
+                            "for image files; unreadable inputs are skipped, and listed with the reason and counted on "
+                            "stderr (stdout holds the results only).")
     parser.add_argument("model")
     parser.add_argument("images", nargs="+", metavar="IMAGE_OR_FOLDER")
     parser.add_argument("--feature-set", help="also check that the model was trained on this feature set")
