@@ -106,6 +106,12 @@ def atomic_write(
         Write the content to it.  If the block raises (a full disk included), the
         temporary file is removed and ``path`` is left as it was.
 
+    Raises
+    ------
+    OSError
+        The folder cannot be created or the file cannot be written; its ``filename`` is
+        ``path``, the name the caller gave, never the temporary name.
+
     Examples
     --------
     >>> with atomic_write("report.md", "w") as handle:   # doctest: +SKIP
@@ -114,7 +120,12 @@ def atomic_write(
     if mode not in ("wb", "w"):
         raise ValueError(f"mode must be 'wb' or 'w', not {mode!r}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file stands where a folder of ``path`` should be
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fspath(path)) from None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
     if concurrent:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     else:
@@ -128,6 +139,12 @@ def atomic_write(
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if exc.filename == os.fspath(tmp):  # the user named ``path``, not its temporary sibling
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
+        raise
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()

@@ -54,6 +54,9 @@ def _params(pairs: list[str] | None) -> dict[str, Any]:
 
 #: Seeds go to NumPy's ``RandomState`` (scikit-learn's ``random_state``): 0 … 2³² − 1.
 MAX_SEED = 2**32 - 1
+#: ``experiment --repeats``: at most this many re-splits (each one trains and tests a classifier;
+#: the protocols of the papers use 5 to 10).
+MAX_REPEATS = 1000
 
 
 def _check_n_jobs(n_jobs: int) -> int:
@@ -87,11 +90,37 @@ def _check_out_file(out: Path, what: str) -> Path:
     return out
 
 
+def _check_folder_option(option: str, folder: Path, what: str) -> Path:
+    """``option`` naming a folder to write into: neither an existing file nor inside one."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{option} {folder} is a file, not a folder; give a folder for the {what}")
+    for ancestor in folder.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise UsageError(f"{option} {folder} is not a folder: {ancestor} is a file; give a folder for the {what}")
+            break
+    return folder
+
+
 def _check_out_folder(out: Path, what: str) -> Path:
     """``--out`` naming a folder to write into: not an existing file."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a folder; give a folder for the {what}")
-    return out
+    return _check_folder_option("--out", out, what)
+
+
+@contextlib.contextmanager
+def _writing(option: str, path: Path, what: str):
+    """The system's refusal to write ``path`` (given by ``option``) as one line naming the option and
+    the path as the user gave it (a full disk keeps its own message: free space, nothing replaced)."""
+    try:
+        yield
+    except OSError as exc:
+        # ``path`` itself, a file in it (a report), or ``path`` + ``.npz`` (a model)
+        inside = exc.filename is not None and os.fsdecode(exc.filename).startswith(os.fspath(path))
+        if exc.errno in DISK_FULL_ERRNOS or not inside:
+            raise
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"{option} {path}: cannot write the {what} there ({reason}); "
+                         "give a path in a folder you can write to") from None
 
 
 def _cluster_spec(args: argparse.Namespace):
@@ -156,6 +185,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
     from .cache_folder import clear_cache, format_bytes
 
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    source = "--cache-dir" if args.cache_dir else ("$CLASSIFY_IMAGES_CACHE" if os.environ.get("CLASSIFY_IMAGES_CACHE")
+                                                   else "the default stage cache")
+    _check_folder_option(source, cache_dir, "stage cache")
     if args.action == "info":
         print(_cache_text(cache_dir))
         return 0
@@ -265,8 +297,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                 args.classifier, params, X, feature_set.y_train, seed=args.seed,
                 class_names=feature_set.class_names, fit=fit,
             )
-    path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
-                      feature_set=feature_set.identity(), train_seconds=training.train_seconds)
+    with _writing("--out", out, "model file"):
+        path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
+                          feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     print(training_text(training, path))
     return 0
 
@@ -316,7 +349,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     model, meta = load_model(args.model)
     with _classifier_errors_as_usage_errors(meta.get("classifier", "model"), args.featureset):
         evaluation = evaluate_model(model, meta, feature_set)
-    write_report(evaluation, out)
+    with _writing("--out", out, "report"):
+        write_report(evaluation, out)
     print(evaluation_text(evaluation, out))
     return 0
 
@@ -351,8 +385,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from .evaluation import run_experiment
     from .report import experiment_text, write_experiment, write_report
 
-    if args.repeats < 1:
-        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise UsageError(f"--repeats must be from 1 to {MAX_REPEATS}, not {args.repeats}")
     _check_seeds(args.seed, args.repeats)
     spec = _cluster_spec(args)
     if args.out:
@@ -365,8 +399,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         else:
             experiment = _experiment_on_cluster(spec, feature_set, args.classifier, params, args.repeats, args.seed)
     out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
-    write_experiment(experiment, out)
-    write_report(experiment.first, out, experiment=experiment)
+    with _writing("--out", out, "report"):
+        write_experiment(experiment, out)
+        write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))
     print(f"  report: {out / 'report.html'}")
     return 0
@@ -423,9 +458,16 @@ def _top_k(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tuple[s
 
 
 def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str) -> None:
+    """The top-``k`` classes of each image on stdout in format ``fmt``; the skipped inputs, and
+    their count, on stderr in every format (the JSON document lists them too)."""
     import csv
     import json
 
+    for entry in skipped:
+        print(f"skipped {_display(entry['path'])}: {entry['reason']}", file=sys.stderr)
+    if skipped:
+        print(f"{len(skipped)} input{'s' if len(skipped) > 1 else ''} skipped, "
+              f"{len(rows)} image{'s' if len(rows) > 1 else ''} classified", file=sys.stderr)
     if fmt == "json":
         document = {
             "scores": "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
@@ -442,15 +484,11 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
         for path, top in rows:
             for rank, (name, value) in enumerate(top, 1):
                 writer.writerow([_display(path), rank, name, f"{value:.6f}"])
-        for entry in skipped:
-            print(f"skipped {_display(entry['path'])}: {entry['reason']}", file=sys.stderr)
         return
     print(f"# top {k} classes per image with their decision values "
           "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
     for path, top in rows:
         print(f"{_display(path)}: " + ", ".join(f"{name} ({value:+.3f})" for name, value in top))
-    for entry in skipped:
-        print(f"{_display(entry['path'])}: skipped ({entry['reason']})")
 
 
 def _predict_image(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:
@@ -540,7 +578,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     _check_n_jobs(args.n_jobs)
-    return run_demo(Path(args.workdir), n_jobs=args.n_jobs, quiet=args.quiet)
+    workdir = _check_folder_option("--workdir", Path(args.workdir), "demo's images, features, model and report")
+    return run_demo(workdir, n_jobs=args.n_jobs, quiet=args.quiet)
 
 
 def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
@@ -623,7 +662,8 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
                             description="Re-split the stored rows with R seeds under the feature set's protocol, "
                             "train and test each time, and report mean ± std of the mean per-class accuracy.")
     _add_classifier_arguments(parser)
-    parser.add_argument("--repeats", type=int, default=5, metavar="R")
+    parser.add_argument("--repeats", type=int, default=5, metavar="R",
+                        help=f"number of random re-splits, 1 … {MAX_REPEATS} (default 5)")
     parser.add_argument("--seed", type=int, default=0,
                         help="first split seed; each run's seed is also the classifier's random_state unless --param sets it")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, experiment.json "
@@ -636,7 +676,8 @@ def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("predict", help="top-k classes of new images",
                             description="Classify images with a model file alone (it holds the classifier, the "
                             "codebook, the normaliser and the pipeline config). Folders are searched recursively "
-                            "for image files; unreadable inputs are listed with the reason and skipped.")
+                            "for image files; unreadable inputs are skipped, and listed with the reason and counted on "
+                            "stderr (stdout holds the results only).")
     parser.add_argument("model")
     parser.add_argument("images", nargs="+", metavar="IMAGE_OR_FOLDER")
     parser.add_argument("--feature-set", help="also check that the model was trained on this feature set")

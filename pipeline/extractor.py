@@ -37,7 +37,7 @@ from .config import PipelineConfig
 from .dataset import file_fingerprint
 from .stages import AGGREGATING_KINDS, StageCache, codes_matrix, encoder_cell_dimension
 
-__all__ = ["FeatureExtractor", "readable_fingerprint"]
+__all__ = ["FeatureExtractor", "check_image", "readable_fingerprint"]
 
 
 def readable_fingerprint(path: str) -> tuple[str, str]:
@@ -48,6 +48,14 @@ def readable_fingerprint(path: str) -> tuple[str, str]:
         return file_fingerprint(path), ""
     except OSError as exc:
         return "", f"cannot read file ({exc.strerror or exc})"
+
+
+def check_image(cache: StageCache, config: PipelineConfig, path: str, fingerprint: str) -> dict[str, Any]:
+    """``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}`` for one image under ``config``:
+    decodable, within ``image.max_pixels``, and not smaller than the largest patch once shrunk to
+    ``image.max_side`` (:func:`~classify_images.pipeline.stages.check_image`, through ``cache``)."""
+    return cache.check_image(path, fingerprint, config.image.max_side, max(config.sift.patch_sizes),
+                             config.image.max_pixels)
 
 
 class FeatureExtractor:
@@ -118,10 +126,10 @@ class FeatureExtractor:
     def check(self, path: str, fingerprint: str) -> dict[str, Any]:
         """``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}`` for one image.
 
-        An image that cannot be decoded, or smaller than the largest patch once shrunk,
-        is not ok.
+        An image that cannot be decoded, announces more than the config's ``image.max_pixels``
+        pixels, or is smaller than the largest patch once shrunk, is not ok (:func:`check_image`).
         """
-        return self.cache.check_image(path, fingerprint, self.config.image.max_side, max(self.config.sift.patch_sizes))
+        return check_image(self.cache, self.config, path, fingerprint)
 
     def pooled(self, path: str, fingerprint: str) -> np.ndarray:
         """The pooled, not yet normalised, vector of a readable image (float32, ``n_features``).

@@ -39,7 +39,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .config import PipelineConfig, load_config
-from .extractor import FeatureExtractor, readable_fingerprint
+from .extractor import FeatureExtractor, check_image, readable_fingerprint
 from .stages import StageCache
 
 __all__ = ["ImageFeatures", "UnreadableImagesError"]
@@ -212,10 +212,9 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
             raise ValueError("ImageFeatures.fit needs at least one image")
         config = self._read_config()
         cache = self._stage_cache(config)
-        largest_patch = max(config.sift.patch_sizes)
 
         def check(path, fingerprint):
-            return cache.check_image(path, fingerprint, config.image.max_side, largest_patch)
+            return check_image(cache, config, path, fingerprint)
 
         with self._runner(cache) as runner:
             fingerprints = self._readable(paths, check, runner)

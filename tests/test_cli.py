@@ -53,11 +53,12 @@ def test_predict_new_images(tmp_path, feature_set, capsys):
     capsys.readouterr()
     image = FIXTURE_IMAGES / "flower" / "11.jpg"
     assert main(["predict", str(model), str(image), str(tmp_path / "missing.jpg"), "--top-k", "2"]) == 0
-    header, *lines = capsys.readouterr().out.strip().splitlines()
-    assert "decision values" in header
+    out, err = capsys.readouterr()
+    header, *lines = out.strip().splitlines()
+    assert "decision values" in header and len(lines) == 1
     assert lines[0].startswith(str(image) + ": ") and lines[0].count("(") == 2
     assert lines[0].split(": ")[1].split(" (")[0] in {"china", "digit_0", "digit_1", "flower"}  # a class name
-    assert "skipped (file or folder does not exist)" in lines[1]
+    assert f"skipped {tmp_path / 'missing.jpg'}: file or folder does not exist" in err
 
 
 def test_experiment_repeats(tmp_path, feature_set, capsys):
@@ -124,7 +125,7 @@ def test_threads_option_limits_blas_during_the_command(tmp_path, feature_set, mo
         (["train", "{fs}", "--classifier", "linear", "--param", "C=-1"], "The 'C' parameter"),
         (["train", "no-such-featureset-folder", "--classifier", "linear"], "does not exist"),
         (["evaluate", "{fs}", "no-such-model.npz"], "does not exist"),
-        (["experiment", "{fs}", "--classifier", "linear", "--repeats", "0"], "--repeats must be at least 1"),
+        (["experiment", "{fs}", "--classifier", "linear", "--repeats", "0"], "--repeats must be from 1 to 1000, not 0"),
         (["--threads", "0", "train", "{fs}", "--classifier", "linear"], "--threads must be at least 1"),
         (["experiment", "{fs}", "--classifier", "nsvm", "--param", "margin=-1"], "The 'margin' parameter"),
     ],

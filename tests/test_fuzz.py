@@ -1,9 +1,9 @@
 """Fuzzing the command line with ``hypothesis``: no input ends in a traceback (issue 14).
 
 Config files, ``--param`` values, feature-set manifests and ``.npy`` headers are generated
-(bounded numbers of examples, ``derandomize=True``: the same examples on every run); each
-run calls :func:`classify_images.pipeline.cli.main` and asserts exit status 0 or 2 and, on 2,
-exactly one line on stderr and no traceback.
+(bounded numbers of examples, derandomised: the same examples on every run; settings in
+tests/_fuzz.py); each run calls :func:`classify_images.pipeline.cli.main` and asserts exit
+status 0 or 2 and, on 2, exactly one line on stderr and no traceback.
 """
 
 from __future__ import annotations
@@ -11,23 +11,18 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from classify_images.pipeline.cli import main
+from classify_images.pipeline.config import TABLES
 
-from classify_images.pipeline.cli import main  # noqa: E402
-from classify_images.pipeline.config import TABLES  # noqa: E402
-
-from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml  # noqa: E402
-
-FUZZ = settings(
-    max_examples=60, derandomize=True, deadline=None, database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+from ._fuzz import fuzz_settings, run_cli
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +37,7 @@ def built(tmp_path_factory) -> Path:
     return root
 
 
-def _assert_clean(status: int, capsys) -> str:
-    err = capsys.readouterr().err
+def _assert_clean(status: int, err: str) -> str:
     assert status in (0, 2), (status, err)
     assert "Traceback" not in err, err
     if status == 2:
@@ -92,9 +86,14 @@ _tables = st.dictionaries(
 )
 
 
-@FUZZ
+@fuzz_settings(60)
 @given(tables=_tables, garbage=st.one_of(st.none(), st.text(max_size=20), st.binary(max_size=20)))
-def test_config_files_never_end_in_a_traceback(built, tmp_path, capsys, tables, garbage):
+def test_config_files_never_end_in_a_traceback(built, tables, garbage):
+    with tempfile.TemporaryDirectory() as folder:
+        _check_config_file(built, Path(folder), tables, garbage)
+
+
+def _check_config_file(built: Path, tmp_path: Path, tables, garbage) -> None:
     config = tmp_path / "fuzz.toml"
     text = "".join(f"[{t}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in kv.items()) for t, kv in tables.items())
     if isinstance(garbage, bytes):
@@ -102,9 +101,9 @@ def test_config_files_never_end_in_a_traceback(built, tmp_path, capsys, tables, 
     else:
         config.write_text(text + (garbage or ""), encoding="utf-8", errors="surrogateescape")
     # a dataset that does not exist: a valid config gets as far as discovery (one line, exit 2)
-    status = main(["build-features", str(built / "no-such-dataset"), "--config", str(config),
-                   "--out", str(tmp_path / "fs"), "-q", "--no-cache"])
-    err = _assert_clean(status, capsys)
+    status, _, err = run_cli(["build-features", built / "no-such-dataset", "--config", config,
+                              "--out", tmp_path / "fs", "-q", "--no-cache"])
+    _assert_clean(status, err)
     assert status == 2 and ("config" in err or "fuzz.toml" in err or "does not exist" in err), err
 
 
@@ -123,19 +122,21 @@ _param_values = st.one_of(
 )
 
 
-@FUZZ
+@fuzz_settings(60)
 @example(pairs=[("n_jobs", "0")], equals=True, classifier="pmsvm")
 @example(pairs=[("class_weight", "{99: 2}")], equals=True, classifier="linear")
 @given(pairs=st.lists(st.tuples(_param_keys, _param_values), min_size=1, max_size=3), equals=st.booleans(),
        classifier=st.sampled_from(["linear", "pmsvm"]))
-def test_param_values_never_end_in_a_traceback(built, tmp_path, capsys, pairs, equals, classifier):
+def test_param_values_never_end_in_a_traceback(built, pairs, equals, classifier):
     keys = [k for k, _ in pairs]
     if "max_iter" in keys:  # a valid huge max_iter is slow, not wrong: keep it small
         pairs = [(k, v if k != "max_iter" else "5") for k, v in pairs]
-    argv = ["train", str(built / "fs"), "--classifier", classifier, "--out", str(tmp_path / "model.npz")]
-    for key, value in pairs:
-        argv += ["--param", f"{key}={value}" if equals else f"{key}{value}"]
-    _assert_clean(main(argv), capsys)
+    with tempfile.TemporaryDirectory() as folder:
+        argv = ["train", built / "fs", "--classifier", classifier, "--out", Path(folder) / "model.npz"]
+        for key, value in pairs:
+            argv += ["--param", f"{key}={value}" if equals else f"{key}{value}"]
+        status, _, err = run_cli(argv)
+    _assert_clean(status, err)
 
 
 # --- feature-set manifests and array headers --------------------------------------------------
@@ -161,24 +162,30 @@ def _fresh_copy(built: Path, tmp_path: Path) -> Path:
     return fs
 
 
-def _every_command(fs: Path, tmp_path: Path, capsys) -> None:
-    for argv in (["train", str(fs), "--classifier", "linear", "--out", str(tmp_path / "model.npz")],
-                 ["experiment", str(fs), "--classifier", "linear", "--repeats", "1"]):
-        _assert_clean(main(argv), capsys)
+def _every_command(fs: Path, tmp_path: Path) -> None:
+    for argv in (["train", fs, "--classifier", "linear", "--out", tmp_path / "model.npz"],
+                 ["experiment", fs, "--classifier", "linear", "--repeats", "1", "--out", tmp_path / "experiment"]):
+        status, _, err = run_cli(argv)
+        _assert_clean(status, err)
 
 
 @pytest.mark.parametrize("key", _manifest_keys)
-def test_a_manifest_without_a_key_is_one_line(built, tmp_path, capsys, key):
+def test_a_manifest_without_a_key_is_one_line(built, tmp_path, key):
     fs = _fresh_copy(built, tmp_path)
     manifest = json.loads((fs / "manifest.json").read_text())
     del manifest[key]
     (fs / "manifest.json").write_text(json.dumps(manifest))
-    _every_command(fs, tmp_path, capsys)
+    _every_command(fs, tmp_path)
 
 
-@settings(FUZZ, max_examples=150)
+@fuzz_settings(150)
 @given(key=st.sampled_from(_manifest_keys + _nested_keys), value=_json_values)
-def test_tampered_manifests_never_end_in_a_traceback(built, tmp_path, capsys, key, value):
+def test_tampered_manifests_never_end_in_a_traceback(built, key, value):
+    with tempfile.TemporaryDirectory() as folder:
+        _check_tampered_manifest(built, Path(folder), key, value)
+
+
+def _check_tampered_manifest(built: Path, tmp_path: Path, key: str, value) -> None:
     fs = _fresh_copy(built, tmp_path)
     manifest = json.loads((fs / "manifest.json").read_text())
     outer, _, inner = key.partition(".")
@@ -187,23 +194,24 @@ def test_tampered_manifests_never_end_in_a_traceback(built, tmp_path, capsys, ke
     else:
         manifest[key] = value
     (fs / "manifest.json").write_text(json.dumps(manifest))
-    _every_command(fs, tmp_path, capsys)
+    _every_command(fs, tmp_path)
 
 
-def test_array_header_that_breaks_numpys_tokenizer_is_one_line(built, tmp_path, capsys):
+def test_array_header_that_breaks_numpys_tokenizer_is_one_line(built, tmp_path):
     """A header cut inside its dict and followed by NUL bytes: NumPy's header parser ends in
     ``tokenize.TokenError`` (not a ``ValueError``); found by the fuzz test below."""
     fs = _fresh_copy(built, tmp_path)
     head = (fs / "X_train.npy").read_bytes()[:123]
     (fs / "X_train.npy").write_bytes(head + b"\x00\x00\x00\x00{")
-    _every_command(fs, tmp_path, capsys)
+    _every_command(fs, tmp_path)
 
 
-@settings(FUZZ, max_examples=60)
+@fuzz_settings(60)
 @given(name=st.sampled_from(["X_train", "X_test", "y_train", "y_test"]), keep=st.integers(0, 140),
        tail=st.binary(max_size=140))
-def test_tampered_array_headers_never_end_in_a_traceback(built, tmp_path, capsys, name, keep, tail):
-    fs = _fresh_copy(built, tmp_path)
-    head = (fs / f"{name}.npy").read_bytes()[:keep]  # part of the real header, then garbage
-    (fs / f"{name}.npy").write_bytes(head + tail)
-    _every_command(fs, tmp_path, capsys)
+def test_tampered_array_headers_never_end_in_a_traceback(built, name, keep, tail):
+    with tempfile.TemporaryDirectory() as folder:
+        fs = _fresh_copy(built, Path(folder))
+        head = (fs / f"{name}.npy").read_bytes()[:keep]  # part of the real header, then garbage
+        (fs / f"{name}.npy").write_bytes(head + tail)
+        _every_command(fs, Path(folder))

@@ -10,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from classify_images.pipeline.config import PipelineConfig
@@ -22,6 +22,7 @@ from classify_images.pipeline.model_file import (
     save_model,
 )
 
+from ._fuzz import fuzz_settings
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
 
 CLASSIFIERS = {"linear": {}, "pmsvm": {"random_state": 0}, "mbkl": {"random_state": 0, "n_stumps": 200},
@@ -119,6 +120,28 @@ def test_wrong_shapes_are_one_line(tmp_path, model_files, name, key, change):
                                "transpose": lambda a: a.T if a.ndim > 1 and a.shape[0] != a.shape[-1] else a[..., :-1]}[change](array)
     _write(path, members)
     _one_line(lambda: load_model(path), "shape")
+
+
+def test_every_fitted_array_of_every_classifier_has_a_shape_rule():
+    """The arrays a model file holds are the ones each classifier lists (``_fitted_arrays``); each is
+    checked against a shape rule, so that none reaches the classifier unchecked."""
+    from classify_images.classifiers.registry import CLASSIFIERS as REGISTERED
+    from classify_images.classifiers.registry import classifier_class
+    from classify_images.pipeline.model_file import _FITTED_SHAPES
+
+    for name in REGISTERED:
+        assert set(_FITTED_SHAPES[name]) == set(classifier_class(name)._fitted_arrays), name
+
+
+@pytest.mark.parametrize("name", ["linear", "pmsvm"])
+@pytest.mark.parametrize("value", [np.nan, np.array([1.0, 2.0]), np.array([[0.5]])])
+def test_tampered_loss_weight_is_one_line(tmp_path, model_files, name, value):
+    """``C_`` (the resolved loss weight) is a finite scalar like every other fitted array is checked."""
+    path = _copy(tmp_path, model_files, name)
+    members = _members(path)
+    members["model/C_"] = np.asarray(value)
+    _write(path, members)
+    _one_line(lambda: load_model(path), "C_")
 
 
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))
@@ -325,8 +348,7 @@ def _load_and_use(path) -> None:
     model.decision_function([IMAGE])
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@fuzz_settings(60)
 @given(name=st.sampled_from(sorted(CLASSIFIERS)), edits=st.lists(st.tuples(st.sampled_from(_META_PATHS), _json),
                                                                  min_size=1, max_size=3))
 def test_fuzzed_headers_never_end_in_a_traceback(tmp_path_factory, model_files, name, edits):
@@ -343,8 +365,7 @@ def test_fuzzed_headers_never_end_in_a_traceback(tmp_path_factory, model_files, 
 _shapes = st.lists(st.integers(0, 40), max_size=3).map(tuple)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@fuzz_settings(60)
 @given(name=st.sampled_from(sorted(CLASSIFIERS)), key_index=st.integers(0, 20), shape=_shapes,
        dtype=st.sampled_from(["<f8", "<f4", "<i4", "<i8", "|b1", "<U3", "|u1"]),
        fill=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2**31, 2**31 - 1))

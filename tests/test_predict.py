@@ -11,11 +11,12 @@ import shutil
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from classify_images.pipeline.cli import main
 
+from ._fuzz import fuzz_settings, run_cli
 from .conftest import FIXTURE_IMAGES, build_fixture_feature_set, write_config_toml
 
 CLASSES = ["china", "digit_0", "digit_1", "flower"]
@@ -80,19 +81,10 @@ def test_model_alone_predicts_class_names_from_image_paths(tmp_path, trained, lo
         np.testing.assert_array_equal(model[0].transform(images), X)
         np.testing.assert_array_equal(scores, classifier.decision_function(X))
         assert (predicted == [p.split(os.sep)[-2] for p in images]).mean() >= 0.6  # easy classes
-        code, out, err = _run_cli(images[:1])
+        code, out, err = run_cli(["predict", "model.npz", *images[:1]])
         assert code == 0 and out.splitlines()[1].split(": ")[1].split(" (")[0] in CLASSES, err
     finally:
         shutil.move(moved, fs_path)
-
-
-def _run_cli(images):
-    import contextlib
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["predict", "model.npz", *images])
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_cli_trained_model_has_class_names(trained):
@@ -149,7 +141,11 @@ def test_unknown_class_weight_key_is_one_line(trained, capsys, weights):
 @pytest.fixture()
 def inputs(tmp_path):
     """A folder tree with images, non-images and broken files."""
-    root = tmp_path / "inputs"
+    return _make_inputs(tmp_path / "inputs")
+
+
+def _make_inputs(root):
+    """``root``: a folder tree with images, non-images and broken files."""
     (root / "sub" / "deeper").mkdir(parents=True)
     shutil.copy(FIXTURE_IMAGES / "flower" / "11.jpg", root / "a.jpg")
     shutil.copy(FIXTURE_IMAGES / "china" / "11.jpg", root / "sub" / "deeper" / "b.JPG")
@@ -161,19 +157,37 @@ def inputs(tmp_path):
     return root
 
 
-def test_predict_folder_recursively_lists_skips(capsys, lone_model, inputs):
-    code, out, err = _run(capsys, ["predict", lone_model, inputs, inputs / "notes.txt", inputs / "nope.jpg"])
+def _skips(err: str) -> dict[str, str]:
+    """The ``skipped PATH: REASON`` lines of ``predict``'s stderr, as path → reason."""
+    return dict(line[len("skipped "):].split(": ", 1) for line in err.splitlines() if line.startswith("skipped "))
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_predict_folder_recursively_lists_skips_on_stderr(capsys, lone_model, inputs, fmt):
+    """In every format the skipped inputs, and their count, go to stderr: stdout holds the results only."""
+    code, out, err = _run(capsys, ["predict", lone_model, inputs, inputs / "notes.txt", inputs / "nope.jpg",
+                                   "--format", fmt])
     assert code == 0, err
-    lines = out.strip().splitlines()
-    predicted = [line for line in lines[1:] if "skipped" not in line]
-    assert [line.split(": ")[0] for line in predicted] == [str(inputs / "a.jpg"), str(inputs / "sub/deeper/b.JPG")]
-    skipped = {line.split(": ")[0]: line for line in lines if "skipped" in line}
-    assert set(skipped) == {str(inputs / "sub" / p) for p in ("broken.png", "empty.jpg", "dangling.jpg")} | {
+    expected = {str(inputs / "sub" / p) for p in ("broken.png", "empty.jpg", "dangling.jpg")} | {
         str(inputs / "notes.txt"), str(inputs / "nope.jpg")}
+    skipped = _skips(err)
+    assert set(skipped) == expected, err
     assert "does not exist" in skipped[str(inputs / "nope.jpg")]
     assert "extension" in skipped[str(inputs / "notes.txt")]
     assert "symbolic link" in skipped[str(inputs / "sub" / "dangling.jpg")]
+    assert "5 inputs skipped, 2 images classified" in err
     assert "Traceback" not in err
+    if fmt != "json":  # stdout: the results only (a JSON document has a member listing the skips)
+        assert not any(path in out for path in expected), out
+    classified = [str(inputs / "a.jpg"), str(inputs / "sub/deeper/b.JPG")]
+    if fmt == "table":
+        assert [line.split(": ")[0] for line in out.strip().splitlines()[1:]] == classified
+    elif fmt == "csv":
+        assert sorted({row["path"] for row in csv.DictReader(io.StringIO(out))}) == classified
+    else:
+        document = json.loads(out)  # stdout is one JSON document, whatever was skipped
+        assert [p["path"] for p in document["predictions"]] == classified
+        assert {s["path"] for s in document["skipped"]} == expected  # and it lists the skips too
 
 
 @pytest.mark.parametrize("case", ["missing", "empty-folder", "only-broken", "quoted-glob", "not-an-image"])
@@ -247,7 +261,7 @@ def test_file_that_cannot_be_opened_is_listed(capsys, lone_model, inputs, monkey
     monkeypatch.setattr(extractor, "file_fingerprint", fingerprint)
     code, out, err = _run(capsys, ["predict", lone_model, inputs / "a.jpg", inputs / "sub" / "deeper" / "b.JPG"])
     assert code == 0, err
-    assert f"{inputs / 'a.jpg'}: skipped (cannot read file (Permission denied))" in out
+    assert f"skipped {inputs / 'a.jpg'}: cannot read file (Permission denied)" in err
 
 
 def test_undecodable_file_name(tmp_path, capsys, lone_model):
@@ -283,15 +297,22 @@ _ARGUMENTS = ["a.jpg", "sub", "sub/broken.png", "sub/empty.jpg", "sub/dangling.j
               ".", "*.jpg", "sub/deeper/b.JPG", ""]
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@pytest.fixture(scope="module")
+def fuzz_inputs(tmp_path_factory, trained):
+    """The model file alone in a folder, and the input tree, shared by the examples of the fuzz test
+    (which only read them)."""
+    root = tmp_path_factory.mktemp("fuzz-predict")
+    (root / "alone").mkdir()
+    return shutil.copy(trained[1], root / "alone" / "model.npz"), _make_inputs(root / "inputs")
+
+
+@fuzz_settings(30)
 @given(names=st.lists(st.sampled_from(_ARGUMENTS), min_size=1, max_size=4),
        top_k=st.integers(-3, 6) | st.just(2**70), fmt=st.sampled_from(["table", "csv", "json"]))
-def test_fuzzed_predict_arguments_never_end_in_a_traceback(capsys, lone_model, inputs, names, top_k, fmt):
-    argv = ["predict", str(lone_model), *[str(inputs / n) if n else "" for n in names],
-            "--top-k", str(top_k), "--format", fmt]
-    code = main(argv)
-    out, err = capsys.readouterr()
+def test_fuzzed_predict_arguments_never_end_in_a_traceback(fuzz_inputs, names, top_k, fmt):
+    model, inputs = fuzz_inputs
+    argv = ["predict", model, *[inputs / n if n else "" for n in names], "--top-k", top_k, "--format", fmt]
+    code, out, err = run_cli(argv)
     assert code in (0, 2) and "Traceback" not in err
     if code == 2:
         assert len(err.strip().splitlines()) == 1
@@ -330,3 +351,65 @@ def test_model_alone_on_real_photographs(tmp_path, caltech_mini, capsys):
     expected = classifier.predict(np.asarray(fs.X_test))
     assert [predicted[p] for p in tests] == list(expected)
     assert set(expected) <= set(fs.class_names)
+
+
+# ------------------------------------------------- the model's image-size guard
+def _with_image_table(source, destination, edit) -> None:
+    """A copy of the model file ``source`` whose extractor's ``[image]`` table is ``edit(table)``."""
+    with np.load(source, allow_pickle=False) as archive:
+        members = {key: archive[key] for key in archive.files}
+    meta = json.loads(str(members["__meta__"][()]))
+    edit(meta["extractor"]["config"]["image"])
+    members["__meta__"] = np.array(json.dumps(meta))
+    np.savez(destination, **members)
+
+
+def test_predict_uses_the_max_pixels_recorded_in_the_model(tmp_path, capsys, trained):
+    """``image.max_pixels`` of the model's pipeline config guards ``predict`` (not the library default)."""
+    from classify_images import load_model
+    from classify_images.pipeline.image_features import UnreadableImagesError
+
+    _, model = trained
+    guarded = tmp_path / "guarded.npz"
+    _with_image_table(model, guarded, lambda table: table.update(max_pixels=64 * 64))  # the digits' size
+    large, small = FIXTURE_IMAGES / "china" / "11.jpg", FIXTURE_IMAGES / "digit_1" / "11.jpg"  # 120², 64² px
+    code, out, err = _run(capsys, ["predict", guarded, large, small, "--format", "csv"])
+    assert code == 0, err
+    assert {row["path"] for row in csv.DictReader(io.StringIO(out))} == {str(small)}
+    assert _skips(err) == {str(large): "image too large (120 x 120 pixels > image.max_pixels = 4096); "
+                                       "raise image.max_pixels to read it"}
+    with pytest.raises(UnreadableImagesError, match="image.max_pixels = 4096"):
+        load_model(guarded).predict([str(large)])
+    assert load_model(guarded).predict([str(small)]).shape == (1,)
+
+
+def test_model_file_without_max_pixels_still_loads_and_uses_the_default(tmp_path, capsys, trained):
+    """A model file written before ``image.max_pixels`` existed loads (no pickle) with the default guard."""
+    from classify_images import load_model
+    from classify_images.pipeline.config import DEFAULT_MAX_PIXELS
+
+    _, model = trained
+    old = tmp_path / "old.npz"
+    _with_image_table(model, old, lambda table: table.pop("max_pixels"))
+    loaded = load_model(old)
+    assert loaded[0].extractor_.config.image.max_pixels == DEFAULT_MAX_PIXELS
+    image = FIXTURE_IMAGES / "china" / "11.jpg"
+    assert loaded.predict([str(image)]).tolist() == load_model(model).predict([str(image)]).tolist()
+    code, out, err = _run(capsys, ["predict", old, image])
+    assert code == 0 and "skipped" not in err, err
+
+
+def test_image_features_fit_uses_the_configs_max_pixels(tmp_path):
+    import dataclasses
+
+    from classify_images import ImageFeatures
+    from classify_images.pipeline.config import validate_config
+    from classify_images.pipeline.image_features import UnreadableImagesError
+
+    from .conftest import SMALL_CONFIG
+
+    config = validate_config({**SMALL_CONFIG})
+    config = dataclasses.replace(config, image=dataclasses.replace(config.image, max_pixels=64 * 64))
+    paths = [str(p) for p in sorted((FIXTURE_IMAGES / "china").glob("*.jpg"))]
+    with pytest.raises(UnreadableImagesError, match="image.max_pixels = 4096"):
+        ImageFeatures(config, cache_dir=False).fit(paths)

@@ -517,6 +517,56 @@ def test_bad_command_line_values_are_one_line(built, capsys, argv, needle):
     _one_line_error(capsys, needle)
 
 
+@pytest.mark.parametrize("destination", [
+    "/proc/m.npz",  # a folder nobody (not even root) can create files in
+    "{root}/model.npz/m.npz",  # "inside" a file
+])
+def test_unwritable_model_destination_names_the_given_path(built, capsys, destination):
+    """The error names --out as the user gave it, never the temporary file written beside it."""
+    if destination.startswith("/proc") and not os.path.isdir("/proc"):
+        pytest.fail("this case needs Linux's /proc")
+    destination = destination.replace("{root}", str(built))
+    assert main(["train", str(built / "fs"), "--classifier", "linear", "--out", destination]) == 2
+    err = _one_line_error(capsys, f"--out {destination}:", "cannot write the model file")
+    assert ".tmp" not in err, err
+    assert not any(name.endswith(".tmp") for name in os.listdir(built)), "a temporary file was left behind"
+
+
+def test_unwritable_atomic_write_destination_is_named_by_the_error(tmp_path):
+    """``atomic_write`` reports the destination (not its temporary name) in the ``OSError``."""
+    (tmp_path / "plain").write_text("a file, not a folder")
+    with pytest.raises(OSError) as info:
+        with atomic.atomic_write(tmp_path / "plain" / "out.json", "w") as handle:
+            handle.write("{}")
+    assert info.value.filename == str(tmp_path / "plain" / "out.json"), info.value
+
+
+@pytest.mark.parametrize("action", ["clear", "info"])
+def test_cache_dir_that_is_a_file_is_one_line(tmp_path, capsys, action):
+    plain = tmp_path / "notes.txt"
+    plain.write_text("a file the user keeps")
+    assert main(["cache", action, "--cache-dir", str(plain)]) == 2
+    _one_line_error(capsys, f"--cache-dir {plain} is a file")
+    assert plain.read_text() == "a file the user keeps"
+
+
+@pytest.mark.parametrize("repeats", ["0", "-3", "1001", str(10**9)])
+def test_experiment_repeats_outside_its_range_is_one_line(built, capsys, repeats):
+    assert main(["experiment", str(built / "fs"), "--classifier", "linear", "--repeats", repeats,
+                 "--out", str(built / "never-written")]) == 2
+    _one_line_error(capsys, "--repeats must be from 1 to 1000", f"not {repeats}")
+    assert not (built / "never-written").exists()
+
+
+@pytest.mark.parametrize("workdir", ["{tmp}/plain", "{tmp}/plain/demo"])
+def test_demo_workdir_that_is_a_file_is_one_line(tmp_path, capsys, workdir):
+    (tmp_path / "plain").write_text("a file")
+    workdir = workdir.replace("{tmp}", str(tmp_path))
+    assert main(["demo", "--workdir", workdir, "-q"]) == 2
+    _one_line_error(capsys, f"--workdir {workdir}", "not a folder")
+    assert (tmp_path / "plain").read_text() == "a file"
+
+
 @pytest.mark.parametrize("toml, needle", [
     ("[sift]\ncontrast_threshold = nan\n", "sift.contrast_threshold"),
     ("[codebook]\nlambda = inf\n", "codebook.lambda"),
