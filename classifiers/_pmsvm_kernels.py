@@ -66,6 +66,10 @@ LANES = 8
 """The solver's coefficients of a group are padded to a multiple of this many problems, so that
 its loops over the group vectorise without a scalar remainder."""
 
+ENTRY_BLOCK = 4
+"""Entries of a row whose gradient terms one pass over the group's accumulators adds (``m = 2``):
+the accumulators are loaded and stored once per block rather than once per entry."""
+
 BIN_ROUNDING = 1e-9
 """Added to ``b x_hat`` before ``floor``: ``x = max_j`` gives ``b (1 - 1e-16)``, not ``b - 1``."""
 
@@ -213,10 +217,17 @@ def column_max(rows, n_features):
     out = np.zeros(n_features)
     indptr, indices, data, dense = rows
     n = indptr.shape[0] - 1
+    if dense:  # a branch-free loop over each row's columns, which the compiler vectorises
+        for i in range(n):
+            start = indptr[i]
+            for j in range(n_features):
+                value = data[start + j]
+                out[j] = value if value > out[j] else out[j]
+        return out
     for i in range(n):
         start = indptr[i]
         for k in range(start, indptr[i + 1]):
-            j = column(k, start, dense, indices)
+            j = indices[k]
             if data[k] > out[j]:
                 out[j] = data[k]
     return out
@@ -413,8 +424,7 @@ def _nonzero_indptr(rows):
     for i in range(n):
         count = 0
         for k in range(indptr[i], indptr[i + 1]):
-            if data[k] != 0.0:
-                count += 1
+            count += data[k] != 0.0  # no branch: the loop vectorises
         out[i + 1] = out[i] + count
     return out
 
@@ -453,21 +463,28 @@ def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
 
 @njit(cache=True, nogil=True)
 def _nonzero_arrays(rows):
-    """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass to count, one to copy)."""
+    """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass to count, one to copy).
+
+    The copy has no branch (a zero is written to the next free slot, which the next non-zero
+    or the next row overwrites; one slot of slack for the last row): the zero/non-zero
+    pattern of feature rows is unpredictable, and mispredicted branches cost more than the
+    extra stores.
+    """
     indptr, _, data, _ = rows
     n = indptr.shape[0] - 1
     out_ptr = _nonzero_indptr(rows)
-    out_indices = np.empty(out_ptr[n], dtype=np.int32)
-    out_data = np.empty(out_ptr[n], dtype=data.dtype)
+    nnz = out_ptr[n]
+    out_indices = np.empty(nnz + 1, dtype=np.int32)
+    out_data = np.empty(nnz + 1, dtype=data.dtype)
     for i in range(n):
         start = indptr[i]
         o = out_ptr[i]
         for k in range(start, indptr[i + 1]):
-            if data[k] != 0.0:
-                out_indices[o] = k - start
-                out_data[o] = data[k]
-                o += 1
-    return out_ptr, out_indices, out_data
+            value = data[k]
+            out_indices[o] = k - start
+            out_data[o] = value
+            o += value != 0.0
+    return out_ptr, out_indices[:nnz], out_data[:nnz]
 
 
 def nonzero_rows(rows: RowArrays) -> RowArrays:
@@ -504,8 +521,27 @@ def _rows_gradient(start, end, indices, table_rows, use_lut, values, b, acc):
     m = b.shape[1]
     width = b.shape[2]
     acc[:] = 0.0
-    if m == 2:  # the default degree: one loop over the group per entry
-        for k in range(start, end):
+    if m == 2:  # the default degree: one loop over the group per ENTRY_BLOCK entries
+        k = start
+        while k + ENTRY_BLOCK <= end:
+            j0, j1, j2, j3 = indices[k], indices[k + 1], indices[k + 2], indices[k + 3]
+            r0 = table_rows[k] if use_lut else k
+            r1 = table_rows[k + 1] if use_lut else k + 1
+            r2 = table_rows[k + 2] if use_lut else k + 2
+            r3 = table_rows[k + 3] if use_lut else k + 3
+            p0, q0 = values[r0, 0], values[r0, 1]
+            p1, q1 = values[r1, 0], values[r1, 1]
+            p2, q2 = values[r2, 0], values[r2, 1]
+            p3, q3 = values[r3, 0], values[r3, 1]
+            for c in range(width):  # the entries' terms added in entry order, as one entry at a time
+                s = acc[c]
+                s += b[j0, 0, c] * p0 + b[j0, 1, c] * q0
+                s += b[j1, 0, c] * p1 + b[j1, 1, c] * q1
+                s += b[j2, 0, c] * p2 + b[j2, 1, c] * q2
+                s += b[j3, 0, c] * p3 + b[j3, 1, c] * q3
+                acc[c] = s
+            k += ENTRY_BLOCK
+        for k in range(k, end):
             j = indices[k]
             row = table_rows[k] if use_lut else k
             dphi1 = values[row, 0]
@@ -720,11 +756,13 @@ def dual_coefficients(entries, weights, b, v0, n_features):
         for c in range(width):
             S[c] += weights[i, c]
     for j in range(n_features):
-        for c in range(width):
-            coef[j, 0, c] = S[c] * v0[0]
         for q in range(1, m + 1):
             for c in range(width):
                 coef[j, q, c] = np.float64(b[j, q - 1, c]) + S[c] * v0[q]
+    intercepts = np.empty((n_features, width))  # contiguous: the pass below touches 8 bytes per problem
+    for j in range(n_features):
+        for c in range(width):
+            intercepts[j, c] = S[c] * v0[0]
     for i in range(n):
         any_weight = False
         for c in range(width):
@@ -737,7 +775,8 @@ def dual_coefficients(entries, weights, b, v0, n_features):
             row = table_rows[k] if use_lut else k
             du = np.float64(values[row, m])
             for c in range(width):
-                coef[j, 0, c] += weights[i, c] * du
+                intercepts[j, c] += weights[i, c] * du
+    coef[:, 0, :] = intercepts
     return coef
 
 
