@@ -285,21 +285,114 @@ _DELTA_CHUNK = 1 << 13
 """Values converted to delta rows at a time (the temporaries stay in a core's cache)."""
 
 
+_KIND_GENERAL, _KIND_CHI2, _KIND_HELLINGER, _KIND_MIN, _KIND_ROOTS = range(5)
+"""How :func:`_fill_delta_rows` evaluates ``M_p(c, x)``: NumPy's :func:`power_mean_nodes`
+(``_KIND_GENERAL``), or in the kernel for ``p = -1``, ``0``, ``-inf`` and ``p = -2^k``."""
+
+
+def _power_mean_kind(approx, x_min: float) -> tuple[int, int]:
+    """``(kind, k)`` of :func:`_fill_delta_rows` for the power of ``approx`` (``k`` for ``p = -2^k``).
+
+    The kernel's cases are those of :func:`power_mean_nodes` whose arithmetic is exactly
+    rounded (``+ - * /``, ``sqrt``, ``min``), so that both give the same bits.
+    """
+    p = approx.p
+    if p == -1.0:
+        return _KIND_CHI2, 0
+    if p == 0.0:
+        return _KIND_HELLINGER, 0
+    if p == -np.inf:
+        return _KIND_MIN, 0
+    if -64.0 <= p <= -2.0 and p == np.floor(p) and min(x_min, float(np.min(approx.node_values))) >= 1e-4:
+        n = int(-p)
+        if n & (n - 1) == 0:
+            return _KIND_ROOTS, n.bit_length() - 1
+    return _KIND_GENERAL, 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _fill_delta_rows(x_tilde, t, node_values, node_powers, m_zero, phi0, vinv, kind, k, node_terms, out):
+    """Delta rows of the values ``x_tilde`` (``t = ln(x_tilde + 0.05)`` given) into ``out``.
+
+    ``node_terms`` (m+1, n) holds ``M_p(c, x~) - M_p(c, eps)`` on entry for ``kind =
+    _KIND_GENERAL`` and is the kernel's work space otherwise.  ``node_powers[r] = c_r^p``
+    (``_KIND_ROOTS``).  The same operations in the same order as :func:`power_mean_nodes`
+    and NumPy's evaluation of the delta rows, one contiguous loop per step (which the
+    compiler vectorises; ``error_model="numpy"``: a division needs no exception check).
+    """
+    n = x_tilde.shape[0]
+    m = phi0.shape[0] - 1
+    for i in range(n):  # t^q - t0^q, q = 1..m
+        power = t[i]
+        for q in range(1, m + 1):
+            out[i, q - 1] = power - phi0[q]
+            power = power * t[i]
+    if kind == _KIND_ROOTS:
+        x_term = node_terms[m]  # the last row is free until its node is reached
+        for i in range(n):
+            x_term[i] = 1.0 / x_tilde[i]
+        for _ in range(k):  # x^p = (1/x)^(2^k) by k squarings
+            for i in range(n):
+                x_term[i] = x_term[i] * x_term[i]
+        for r in range(m + 1):
+            row = node_terms[r]
+            cp = node_powers[r]
+            for i in range(n):
+                row[i] = 0.5 * (cp + x_term[i])
+            for _ in range(k):  # s^(1/p) = 1 / sqrt^k(s)
+                for i in range(n):
+                    row[i] = np.sqrt(row[i])
+            mz = m_zero[r]
+            for i in range(n):
+                row[i] = 1.0 / row[i] - mz
+    elif kind != _KIND_GENERAL:
+        for r in range(m + 1):
+            row = node_terms[r]
+            c = node_values[r]
+            mz = m_zero[r]
+            if kind == _KIND_CHI2:
+                two_c = 2.0 * c
+                for i in range(n):
+                    row[i] = two_c * x_tilde[i] / (c + x_tilde[i]) - mz
+            elif kind == _KIND_HELLINGER:
+                root_c = np.sqrt(c)
+                for i in range(n):
+                    row[i] = root_c * np.sqrt(x_tilde[i]) - mz
+            else:
+                for i in range(n):
+                    row[i] = min(x_tilde[i], c) - mz
+    column = np.empty(n)
+    for r in range(m + 1):  # X^-1 (M_p(c, x~) - M_p(c, eps)), one output column at a time
+        a = vinv[r, 0]
+        first = node_terms[0]
+        for i in range(n):
+            column[i] = a * first[i]
+        for q in range(1, m + 1):
+            a = vinv[r, q]
+            row = node_terms[q]
+            for i in range(n):
+                column[i] += a * row[i]
+        for i in range(n):
+            out[i, m + r] = column[i]
+
+
 def _write_delta_rows(x_hat: np.ndarray, approx, out: np.ndarray) -> None:
-    """Write the delta rows of the scaled values ``x_hat`` into ``out`` (see :func:`delta_rows_values`)."""
+    """Write the delta rows of the scaled values ``x_hat`` into ``out`` (see :func:`delta_rows_values`).
+
+    NumPy computes ``t = ln(x~ + 0.05)`` (its vectorised ``log``); :func:`_fill_delta_rows`
+    the rest in one call.
+    """
     m = approx.m
     x_tilde = np.maximum(np.minimum(x_hat, 1.0), approx.eps)
     t = np.log(x_tilde + LOG_SHIFT)
-    power = t
-    for q in range(1, m + 1):
-        out[:, q - 1] = power - approx.phi0[q]
-        power = power * t
-    node_terms = [mk - mz for mk, mz in zip(power_mean_nodes(approx.node_values, x_tilde, approx.p), approx.m_zero)]
-    for r in range(m + 1):  # X^-1 (M_p(c, x~) - M_p(c, eps)), one output column at a time
-        column = approx.vinv[r, 0] * node_terms[0]
-        for k in range(1, m + 1):
-            column += approx.vinv[r, k] * node_terms[k]
-        out[:, m + r] = column
+    kind, k = _power_mean_kind(approx, float(x_tilde.min(initial=1.0)))
+    node_terms = np.empty((m + 1, x_tilde.shape[0]))
+    if kind == _KIND_GENERAL:
+        for r, (mk, mz) in enumerate(zip(power_mean_nodes(approx.node_values, x_tilde, approx.p), approx.m_zero)):
+            node_terms[r] = mk - mz
+    node_powers = np.array([float(c) ** approx.p for c in approx.node_values])
+    _fill_delta_rows(x_tilde, t, approx.node_values, node_powers, approx.m_zero, approx.phi0, approx.vinv,
+                     kind, k, node_terms, out)
 
 
 def delta_rows_values(values, approx) -> np.ndarray:
