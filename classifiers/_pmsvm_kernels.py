@@ -66,6 +66,10 @@ LANES = 8
 """The solver's coefficients of a group are padded to a multiple of this many problems, so that
 its loops over the group vectorise without a scalar remainder."""
 
+BRANCH_FREE_DENSITY = 5
+"""Dense rows with more than 1 in this many entries non-zero are compacted without a branch
+(:func:`_nonzero_arrays`)."""
+
 ENTRY_BLOCK = 4
 """Entries of a row whose gradient terms one pass over the group's accumulators adds (``m = 2``):
 the accumulators are loaded and stored once per block rather than once per entry."""
@@ -217,12 +221,14 @@ def column_max(rows, n_features):
     out = np.zeros(n_features)
     indptr, indices, data, dense = rows
     n = indptr.shape[0] - 1
-    if dense:  # a branch-free loop over each row's columns, which the compiler vectorises
+    if dense:  # a branch-free loop over each row's columns, in the input's type: it vectorises
+        largest = np.zeros(n_features, dtype=data.dtype)
         for i in range(n):
             start = indptr[i]
             for j in range(n_features):
                 value = data[start + j]
-                out[j] = value if value > out[j] else out[j]
+                largest[j] = value if value > largest[j] else largest[j]
+        out[:] = largest
         return out
     for i in range(n):
         start = indptr[i]
@@ -558,10 +564,11 @@ def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
 def _nonzero_arrays(rows):
     """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass to count, one to copy).
 
-    The copy has no branch (a zero is written to the next free slot, which the next non-zero
-    or the next row overwrites; one slot of slack for the last row): the zero/non-zero
-    pattern of feature rows is unpredictable, and mispredicted branches cost more than the
-    extra stores.
+    A row with more than ``1/BRANCH_FREE_DENSITY`` non-zeros is copied without a branch
+    (a zero is written to the next free slot, which the next non-zero or the next row
+    overwrites; one slot of slack for the last row): in dense feature rows the
+    zero/non-zero pattern is unpredictable and mispredicted branches cost more than the
+    extra stores, while in sparse rows the branch is predicted and the stores are saved.
     """
     indptr, _, data, _ = rows
     n = indptr.shape[0] - 1
@@ -571,12 +578,20 @@ def _nonzero_arrays(rows):
     out_data = np.empty(nnz + 1, dtype=data.dtype)
     for i in range(n):
         start = indptr[i]
+        end = indptr[i + 1]
         o = out_ptr[i]
-        for k in range(start, indptr[i + 1]):
-            value = data[k]
-            out_indices[o] = k - start
-            out_data[o] = value
-            o += value != 0.0
+        if (out_ptr[i + 1] - o) * BRANCH_FREE_DENSITY > end - start:
+            for k in range(start, end):
+                value = data[k]
+                out_indices[o] = k - start
+                out_data[o] = value
+                o += value != 0.0
+        else:
+            for k in range(start, end):
+                if data[k] != 0.0:
+                    out_indices[o] = k - start
+                    out_data[o] = data[k]
+                    o += 1
     return out_ptr, out_indices[:nnz], out_data[:nnz]
 
 
