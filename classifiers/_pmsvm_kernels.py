@@ -51,7 +51,7 @@ __all__ = [
     "delta_rows_values",
     "delta_rows_csr",
     "SolverEntries",
-    "nonzero_rows",
+    "nonzero_rows_and_max",
     "solver_entries",
     "dcd_solve",
     "dual_coefficients",
@@ -68,7 +68,7 @@ its loops over the group vectorise without a scalar remainder."""
 
 BRANCH_FREE_DENSITY = 5
 """Dense rows with more than 1 in this many entries non-zero are compacted without a branch
-(:func:`_nonzero_arrays`)."""
+(:func:`_dense_nonzeros`)."""
 
 ENTRY_BLOCK = 4
 """Entries of a row whose gradient terms one pass over the group's accumulators adds (``m = 2``):
@@ -515,106 +515,115 @@ class SolverEntries(NamedTuple):
 
 
 @njit(cache=True, nogil=True)
-def _nonzero_indptr(rows):
-    """Row pointers (int64) of the non-zeros of ``rows``: ``out[i + 1] - out[i]`` non-zeros in row ``i``."""
-    indptr, _, data, _ = rows
-    n = indptr.shape[0] - 1
-    out = np.zeros(n + 1, dtype=np.int64)
-    for i in range(n):
-        count = 0
-        for k in range(indptr[i], indptr[i + 1]):
-            count += data[k] != 0.0  # no branch: the loop vectorises
-        out[i + 1] = out[i] + count
-    return out
+def _lut_bins(rows, bin_scale, n_bins, bin_dtype_sample):
+    """The LUT bin of every stored entry of CSR ``rows`` (:func:`_table_row`).
 
-
-@njit(cache=True, nogil=True)
-def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
-    """CSR structure of the non-zeros of ``rows`` and the LUT bin of each (:func:`_table_row`).
-
-    CSR input keeps its own ``indices``; an explicit zero gets the table's all-zero row
-    ``n_bins + 1``.  Dense input gets the columns of its non-zeros.
+    An explicit zero gets the table's all-zero row ``n_bins + 1``.
     """
-    indptr, indices, data, dense = rows
+    indptr, indices, data, _ = rows
     n = indptr.shape[0] - 1
-    if dense:
-        out_ptr = _nonzero_indptr(rows)
-        out_indices = np.empty(out_ptr[n], dtype=np.int32)
-    else:
-        out_ptr = indptr.astype(np.int64)
-        out_indices = indices  # int32 (solver_entries): shared with the input
-    bins = np.empty(out_indices.shape[0], dtype=bin_dtype_sample.dtype)
+    bins = np.empty(indices.shape[0], dtype=bin_dtype_sample.dtype)
     for i in range(n):
         start = indptr[i]
-        o = out_ptr[i]
         for k in range(start, indptr[i + 1]):
             if data[k] == 0.0:
-                if not dense:
-                    bins[o] = n_bins + 1
-                    o += 1
+                bins[k] = n_bins + 1
                 continue
-            j, h = _table_row(k, start, dense, indices, data, True, bin_scale, n_bins)
-            out_indices[o] = j
-            bins[o] = h
-            o += 1
-    return out_ptr, out_indices, bins
+            _, h = _table_row(k, start, False, indices, data, True, bin_scale, n_bins)
+            bins[k] = h
+    return bins
 
 
 @njit(cache=True, nogil=True)
-def _nonzero_arrays(rows):
-    """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass to count, one to copy).
+def _dense_nonzeros(data, n, d, sample_every):
+    """CSR arrays of the non-zeros of the dense C-ordered ``(n, d)`` matrix ``data``, and its column maxima.
 
-    A row with more than ``1/BRANCH_FREE_DENSITY`` non-zeros is copied without a branch
-    (a zero is written to the next free slot, which the next non-zero or the next row
-    overwrites; one slot of slack for the last row): in dense feature rows the
-    zero/non-zero pattern is unpredictable and mispredicted branches cost more than the
-    extra stores, while in sparse rows the branch is predicted and the stores are saved.
+    One pass over the input: each row is read once from memory to count its non-zeros and
+    update the column maxima (a branch-free loop, vectorised), then copied from cache.  A row
+    with more than ``1/BRANCH_FREE_DENSITY`` non-zeros is copied without a branch (a zero is
+    written to the next free slot, which the next non-zero or the next row overwrites): in
+    dense feature rows the zero/non-zero pattern is unpredictable and mispredicted branches
+    cost more than the extra stores, while in sparse rows the branch is predicted.  The
+    output is sized from the non-zeros of every ``sample_every``-th row and grown if needed.
+    Returns ``indptr`` (int64), ``indices`` (int32), ``values`` and ``column_max`` (in the
+    input's type; views of possibly larger buffers).
     """
-    indptr, _, data, _ = rows
-    n = indptr.shape[0] - 1
-    out_ptr = _nonzero_indptr(rows)
-    nnz = out_ptr[n]
-    out_indices = np.empty(nnz + 1, dtype=np.int32)
-    out_data = np.empty(nnz + 1, dtype=data.dtype)
+    sampled = 0
+    n_sampled = 0
+    for i in range(0, n, sample_every):
+        count = 0
+        for j in range(d):
+            count += data[i * d + j] != 0.0
+        sampled += count
+        n_sampled += 1
+    capacity = sampled * n // max(n_sampled, 1)
+    capacity += capacity // 8 + d + 1
+    indices = np.empty(capacity, dtype=np.int32)
+    values = np.empty(capacity, dtype=data.dtype)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    largest = np.zeros(d, dtype=data.dtype)
+    o = 0
     for i in range(n):
-        start = indptr[i]
-        end = indptr[i + 1]
-        o = out_ptr[i]
-        if (out_ptr[i + 1] - o) * BRANCH_FREE_DENSITY > end - start:
-            for k in range(start, end):
-                value = data[k]
-                out_indices[o] = k - start
-                out_data[o] = value
+        start = i * d
+        count = 0
+        for j in range(d):
+            value = data[start + j]
+            largest[j] = value if value > largest[j] else largest[j]
+            count += value != 0.0
+        if o + count + 1 > capacity:
+            capacity = max(capacity + capacity // 2, o + count + 1)
+            grown_indices = np.empty(capacity, dtype=np.int32)
+            grown_values = np.empty(capacity, dtype=data.dtype)
+            grown_indices[:o] = indices[:o]
+            grown_values[:o] = values[:o]
+            indices, values = grown_indices, grown_values
+        if count * BRANCH_FREE_DENSITY > d:
+            for j in range(d):
+                value = data[start + j]
+                indices[o] = j
+                values[o] = value
                 o += value != 0.0
         else:
-            for k in range(start, end):
-                if data[k] != 0.0:
-                    out_indices[o] = k - start
-                    out_data[o] = data[k]
+            for j in range(d):
+                if data[start + j] != 0.0:
+                    indices[o] = j
+                    values[o] = data[start + j]
                     o += 1
-    return out_ptr, out_indices[:nnz], out_data[:nnz]
+        indptr[i + 1] = o
+    return indptr, indices[:o], values[:o], largest
 
 
-def nonzero_rows(rows: RowArrays) -> RowArrays:
-    """CSR :class:`~classify_images.classifiers._rows.RowArrays` of the non-zeros of ``rows`` (CSR input as it is)."""
+_SAMPLE_EVERY = 32
+""":func:`nonzero_rows_and_max` sizes its output from the non-zeros of every this-many-th row."""
+
+
+def nonzero_rows_and_max(rows: RowArrays, n_features: int) -> tuple[RowArrays, np.ndarray]:
+    """CSR :class:`~classify_images.classifiers._rows.RowArrays` of the non-zeros of ``rows``, and the column maxima.
+
+    Dense input is converted in one pass (:func:`_dense_nonzeros`); CSR input is returned as
+    it is, with :func:`column_max`.  The maxima are float64.
+    """
     if not rows.dense:
-        return rows
-    return RowArrays(*_nonzero_arrays(rows), False)
+        return rows, column_max(rows, n_features)
+    n = rows.indptr.shape[0] - 1
+    indptr, indices, values, largest = _dense_nonzeros(rows.data, n, n_features, _SAMPLE_EVERY)
+    return RowArrays(indptr, indices, values, False), largest.astype(np.float64)
 
 
-def solver_entries(rows, table: DeltaTable) -> SolverEntries:
-    """The :class:`SolverEntries` of the training ``rows`` (CSR unless ``table.use_lut``).
+def solver_entries(rows: RowArrays, table: DeltaTable) -> SolverEntries:
+    """The :class:`SolverEntries` of the training ``rows`` (CSR: :func:`nonzero_rows_and_max`).
 
     PmSVM-LUT computes the bin of every stored value once, here, rather than at every
     visit of its example; the bins take 2 bytes per non-zero (``uint16`` up to 65 534 bins).
     Without LUT the table already holds one delta row per stored entry.
     """
+    if rows.dense:
+        raise ValueError("solver_entries: the rows must be CSR (nonzero_rows_and_max)")
+    indptr, indices = rows.indptr.astype(np.int64), rows.indices.astype(np.int32, copy=False)
     if not table.use_lut:
-        return SolverEntries(rows.indptr.astype(np.int64), rows.indices.astype(np.int32, copy=False),
-                             np.empty(0, dtype=np.uint16), False, table.values)
+        return SolverEntries(indptr, indices, np.empty(0, dtype=np.uint16), False, table.values)
     sample = np.empty(0, dtype=np.uint16 if table.n_bins + 1 <= np.iinfo(np.uint16).max else np.int32)
-    rows = rows._replace(indices=rows.indices.astype(np.int32, copy=False))
-    indptr, indices, bins = _lut_entries(rows, table.bin_scale, table.n_bins, sample)
+    bins = _lut_bins(rows._replace(indices=indices), table.bin_scale, table.n_bins, sample)
     values = np.vstack([table.values, np.zeros((1, table.values.shape[1]), dtype=table.values.dtype)])
     return SolverEntries(indptr, indices, bins, True, values)
 

@@ -326,8 +326,8 @@ class PmSVM(OneVsRestClassifierBase):
     and stopping are its own, and the model does not depend on the grouping
     or on ``n_jobs``.  Training and prediction cost O(m) per stored
     non-zero and problem, independent of ``d``; the solver reads the training
-    rows' non-zeros only, whatever the input format (dense input is converted:
-    to CSR without LUT, to columns and bins with LUT), and prediction scans
+    rows' non-zeros only, whatever the input format (dense input is converted
+    to CSR in one pass, and with LUT its values to bins), and prediction scans
     dense rows entry by entry (zeros skipped).
     """
 
@@ -413,11 +413,9 @@ class PmSVM(OneVsRestClassifierBase):
     def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         approx = self.approximation()
         d = X.shape[1]
-        rows = matrix_arrays(X)
-        self.feature_max_ = _k.column_max(rows, d)
+        # the solver and the pre-computation (CVPR Sec. 4.4) read the stored non-zeros only
+        rows, self.feature_max_ = _k.nonzero_rows_and_max(matrix_arrays(X), d)
         inv_max, _ = self._scales()
-        if self.lut_bins is None and rows.dense:  # the pre-computation is per stored non-zero (CVPR Sec. 4.4)
-            rows = _k.nonzero_rows(rows)
         table = self._delta_table(approx, rows, inv_max)
         q_kernel, r, z = _k.row_constants(rows, table, inv_max, approx, d)
         constants = _k.RowConstants(q_kernel, r, z, d * float(approx.v0 @ approx.phi0))

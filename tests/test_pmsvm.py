@@ -307,9 +307,10 @@ def test_nonzero_rows_of_dense_input():
     from classify_images.classifiers._rows import matrix_arrays
 
     X, _ = histograms(30, d=25, seed=6)
-    indptr, indices, data, dense = _k.nonzero_rows(matrix_arrays(X))
+    (indptr, indices, data, dense), fmax = _k.nonzero_rows_and_max(matrix_arrays(X), 25)
     expected = sp.csr_matrix(X)
     assert not dense
+    np.testing.assert_array_equal(fmax, X.max(axis=0).astype(np.float64))
     np.testing.assert_array_equal(indptr, expected.indptr)
     np.testing.assert_array_equal(indices, expected.indices)
     np.testing.assert_array_equal(data, expected.data)
@@ -364,13 +365,17 @@ def test_nonzero_rows_of_dense_and_sparse_rows():
 
     rng = np.random.default_rng(3)
     density = np.array([0.0, 0.02, 0.1, 0.19, 0.21, 0.5, 0.9, 1.0])[:, None]
-    X = (rng.uniform(size=(8, 200)) < density) * rng.uniform(0.1, 1.0, (8, 200)).astype(np.float32)
-    indptr, indices, data, dense = _k.nonzero_rows(matrix_arrays(X))
+    X = ((rng.uniform(size=(8, 200)) < density) * rng.uniform(0.1, 1.0, (8, 200))).astype(np.float32)
     expected = sp.csr_matrix(X)
+    # every row sampled (an exact size), or one row in 32 (the all-zero first row: the output grows)
+    for sample_every in (1, 32):
+        indptr, indices, data, fmax = _k._dense_nonzeros(X.reshape(-1), 8, 200, sample_every)
+        np.testing.assert_array_equal(indptr, expected.indptr)
+        np.testing.assert_array_equal(indices, expected.indices)
+        np.testing.assert_array_equal(data, expected.data)
+        np.testing.assert_array_equal(fmax, X.max(axis=0))
+    (_, _, _, dense), _ = _k.nonzero_rows_and_max(matrix_arrays(sp.csr_matrix(X)), 200)
     assert not dense
-    np.testing.assert_array_equal(indptr, expected.indptr)
-    np.testing.assert_array_equal(indices, expected.indices)
-    np.testing.assert_array_equal(data, expected.data)
 
 
 @pytest.mark.parametrize("use_lut", [False, True])
