@@ -38,7 +38,8 @@ The settings are each classifier's defaults where it has them, and LIBLINEAR's o
 ``C="auto"`` (``1 / mean M_p(x, x)``), ``tol=0.1``; ``LinearSVC`` (LIBLINEAR ``-s 1``, the
 squared-hinge dual solved by coordinate descent like PmSVM) with ``tol=0.1`` and
 ``C = 1 / mean ||x||^2`` (SVMlight's default, what ``QuadraticHingeSVC(C="auto")`` uses);
-``QuadraticHingeSVC`` defaults; and PmSVM HI at the papers' ``C = 0.01``.  PmSVM's and LIBLINEAR's stopping rules are the same
+``QuadraticHingeSVC`` defaults; and PmSVM HI at the papers' ``C = 0.01``, and χ²/HI at twice the
+automatic C (``pmsvm-chi2-2c``, ``pmsvm-hi-2c``; not run by default).  PmSVM's and LIBLINEAR's stopping rules are the same
 (``max PG - min PG <= tol`` on the dual's projected gradient).
 """
 
