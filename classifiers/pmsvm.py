@@ -314,8 +314,9 @@ class PmSVM(OneVsRestClassifierBase):
     give the dual of the repeated rows); rows of weight 0 are left out.
 
     Memory during training, per stored training value: the input (value and
-    column index) plus, without LUT, ``2m + 1`` float32 pre-computed numbers;
-    with LUT its bin (2 bytes; dense input: also its column, 4 bytes).  Per
+    column index; dense input is converted to CSR of its non-zeros) plus,
+    without LUT, ``2m + 1`` float32 pre-computed numbers; with LUT its bin
+    (2 bytes).  Per
     group of problems: ``d m`` float32 working coefficients per (padded)
     problem; per class: ``d (m+1)`` float64 coefficients, ``n`` dual variables
     and ``n`` shrinking flags.
