@@ -51,7 +51,7 @@ __all__ = [
     "delta_rows_values",
     "delta_rows_csr",
     "SolverEntries",
-    "nonzero_rows",
+    "nonzero_rows_and_max",
     "solver_entries",
     "dcd_solve",
     "dual_coefficients",
@@ -65,6 +65,14 @@ LOG_SHIFT = 0.05
 LANES = 8
 """The solver's coefficients of a group are padded to a multiple of this many problems, so that
 its loops over the group vectorise without a scalar remainder."""
+
+BRANCH_FREE_DENSITY = 5
+"""Dense rows with more than 1 in this many entries non-zero are compacted without a branch
+(:func:`_dense_nonzeros`)."""
+
+ENTRY_BLOCK = 4
+"""Entries of a row whose gradient terms one pass over the group's accumulators adds (``m = 2``):
+the accumulators are loaded and stored once per block rather than once per entry."""
 
 BIN_ROUNDING = 1e-9
 """Added to ``b x_hat`` before ``floor``: ``x = max_j`` gives ``b (1 - 1e-16)``, not ``b - 1``."""
@@ -213,10 +221,19 @@ def column_max(rows, n_features):
     out = np.zeros(n_features)
     indptr, indices, data, dense = rows
     n = indptr.shape[0] - 1
+    if dense:  # a branch-free loop over each row's columns, in the input's type: it vectorises
+        largest = np.zeros(n_features, dtype=data.dtype)
+        for i in range(n):
+            start = indptr[i]
+            for j in range(n_features):
+                value = data[start + j]
+                largest[j] = value if value > largest[j] else largest[j]
+        out[:] = largest
+        return out
     for i in range(n):
         start = indptr[i]
         for k in range(start, indptr[i + 1]):
-            j = column(k, start, dense, indices)
+            j = indices[k]
             if data[k] > out[j]:
                 out[j] = data[k]
     return out
@@ -274,21 +291,114 @@ _DELTA_CHUNK = 1 << 13
 """Values converted to delta rows at a time (the temporaries stay in a core's cache)."""
 
 
+_KIND_GENERAL, _KIND_CHI2, _KIND_HELLINGER, _KIND_MIN, _KIND_ROOTS = range(5)
+"""How :func:`_fill_delta_rows` evaluates ``M_p(c, x)``: NumPy's :func:`power_mean_nodes`
+(``_KIND_GENERAL``), or in the kernel for ``p = -1``, ``0``, ``-inf`` and ``p = -2^k``."""
+
+
+def _power_mean_kind(approx, x_min: float) -> tuple[int, int]:
+    """``(kind, k)`` of :func:`_fill_delta_rows` for the power of ``approx`` (``k`` for ``p = -2^k``).
+
+    The kernel's cases are those of :func:`power_mean_nodes` whose arithmetic is exactly
+    rounded (``+ - * /``, ``sqrt``, ``min``), so that both give the same bits.
+    """
+    p = approx.p
+    if p == -1.0:
+        return _KIND_CHI2, 0
+    if p == 0.0:
+        return _KIND_HELLINGER, 0
+    if p == -np.inf:
+        return _KIND_MIN, 0
+    if -64.0 <= p <= -2.0 and p == np.floor(p) and min(x_min, float(np.min(approx.node_values))) >= 1e-4:
+        n = int(-p)
+        if n & (n - 1) == 0:
+            return _KIND_ROOTS, n.bit_length() - 1
+    return _KIND_GENERAL, 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _fill_delta_rows(x_tilde, t, node_values, node_powers, m_zero, phi0, vinv, kind, k, node_terms, out):
+    """Delta rows of the values ``x_tilde`` (``t = ln(x_tilde + 0.05)`` given) into ``out``.
+
+    ``node_terms`` (m+1, n) holds ``M_p(c, x~) - M_p(c, eps)`` on entry for ``kind =
+    _KIND_GENERAL`` and is the kernel's work space otherwise.  ``node_powers[r] = c_r^p``
+    (``_KIND_ROOTS``).  The same operations in the same order as :func:`power_mean_nodes`
+    and NumPy's evaluation of the delta rows, one contiguous loop per step (which the
+    compiler vectorises; ``error_model="numpy"``: a division needs no exception check).
+    """
+    n = x_tilde.shape[0]
+    m = phi0.shape[0] - 1
+    for i in range(n):  # t^q - t0^q, q = 1..m
+        power = t[i]
+        for q in range(1, m + 1):
+            out[i, q - 1] = power - phi0[q]
+            power = power * t[i]
+    if kind == _KIND_ROOTS:
+        x_term = node_terms[m]  # the last row is free until its node is reached
+        for i in range(n):
+            x_term[i] = 1.0 / x_tilde[i]
+        for _ in range(k):  # x^p = (1/x)^(2^k) by k squarings
+            for i in range(n):
+                x_term[i] = x_term[i] * x_term[i]
+        for r in range(m + 1):
+            row = node_terms[r]
+            cp = node_powers[r]
+            for i in range(n):
+                row[i] = 0.5 * (cp + x_term[i])
+            for _ in range(k):  # s^(1/p) = 1 / sqrt^k(s)
+                for i in range(n):
+                    row[i] = np.sqrt(row[i])
+            mz = m_zero[r]
+            for i in range(n):
+                row[i] = 1.0 / row[i] - mz
+    elif kind != _KIND_GENERAL:
+        for r in range(m + 1):
+            row = node_terms[r]
+            c = node_values[r]
+            mz = m_zero[r]
+            if kind == _KIND_CHI2:
+                two_c = 2.0 * c
+                for i in range(n):
+                    row[i] = two_c * x_tilde[i] / (c + x_tilde[i]) - mz
+            elif kind == _KIND_HELLINGER:
+                root_c = np.sqrt(c)
+                for i in range(n):
+                    row[i] = root_c * np.sqrt(x_tilde[i]) - mz
+            else:
+                for i in range(n):
+                    row[i] = min(x_tilde[i], c) - mz
+    column = np.empty(n)
+    for r in range(m + 1):  # X^-1 (M_p(c, x~) - M_p(c, eps)), one output column at a time
+        a = vinv[r, 0]
+        first = node_terms[0]
+        for i in range(n):
+            column[i] = a * first[i]
+        for q in range(1, m + 1):
+            a = vinv[r, q]
+            row = node_terms[q]
+            for i in range(n):
+                column[i] += a * row[i]
+        for i in range(n):
+            out[i, m + r] = column[i]
+
+
 def _write_delta_rows(x_hat: np.ndarray, approx, out: np.ndarray) -> None:
-    """Write the delta rows of the scaled values ``x_hat`` into ``out`` (see :func:`delta_rows_values`)."""
+    """Write the delta rows of the scaled values ``x_hat`` into ``out`` (see :func:`delta_rows_values`).
+
+    NumPy computes ``t = ln(x~ + 0.05)`` (its vectorised ``log``); :func:`_fill_delta_rows`
+    the rest in one call.
+    """
     m = approx.m
     x_tilde = np.maximum(np.minimum(x_hat, 1.0), approx.eps)
     t = np.log(x_tilde + LOG_SHIFT)
-    power = t
-    for q in range(1, m + 1):
-        out[:, q - 1] = power - approx.phi0[q]
-        power = power * t
-    node_terms = [mk - mz for mk, mz in zip(power_mean_nodes(approx.node_values, x_tilde, approx.p), approx.m_zero)]
-    for r in range(m + 1):  # X^-1 (M_p(c, x~) - M_p(c, eps)), one output column at a time
-        column = approx.vinv[r, 0] * node_terms[0]
-        for k in range(1, m + 1):
-            column += approx.vinv[r, k] * node_terms[k]
-        out[:, m + r] = column
+    kind, k = _power_mean_kind(approx, float(x_tilde.min(initial=1.0)))
+    node_terms = np.empty((m + 1, x_tilde.shape[0]))
+    if kind == _KIND_GENERAL:
+        for r, (mk, mz) in enumerate(zip(power_mean_nodes(approx.node_values, x_tilde, approx.p), approx.m_zero)):
+            node_terms[r] = mk - mz
+    node_powers = np.array([float(c) ** approx.p for c in approx.node_values])
+    _fill_delta_rows(x_tilde, t, approx.node_values, node_powers, approx.m_zero, approx.phi0, approx.vinv,
+                     kind, k, node_terms, out)
 
 
 def delta_rows_values(values, approx) -> np.ndarray:
@@ -405,91 +515,115 @@ class SolverEntries(NamedTuple):
 
 
 @njit(cache=True, nogil=True)
-def _nonzero_indptr(rows):
-    """Row pointers (int64) of the non-zeros of ``rows``: ``out[i + 1] - out[i]`` non-zeros in row ``i``."""
-    indptr, _, data, _ = rows
-    n = indptr.shape[0] - 1
-    out = np.zeros(n + 1, dtype=np.int64)
-    for i in range(n):
-        count = 0
-        for k in range(indptr[i], indptr[i + 1]):
-            if data[k] != 0.0:
-                count += 1
-        out[i + 1] = out[i] + count
-    return out
+def _lut_bins(rows, bin_scale, n_bins, bin_dtype_sample):
+    """The LUT bin of every stored entry of CSR ``rows`` (:func:`_table_row`).
 
-
-@njit(cache=True, nogil=True)
-def _lut_entries(rows, bin_scale, n_bins, bin_dtype_sample):
-    """CSR structure of the non-zeros of ``rows`` and the LUT bin of each (:func:`_table_row`).
-
-    CSR input keeps its own ``indices``; an explicit zero gets the table's all-zero row
-    ``n_bins + 1``.  Dense input gets the columns of its non-zeros.
+    An explicit zero gets the table's all-zero row ``n_bins + 1``.
     """
-    indptr, indices, data, dense = rows
+    indptr, indices, data, _ = rows
     n = indptr.shape[0] - 1
-    if dense:
-        out_ptr = _nonzero_indptr(rows)
-        out_indices = np.empty(out_ptr[n], dtype=np.int32)
-    else:
-        out_ptr = indptr.astype(np.int64)
-        out_indices = indices  # int32 (solver_entries): shared with the input
-    bins = np.empty(out_indices.shape[0], dtype=bin_dtype_sample.dtype)
+    bins = np.empty(indices.shape[0], dtype=bin_dtype_sample.dtype)
     for i in range(n):
         start = indptr[i]
-        o = out_ptr[i]
         for k in range(start, indptr[i + 1]):
             if data[k] == 0.0:
-                if not dense:
-                    bins[o] = n_bins + 1
-                    o += 1
+                bins[k] = n_bins + 1
                 continue
-            j, h = _table_row(k, start, dense, indices, data, True, bin_scale, n_bins)
-            out_indices[o] = j
-            bins[o] = h
-            o += 1
-    return out_ptr, out_indices, bins
+            _, h = _table_row(k, start, False, indices, data, True, bin_scale, n_bins)
+            bins[k] = h
+    return bins
 
 
 @njit(cache=True, nogil=True)
-def _nonzero_arrays(rows):
-    """CSR arrays ``(indptr, indices, data)`` of the non-zeros of dense ``rows`` (one pass to count, one to copy)."""
-    indptr, _, data, _ = rows
-    n = indptr.shape[0] - 1
-    out_ptr = _nonzero_indptr(rows)
-    out_indices = np.empty(out_ptr[n], dtype=np.int32)
-    out_data = np.empty(out_ptr[n], dtype=data.dtype)
+def _dense_nonzeros(data, n, d, sample_every):
+    """CSR arrays of the non-zeros of the dense C-ordered ``(n, d)`` matrix ``data``, and its column maxima.
+
+    One pass over the input: each row is read once from memory to count its non-zeros and
+    update the column maxima (a branch-free loop, vectorised), then copied from cache.  A row
+    with more than ``1/BRANCH_FREE_DENSITY`` non-zeros is copied without a branch (a zero is
+    written to the next free slot, which the next non-zero or the next row overwrites): in
+    dense feature rows the zero/non-zero pattern is unpredictable and mispredicted branches
+    cost more than the extra stores, while in sparse rows the branch is predicted.  The
+    output is sized from the non-zeros of every ``sample_every``-th row and grown if needed.
+    Returns ``indptr`` (int64), ``indices`` (int32), ``values`` and ``column_max`` (in the
+    input's type; views of possibly larger buffers).
+    """
+    sampled = 0
+    n_sampled = 0
+    for i in range(0, n, sample_every):
+        count = 0
+        for j in range(d):
+            count += data[i * d + j] != 0.0
+        sampled += count
+        n_sampled += 1
+    capacity = sampled * n // max(n_sampled, 1)
+    capacity += capacity // 8 + d + 1
+    indices = np.empty(capacity, dtype=np.int32)
+    values = np.empty(capacity, dtype=data.dtype)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    largest = np.zeros(d, dtype=data.dtype)
+    o = 0
     for i in range(n):
-        start = indptr[i]
-        o = out_ptr[i]
-        for k in range(start, indptr[i + 1]):
-            if data[k] != 0.0:
-                out_indices[o] = k - start
-                out_data[o] = data[k]
-                o += 1
-    return out_ptr, out_indices, out_data
+        start = i * d
+        count = 0
+        for j in range(d):
+            value = data[start + j]
+            largest[j] = value if value > largest[j] else largest[j]
+            count += value != 0.0
+        if o + count + 1 > capacity:
+            capacity = max(capacity + capacity // 2, o + count + 1)
+            grown_indices = np.empty(capacity, dtype=np.int32)
+            grown_values = np.empty(capacity, dtype=data.dtype)
+            grown_indices[:o] = indices[:o]
+            grown_values[:o] = values[:o]
+            indices, values = grown_indices, grown_values
+        if count * BRANCH_FREE_DENSITY > d:
+            for j in range(d):
+                value = data[start + j]
+                indices[o] = j
+                values[o] = value
+                o += value != 0.0
+        else:
+            for j in range(d):
+                if data[start + j] != 0.0:
+                    indices[o] = j
+                    values[o] = data[start + j]
+                    o += 1
+        indptr[i + 1] = o
+    return indptr, indices[:o], values[:o], largest
 
 
-def nonzero_rows(rows: RowArrays) -> RowArrays:
-    """CSR :class:`~classify_images.classifiers._rows.RowArrays` of the non-zeros of ``rows`` (CSR input as it is)."""
+_SAMPLE_EVERY = 32
+""":func:`nonzero_rows_and_max` sizes its output from the non-zeros of every this-many-th row."""
+
+
+def nonzero_rows_and_max(rows: RowArrays, n_features: int) -> tuple[RowArrays, np.ndarray]:
+    """CSR :class:`~classify_images.classifiers._rows.RowArrays` of the non-zeros of ``rows``, and the column maxima.
+
+    Dense input is converted in one pass (:func:`_dense_nonzeros`); CSR input is returned as
+    it is, with :func:`column_max`.  The maxima are float64.
+    """
     if not rows.dense:
-        return rows
-    return RowArrays(*_nonzero_arrays(rows), False)
+        return rows, column_max(rows, n_features)
+    n = rows.indptr.shape[0] - 1
+    indptr, indices, values, largest = _dense_nonzeros(rows.data, n, n_features, _SAMPLE_EVERY)
+    return RowArrays(indptr, indices, values, False), largest.astype(np.float64)
 
 
-def solver_entries(rows, table: DeltaTable) -> SolverEntries:
-    """The :class:`SolverEntries` of the training ``rows`` (CSR unless ``table.use_lut``).
+def solver_entries(rows: RowArrays, table: DeltaTable) -> SolverEntries:
+    """The :class:`SolverEntries` of the training ``rows`` (CSR: :func:`nonzero_rows_and_max`).
 
     PmSVM-LUT computes the bin of every stored value once, here, rather than at every
     visit of its example; the bins take 2 bytes per non-zero (``uint16`` up to 65 534 bins).
     Without LUT the table already holds one delta row per stored entry.
     """
+    if rows.dense:
+        raise ValueError("solver_entries: the rows must be CSR (nonzero_rows_and_max)")
+    indptr, indices = rows.indptr.astype(np.int64), rows.indices.astype(np.int32, copy=False)
     if not table.use_lut:
-        return SolverEntries(rows.indptr.astype(np.int64), rows.indices.astype(np.int32, copy=False),
-                             np.empty(0, dtype=np.uint16), False, table.values)
+        return SolverEntries(indptr, indices, np.empty(0, dtype=np.uint16), False, table.values)
     sample = np.empty(0, dtype=np.uint16 if table.n_bins + 1 <= np.iinfo(np.uint16).max else np.int32)
-    rows = rows._replace(indices=rows.indices.astype(np.int32, copy=False))
-    indptr, indices, bins = _lut_entries(rows, table.bin_scale, table.n_bins, sample)
+    bins = _lut_bins(rows._replace(indices=indices), table.bin_scale, table.n_bins, sample)
     values = np.vstack([table.values, np.zeros((1, table.values.shape[1]), dtype=table.values.dtype)])
     return SolverEntries(indptr, indices, bins, True, values)
 
@@ -504,8 +638,27 @@ def _rows_gradient(start, end, indices, table_rows, use_lut, values, b, acc):
     m = b.shape[1]
     width = b.shape[2]
     acc[:] = 0.0
-    if m == 2:  # the default degree: one loop over the group per entry
-        for k in range(start, end):
+    if m == 2:  # the default degree: one loop over the group per ENTRY_BLOCK entries
+        k = start
+        while k + ENTRY_BLOCK <= end:
+            j0, j1, j2, j3 = indices[k], indices[k + 1], indices[k + 2], indices[k + 3]
+            r0 = table_rows[k] if use_lut else k
+            r1 = table_rows[k + 1] if use_lut else k + 1
+            r2 = table_rows[k + 2] if use_lut else k + 2
+            r3 = table_rows[k + 3] if use_lut else k + 3
+            p0, q0 = values[r0, 0], values[r0, 1]
+            p1, q1 = values[r1, 0], values[r1, 1]
+            p2, q2 = values[r2, 0], values[r2, 1]
+            p3, q3 = values[r3, 0], values[r3, 1]
+            for c in range(width):  # the entries' terms added in entry order, as one entry at a time
+                s = acc[c]
+                s += b[j0, 0, c] * p0 + b[j0, 1, c] * q0
+                s += b[j1, 0, c] * p1 + b[j1, 1, c] * q1
+                s += b[j2, 0, c] * p2 + b[j2, 1, c] * q2
+                s += b[j3, 0, c] * p3 + b[j3, 1, c] * q3
+                acc[c] = s
+            k += ENTRY_BLOCK
+        for k in range(k, end):
             j = indices[k]
             row = table_rows[k] if use_lut else k
             dphi1 = values[row, 0]
@@ -720,11 +873,13 @@ def dual_coefficients(entries, weights, b, v0, n_features):
         for c in range(width):
             S[c] += weights[i, c]
     for j in range(n_features):
-        for c in range(width):
-            coef[j, 0, c] = S[c] * v0[0]
         for q in range(1, m + 1):
             for c in range(width):
                 coef[j, q, c] = np.float64(b[j, q - 1, c]) + S[c] * v0[q]
+    intercepts = np.empty((n_features, width))  # contiguous: the pass below touches 8 bytes per problem
+    for j in range(n_features):
+        for c in range(width):
+            intercepts[j, c] = S[c] * v0[0]
     for i in range(n):
         any_weight = False
         for c in range(width):
@@ -737,7 +892,8 @@ def dual_coefficients(entries, weights, b, v0, n_features):
             row = table_rows[k] if use_lut else k
             du = np.float64(values[row, m])
             for c in range(width):
-                coef[j, 0, c] += weights[i, c] * du
+                intercepts[j, c] += weights[i, c] * du
+    coef[:, 0, :] = intercepts
     return coef
 
 

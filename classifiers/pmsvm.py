@@ -314,8 +314,9 @@ class PmSVM(OneVsRestClassifierBase):
     give the dual of the repeated rows); rows of weight 0 are left out.
 
     Memory during training, per stored training value: the input (value and
-    column index) plus, without LUT, ``2m + 1`` float32 pre-computed numbers;
-    with LUT its bin (2 bytes; dense input: also its column, 4 bytes).  Per
+    column index; dense input is converted to CSR of its non-zeros) plus,
+    without LUT, ``2m + 1`` float32 pre-computed numbers; with LUT its bin
+    (2 bytes).  Per
     group of problems: ``d m`` float32 working coefficients per (padded)
     problem; per class: ``d (m+1)`` float64 coefficients, ``n`` dual variables
     and ``n`` shrinking flags.
@@ -326,8 +327,8 @@ class PmSVM(OneVsRestClassifierBase):
     and stopping are its own, and the model does not depend on the grouping
     or on ``n_jobs``.  Training and prediction cost O(m) per stored
     non-zero and problem, independent of ``d``; the solver reads the training
-    rows' non-zeros only, whatever the input format (dense input is converted:
-    to CSR without LUT, to columns and bins with LUT), and prediction scans
+    rows' non-zeros only, whatever the input format (dense input is converted
+    to CSR in one pass, and with LUT its values to bins), and prediction scans
     dense rows entry by entry (zeros skipped).
     """
 
@@ -413,11 +414,9 @@ class PmSVM(OneVsRestClassifierBase):
     def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         approx = self.approximation()
         d = X.shape[1]
-        rows = matrix_arrays(X)
-        self.feature_max_ = _k.column_max(rows, d)
+        # the solver and the pre-computation (CVPR Sec. 4.4) read the stored non-zeros only
+        rows, self.feature_max_ = _k.nonzero_rows_and_max(matrix_arrays(X), d)
         inv_max, _ = self._scales()
-        if self.lut_bins is None and rows.dense:  # the pre-computation is per stored non-zero (CVPR Sec. 4.4)
-            rows = _k.nonzero_rows(rows)
         table = self._delta_table(approx, rows, inv_max)
         q_kernel, r, z = _k.row_constants(rows, table, inv_max, approx, d)
         constants = _k.RowConstants(q_kernel, r, z, d * float(approx.v0 @ approx.phi0))

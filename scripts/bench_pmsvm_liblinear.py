@@ -4,7 +4,12 @@
 Usage::
 
     python scripts/bench_pmsvm_liblinear.py --features /work/features/scene15-bof-spm \\
-        --features /work/features/scene15-scspm [--problems 15,101] [--repeats 1] [--json out.json]
+        --features /work/features/scene15-scspm [--problems 15,101] [--repeats 1] [--json out.json] \\
+        [--baseline main]
+
+``--baseline REV``: every PmSVM method is also run, right after the current code's, with the
+package of the git revision ``REV`` (``git archive REV``, assembled as pyproject's
+``package-dir`` maps it, first on ``PYTHONPATH``); its rows are marked ``[REV]``.
 
 For every feature set two problems:
 
@@ -33,17 +38,20 @@ The settings are each classifier's defaults where it has them, and LIBLINEAR's o
 ``C="auto"`` (``1 / mean M_p(x, x)``), ``tol=0.1``; ``LinearSVC`` (LIBLINEAR ``-s 1``, the
 squared-hinge dual solved by coordinate descent like PmSVM) with ``tol=0.1`` and
 ``C = 1 / mean ||x||^2`` (SVMlight's default, what ``QuadraticHingeSVC(C="auto")`` uses);
-``QuadraticHingeSVC`` defaults; and PmSVM HI at the papers' ``C = 0.01``.  PmSVM's and LIBLINEAR's stopping rules are the same
+``QuadraticHingeSVC`` defaults; and PmSVM HI at the papers' ``C = 0.01``, and χ²/HI at twice the
+automatic C (``pmsvm-chi2-2c``, ``pmsvm-hi-2c``; not run by default).  PmSVM's and LIBLINEAR's stopping rules are the same
 (``max PG - min PG <= tol`` on the dual's projected gradient).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +69,8 @@ METHODS = {
     "pmsvm-lut-hi": ("PmSVM-LUT HI, b = 1000", "pmsvm", {"p": -8.0, "lut_bins": 1000}),
     "pmsvm-hi-c0.01": ("PmSVM HI, C = 0.01 (the papers')", "pmsvm", {"p": -8.0, "C": 0.01}),
     "pmsvm-lut-hi-c0.01": ("PmSVM-LUT HI, C = 0.01", "pmsvm", {"p": -8.0, "lut_bins": 1000, "C": 0.01}),
+    "pmsvm-chi2-2c": ("PmSVM χ², C = 2 × auto", "pmsvm", {"p": -1.0, "C_factor": 2.0}),
+    "pmsvm-hi-2c": ("PmSVM HI, C = 2 × auto", "pmsvm", {"p": -8.0, "C_factor": 2.0}),
     "liblinear": ("LIBLINEAR (LinearSVC, dual, tol 0.1)", "liblinear", {}),
     "lbfgs": ("QuadraticHingeSVC (L-BFGS)", "linear", {}),
     "pmsvm-hi-2t": ("PmSVM HI, n_jobs = 2", "pmsvm", {"p": -8.0, "n_jobs": 2}),
@@ -133,6 +143,17 @@ def make_estimator(kind: str, params: dict, train):
     if kind == "pmsvm":
         from classify_images.classifiers.pmsvm import PmSVM
 
+        params = dict(params)
+        factor = params.pop("C_factor", None)
+        if factor is not None:  # a multiple of C="auto": 1 / mean M_p(x, x), the input being scaled already
+            eps = PmSVM().eps
+            if hasattr(train, "indptr"):
+                floored = train.astype(np.float64)
+                floored.data = np.maximum(floored.data, eps)
+                diagonal = np.asarray(floored.sum(axis=1)).ravel() + (train.shape[1] - np.diff(train.indptr)) * eps
+            else:
+                diagonal = np.maximum(train, eps).sum(axis=1, dtype=np.float64)
+            params["C"] = factor / float(np.mean(diagonal))
         return PmSVM(random_state=0, **params)
     if kind == "linear":
         from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
@@ -186,16 +207,45 @@ def run_worker(folder: str, n_classes: int, method: str, repeats: int, input_for
 
 
 # --------------------------------------------------------------- parent side
-def run_method(folder: str, n_classes: int, method: str, repeats: int, input_format: str) -> dict:
+def baseline_package(revision: str, folder: Path) -> Path:
+    """Unpack the package of git ``revision`` under ``folder`` as pyproject's ``package-dir`` maps it.
+
+    Returns the directory to put first on ``PYTHONPATH``.
+    """
+    import tarfile
+    import tomllib
+
+    repo = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(repo), "archive", revision], capture_output=True, check=True).stdout
+    source = folder / "source"
+    source.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(source, filter="data")
+    mapping = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    root = folder / "packages"
+    for package, directory in sorted(mapping.items()):  # parents before children
+        target = root.joinpath(*package.split("."))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.symlink_to(source / directory, target_is_directory=True)
+    return root
+
+
+def run_method(folder: str, n_classes: int, method: str, repeats: int, input_format: str,
+               baseline: tuple[str, Path] | None = None) -> dict:
     env = dict(os.environ, **{name: "1" for name in THREAD_ENV})
     env["MALLOC_MMAP_THRESHOLD_"] = "65536"  # as bench_pmsvm: freed memory is not reused unseen
+    description = METHODS[method][0]
+    if baseline is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(baseline[1]), env.get("PYTHONPATH")]))
+        description = f"{description} [{baseline[0]}]"
     cmd = [sys.executable, __file__, "--worker", method, "--features", folder,
            "--problems", str(n_classes), "--repeats", str(repeats), "--input", input_format]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
-        return {"method": method, "description": METHODS[method][0], "error": lines[-1] if lines else "failed"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return {"method": method, "description": description, "error": lines[-1] if lines else "failed"}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), description=description)
 
 
 def markdown(title: str, rows: list[dict]) -> str:
@@ -233,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated subset of: " + ", ".join(METHODS))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--input", choices=("dense", "csr"), default="dense", help="format of the matrices given to fit")
+    parser.add_argument("--baseline", metavar="REV", help="also run the PmSVM methods with the package of this git revision")
     parser.add_argument("--wait-minutes", type=float, default=60.0)
     parser.add_argument("--json", help="write all results to this JSON file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -240,17 +291,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(run_worker(args.features[0], int(args.problems), args.worker, args.repeats, args.input)))
         return 0
+    unknown = sorted(set(args.methods.split(",")) - set(METHODS))
+    if unknown:
+        parser.error(f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     everything = {}
-    for folder in args.features:
-        U.wait_for(folder, args.wait_minutes)
-        for n_classes in (int(v) for v in args.problems.split(",")):
-            rows = []
-            for method in args.methods.split(","):
-                rows.append(run_method(folder, n_classes, method, args.repeats, args.input))
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-            title = f"{Path(folder).name}, {n_classes} classes"
-            everything[title] = rows
-            print(markdown(title, rows) + "\n", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-pmsvm-baseline-") as tmp:
+        try:
+            baseline = None if not args.baseline else (args.baseline, baseline_package(args.baseline, Path(tmp)))
+        except subprocess.CalledProcessError as error:
+            parser.error(f"--baseline {args.baseline}: git archive failed ({error.stderr.decode().strip()})")
+        for folder in args.features:
+            U.wait_for(folder, args.wait_minutes)
+            for n_classes in (int(v) for v in args.problems.split(",")):
+                rows = []
+                for method in args.methods.split(","):
+                    runs = [None] + ([baseline] if baseline and METHODS[method][1] == "pmsvm" else [])
+                    for package in runs:
+                        rows.append(run_method(folder, n_classes, method, args.repeats, args.input, package))
+                        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                title = f"{Path(folder).name}, {n_classes} classes"
+                everything[title] = rows
+                print(markdown(title, rows) + "\n", flush=True)
     if args.json:
         U.write_json(args.json, everything)
     return 0

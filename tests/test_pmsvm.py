@@ -307,9 +307,93 @@ def test_nonzero_rows_of_dense_input():
     from classify_images.classifiers._rows import matrix_arrays
 
     X, _ = histograms(30, d=25, seed=6)
-    indptr, indices, data, dense = _k.nonzero_rows(matrix_arrays(X))
+    (indptr, indices, data, dense), fmax = _k.nonzero_rows_and_max(matrix_arrays(X), 25)
     expected = sp.csr_matrix(X)
     assert not dense
+    np.testing.assert_array_equal(fmax, X.max(axis=0).astype(np.float64))
     np.testing.assert_array_equal(indptr, expected.indptr)
     np.testing.assert_array_equal(indices, expected.indices)
     np.testing.assert_array_equal(data, expected.data)
+
+
+# ------------------------------------- (f) the fast pre-computation and solver loops vs references
+def _delta_rows_reference(x_hat, approx):
+    """The delta rows by NumPy array operations, step by step (the kernel's slow reference)."""
+    from classify_images.classifiers import _pmsvm_kernels as _k
+
+    m = approx.m
+    x = np.maximum(np.minimum(np.asarray(x_hat, dtype=np.float64), 1.0), approx.eps)
+    t = np.log(x + _k.LOG_SHIFT)
+    out = np.empty((x.size, 2 * m + 1), dtype=np.float32)
+    power = t
+    for q in range(1, m + 1):
+        out[:, q - 1] = power - approx.phi0[q]
+        power = power * t
+    terms = [mk - mz for mk, mz in zip(_k.power_mean_nodes(approx.node_values, x, approx.p), approx.m_zero)]
+    for r in range(m + 1):
+        column = approx.vinv[r, 0] * terms[0]
+        for k in range(1, m + 1):
+            column += approx.vinv[r, k] * terms[k]
+        out[:, m + r] = column
+    return out
+
+
+@pytest.mark.parametrize("p", [-1.0, 0.0, -np.inf, -8.0, -2.0, -64.0, -3.0, -0.5])
+@pytest.mark.parametrize("eps", [1e-3, 1e-5])
+def test_delta_rows_kernel_matches_numpy_bit_for_bit(p, eps):
+    """The kernel's special cases (chi2, Hellinger, min, p = -2^k) give NumPy's bits."""
+    approx = PmSVM(p=p, eps=eps, m=3 if p == -2.0 else 2).approximation()
+    x = np.concatenate([np.random.default_rng(1).uniform(0, 1, 20000) ** 3, [0.0, 1e-6, 1e-4, 1e-3, 1.0, 1.5]])
+    np.testing.assert_array_equal(approx.delta_rows(x), _delta_rows_reference(x, approx))
+
+
+def test_column_max_dense_and_csr():
+    from classify_images.classifiers import _pmsvm_kernels as _k
+    from classify_images.classifiers._rows import matrix_arrays
+
+    X, _ = histograms(40, d=33, seed=2)
+    X[:, 5] = 0.0
+    expected = X.max(axis=0).astype(np.float64)
+    np.testing.assert_array_equal(_k.column_max(matrix_arrays(X), 33), expected)
+    np.testing.assert_array_equal(_k.column_max(matrix_arrays(sp.csr_matrix(X)), 33), expected)
+
+
+def test_nonzero_rows_of_dense_and_sparse_rows():
+    """Rows above and below the branch-free density are compacted alike (both copy loops)."""
+    from classify_images.classifiers import _pmsvm_kernels as _k
+    from classify_images.classifiers._rows import matrix_arrays
+
+    rng = np.random.default_rng(3)
+    density = np.array([0.0, 0.02, 0.1, 0.19, 0.21, 0.5, 0.9, 1.0])[:, None]
+    X = ((rng.uniform(size=(8, 200)) < density) * rng.uniform(0.1, 1.0, (8, 200))).astype(np.float32)
+    expected = sp.csr_matrix(X)
+    # every row sampled (an exact size), or one row in 32 (the all-zero first row: the output grows)
+    for sample_every in (1, 32):
+        indptr, indices, data, fmax = _k._dense_nonzeros(X.reshape(-1), 8, 200, sample_every)
+        np.testing.assert_array_equal(indptr, expected.indptr)
+        np.testing.assert_array_equal(indices, expected.indices)
+        np.testing.assert_array_equal(data, expected.data)
+        np.testing.assert_array_equal(fmax, X.max(axis=0))
+    (_, _, _, dense), _ = _k.nonzero_rows_and_max(matrix_arrays(sp.csr_matrix(X)), 200)
+    assert not dense
+
+
+@pytest.mark.parametrize("use_lut", [False, True])
+def test_blocked_gradient_matches_one_entry_at_a_time(use_lut):
+    """The gradient's blocks of entries add the same float32 terms in the same order."""
+    from classify_images.classifiers import _pmsvm_kernels as _k
+
+    rng = np.random.default_rng(4)
+    d, width = 50, 8
+    b = rng.standard_normal((d, 2, width)).astype(np.float32)
+    values = rng.standard_normal((30, 5)).astype(np.float32)
+    for length in range(11):
+        indices = np.sort(rng.choice(d, length, replace=False)).astype(np.int32)
+        table_rows = rng.integers(0, 30, length).astype(np.uint16) if use_lut else np.empty(0, np.uint16)
+        rows = table_rows.astype(int) if use_lut else np.arange(length)
+        acc = np.empty(width, dtype=np.float32)
+        _k._rows_gradient(0, length, indices, table_rows, use_lut, values, b, acc)
+        expected = np.zeros(width, dtype=np.float32)
+        for j, row in zip(indices, rows):
+            expected = expected + (b[j, 0] * values[row, 0] + b[j, 1] * values[row, 1])
+        np.testing.assert_array_equal(acc, expected)
