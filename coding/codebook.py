@@ -223,6 +223,13 @@ def initial_atoms(X: np.ndarray, n_atoms: int, random_state: int) -> np.ndarray:
     Returns
     -------
     init : ndarray of float64, shape (n_dims, n_atoms), Fortran order
+
+    References
+    ----------
+    1. J. Mairal, F. Bach, J. Ponce, G. Sapiro. Online learning for matrix factorization
+       and sparse coding. JMLR 11, 2010 (Algorithm 1: the initial dictionary ``D_0``).
+    2. SPAMS 2.6, ``linalg.h`` (``Matrix::normalize``, ``Vector::setAleat``) and
+       ``misc.h`` (``normalDistrib``, ``ran1``).
     """
     rng = np.random.default_rng(random_state)
     norms = np.linalg.norm(X, axis=0)
