@@ -36,6 +36,7 @@ __all__ = [
     "codebook_digest",
     "learn_kmeans_codebook",
     "learn_sparse_dictionary",
+    "initial_atoms",
     "learn_fisher_model",
     "sample_rows",
 ]
@@ -43,7 +44,7 @@ __all__ = [
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
 #: config hash, so results computed by the old code are not reused.
-IMPLEMENTATION_VERSION = 1
+IMPLEMENTATION_VERSION = 2
 
 #: The codebook kinds: k-means centres (vector quantisation), a sparse-coding
 #: dictionary, k-means centres for LLC or VLAD, a PCA + GMM model for Fisher vectors.
@@ -54,6 +55,10 @@ KMEANS_KINDS = ("kmeans", "llc", "vlad")
 
 #: PCA dimensions of the descriptors for Fisher vectors when the config does not say.
 DEFAULT_PCA_DIMS = 64
+
+#: Norm below which SPAMS treats an initial atom as zero (and draws it from its own,
+#: never reseeded, Gaussian generator): :func:`initial_atoms` never gives such an atom.
+_MIN_ATOM_NORM = 1e-10
 
 #: A learnt codebook: a (K, d) array of words, or the named arrays of a Fisher model.
 Codebook = np.ndarray | dict[str, np.ndarray]
@@ -166,8 +171,10 @@ def learn_sparse_dictionary(
     batch_size : int
         Mini-batch size.
     random_state : int
-        Seed of the initial dictionary (``n_atoms`` training descriptors drawn
-        at random, normalised): with one thread SPAMS is then deterministic.
+        Seed of the initial dictionary (:func:`initial_atoms`).  SPAMS reseeds
+        its own generator (``srandom(0)``) at each call, so with one thread and
+        no zero initial atom the dictionary is a function of the arguments only,
+        whatever the process computed before.
 
     Returns
     -------
@@ -178,13 +185,9 @@ def learn_sparse_dictionary(
 
     descriptors = _check_descriptors(descriptors, n_atoms, "sparse-coding dictionary")
     X = np.asfortranarray(descriptors.T, dtype=np.float64)
-    rng = np.random.default_rng(random_state)
-    init = X[:, sample_rows(X.shape[1], n_atoms, rng)].copy(order="F")
-    norms = np.linalg.norm(init, axis=0)
-    init[:, norms > 0] /= norms[norms > 0]
     D = spams.trainDL(
         X,
-        D=np.asfortranarray(init),
+        D=initial_atoms(X, n_atoms, random_state),
         lambda1=float(lambda1),
         mode=2,
         iter=int(n_iter),
@@ -193,6 +196,51 @@ def learn_sparse_dictionary(
         verbose=False,
     )
     return np.ascontiguousarray(np.asarray(D).T, dtype=np.float32)
+
+
+def initial_atoms(X: np.ndarray, n_atoms: int, random_state: int) -> np.ndarray:
+    """Unit-norm initial dictionary for ``spams.trainDL``: columns of ``X`` drawn at random.
+
+    The atoms are ``n_atoms`` training descriptors of non-zero norm drawn without
+    replacement (:func:`sample_rows`) and scaled to unit norm; if fewer descriptors
+    than atoms have a non-zero norm, the remaining atoms are seeded Gaussian
+    directions.  No atom is zero, and that is what makes the dictionary
+    reproducible: SPAMS (``Matrix::normalize``) replaces a zero initial atom by
+    Gaussian noise from a generator that lives in the library (``normalDistrib``
+    on Numerical Recipes' ``ran1``, static state, never reseeded), so its draws
+    depend on every earlier call in the process.  All-zero descriptors are common:
+    dense SIFT zeroes the descriptors of low-contrast patches.
+
+    Parameters
+    ----------
+    X : ndarray of float64, shape (n_dims, n_samples)
+        Training descriptors as columns.
+    n_atoms : int
+        Number of atoms ``K``.
+    random_state : int
+        Seed of the draw (and of the Gaussian directions).
+
+    Returns
+    -------
+    init : ndarray of float64, shape (n_dims, n_atoms), Fortran order
+
+    References
+    ----------
+    1. J. Mairal, F. Bach, J. Ponce, G. Sapiro. Online learning for matrix factorization
+       and sparse coding. JMLR 11, 2010 (Algorithm 1: the initial dictionary ``D_0``).
+    2. SPAMS 2.6, ``linalg.h`` (``Matrix::normalize``, ``Vector::setAleat``) and
+       ``misc.h`` (``normalDistrib``, ``ran1``).
+    """
+    rng = np.random.default_rng(random_state)
+    norms = np.linalg.norm(X, axis=0)
+    usable = np.flatnonzero(norms > _MIN_ATOM_NORM)
+    picked = usable[sample_rows(usable.size, n_atoms, rng)]
+    init = np.empty((X.shape[0], n_atoms), dtype=np.float64, order="F")
+    init[:, : picked.size] = X[:, picked] / norms[picked]
+    if picked.size < n_atoms:
+        directions = rng.standard_normal((X.shape[0], n_atoms - picked.size))
+        init[:, picked.size :] = directions / np.linalg.norm(directions, axis=0)
+    return init
 
 
 def learn_fisher_model(
