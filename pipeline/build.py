@@ -37,7 +37,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,18 +53,17 @@ from .cluster import ClusterError, iter_tasks, open_client, parse_cluster_option
 from .extractor import FeatureExtractor
 from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, load_feature_set
 from .provenance import library_versions
+from .runner import DEFAULT_BATCH_SIZE, Progress, Runner, no_progress
 from .shard_store import shard_format, write_shard
 from .stages import StageCache, implementation_versions
 
-__all__ = ["BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE"]
-
-_PROGRESS = Callable[[Iterable, str, int], Iterable]
+__all__ = [
+    "BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row", "learn_codebook",
+    "sample_descriptors",
+]
 
 #: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
 _NORMALISE_CHUNK = 1024
-#: Images per Dask task, and rows per shard of a sharded store: chosen from the scheduler's
-#: cost per task against the cost of an image (BENCHMARKS.md, "Dask scheduler overhead per task").
-DEFAULT_BATCH_SIZE = 64
 
 
 def default_cache_dir() -> Path:
@@ -74,10 +73,6 @@ def default_cache_dir() -> Path:
     # XDG Base Directory: a relative XDG_CACHE_HOME is invalid and ignored
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
     return Path(env) if env else base / "classify-images"
-
-
-def _no_progress(iterable: Iterable, desc: str, total: int) -> Iterable:
-    return iterable
 
 
 @dataclass
@@ -127,55 +122,6 @@ class _Split:
     skipped: list[dict[str, str]] = field(default_factory=list)
     #: readable images whose decoder warned (a damaged JPEG stream decoded in part)
     warnings: list[dict[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class _Runner:
-    """How per-image work runs: joblib workers on this machine or Dask tasks on a cluster
-    (``client``), the stage cache, progress reporting.
-
-    Tasks are :func:`joblib.delayed` calls; ``shared`` objects are added to the keywords of
-    every call (scattered once to the cluster's workers; joblib pickles them with each call,
-    memory-mapping large arrays).
-    """
-
-    n_jobs: int
-    cache: StageCache
-    progress: _PROGRESS
-    client: Any = None
-    batch_size: int = DEFAULT_BATCH_SIZE
-
-    def imap(self, tasks: list, description: str, *, shared: dict | None = None, batch_size: int | None = None,
-             **parallel_options) -> Iterator[tuple[int, Any]]:
-        """``(index, result)`` of each task, in completion order on a cluster, in order otherwise."""
-        if self.client is not None:
-            return iter_tasks(self.client, tasks, description, batch_size=batch_size or self.batch_size, shared=shared)
-        if shared:
-            tasks = [(function, args, {**kwargs, **shared}) for function, args, kwargs in tasks]
-        return enumerate(Parallel(n_jobs=self.n_jobs, return_as="generator", **parallel_options)(tasks))
-
-    def map(self, tasks: list, description: str, *, sizes: list[int] | None = None, **options) -> list:
-        """The results of ``tasks`` in order; the progress bar counts ``sizes[i]`` images for task ``i``."""
-        results: list = [None] * len(tasks)
-        for index, result in self.progress_of(self.imap(tasks, description, **options), description, sizes or len(tasks)):
-            results[index] = result
-        return results
-
-    def progress_of(self, pairs: Iterable[tuple[int, Any]], description: str, sizes: list[int] | int) -> Iterator:
-        """``pairs`` through the progress bar, which advances by ``sizes[index]`` images per pair."""
-        if isinstance(sizes, int):
-            yield from self.progress(pairs, description, sizes)
-            return
-        held: list = []
-
-        def ticks() -> Iterator[None]:
-            for pair in pairs:
-                held.append(pair)
-                yield from (None for _ in range(sizes[pair[0]]))
-
-        for _ in self.progress(ticks(), description, sum(sizes)):
-            while held:
-                yield held.pop()
 
 
 #: Images per Dask task of the cheap stages (fingerprint, check), in units of the batch size:
@@ -236,7 +182,7 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
     )
 
 
-def _check(images: _Images, config: PipelineConfig, runner: _Runner) -> tuple[np.ndarray, list[dict[str, str]], list]:
+def _check(images: _Images, config: PipelineConfig, runner: Runner) -> tuple[np.ndarray, list[dict[str, str]], list]:
     """Indices of the readable images, the skipped ones with their reasons, and the readable
     ones whose decoder warned."""
     max_side, largest_patch, max_pixels = config.image.max_side, max(config.sift.patch_sizes), config.image.max_pixels
@@ -287,14 +233,26 @@ def _split(images: _Images, readable: np.ndarray, skipped: list, config: Pipelin
     return _Split(readable[train_local], readable[test_local], skipped)
 
 
-def _sample_descriptors(images: _Images, train: np.ndarray, config: PipelineConfig, runner: _Runner) -> np.ndarray:
-    """``codebook.n_samples`` descriptors (uint8) drawn evenly from the training images, seeded."""
+def sample_descriptors(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                       runner: Runner) -> np.ndarray:
+    """``codebook.n_samples`` descriptors (uint8) drawn evenly from the training images, seeded.
+
+    Parameters
+    ----------
+    paths, fingerprints : list of str
+        Every image's path and content fingerprint.
+    train : ndarray of int
+        Indices of the training images in ``paths``.
+    config : PipelineConfig
+    runner : Runner
+        Where the per-image sampling runs (and the stage cache it reads and fills).
+    """
     n_samples, seed = config.codebook.n_samples, config.codebook.seed
     per_image = max(1, math.ceil(n_samples / len(train)))
     sift, max_side = config.sift_params(), config.image.max_side
     sample_of = delayed(runner.cache.descriptor_sample)
     samples = runner.map(
-        [sample_of(images.paths[i], images.fingerprints[i], max_side, sift, per_image, seed) for i in train],
+        [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, seed) for i in train],
         "sample descriptors",
     )
     sample = np.concatenate(samples)
@@ -304,7 +262,12 @@ def _sample_descriptors(images: _Images, train: np.ndarray, config: PipelineConf
     return sample
 
 
-def _learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache, log) -> np.ndarray:
+def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache,
+                   log: Callable[[str], None]) -> np.ndarray:
+    """The codebook of ``config.codebook`` learnt from ``sample`` (through the stage cache).
+
+    Raises :class:`DatasetError` (one line) when the sample holds fewer descriptors than words.
+    """
     kind, size = config.codebook.kind, config.codebook.size
     log(f"learning a {kind} codebook of {size} words from {sample.shape[0]} training descriptors")
     if sample.shape[0] < size:
@@ -315,13 +278,13 @@ def _learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCach
     return cache.learn_codebook(sample, config.to_dict()["codebook"])
 
 
-def _image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
+def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
     """The vector of one image: normalised (:meth:`FeatureExtractor.vector`) or only pooled."""
     return extractor.vector(path, fingerprint) if normalized else extractor.pooled(path, fingerprint)
 
 
 def _encode_and_pool(
-    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: _Runner
+    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: Runner
 ) -> dict[str, np.ndarray]:
     """The rows ``X_train``, ``X_test`` (memory-mapped), normalised when the normaliser is
     per-vector, pooled only when it still has to be fitted."""
@@ -330,7 +293,7 @@ def _encode_and_pool(
          "test": writer.open_rows("X_test", len(split.test), extractor.n_features)}
     rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
     order = np.concatenate([split.train, split.test])
-    tasks = [delayed(_image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
+    tasks = [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
     # The extractor (its codebook) goes to each worker once: scattered to a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
@@ -351,7 +314,7 @@ def _encode_shard(
     (nothing written), or, with ``statistics_only``, the column minima and maxima of the
     pooled rows (``{"minima", "maxima"}``, nothing written) for fitting a normaliser.
     """
-    rows = np.stack([_image_row(path, fingerprint, extractor=extractor, normalized=normalized)
+    rows = np.stack([image_row(path, fingerprint, extractor=extractor, normalized=normalized)
                      for path, fingerprint in images]).astype(np.float32, copy=False)
     if statistics_only:
         return {"minima": rows.min(axis=0), "maxima": rows.max(axis=0)}
@@ -379,7 +342,7 @@ class _Shards:
 
 
 def _write_shards(
-    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: _Runner
+    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: Runner
 ) -> _Shards:
     """Every row of the feature set, written by the workers as shards of ``runner.batch_size`` rows.
 
@@ -506,7 +469,7 @@ def build_feature_set(
     *,
     n_jobs: int = 1,
     cache_dir: str | os.PathLike | None = None,
-    progress: _PROGRESS = _no_progress,
+    progress: Progress = no_progress,
     log: Callable[[str], None] = lambda message: None,
     scheduler: str | None = None,
     cluster: str | None = None,
@@ -593,7 +556,7 @@ def _check_workers_see(client, folder: Path, what: str) -> None:
 
 
 def _build(
-    dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir, progress: _PROGRESS, log, client,
+    dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir, progress: Progress, log, client,
     store: str, batch_size: int,
 ) -> BuildResult:
     timer = StageTimer()
@@ -605,7 +568,7 @@ def _build(
         return reused
 
     cache = StageCache(cache_dir, cache_descriptors=config.sift.cache_descriptors)
-    runner = _Runner(n_jobs, cache, progress, client, batch_size)
+    runner = Runner(n_jobs, cache, progress, client, batch_size)
     with timer("check"):
         readable, skipped, warned = _check(images, config, runner)
     for entry in warned[:3]:
@@ -614,9 +577,9 @@ def _build(
         split = _split(images, readable, skipped, config)
         split.warnings = warned
     with timer("sample"), _image_errors_as_dataset_errors(images):
-        sample = _sample_descriptors(images, split.train, config, runner)
+        sample = sample_descriptors(images.paths, images.fingerprints, split.train, config, runner)
     with timer("codebook"):
-        extractor = FeatureExtractor(config, _learn_codebook(sample, config, runner.cache, log), cache=runner.cache)
+        extractor = FeatureExtractor(config, learn_codebook(sample, config, runner.cache, log), cache=runner.cache)
     shards = None
     with FeatureSetWriter(out, dataset_dir) as writer:
         if store == "sharded":

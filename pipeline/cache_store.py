@@ -31,7 +31,6 @@ import os
 import stat
 import threading
 import uuid
-import zipfile
 from pathlib import Path
 from typing import Any
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -50,10 +49,6 @@ _NAMED_IN_ERRORS = 3
 
 class UnreadableImagesError(ValueError):
     """Some of the images given to :class:`ImageFeatures` cannot be read (one-line message)."""
-
-
-def _no_progress(iterable, description, total):
-    return iterable
 
 
 def _image_paths(X: Any) -> list[str]:
@@ -156,17 +151,17 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     @contextlib.contextmanager
     def _runner(self, cache: StageCache):
         """The per-image runner: joblib workers, or a Dask client while the block runs."""
-        from .build import _Runner
+        from .runner import Runner, no_progress
         from .cluster import open_client, parse_cluster_option, scheduler_errors
 
         if self.n_jobs == 0:
             raise ValueError("ImageFeatures: n_jobs must be a positive number of workers or -1 (all cores), not 0")
         spec = parse_cluster_option(self.scheduler, self.cluster)
         if spec is None:
-            yield _Runner(self.n_jobs, cache, _no_progress)
+            yield Runner(self.n_jobs, cache, no_progress)
             return
         with open_client(spec) as client, scheduler_errors(spec):
-            yield _Runner(self.n_jobs, cache, _no_progress, client)
+            yield Runner(self.n_jobs, cache, no_progress, client)
 
     @staticmethod
     def _readable(paths: list[str], extractor_check, runner) -> list[str]:
@@ -204,7 +199,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         -------
         self : ImageFeatures
         """
-        from .build import _learn_codebook, _sample_descriptors
+        from .build import learn_codebook, sample_descriptors
 
         self._validate_params()
         paths = _image_paths(X)
@@ -218,9 +213,8 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
 
         with self._runner(cache) as runner:
             fingerprints = self._readable(paths, check, runner)
-            images = SimpleNamespace(paths=paths, fingerprints=fingerprints)
-            sample = _sample_descriptors(images, np.arange(len(paths)), config, runner)
-            extractor = FeatureExtractor(config, _learn_codebook(sample, config, cache, lambda message: None), cache=cache)
+            sample = sample_descriptors(paths, fingerprints, np.arange(len(paths)), config, runner)
+            extractor = FeatureExtractor(config, learn_codebook(sample, config, cache, lambda message: None), cache=cache)
             if not extractor.normalizer.is_fitted:
                 pooled = self._rows(runner, extractor, paths, fingerprints, normalized=False)
                 extractor.normalizer.fit(np.asarray(pooled, dtype=np.float32))
@@ -265,9 +259,9 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     @staticmethod
     def _rows(runner, extractor: FeatureExtractor, paths: list[str], fingerprints: list[str], *, normalized: bool):
         """The vectors of the images, the extractor sent to each worker once."""
-        from .build import _image_row
+        from .build import image_row
 
-        calls = [delayed(_image_row)(p, f, normalized=normalized) for p, f in zip(paths, fingerprints)]
+        calls = [delayed(image_row)(p, f, normalized=normalized) for p, f in zip(paths, fingerprints)]
         return runner.map(calls, "encode + pool", shared={"extractor": extractor})
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:

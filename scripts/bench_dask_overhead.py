@@ -59,7 +59,7 @@ def _loky_seconds(n_jobs: int, n_calls: int) -> float:
 
 def _stage_seconds(dataset: Path, config_name: str, n_images: int) -> dict[str, float]:
     """Seconds per image of check, descriptor sample and encode + pool (no cache, one process)."""
-    from classify_images.pipeline.build import _learn_codebook
+    from classify_images.pipeline.build import learn_codebook
     from classify_images.pipeline.config import load_config
     from classify_images.pipeline.dataset import discover_dataset, file_fingerprint
     from classify_images.pipeline.extractor import FeatureExtractor
@@ -83,7 +83,7 @@ def _stage_seconds(dataset: Path, config_name: str, n_images: int) -> dict[str, 
     size = min(config.codebook.size, sample.shape[0] // 4)
     small = type(config).from_dict({**config.to_dict(), "codebook": {**config.to_dict()["codebook"], "size": size,
                                                                       "n_iter": 5}})
-    extractor = FeatureExtractor(small, _learn_codebook(sample, small, cache, lambda message: None), cache=cache)
+    extractor = FeatureExtractor(small, learn_codebook(sample, small, cache, lambda message: None), cache=cache)
     extractor.pooled(paths[0], fingerprints[0])  # compile the numba kernels outside the timing
     seconds["encode+pool"] = U.best_time(lambda: [extractor.pooled(p, f) for p, f in zip(paths, fingerprints)],
                                          repeats=3) / n_images

@@ -157,8 +157,6 @@ def main(argv=None) -> dict:
             times[name].append((wall, cpu))
 
     n = X.shape[0]
-    R = codes["spams"].toarray().astype(np.float64)
-    fr = lasso_objective(X64, D, R, lam)
     result = {
         "date": datetime.date.today().isoformat(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "loadavg": os.getloadavg()},

@@ -18,7 +18,6 @@ from classify_images.features.dsift import (
     dense_sift,
     grid_frames,
     grid_offsets,
-    normalize_sift,
     smooth_image,
 )
 

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from classify_images.pipeline import atomic
-from classify_images.pipeline.build import build_feature_set
 from classify_images.pipeline.cli import main
 from classify_images.pipeline.config import validate_config
 from classify_images.pipeline.feature_store import (

@@ -133,7 +133,7 @@ def test_cache_info_and_clear_delete_only_the_stage_cache(tmp_path, monkeypatch,
     assert str(cache) in info and f"in {len(files)} files" in info
     (cache / "my-notes.txt").write_text("a file the user keeps here")
     assert main(["cache", "clear"]) == 0
-    assert f"deleted" in capsys.readouterr().out
+    assert "deleted" in capsys.readouterr().out
     assert not (cache / "joblib").exists() and (cache / "my-notes.txt").read_text()
     assert main(["cache", "info"]) == 0 and "0 bytes in 0 files" in capsys.readouterr().out
     (cache / "my-notes.txt").unlink()
