@@ -53,7 +53,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import MinMaxScaler
 
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
-from classify_images.classifiers.mbkl import MBKL
+from classify_images.classifiers.mbkl import MBKL, PAPER_SETTING
 
 try:  # a colleague's classifier: included when importable
     from classify_images.classifiers.pmsvm import PmSVM
@@ -61,6 +61,13 @@ except ImportError:  # pragma: no cover
     PmSVM = None
 
 C_GRID = [0.01, 0.1, 1.0, 10.0, 100.0, 1000.0]
+#: The paper's rules (Algorithm 1), which parts 1-2 measured; the estimator's defaults differ.
+PAPER_RULES = {k: PAPER_SETTING[k] for k in ("threshold_rule", "init_rule", "theta_exponent")}
+
+
+def _paper_mbkl(**params) -> MBKL:
+    """MBKL with the paper's rules (``params`` may override them, and set ``C`` etc.)."""
+    return MBKL(**{**PAPER_SETTING, **params})
 
 
 # ============================================================================ memory
@@ -100,9 +107,9 @@ def attribute_methods(n_features: int) -> dict[str, tuple[object, dict]]:
     """name -> (estimator, parameter grid); every estimator sees min-max scaled input."""
     methods = {
         "linear": (QuadraticHingeSVC(), {"C": C_GRID}),
-        "mbkl 10x": (MBKL(random_state=0), {"C": C_GRID[1:5], "C_kernel": [0.1, 1.0, 10.0]}),
-        "mbkl 100x": (MBKL(n_stumps=100 * n_features, random_state=0), {"C": C_GRID[1:5], "C_kernel": [0.1, 1.0, 10.0]}),
-        "mbkl theta=1 100x": (MBKL(n_stumps=100 * n_features, learn_theta=False, random_state=0), {"C": C_GRID[1:5]}),
+        "mbkl 10x": (_paper_mbkl(random_state=0), {"C": C_GRID[1:5], "C_kernel": [0.1, 1.0, 10.0]}),
+        "mbkl 100x": (_paper_mbkl(n_stumps=100 * n_features, random_state=0), {"C": C_GRID[1:5], "C_kernel": [0.1, 1.0, 10.0]}),
+        "mbkl theta=1 100x": (_paper_mbkl(n_stumps=100 * n_features, learn_theta=False, random_state=0), {"C": C_GRID[1:5]}),
     }
     if PmSVM is not None:
         methods["pmsvm chi2 (p=-1)"] = (PmSVM(p=-1.0, random_state=0), {"C": C_GRID})
@@ -164,22 +171,22 @@ def scene_methods() -> dict[str, tuple[object, dict]]:
     """name -> (estimator, grid).  A grid with a single candidate is used as is (no CV)."""
     methods = {
         "linear": (QuadraticHingeSVC(), {"C": [0.1, 1.0, 10.0, 100.0]}),
-        "mbkl": (MBKL(random_state=0), {"C": [1.0, 10.0, 100.0], "C_kernel": [1.0, 10.0]}),
-        "mbkl theta=1 (1x stumps)": (MBKL(n_stumps=21504, learn_theta=False, random_state=0), {"C": [1.0, 10.0, 100.0]}),
+        "mbkl": (_paper_mbkl(random_state=0), {"C": [1.0, 10.0, 100.0], "C_kernel": [1.0, 10.0]}),
+        "mbkl theta=1 (1x stumps)": (_paper_mbkl(n_stumps=21504, learn_theta=False, random_state=0), {"C": [1.0, 10.0, 100.0]}),
         # ablations, fixed parameters (one fit each; C from the cross-validated runs above)
-        "mbkl theta=1 (3x stumps)": (MBKL(n_stumps=3 * 21504, learn_theta=False, random_state=0), {"C": [100.0]}),
-        "mbkl theta=1 (10x stumps)": (MBKL(learn_theta=False, random_state=0), {"C": [100.0]}),
-        "mbkl init_rule=balanced": (MBKL(init_rule="balanced", random_state=0), {"C": [10.0], "C_kernel": [1.0]}),
+        "mbkl theta=1 (3x stumps)": (_paper_mbkl(n_stumps=3 * 21504, learn_theta=False, random_state=0), {"C": [100.0]}),
+        "mbkl theta=1 (10x stumps)": (_paper_mbkl(learn_theta=False, random_state=0), {"C": [100.0]}),
+        "mbkl init_rule=balanced": (_paper_mbkl(init_rule="balanced", random_state=0), {"C": [10.0], "C_kernel": [1.0]}),
         # sensitivity (run with --methods; not part of the default run)
-        "mbkl C_kernel=100": (MBKL(random_state=0), {"C": [10.0], "C_kernel": [100.0]}),
+        "mbkl C_kernel=100": (_paper_mbkl(random_state=0), {"C": [10.0], "C_kernel": [100.0]}),
         "mbkl init_rule=balanced C_kernel=10": (
-            MBKL(init_rule="balanced", random_state=0), {"C": [10.0, 100.0], "C_kernel": [10.0]}
+            _paper_mbkl(init_rule="balanced", random_state=0), {"C": [10.0, 100.0], "C_kernel": [10.0]}
         ),
         "mbkl threshold_rule=quantile": (
-            MBKL(threshold_rule="quantile", random_state=0), {"C": [1.0, 10.0, 100.0], "C_kernel": [1.0, 10.0]}
+            _paper_mbkl(threshold_rule="quantile", random_state=0), {"C": [1.0, 10.0, 100.0], "C_kernel": [1.0, 10.0]}
         ),
         "mbkl threshold_rule=quantile init_rule=balanced": (
-            MBKL(threshold_rule="quantile", init_rule="balanced", random_state=0), {"C": [10.0], "C_kernel": [1.0]}
+            _paper_mbkl(threshold_rule="quantile", init_rule="balanced", random_state=0), {"C": [10.0], "C_kernel": [1.0]}
         ),
     }
     if PmSVM is not None:
@@ -284,16 +291,19 @@ def scenes_table(results: dict) -> str:
 # ============================================================================ part 3
 #: The variants of ``gap``: name -> (fixed MBKL parameters, grid chosen by 3-fold CV per split).
 GAP_VARIANTS: dict[str, tuple[dict, dict]] = {
-    "paper": ({}, {"C": [1.0, 10.0], "C_kernel": [1.0, 10.0]}),
-    "quantile": ({"threshold_rule": "quantile"}, {"C": [1.0, 10.0], "C_kernel": [1.0, 10.0]}),
+    "paper": (PAPER_RULES, {"C": [1.0, 10.0], "C_kernel": [1.0, 10.0]}),
+    "quantile": ({**PAPER_RULES, "threshold_rule": "quantile"}, {"C": [1.0, 10.0], "C_kernel": [1.0, 10.0]}),
     "distinct+balanced": (
-        {"threshold_rule": "distinct_quantile", "init_rule": "balanced"}, {"C": [10.0], "C_kernel": [10.0, 100.0]}
+        {**PAPER_RULES, "threshold_rule": "distinct_quantile", "init_rule": "balanced"},
+        {"C": [10.0], "C_kernel": [10.0, 100.0]},
     ),
-    "distinct+balanced+select": (
+    "distinct+balanced+select": (  # the defaults since this study
         {"threshold_rule": "distinct_quantile", "init_rule": "balanced", "theta_exponent": 0.0},
         {"C": [10.0, 100.0], "C_kernel": [10.0, 100.0]},
     ),
-    "theta=1 distinct": ({"threshold_rule": "distinct_quantile", "learn_theta": False}, {"C": [10.0, 100.0]}),
+    "theta=1 distinct": (
+        {**PAPER_RULES, "threshold_rule": "distinct_quantile", "learn_theta": False}, {"C": [10.0, 100.0]}
+    ),
 }
 
 

@@ -117,3 +117,18 @@ def test_bench_step1_memo_gives_the_plain_fit(histograms):
     for name in MBKL._fitted_arrays:
         np.testing.assert_array_equal(getattr(memo, name), getattr(plain, name))
     _Step1Memo._memo.clear()
+
+
+@pytest.mark.parametrize("rule", ["quantile", "distinct_quantile"])
+def test_quantile_rules_make_the_fit_invariant_to_a_monotone_rescaling(histograms, rule):
+    """Why per-dimension scaling or a power transform cannot help MBKL with quantile thresholds:
+    the stumps fire on the same training samples, so Steps 0-2 learn the same model."""
+    X, y = histograms
+    params = dict(n_stumps=400, threshold_rule=rule, init_rule="balanced", C_kernel=10.0, random_state=0)
+    plain = MBKL(**params).fit(X, y)
+    transformed = 3.0 * np.sqrt(X)  # increasing on [0, inf) in every dimension
+    power = MBKL(**params).fit(transformed, y)
+    np.testing.assert_array_equal(plain.stump_features_, power.stump_features_)
+    np.testing.assert_array_equal(plain.theta_, power.theta_)
+    np.testing.assert_array_equal(plain.coef_, power.coef_)
+    np.testing.assert_array_equal(plain.decision_function(X), power.decision_function(transformed))

@@ -1,4 +1,4 @@
-"""MBKL's optional quantile rule for stump thresholds (the paper's range rule stays the default)."""
+"""MBKL's quantile rules for stump thresholds (the paper's range rule stays available: ``PAPER_SETTING``)."""
 
 import numpy as np
 import scipy.sparse as sp
@@ -29,9 +29,11 @@ def test_quantile_thresholds_are_the_empirical_quantiles_dense_and_sparse():
     np.testing.assert_allclose(dense_t, expected[order], rtol=1e-12, atol=0)
 
 
-def test_default_rule_is_the_papers_and_quantile_stumps_split_more_often():
+def test_papers_rule_stays_available_and_quantile_stumps_split_more_often():
+    from classify_images.classifiers.mbkl import PAPER_SETTING
+
     X, y = _sparse_histograms(seed=1)
-    assert MBKL().threshold_rule == "range"
+    assert PAPER_SETTING["threshold_rule"] == "range" and MBKL().threshold_rule == "distinct_quantile"
     splitting = {}
     for rule in ("range", "quantile"):
         features, thresholds = MBKL._random_stumps(X, 2000, np.random.RandomState(0), rule)
