@@ -22,12 +22,26 @@ Two parts, each printing a Markdown table and writing JSON (``--out``):
     chosen by 3-fold cross-validation on the training rows (or fixed, for the
     ablations, whose single fit costs too much to cross-validate).
 
+``holdout``
+    A cheap screen of MBKL settings (``HOLDOUT_VARIANTS``) on one feature set: each
+    fitted once on 2/3 of split 0's training rows (pooled rows re-split as in
+    ``bench_config_table.py``) and scored on the remaining third; no test row is used.
+``gap``
+    Issue 11's target "MBKL within 3 points of PmSVM": each ``GAP_VARIANTS`` setting
+    and PmSVM-HI on the same ``--repeats`` splits of each ``--feature-sets`` entry
+    (pooled rows re-split with seeds 0, 1, ...; 100 training images per class), the
+    grid of each variant chosen by 3-fold CV on the split's training rows only (PmSVM:
+    ``bench_config_table.py``'s code path); mean per-class accuracy, mean +- std.
+
 Everything runs single-threaded (BLAS limited to one thread).
 
 Usage::
 
     python scripts/bench_mbkl.py attributes --out /tmp/mbkl_attr.json
     python scripts/bench_mbkl.py scenes --features feature-sets/scene15-bof-spm --out /tmp/mbkl_scenes.json
+    python scripts/bench_mbkl.py holdout --features feature-sets/scene15-bof-spm
+    python scripts/bench_mbkl.py gap --feature-sets bof-spm=feature-sets/scene15-bof-spm \\
+        scspm=feature-sets/scene15-scspm --variants distinct+balanced+select pmsvm-hi --out gap.json
 """
 
 from __future__ import annotations
@@ -307,6 +321,57 @@ GAP_VARIANTS: dict[str, tuple[dict, dict]] = {
 }
 
 
+#: The design exploration of ``holdout``: name -> MBKL parameters (``"pmsvm-hi"``: the peer).
+_DB = {"threshold_rule": "distinct_quantile", "init_rule": "balanced"}
+HOLDOUT_VARIANTS: dict[str, dict] = {
+    "pmsvm-hi C=0.1": {},
+    "quantile C=1 Ck=10": {**PAPER_RULES, "threshold_rule": "quantile", "C": 1.0, "C_kernel": 10.0},
+    "distinct C=1 Ck=10": {**PAPER_RULES, "threshold_rule": "distinct_quantile", "C": 1.0, "C_kernel": 10.0},
+    "quantile theta=1 C=100": {**PAPER_RULES, "threshold_rule": "quantile", "learn_theta": False, "C": 100.0},
+    "distinct theta=1 C=100": {**PAPER_RULES, "threshold_rule": "distinct_quantile", "learn_theta": False, "C": 100.0},
+    "quantile C=1 Ck=10, Step 1 on all rows": {**PAPER_RULES, "threshold_rule": "quantile", "C": 1.0, "C_kernel": 10.0,
+                                               "neg_pos_ratio": 14.0, "n_kernel_samples": None},
+    "quantile balanced C=10 Ck=10": {**PAPER_RULES, "threshold_rule": "quantile", "init_rule": "balanced", "C": 10.0,
+                                     "C_kernel": 10.0},
+    "distinct balanced C=10 Ck=1": {**PAPER_RULES, **_DB, "C": 10.0, "C_kernel": 1.0},
+    "distinct balanced C=10 Ck=10": {**PAPER_RULES, **_DB, "C": 10.0, "C_kernel": 10.0},
+    "distinct balanced C=10 Ck=100": {**PAPER_RULES, **_DB, "C": 10.0, "C_kernel": 100.0},
+    "distinct balanced C=100 Ck=100": {**PAPER_RULES, **_DB, "C": 100.0, "C_kernel": 100.0},
+    "distinct balanced C=10 Ck=100 gamma=0.5": {**_DB, "C": 10.0, "C_kernel": 100.0, "theta_exponent": 0.5},
+    "distinct balanced C=10 Ck=100 gamma=0": {**_DB, "C": 10.0, "C_kernel": 100.0, "theta_exponent": 0.0},
+    "distinct balanced C=100 Ck=100 gamma=0": {**_DB, "C": 100.0, "C_kernel": 100.0, "theta_exponent": 0.0},
+    "distinct balanced C=100 Ck=10 gamma=0": {**_DB, "C": 100.0, "C_kernel": 10.0, "theta_exponent": 0.0},
+    "quantile table1 C=10 Ck=10 gamma=0": {**PAPER_RULES, "threshold_rule": "quantile", "C": 10.0, "C_kernel": 10.0,
+                                           "theta_exponent": 0.0},
+}
+
+
+def run_holdout(args) -> dict:
+    """Each ``HOLDOUT_VARIANTS`` entry fitted once on 2/3 of split 0's training rows and scored on the
+    other third (the split's test rows are not used): a cheap screen before the 3-split protocol."""
+    fs = U.load_features(args.features)
+    X, y = fs.pooled()
+    train, _ = U.resplit(y, args.train_per_class, 0)
+    Xtr, ytr = np.ascontiguousarray(X[train]), y[train]
+    del X
+    fit_rows, valid_rows = next(StratifiedKFold(3, shuffle=True, random_state=0).split(Xtr, ytr))
+    results = {}
+    for name, params in HOLDOUT_VARIANTS.items():
+        if args.methods and name not in args.methods:
+            continue
+        model = PmSVM(p=-8.0, C=0.1, random_state=0) if name.startswith("pmsvm") else MBKL(random_state=0, **params)
+        cpu = time.process_time()
+        model.fit(Xtr[fit_rows], ytr[fit_rows])
+        entry = {"accuracy": 100 * U.mean_per_class_accuracy(ytr[valid_rows], model.predict(Xtr[valid_rows]),
+                                                             fs.n_classes), "fit_cpu_s": time.process_time() - cpu}
+        if isinstance(model, MBKL):
+            entry.update(n_stumps=model.n_stumps_, n_stumps_step0=model.n_stumps_step0_, n_selected=int(model.theta_.size))
+        results[name] = entry
+        print(f"| {name} | {entry['accuracy']:.2f} | {entry['fit_cpu_s']:.1f} | "
+              f"{entry.get('n_stumps_step0', '–')} / {entry.get('n_selected', '–')} |", flush=True)
+    return results
+
+
 class _Step1Memo(MBKL):
     """MBKL whose Steps 0-1 are memoised across fits that differ only in Step 2's ``C``.
 
@@ -428,7 +493,7 @@ def gap_table(results: dict) -> str:
 # ============================================================================ main
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["attributes", "scenes", "gap"])
+    parser.add_argument("part", choices=["attributes", "scenes", "holdout", "gap"])
     parser.add_argument("--features", help="attributes/scenes: feature set folder (e.g. a 15-Scenes bof-spm build)")
     parser.add_argument("--feature-sets", nargs="+", default=[], help="gap: NAME=FOLDER of each feature set")
     parser.add_argument("--variants", nargs="+", default=[*GAP_VARIANTS, "pmsvm-hi"],
@@ -437,7 +502,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-per-class", type=int, default=100)
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--wait-minutes", type=float, default=60.0)
-    parser.add_argument("--methods", nargs="*", help="scenes: run only these methods (names as printed)")
+    parser.add_argument("--methods", nargs="*", help="scenes, holdout: run only these methods (names as printed)")
     parser.add_argument("--reuse", help="scenes: take the cross-validated parameters from this earlier --out JSON")
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args(argv)
@@ -454,7 +519,10 @@ def main(argv: list[str] | None = None) -> None:
             table = gap_table(results)
             print(table)
             return
-        if args.part == "attributes":
+        if args.part == "holdout":
+            results = run_holdout(args)
+            table = ""
+        elif args.part == "attributes":
             results = run_attributes(args.folds)
             table = attributes_table(results)
         else:
