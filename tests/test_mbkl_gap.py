@@ -8,31 +8,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from classify_images.classifiers import MBKL
+from classify_images.classifiers.mbkl import PAPER_SETTING
+
+from .test_mbkl_thresholds import _sparse_histograms, _stumps_dense_and_sparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-
-def _sparse_histograms(seed=0, n=120, d=40):
-    """Heavy-tailed, mostly-zero non-negative rows in 3 classes (BoF-like)."""
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % 3
-    X = rng.pareto(1.5, size=(n, d)) * (rng.random((n, d)) < 0.15)
-    X[:, :6] += (rng.random((n, 6)) < 0.5) * (y[:, None] == np.arange(6)[None] % 3)  # class-dependent bins
-    return X / np.maximum(X.sum(1, keepdims=True), 1e-12), y
 
 
 def test_distinct_quantile_thresholds_match_a_slow_reference_dense_and_sparse():
     X, _ = _sparse_histograms()
     X[:, 7] = 0.0  # a column with a single distinct value
-    dense_f, dense_t = MBKL._random_stumps(X, 600, np.random.RandomState(0), "distinct_quantile")
-    sparse_f, sparse_t = MBKL._random_stumps(sp.csr_matrix(X), 600, np.random.RandomState(0), "distinct_quantile")
-    np.testing.assert_array_equal(dense_f, sparse_f)
-    np.testing.assert_allclose(dense_t, sparse_t, rtol=0, atol=1e-15)
-    rng = np.random.RandomState(0)  # the draws in the order _random_stumps makes them
-    features, levels = rng.randint(0, X.shape[1], size=600), rng.uniform(0.0, 1.0, size=600)
+    dense_f, dense_t, features, levels = _stumps_dense_and_sparse(X, 600, "distinct_quantile")
     expected = []
     for f, u in zip(features, levels):
         values = sorted(set(X[:, f].tolist()))  # each distinct value once
@@ -69,13 +57,13 @@ def _fit(X, y, **params):
 
 def test_theta_exponent_one_is_the_papers_theta_and_zero_keeps_only_the_selection(histograms):
     X, y = histograms
-    default = _fit(X, y)
-    explicit = _fit(X, y, theta_exponent=1.0)
+    default = _fit(X, y, theta_exponent=1.0)  # the paper's learnt theta
     half = _fit(X, y, theta_exponent=0.5)
     select = _fit(X, y, theta_exponent=0.0)
-    assert default.get_params()["theta_exponent"] == 1.0
+    defaults = MBKL(**{k: v for k, v in select.get_params().items() if k != "theta_exponent"}).fit(X, y)
+    assert PAPER_SETTING["theta_exponent"] == 1.0 and MBKL().theta_exponent == 0.0
     for name in MBKL._fitted_arrays:
-        np.testing.assert_array_equal(getattr(default, name), getattr(explicit, name))
+        np.testing.assert_array_equal(getattr(defaults, name), getattr(select, name))
     assert default.theta_.size > 10 and np.ptp(default.theta_) > 0  # learnt, unequal weights
     for model, power in ((half, 0.5), (select, 0.0)):  # same stumps, weights theta ** power
         np.testing.assert_array_equal(model.stump_features_, default.stump_features_)

@@ -15,14 +15,20 @@ def _sparse_histograms(seed=0, n=120, d=40):
     return X / np.maximum(X.sum(1, keepdims=True), 1e-12), y
 
 
-def test_quantile_thresholds_are_the_empirical_quantiles_dense_and_sparse():
-    X, _ = _sparse_histograms()
-    dense_f, dense_t = MBKL._random_stumps(X, 500, np.random.RandomState(0), "quantile")
-    sparse_f, sparse_t = MBKL._random_stumps(sp.csr_matrix(X), 500, np.random.RandomState(0), "quantile")
+def _stumps_dense_and_sparse(X, n_stumps, rule):
+    """The stumps drawn from dense and CSR ``X`` (checked equal), and the raw draws
+    ``(features, levels)`` in the order ``_random_stumps`` makes them (seed 0)."""
+    dense_f, dense_t = MBKL._random_stumps(X, n_stumps, np.random.RandomState(0), rule)
+    sparse_f, sparse_t = MBKL._random_stumps(sp.csr_matrix(X), n_stumps, np.random.RandomState(0), rule)
     np.testing.assert_array_equal(dense_f, sparse_f)
     np.testing.assert_allclose(dense_t, sparse_t, rtol=0, atol=1e-15)
-    rng = np.random.RandomState(0)  # the draws in the order _random_stumps makes them
-    features, levels = rng.randint(0, X.shape[1], size=500), rng.uniform(0.0, 1.0, size=500)
+    rng = np.random.RandomState(0)
+    return dense_f, dense_t, rng.randint(0, X.shape[1], size=n_stumps), rng.uniform(0.0, 1.0, size=n_stumps)
+
+
+def test_quantile_thresholds_are_the_empirical_quantiles_dense_and_sparse():
+    X, _ = _sparse_histograms()
+    dense_f, dense_t, features, levels = _stumps_dense_and_sparse(X, 500, "quantile")
     expected = np.array([np.quantile(X[:, f], u) for f, u in zip(features, levels)])
     order = np.lexsort((expected, features))
     np.testing.assert_array_equal(dense_f, features[order])
