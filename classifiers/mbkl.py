@@ -117,11 +117,11 @@ Deviations and choices, each for a stated reason
   Eq. 5.  ``psi`` is scaled to unit norm (``sum_k theta_k`` is divided out), so
   that ``C`` keeps its meaning whatever the number of stumps and the scale of
   ``theta``; the stored ``c`` are in the unscaled Eq. 4 map.
-* **Optional Step-0 rule** ``init_rule="balanced"`` (not in the paper, off by
-  default): ``a = sign(p/t_p - n/t_n)``.  On sparse histograms the stump
-  thresholds, uniform over ``[min, max]`` of heavy-tailed bins, lie above most
-  values, so few stumps fire for half of any class and Table 1 drops nearly
-  all of them (see BENCHMARKS.md, section MBKL).
+* **Step-0 rule** ``init_rule="balanced"`` (not in the paper; the default):
+  ``a = sign(p/t_p - n/t_n)``.  On sparse histograms few stumps fire for half
+  of any class (a bin is zero in most images), and Table 1 drops nearly all of
+  them (see BENCHMARKS.md, sections "MBKL" and "MBKL: where the gap to PmSVM
+  comes from").
 * The paper's Step-2 paragraph writes ``theta_k sigma_k(x)``; Eq. 4 (and the
   kernel ``K``) need ``sqrt(theta_k)``, which we use.
 
