@@ -26,6 +26,14 @@ Stumps
     (linear interpolation between order statistics) of the training values of
     dimension ``f_k``: on sparse, heavy-tailed histogram bins the uniform rule puts
     most thresholds above most values, this one spreads them like the data.
+    Optional rule ``threshold_rule="distinct_quantile"`` (not in the paper): the
+    same quantile of the *distinct* training values of ``f_k`` (each value counted
+    once).  On a bin that is zero in most images the plain quantile is 0 for most
+    ``u`` and repeats the stump ``[x_f > 0]``; counting the zeros once draws that
+    stump with probability ``1 / n_distinct`` and spreads the others over the
+    non-zero values.  Stumps depend on a dimension only through the order of its
+    values, so with either quantile rule a monotone per-dimension rescaling or
+    power transform of the input changes nothing.
 Step 0 (Table 1)
     per class ``y`` and stump ``k``, ``(c^1, c^0) = (a, -a)`` with
     ``a in {-1, 0, +1}`` from the fraction of positives ``p / t_p`` and of
@@ -38,7 +46,14 @@ Step 1 (Eq. 10)
     ``s``; negatives: a sample with another class's ``s``); negative ``theta``
     are set to 0 and stumps with ``theta_k = 0`` are discarded.
 Step 2
-    a one-vs-all linear SVM on ``phi(x)`` over the selected stumps.
+    a one-vs-all linear SVM on ``phi(x)`` over the selected stumps.  Optional
+    ``theta_exponent = gamma`` (not in the paper, default 1): the kernel weights
+    used are ``theta_k ** gamma``; ``gamma = 0`` keeps Step 1's *selection*
+    (``theta_k > 0``) with equal weights, i.e. the paper's ``theta = 1`` baseline
+    on the stumps Step 1 selected.  The l1 solution of Eq. 10 concentrates its
+    mass on few stumps, and with ``phi`` scaled by ``sqrt(theta)`` Step 2
+    penalises the others ``1 / theta_k`` times more (BENCHMARKS.md, "MBKL: where
+    the gap to PmSVM comes from").
 
 The kernel is additive over input dimensions: ``f`` is a sum of one step
 function per dimension, like the decision function of an additive-kernel SVM
@@ -50,6 +65,17 @@ between the class "medians" (Table 1).
 Prediction evaluates each selected stump once per example, with no ``phi``:
 ``f_c(x) = b_c + sum_k sqrt(theta_k) c^0_{k,c} + sum_{k: sigma_k(x)=1}
 sqrt(theta_k) (c^1_{k,c} - c^0_{k,c})``.
+
+Defaults, and the paper's setting
+---------------------------------
+The defaults are not the paper's: ``threshold_rule="distinct_quantile"``,
+``init_rule="balanced"``, ``theta_exponent=0`` (Step 1 selects the stumps, Step 2
+weighs them equally), ``C = C_kernel = 100``, chosen by the measurements in
+BENCHMARKS.md, "MBKL: where the gap to PmSVM comes from" (15-Scenes BoF-SPM
+histograms and ScSPM codes, 3 splits, each setting against the paper's and against
+PmSVM on the same splits).  The paper's Algorithm 1 is ``MBKL(**PAPER_SETTING)``:
+``threshold_rule="range"``, ``init_rule="table1"``, ``theta_exponent=1``, with
+``C`` and ``C_kernel`` chosen by cross-validation as the paper does.
 
 Deviations and choices, each for a stated reason
 ------------------------------------------------
@@ -91,11 +117,11 @@ Deviations and choices, each for a stated reason
   Eq. 5.  ``psi`` is scaled to unit norm (``sum_k theta_k`` is divided out), so
   that ``C`` keeps its meaning whatever the number of stumps and the scale of
   ``theta``; the stored ``c`` are in the unscaled Eq. 4 map.
-* **Optional Step-0 rule** ``init_rule="balanced"`` (not in the paper, off by
-  default): ``a = sign(p/t_p - n/t_n)``.  On sparse histograms the stump
-  thresholds, uniform over ``[min, max]`` of heavy-tailed bins, lie above most
-  values, so few stumps fire for half of any class and Table 1 drops nearly
-  all of them (see BENCHMARKS.md, section MBKL).
+* **Step-0 rule** ``init_rule="balanced"`` (not in the paper; the default):
+  ``a = sign(p/t_p - n/t_n)``.  On sparse histograms few stumps fire for half
+  of any class (a bin is zero in most images), and Table 1 drops nearly all of
+  them (see BENCHMARKS.md, sections "MBKL" and "MBKL: where the gap to PmSVM
+  comes from").
 * The paper's Step-2 paragraph writes ``theta_k sigma_k(x)``; Eq. 4 (and the
   kernel ``K``) need ``sqrt(theta_k)``, which we use.
 
@@ -131,7 +157,14 @@ from ._rows import matrix_arrays
 from .base import OneVsRestClassifierBase
 from .quadratic_hinge import QuadraticHingeSVC
 
-__all__ = ["MBKL", "DEFAULT_STUMPS_PER_FEATURE", "DEFAULT_MAX_STUMPS", "initial_signs", "kernel_rows"]
+__all__ = [
+    "MBKL",
+    "DEFAULT_STUMPS_PER_FEATURE",
+    "DEFAULT_MAX_STUMPS",
+    "PAPER_SETTING",
+    "initial_signs",
+    "kernel_rows",
+]
 
 #: Default number of stumps per input dimension (Table 3: 10x to 100x the
 #: descriptor length; 10x is the paper's lower end).
@@ -140,6 +173,9 @@ DEFAULT_STUMPS_PER_FEATURE = 10
 #: capped).  2**18 keeps 10x the 21 504 dimensions of a 1024-word 3-level
 #: spatial pyramid, and bounds the training stump outputs at 256 KiB per sample.
 DEFAULT_MAX_STUMPS = 2**18
+#: The paper's Algorithm 1 (section 4, Table 1, Eq. 10 with its ``theta`` in Step 2):
+#: ``MBKL(**PAPER_SETTING)``; choose ``C`` and ``C_kernel`` by cross-validation.
+PAPER_SETTING = {"threshold_rule": "range", "init_rule": "table1", "theta_exponent": 1.0, "C": 1.0, "C_kernel": 1.0}
 
 
 def initial_signs(
@@ -246,9 +282,10 @@ def kernel_rows(
     return np.concatenate(samples).astype(np.int64), np.concatenate(labels), problem_ptr
 
 
-def _quantile_thresholds(X, features: np.ndarray, levels: np.ndarray) -> np.ndarray:
+def _quantile_thresholds(X, features: np.ndarray, levels: np.ndarray, distinct: bool = False) -> np.ndarray:
     """``Q_f(u)`` for each (feature ``f``, level ``u``): the empirical quantile of column ``f``
-    of ``X`` (implicit zeros of a sparse ``X`` included), linear interpolation."""
+    of ``X`` (implicit zeros of a sparse ``X`` included), linear interpolation; with
+    ``distinct``, of the column's distinct values (each value counted once)."""
     thresholds = np.empty(features.size, dtype=np.float64)
     columns = sp.csc_matrix(X) if sp.issparse(X) else None
     by_feature = np.argsort(features, kind="stable")
@@ -260,6 +297,8 @@ def _quantile_thresholds(X, features: np.ndarray, levels: np.ndarray) -> np.ndar
         else:
             stored = columns.data[columns.indptr[f] : columns.indptr[f + 1]]
             values = np.concatenate([stored, np.zeros(X.shape[0] - stored.size)]).astype(np.float64)
+        if distinct:
+            values = np.unique(values)
         thresholds[group] = np.quantile(values, levels[group])
     return thresholds
 
@@ -277,7 +316,7 @@ class MBKL(OneVsRestClassifierBase):
         :data:`DEFAULT_MAX_STUMPS` (2**18 = 262 144); Table 3 of the paper uses
         10x to 100x the descriptor length.  Training keeps one byte per
         (stump, training sample).
-    C : float, default=1.0
+    C : float, default=100.0
         Loss weight of the Step-2 SVM (``1/2 ||w||^2 + C sum sq-hinge``) on the
         unit-norm map ``psi`` (module docstring).
     class_weight : dict, "balanced" or None, default=None
@@ -285,17 +324,22 @@ class MBKL(OneVsRestClassifierBase):
         problem of the Step-2 SVM (LIBLINEAR's rule, the same for every classifier
         of the package: :func:`~classify_images.classifiers.base.loss_weights`).
         Steps 0-1 do not use it: ``neg_pos_ratio`` already balances Step 1's rows.
-    C_kernel : float, default=1.0
+    C_kernel : float, default=100.0
         Loss weight of the Step-1 l1-regularised SVM (Eq. 10, squared hinge):
         larger keeps more stumps.
     learn_theta : bool, default=True
         False: ``theta = 1`` for every stump, Steps 0-1 skipped and all stumps
         kept (the paper's "BMs as features of a linear SVM" baseline).
-    threshold_rule : {"range", "quantile"}, default="range"
+    theta_exponent : float, default=0.0
+        ``gamma >= 0``: Step 2 uses the kernel weights ``theta_k ** gamma`` of the
+        stumps Step 1 selected (``theta_k > 0``).  1 is the paper; 0 keeps the
+        selection with equal weights (module docstring).  Ignored with
+        ``learn_theta=False``.
+    threshold_rule : {"range", "quantile", "distinct_quantile"}, default="distinct_quantile"
         How stump thresholds are drawn: uniform on each dimension's training range
-        (the paper's rule) or at a uniform random quantile of its training values
-        (module docstring).
-    init_rule : {"table1", "balanced"}, default="table1"
+        (the paper's rule), at a uniform random quantile of its training values, or
+        of its distinct training values (module docstring).
+    init_rule : {"table1", "balanced"}, default="balanced"
         Step 0's rule (:func:`initial_signs`): the paper's Table 1, or
         ``"balanced"``, ``a = sign(p/t_p - n/t_n)`` (our addition: Table 1
         drops a stump whenever the class and the rest fire it both on less, or
@@ -323,7 +367,7 @@ class MBKL(OneVsRestClassifierBase):
     stump_thresholds_ : ndarray of float64, shape (n_selected,)
         Thresholds ``t_k``.
     theta_ : ndarray of float64, shape (n_selected,)
-        Kernel weights ``theta_k > 0`` (Step 1) or ones.
+        Kernel weights ``theta_k ** theta_exponent > 0`` (Step 1) or ones.
     coef_ : ndarray of float64, shape (n_problems, 2 * n_selected)
         ``[c^1_1, c^0_1, c^1_2, c^0_2, ...]`` per problem (Eq. 5 without the
         ``sqrt(theta)``, which is in the map of Eq. 4).
@@ -378,7 +422,8 @@ class MBKL(OneVsRestClassifierBase):
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "C_kernel": [Interval(Real, 0, None, closed="neither")],
         "learn_theta": ["boolean"],
-        "threshold_rule": [StrOptions({"range", "quantile"})],
+        "theta_exponent": [Interval(Real, 0, None, closed="left")],
+        "threshold_rule": [StrOptions({"range", "quantile", "distinct_quantile"})],
         "init_rule": [StrOptions({"table1", "balanced"})],
         "neg_pos_ratio": [Interval(Real, 0, None, closed="neither")],
         "n_kernel_samples": [Interval(Integral, 2, None, closed="left"), None],
@@ -394,12 +439,13 @@ class MBKL(OneVsRestClassifierBase):
         self,
         n_stumps: int | None = None,
         *,
-        C: float = 1.0,
+        C: float = 100.0,
         class_weight: dict | str | None = None,
-        C_kernel: float = 1.0,
+        C_kernel: float = 100.0,
         learn_theta: bool = True,
-        threshold_rule: str = "range",
-        init_rule: str = "table1",
+        theta_exponent: float = 0.0,
+        threshold_rule: str = "distinct_quantile",
+        init_rule: str = "balanced",
         neg_pos_ratio: float = 2.0,
         n_kernel_samples: int | None = 5000,
         tol: float = 1e-4,
@@ -414,6 +460,7 @@ class MBKL(OneVsRestClassifierBase):
         self.class_weight = class_weight
         self.C_kernel = C_kernel
         self.learn_theta = learn_theta
+        self.theta_exponent = theta_exponent
         self.threshold_rule = threshold_rule
         self.init_rule = init_rule
         self.neg_pos_ratio = neg_pos_ratio
@@ -475,8 +522,9 @@ class MBKL(OneVsRestClassifierBase):
         """Stumps sorted by feature: ``f`` uniform; ``t`` uniform on the training range of ``f``
         (section 4), or at a uniform random quantile of its training values."""
         features = rng.randint(0, X.shape[1], size=n_stumps).astype(np.int64)
-        if threshold_rule == "quantile":
-            thresholds = _quantile_thresholds(X, features, rng.uniform(0.0, 1.0, size=n_stumps))
+        if threshold_rule in ("quantile", "distinct_quantile"):
+            levels = rng.uniform(0.0, 1.0, size=n_stumps)
+            thresholds = _quantile_thresholds(X, features, levels, distinct=threshold_rule == "distinct_quantile")
         else:
             if sp.issparse(X):
                 low, high = (np.asarray(v, dtype=np.float64) for v in min_max_axis(X, axis=0))
@@ -520,7 +568,7 @@ class MBKL(OneVsRestClassifierBase):
             f"Step 1: {row_sample.size} rows, {self.n_iter_kernel_} iterations, {int(keep.sum())} stumps "
             f"with theta > 0 ({timings['step1']:.2f} s)"
         )
-        return active[keep], theta[keep]
+        return active[keep], theta[keep] ** float(self.theta_exponent)
 
     @staticmethod
     def _signed_map(bits: np.ndarray, selected: np.ndarray, theta: np.ndarray) -> np.ndarray:

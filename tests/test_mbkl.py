@@ -10,7 +10,12 @@ from sklearn.svm import LinearSVC
 from classify_images.classifiers import _mbkl_kernels as kern
 from classify_images.pipeline.model_file import load_model, save_model
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
-from classify_images.classifiers.mbkl import MBKL, _balanced_allocation, initial_signs, kernel_rows
+from classify_images.classifiers.mbkl import PAPER_SETTING, MBKL, _balanced_allocation, initial_signs, kernel_rows
+
+
+def _paper(**params):
+    """MBKL in the paper's setting (Algorithm 1; the defaults differ, see the module docstring)."""
+    return MBKL(**{**PAPER_SETTING, **params})
 
 
 def _blobs(n_per_class=30, n_features=6, n_classes=3, seed=0):
@@ -24,7 +29,7 @@ def _blobs(n_per_class=30, n_features=6, n_classes=3, seed=0):
 @pytest.fixture(scope="module")
 def fitted():
     X, y = _blobs()
-    model = MBKL(C_kernel=10.0, C=10.0, tol=1e-8, random_state=0).fit(X, y)
+    model = _paper(C_kernel=10.0, C=10.0, tol=1e-8, random_state=0).fit(X, y)
     return model, X, y
 
 
@@ -56,11 +61,11 @@ def test_numba_prediction_equals_explicit_phi_prediction(fitted):
     np.testing.assert_allclose(model.decision_function(X32), reference32, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("learn_theta", [True, False])
-def test_step2_equals_the_svm_on_phi(learn_theta):
+@pytest.mark.parametrize("setting", [PAPER_SETTING, {"learn_theta": False}, {}], ids=["paper", "theta=1", "defaults"])
+def test_step2_equals_the_svm_on_phi(setting):
     """Training on psi (half the columns) gives the same classifier as the SVM on Eq. 4's phi."""
     X, y = _blobs(seed=1)
-    model = MBKL(C=3.0, C_kernel=10.0, learn_theta=learn_theta, tol=1e-10, random_state=3).fit(X, y)
+    model = MBKL(**{**setting, "C": 3.0, "C_kernel": 10.0}, tol=1e-10, random_state=3).fit(X, y)
     phi = model.explicit_map(X) * np.sqrt(2.0 / model.theta_.sum())  # the unit-norm scaling of C
     svm = QuadraticHingeSVC(C=3.0, tol=1e-10, max_iter=5000).fit(phi, y)
     # psi is float32, so compare objectives tightly and decision values to float32 accuracy

@@ -1,4 +1,4 @@
-"""MBKL's optional quantile rule for stump thresholds (the paper's range rule stays the default)."""
+"""MBKL's quantile rules for stump thresholds (the paper's range rule stays available: ``PAPER_SETTING``)."""
 
 import numpy as np
 import scipy.sparse as sp
@@ -15,23 +15,31 @@ def _sparse_histograms(seed=0, n=120, d=40):
     return X / np.maximum(X.sum(1, keepdims=True), 1e-12), y
 
 
-def test_quantile_thresholds_are_the_empirical_quantiles_dense_and_sparse():
-    X, _ = _sparse_histograms()
-    dense_f, dense_t = MBKL._random_stumps(X, 500, np.random.RandomState(0), "quantile")
-    sparse_f, sparse_t = MBKL._random_stumps(sp.csr_matrix(X), 500, np.random.RandomState(0), "quantile")
+def _stumps_dense_and_sparse(X, n_stumps, rule):
+    """The stumps drawn from dense and CSR ``X`` (checked equal), and the raw draws
+    ``(features, levels)`` in the order ``_random_stumps`` makes them (seed 0)."""
+    dense_f, dense_t = MBKL._random_stumps(X, n_stumps, np.random.RandomState(0), rule)
+    sparse_f, sparse_t = MBKL._random_stumps(sp.csr_matrix(X), n_stumps, np.random.RandomState(0), rule)
     np.testing.assert_array_equal(dense_f, sparse_f)
     np.testing.assert_allclose(dense_t, sparse_t, rtol=0, atol=1e-15)
-    rng = np.random.RandomState(0)  # the draws in the order _random_stumps makes them
-    features, levels = rng.randint(0, X.shape[1], size=500), rng.uniform(0.0, 1.0, size=500)
+    rng = np.random.RandomState(0)
+    return dense_f, dense_t, rng.randint(0, X.shape[1], size=n_stumps), rng.uniform(0.0, 1.0, size=n_stumps)
+
+
+def test_quantile_thresholds_are_the_empirical_quantiles_dense_and_sparse():
+    X, _ = _sparse_histograms()
+    dense_f, dense_t, features, levels = _stumps_dense_and_sparse(X, 500, "quantile")
     expected = np.array([np.quantile(X[:, f], u) for f, u in zip(features, levels)])
     order = np.lexsort((expected, features))
     np.testing.assert_array_equal(dense_f, features[order])
     np.testing.assert_allclose(dense_t, expected[order], rtol=1e-12, atol=0)
 
 
-def test_default_rule_is_the_papers_and_quantile_stumps_split_more_often():
+def test_papers_rule_stays_available_and_quantile_stumps_split_more_often():
+    from classify_images.classifiers.mbkl import PAPER_SETTING
+
     X, y = _sparse_histograms(seed=1)
-    assert MBKL().threshold_rule == "range"
+    assert PAPER_SETTING["threshold_rule"] == "range" and MBKL().threshold_rule == "distinct_quantile"
     splitting = {}
     for rule in ("range", "quantile"):
         features, thresholds = MBKL._random_stumps(X, 2000, np.random.RandomState(0), rule)
