@@ -276,6 +276,8 @@ REAL_ROWS: dict[str, dict[str, dict]] = {
     "per-level L1, SPM weights 1/4 1/4 1/2": {"pooling": {"level_normalization": "l1", "level_weights": [0.25, 0.25, 0.5]}},
     "power 0.5 (sqrt pooling), then L1": {"pooling": {"method": "sqrt"}},
     "power 0.5 (sqrt pooling), per-level L1": {"pooling": {"method": "sqrt", "level_normalization": "l1"}},
+    "power 0.5 (sqrt pooling), per-level L1, SPM weights 1/4 1/4 1/2": {
+        "pooling": {"method": "sqrt", "level_normalization": "l1", "level_weights": [0.25, 0.25, 0.5]}},
     "RootSIFT": {"sift": {"root_sift": True}},
     "RootSIFT, per-level L1": {"sift": {"root_sift": True}, "pooling": {"level_normalization": "l1"}},
     "RootSIFT, per-level L1, SPM weights 1/4 1/4 1/2": {
