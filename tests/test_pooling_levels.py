@@ -132,3 +132,12 @@ def test_build_uses_the_options_on_the_cached_codes(tmp_path, small_dataset):
         np.testing.assert_allclose(row, expected, rtol=1e-5, atol=1e-8)
         # level 1 (4 cells) holds 3/4 of the mass, level 0 a quarter
         assert row[n_words:].sum() == pytest.approx(0.75, rel=1e-5)
+
+
+def test_improved_hik_config_changes_only_the_pooling():
+    base, improved = load_config("hik-nsvm"), load_config("hik-nsvm-improved")
+    assert improved.pooling.method == "sqrt" and improved.pooling.level_normalization == "l1"
+    for table in ("dataset", "image", "sift", "codebook", "normalization"):
+        assert getattr(improved, table) == getattr(base, table)
+    # the stage cache of hik-nsvm (descriptor sample, codebook, VQ indices) serves it
+    assert stage_hash(improved, ["image", "sift", "codebook"]) == stage_hash(base, ["image", "sift", "codebook"])
