@@ -23,12 +23,30 @@ Pooling functions (ScSPM §3.2 and its Table 6), over the ``M`` codes of a cell:
 An empty cell pools to zeros.  Codes are given either as VQ indices (int
 array) or as a dense / CSR matrix.
 
+Per-level normalisation and level weights (:func:`weight_pyramid_levels`), applied to
+the pooled vector before the normalisation of the whole vector
+(:mod:`~classify_images.coding.normalize`): writing :math:`z_\\ell` for the block of
+level :math:`\\ell` (its cells concatenated),
+
+.. math:: z_\\ell \\leftarrow w_\\ell \\, \\frac{z_\\ell}{\\lVert z_\\ell\\rVert}
+
+with the ℓ1 or ℓ2 norm (or no division), and weights :math:`w_\\ell` (default 1).  With
+average-pooled VQ codes every non-empty cell sums to one, so the whole-vector ℓ1 alone
+gives every *cell* the same mass and a level the share of its cells (1/21, 4/21, 16/21
+for levels 1, 2, 4); per-level ℓ1 gives every *level* the same mass, as the count
+histograms of Lazebnik et al. [3]_ and VLFeat's ``phow`` do once the whole vector is
+ℓ1-normalised.  With per-level ℓ1 and the weights :math:`w_\\ell = 2^{-L}` for the
+coarsest level and :math:`2^{-(L-\\ell+1)}` for the others (¼, ¼, ½ for three levels),
+the intersection kernel of two such vectors is the pyramid match kernel of [3]_, Eq. (3).
+
 References
 ----------
 .. [1] F. Perronnin, J. Sánchez and T. Mensink, "Improving the Fisher kernel for
    large-scale image classification", ECCV 2010.
 .. [2] J. Wang, J. Yang, K. Yu, F. Lv, T. Huang and Y. Gong, "Locality-constrained
    linear coding for image classification", CVPR 2010.
+.. [3] S. Lazebnik, C. Schmid and J. Ponce, "Beyond bags of features: spatial pyramid
+   matching for recognizing natural scene categories", CVPR 2006.
 """
 
 from __future__ import annotations
@@ -40,6 +58,7 @@ import scipy.sparse as sp
 
 __all__ = [
     "IMPLEMENTATION_VERSION",
+    "LEVEL_NORMALIZATIONS",
     "POOLING_METHODS",
     "pyramid_grids",
     "validate_levels",
@@ -47,6 +66,8 @@ __all__ = [
     "pyramid_cells",
     "spatial_pyramid_pool",
     "pooled_dimension",
+    "validate_level_weights",
+    "weight_pyramid_levels",
 ]
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
@@ -56,6 +77,9 @@ IMPLEMENTATION_VERSION = 1
 
 
 POOLING_METHODS = ("average", "max", "sqrt", "abs", "signed_max")
+
+#: Normalisations of each pyramid level's block on its own (:func:`weight_pyramid_levels`).
+LEVEL_NORMALIZATIONS = ("none", "l1", "l2")
 
 #: A pyramid level: ``L`` (an ``L × L`` grid) or ``"RxC"`` (``R`` rows, ``C`` columns).
 Level = int | str
@@ -227,3 +251,69 @@ def _signed_max_pool(
     pooled[has_zero] = np.maximum(pooled[has_zero], 0.0)
     pooled[counts == 0] = 0.0
     return pooled.astype(np.float32).ravel()
+
+
+def validate_level_weights(weights: Sequence[float] | None) -> tuple[float, ...] | None:
+    """The level weights as a tuple of finite positive floats, or None (ValueError otherwise)."""
+    if weights is None:
+        return None
+    rule = "expected a non-empty list of finite numbers > 0, one per pyramid level"
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise ValueError(rule)
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not np.isfinite(weight) or weight <= 0:
+            raise ValueError(f"{rule}; got {weight!r}")
+    return tuple(float(weight) for weight in weights)
+
+
+def weight_pyramid_levels(
+    pooled: np.ndarray,
+    cell_dimension: int,
+    levels: Sequence[Level],
+    normalization: str = "none",
+    weights: Sequence[float] | None = None,
+) -> np.ndarray:
+    """Normalise each pyramid level's block on its own, then weight it.
+
+    :math:`z_\\ell \\leftarrow w_\\ell\\, z_\\ell / \\lVert z_\\ell\\rVert` for every
+    level :math:`\\ell` (module docstring; Lazebnik et al. [3]_, Eq. 3, for the weights).
+    A block that is all zeros stays zero.
+
+    Parameters
+    ----------
+    pooled : ndarray, shape (d,) or (n, d)
+        Pooled vectors, ``d = cell_dimension · Σ R·C``, levels in the order of ``levels``.
+    cell_dimension : int
+        Length of one cell's vector (``K`` for pooled codes).
+    levels : sequence of int or "RxC"
+        The pyramid the vectors were pooled over.
+    normalization : {"none", "l1", "l2"}
+        Norm each level's block is divided by (norms summed in float64).
+    weights : sequence of float, optional
+        One positive weight per level (default: all 1).
+
+    Returns
+    -------
+    z : ndarray of float32, the shape of ``pooled``
+    """
+    if normalization not in LEVEL_NORMALIZATIONS:
+        raise ValueError(f"level normalisation {normalization!r} is not one of {LEVEL_NORMALIZATIONS}")
+    sizes = [cell_dimension * rows * cols for rows, cols in pyramid_grids(levels)]
+    weights = validate_level_weights(weights)
+    if weights is not None and len(weights) != len(sizes):
+        raise ValueError(f"{len(weights)} level weights for {len(sizes)} pyramid levels")
+    X = np.asarray(pooled)
+    rows = np.atleast_2d(X).astype(np.float64)
+    if rows.shape[1] != sum(sizes):
+        raise ValueError(f"pooled vectors of length {rows.shape[1]}, expected {sum(sizes)} for these levels")
+    scale = np.ones((rows.shape[0], len(sizes)))
+    if normalization != "none":
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        values = np.abs(rows) if normalization == "l1" else rows * rows
+        norms = np.add.reduceat(values, starts, axis=1)
+        norms = norms if normalization == "l1" else np.sqrt(norms)
+        scale = np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 1.0)
+    if weights is not None:
+        scale = scale * np.asarray(weights)
+    out = (rows * np.repeat(scale, sizes, axis=1)).astype(np.float32)
+    return out.reshape(X.shape)

@@ -9,7 +9,7 @@ through them, each read into its own frozen dataclass::
                                           smoothing, window_size, bin_centres, grid_alignment,
                                           low_contrast, root_sift
     [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed, n_neighbors, pca_dims
-    [pooling]        PoolingConfig        method, levels
+    [pooling]        PoolingConfig        method, levels, level_normalization, level_weights
     [normalization]  NormalizationConfig  method
 
 and :class:`PipelineConfig` holds the six.  Every field has a default; a file or a
@@ -47,7 +47,7 @@ from typing import Any
 
 from ..coding.codebook import CODEBOOK_KINDS
 from ..coding.normalize import NORMALIZATIONS
-from ..coding.pooling import POOLING_METHODS, validate_levels
+from ..coding.pooling import LEVEL_NORMALIZATIONS, POOLING_METHODS, validate_level_weights, validate_levels
 from ..features.dsift import (
     BIN_CENTRES,
     GRID_ALIGNMENTS,
@@ -277,6 +277,10 @@ class PoolingConfig:
     #: pyramid levels: L (L × L cells) or "RxC" (R rows × C columns, e.g. "3x1"), at most
     #: ``MAX_PYRAMID_LEVEL`` rows and columns
     levels: tuple[int | str, ...] = _setting((1, 2, 4), _owned_by(validate_levels))
+    #: each level's block divided by its own norm before level_weights: "none", "l1", "l2"
+    level_normalization: str = _setting("none", _choice(LEVEL_NORMALIZATIONS), semantic="unless-default")
+    #: weight of each level's block, one number > 0 per level (unset: all 1)
+    level_weights: tuple[float, ...] | None = _setting(None, _owned_by(validate_level_weights), semantic="unless-default")
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,7 @@ class PipelineConfig:
                 raise ConfigError(f"{source}: [{name}] must be a table of key = value")
         config = cls(**{name: _read_table(table, name, raw.get(name, {}), source) for name, table in TABLES.items()})
         _check_codebook_keys(config.codebook, source)
+        _check_level_weights(config.pooling, source)
         return config
 
     def to_dict(self, *, semantic_only: bool = False) -> dict[str, dict[str, Any]]:
@@ -373,6 +378,15 @@ def _check_codebook_keys(codebook: CodebookConfig, source: str) -> None:
     if codebook.n_neighbors is not None and codebook.n_neighbors > codebook.size:
         raise ConfigError(
             f"{source}: codebook.n_neighbors = {codebook.n_neighbors}: expected at most codebook.size = {codebook.size}"
+        )
+
+
+def _check_level_weights(pooling: PoolingConfig, source: str) -> None:
+    """``pooling.level_weights`` has one weight per pyramid level."""
+    if pooling.level_weights is not None and len(pooling.level_weights) != len(pooling.levels):
+        raise ConfigError(
+            f"{source}: pooling.level_weights has {len(pooling.level_weights)} values for "
+            f"{len(pooling.levels)} pooling.levels: give one weight per level"
         )
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..coding.codebook import Codebook, codebook_digest, codebook_size
 from ..coding.normalize import Normalizer
-from ..coding.pooling import pooled_dimension, spatial_pyramid_pool
+from ..coding.pooling import pooled_dimension, spatial_pyramid_pool, weight_pyramid_levels
 from .config import PipelineConfig
 from .dataset import file_fingerprint
 from .stages import AGGREGATING_KINDS, StageCache, codes_matrix, encoder_cell_dimension
@@ -132,22 +132,23 @@ class FeatureExtractor:
         return check_image(self.cache, self.config, path, fingerprint)
 
     def pooled(self, path: str, fingerprint: str) -> np.ndarray:
-        """The pooled, not yet normalised, vector of a readable image (float32, ``n_features``).
+        """The pooled vector of a readable image (float32, ``n_features``), its levels normalised
+        and weighted as ``[pooling]`` says, not yet normalised as a whole.
 
         ``fingerprint`` is the SHA-1 of the file's bytes
         (:func:`~classify_images.pipeline.dataset.file_fingerprint`); it keys the cache.
         """
         if self.config.codebook.kind in AGGREGATING_KINDS:
-            return self.cache.image_encoding(
+            return self._weight_levels(self.cache.image_encoding(
                 path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
                 list(self.config.pooling.levels), self.codebook_digest, self.codebook,
-            )
+            ))
         codes = self.cache.image_codes(
             path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
             self.codebook_digest, self.codebook,
         )
         n_words = codebook_size(self.codebook)
-        return spatial_pyramid_pool(
+        return self._weight_levels(spatial_pyramid_pool(
             codes_matrix(codes, n_words),
             codes["x"],
             codes["y"],
@@ -155,7 +156,16 @@ class FeatureExtractor:
             n_words,
             levels=list(self.config.pooling.levels),
             method=self.config.pooling.method,
-        )
+        ))
+
+    def _weight_levels(self, pooled: np.ndarray) -> np.ndarray:
+        """``[pooling] level_normalization`` and ``level_weights`` (unchanged when unset)."""
+        pooling = self.config.pooling
+        if pooling.level_normalization == "none" and pooling.level_weights is None:
+            return pooled
+        cell_dimension = encoder_cell_dimension(self.config.codebook.kind, self.codebook)
+        return weight_pyramid_levels(pooled, cell_dimension, list(pooling.levels),
+                                     pooling.level_normalization, pooling.level_weights)
 
     def vector(self, path: str, fingerprint: str) -> np.ndarray:
         """The feature vector of a readable image: :meth:`pooled`, then normalised."""

@@ -35,6 +35,20 @@ Usage::
 
     nice -n 10 python scripts/ablate_features.py --dataset ../shared/datasets/scene15 \\
         --work-dir ablate-work --out ablate.json [--classifier nsvm] [--rows 'name|name|...']
+
+**The real setting** (``--real``): the rows of ``REAL_ROWS``, each the ``--config``
+(``hik-nsvm``: step 3, 2·10⁵ k-means samples, 100 iterations) with ONE table of overrides,
+built by the pipeline itself (:func:`~classify_images.pipeline.build.build_feature_set`) on
+the stage cache ``--cache-dir`` of a full build — a row that changes only ``[pooling]`` or
+``[normalization]`` re-uses its cached VQ indices; a ``[sift]`` row needs its own cache
+(``--cache-dir`` of that build) — then evaluated with the protocol of
+``bench_config_table.py`` (its ``run_cell``: the stored rows re-split with seeds 0, 1, 2,
+100 training images per class, the rest for testing; ``--classifiers``).  Paired
+differences are taken against the ``reference`` row of the same ``--out`` file::
+
+    nice -n 10 python scripts/ablate_features.py --real --dataset ../shared/datasets/scene15 \\
+        --cache-dir scene15-hik.cache --work-dir ablate-real --out ablate-real.json \\
+        --rows 'reference|per-level L1' --classifiers nsvm pmsvm-hi
 """
 
 from __future__ import annotations
@@ -49,6 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_config_table import PMSVM_C_GRID
 from classify_images.classifiers.hik_nsvm import HIKnSVM
 from classify_images.classifiers.pmsvm import PmSVM
 from classify_images.coding.codebook import learn_kmeans_codebook
@@ -254,6 +269,80 @@ def metric_check(folder: str, n_splits: int) -> dict:
     return out
 
 
+#: Rows at the real setting: overrides of ``--config``, one table each (``--real``).
+REAL_ROWS: dict[str, dict[str, dict]] = {
+    "reference": {},
+    "per-level L1": {"pooling": {"level_normalization": "l1"}},
+    "per-level L1, SPM weights 1/4 1/4 1/2": {"pooling": {"level_normalization": "l1", "level_weights": [0.25, 0.25, 0.5]}},
+    "power 0.5 (sqrt pooling), then L1": {"pooling": {"method": "sqrt"}},
+    "power 0.5 (sqrt pooling), per-level L1": {"pooling": {"method": "sqrt", "level_normalization": "l1"}},
+    "power 0.5 (sqrt pooling), per-level L1, SPM weights 1/4 1/4 1/2": {
+        "pooling": {"method": "sqrt", "level_normalization": "l1", "level_weights": [0.25, 0.25, 0.5]}},
+    "RootSIFT": {"sift": {"root_sift": True}},
+    "RootSIFT, per-level L1": {"sift": {"root_sift": True}, "pooling": {"level_normalization": "l1"}},
+    "RootSIFT, per-level L1, SPM weights 1/4 1/4 1/2": {
+        "sift": {"root_sift": True}, "pooling": {"level_normalization": "l1", "level_weights": [0.25, 0.25, 0.5]}},
+}
+
+
+def real_setting(args) -> None:
+    """The ``REAL_ROWS`` named by ``--rows``: build each on the stage cache, evaluate its cells."""
+    from bench_config_table import run_cell
+    from _bench_utils import load_features, write_json
+    from classify_images.pipeline.build import build_feature_set
+    from classify_images.pipeline.config import load_config
+
+    names = list(REAL_ROWS) if args.rows == "all" else args.rows.split("|")
+    unknown = [name for name in names if name not in REAL_ROWS]
+    if unknown:
+        raise SystemExit(f"error: --rows: unknown real-setting row(s) {unknown}; choose from {list(REAL_ROWS)}")
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if out.exists() else {}
+    results["protocol real"] = {"config": args.config, "cache_dir": args.cache_dir, "repeats": args.splits,
+                                "classifiers": args.classifiers, "pmsvm_grid": args.pmsvm_grid,
+                                "train_per_class": args.train_per_class}
+    rows = results.setdefault("real rows", {})
+    for name in names:
+        overrides = REAL_ROWS[name]
+        config = load_config(args.config, overrides)
+        folder = Path(args.work_dir) / hashlib.sha1(json.dumps([args.config, overrides], sort_keys=True).encode()).hexdigest()[:12]
+        start = time.perf_counter()
+        build_feature_set(args.dataset, folder, config, n_jobs=args.n_jobs, cache_dir=args.cache_dir)
+        build_seconds = time.perf_counter() - start
+        feats = load_features(folder)
+        X, y = feats.pooled()
+        row = rows.setdefault(name, {"cells": {}})
+        row.update(overrides=overrides, folder=str(folder), config_hash=feats.config_hash, dims=int(X.shape[1]),
+                   build_seconds=round(build_seconds, 1))
+        print(f"{name}: built in {build_seconds:.0f} s ({folder})", flush=True)
+        for clf in args.classifiers:
+            row["cells"][clf] = run_cell(clf, X, y, feats.n_classes, args.splits, args.train_per_class, 1e-4,
+                                         args.pmsvm_grid)
+            write_json(out, results)
+            print(f"  {clf}: {row['cells'][clf]['mean']:.2f} ± {row['cells'][clf]['std']:.2f}", flush=True)
+        del X
+
+
+def print_real_table(results: dict) -> None:
+    """The real-setting rows of ``results`` as a Markdown table (BENCHMARKS.md), with the paired
+    difference of every cell to the ``reference`` row's cell of the same classifier (same splits)."""
+    rows = results.get("real rows", {})
+    print("| row | classifier | split 0 | split 1 | split 2 | mean ± std | paired diff to reference ± std | overall acc. | final fit s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, row in rows.items():
+        for clf, cell in row["cells"].items():
+            accs = " | ".join(f"{100 * r['accuracy']:.2f}" for r in cell["runs"])
+            reference = rows.get("reference", {}).get("cells", {}).get(clf)
+            diff = "—"
+            if reference is not None and name != "reference":
+                paired = 100 * (np.array([r["accuracy"] for r in cell["runs"]])
+                                - np.array([r["accuracy"] for r in reference["runs"]]))
+                diff = f"{paired.mean():+.2f} ± {paired.std(ddof=1):.2f}"
+            overall = f"{cell['overall_mean']:.2f} ± {cell['overall_std']:.2f}" if "overall_mean" in cell else "—"
+            print(f"| {name} | {clf} | {accs} | {cell['mean']:.2f} ± {cell['std']:.2f} | {diff} | {overall} "
+                  f"| {cell['train_seconds']:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", required=True, type=Path)
@@ -272,9 +361,25 @@ def main() -> None:
                     help="only compare mean per-class and overall accuracy (PmSVM-HI) on a stored feature set")
     ap.add_argument("--table", action="store_true", help="print the rows of --out as a Markdown table and exit")
     ap.add_argument("--rows", default="all", help="row names separated by '|', or 'all'")
+    ap.add_argument("--real", action="store_true", help="the REAL_ROWS at the real setting (see the docstring)")
+    ap.add_argument("--config", default="hik-nsvm", help="--real: the configuration the rows override")
+    ap.add_argument("--cache-dir", help="--real: the stage cache of the full build")
+    ap.add_argument("--n-jobs", type=int, default=1, help="--real: workers of each build")
+    ap.add_argument("--classifiers", nargs="+", default=["nsvm", "pmsvm-hi"],
+                    help="--real: cells of bench_config_table.py")
+    ap.add_argument("--pmsvm-grid", type=float, nargs="+", default=PMSVM_C_GRID,
+                    help="--real: PmSVM's C grid (one value: no CV)")
+    ap.add_argument("--train-per-class", type=int, default=100, help="--real: training images per class of a split")
+    ap.add_argument("--merge", nargs="*", default=[], help="--table: real-setting rows of other --out files too")
     args = ap.parse_args()
     if args.table:
-        print_table(json.loads(Path(args.out).read_text()))
+        results = json.loads(Path(args.out).read_text())
+        for path in args.merge:  # real-setting rows run by other processes
+            results.setdefault("real rows", {}).update(json.loads(Path(path).read_text())["real rows"])
+        (print_real_table if "real rows" in results else print_table)(results)
+        return
+    if args.real:
+        real_setting(args)
         return
     if args.metric_check:
         results = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}

@@ -11,7 +11,7 @@ def test_shipped_configs_load_and_validate():
         assert set(config.to_dict()) == set(TABLES)
     scspm = load_config("scspm")
     assert scspm.codebook.kind == "sparse" and scspm.codebook.size == 1024
-    assert scspm.to_dict()["pooling"] == {"method": "max", "levels": [1, 2, 4]}
+    assert scspm.to_dict(semantic_only=True)["pooling"] == {"method": "max", "levels": [1, 2, 4]}
     assert load_config("hik-nsvm").sift.patch_sizes == (16, 24, 32, 40)
 
 
