@@ -104,6 +104,9 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
 
     paths = sorted(args.data.glob("*/*.jpg"))
+    if len(paths) < args.n_images + args.n_train_images:
+        p.error(f"--data {args.data}: {len(paths)} JPEG images in class folders, need "
+                f"{args.n_images + args.n_train_images} (give the 15-Scenes folder)")
     random.Random(args.seed).shuffle(paths)
     X = np.concatenate([dense_sift(load_grayscale(q), 16, 6).descriptors for q in paths[: args.n_images]])
     train = np.concatenate(
