@@ -1,17 +1,53 @@
-"""Study: HIK nSVM on a feature set (e.g. the hik-nsvm rows) with margin 0.02 (the default of 2026-11-21) vs "auto" (today's), the 3 splits of bench_config_table.
+"""Study: HIK nSVM's hinge margin m (Sharma & Jurie, Eq. 7a) on a stored feature set.
 
-Usage: python scripts/study_hik_nsvm_margin.py FEATURE_SET
+Runs the ``nsvm`` cell of ``bench_config_table.py`` (its 3 splits, mean per-class accuracy)
+twice: with m = 0.02, the default until commit ``bfb9066``, and with today's ``margin="auto"``
+(0.05 times the mean l1 norm of the training rows). BENCHMARKS.md, "The nSVM drift since
+2026-11-21".
+
+Usage::
+
+    OMP_NUM_THREADS=1 python scripts/study_hik_nsvm_margin.py FEATURE_SET [--margins 0.02 auto]
 """
-import sys
-sys.path.insert(0, "scripts")
-import numpy as np
-import bench_config_table as T
-import _bench_utils as U
-from classify_images.classifiers.hik_nsvm import HIKnSVM
 
-feats = U.load_features(sys.argv[1]); X, y = feats.pooled()
-n_classes = int(y.max()) + 1
-for margin in (0.02, "auto"):
-    T._estimator = (lambda m: (lambda name: HIKnSVM(random_state=0, margin=m)))(margin)
-    cell = T.run_cell("nsvm", X, y, n_classes, 3, 100, 1e-3)
-    print("margin", margin, [round(100 * r["accuracy"], 2) for r in cell["runs"]], round(cell["mean"], 2), round(cell["std"], 2), flush=True)
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _bench_utils as U  # noqa: E402
+import bench_config_table as table  # noqa: E402
+
+from classify_images.classifiers.hik_nsvm import HIKnSVM  # noqa: E402
+
+
+def _margin(text: str) -> float | str:
+    return text if text == "auto" else float(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("features", type=Path, help="feature set folder")
+    parser.add_argument("--margins", type=_margin, nargs="+", default=[0.02, "auto"])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    if not (args.features / "manifest.json").is_file():
+        parser.error(f"{args.features}: not a feature set (no manifest.json); give a build-features output folder")
+    X, y = U.load_features(args.features).pooled()
+    n_classes = int(y.max()) + 1
+    default_estimator = table._estimator
+    try:
+        for margin in args.margins:
+            table._estimator = lambda name, m=margin: HIKnSVM(random_state=0, margin=m)
+            cell = table.run_cell("nsvm", X, y, n_classes, args.repeats, 100, 1e-3)
+            splits = ", ".join(f"{100 * run['accuracy']:.2f}" for run in cell["runs"])
+            print(f"margin {margin}: {splits}  ->  {cell['mean']:.2f} ± {cell['std']:.2f}", flush=True)
+    finally:
+        table._estimator = default_estimator
+
+
+if __name__ == "__main__":
+    main()
