@@ -209,9 +209,15 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         is declared.
     _accept_sparse : bool
         Whether CSR input is supported (other sparse formats are converted).
+    _fitted_shapes : dict of str to tuple of str
+        The fitted attributes saved in model files (besides ``classes_`` and
+        ``n_features_in_``), each with its shape in the symbols ``d`` (feature
+        dimension), ``P`` (one-vs-rest problems: 1 for two classes, else the class
+        count), ``S`` (MBKL's selected stumps), ``2S`` and ``m+1`` (PmSVM's polynomial
+        coefficients); ``()`` for a scalar.  Loading a model file checks every array
+        against it (:mod:`classify_images.pipeline.model_file`).
     _fitted_arrays : tuple of str
-        Fitted attributes saved in model files, besides ``classes_`` and
-        ``n_features_in_``.
+        The names of ``_fitted_shapes``, in order (derived, never set by hand).
     _problem_axes : dict of str to int, or None
         The fitted attributes that hold one entry per one-vs-rest problem, each with the
         axis of the problems (the other fitted attributes are shared by all problems),
@@ -226,9 +232,14 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {}
     _requires_non_negative: bool = False
     _accept_sparse: bool = True
+    _fitted_shapes: dict[str, tuple[str, ...]] = {}
     _fitted_arrays: tuple[str, ...] = ()
     _problem_axes: dict[str, int] | None = None
     _joint_reason: str = "learns its one-vs-rest problems jointly, so they cannot be fitted in groups"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._fitted_arrays = tuple(cls._fitted_shapes)
 
     # ------------------------------------------------------------------ tags
     def __sklearn_tags__(self):

@@ -285,7 +285,7 @@ class HIKnSVM(OneVsRestClassifierBase):
 
     _requires_non_negative = True
     _accept_sparse = True
-    _fitted_arrays = ("coef_", "intercept_")
+    _fitted_shapes = {"coef_": ("P", "d"), "intercept_": ("P",)}
     _problem_axes = {"coef_": 0, "intercept_": 0, "objective_curve_": 1}  # one shared shuffle seed
 
     _parameter_constraints: dict = {

@@ -399,17 +399,10 @@ class MBKL(OneVsRestClassifierBase):
 
     _requires_non_negative = False
     _accept_sparse = True
-    _fitted_arrays = (
-        "stump_features_",
-        "stump_thresholds_",
-        "theta_",
-        "coef_",
-        "intercept_",
-        "n_stumps_",
-        "n_stumps_step0_",
-        "n_iter_kernel_",
-        "n_iter_",
-    )
+    _fitted_shapes = {
+        "stump_features_": ("S",), "stump_thresholds_": ("S",), "theta_": ("S",), "coef_": ("P", "2S"),
+        "intercept_": ("P",), "n_stumps_": (), "n_stumps_step0_": (), "n_iter_kernel_": (), "n_iter_": (),
+    }
     _joint_reason = (
         "learns its stumps and their weights theta from all classes at once (Steps 0-1), and its Step 2 "
         "trains all classes in one L-BFGS run: it cannot be trained in groups of classes and give the same "

@@ -334,7 +334,7 @@ class PmSVM(OneVsRestClassifierBase):
 
     _requires_non_negative = True
     _accept_sparse = True
-    _fitted_arrays = ("coef_", "feature_max_", "n_iter_", "C_")
+    _fitted_shapes = {"coef_": ("d", "m+1", "P"), "feature_max_": ("d",), "n_iter_": ("P",), "C_": ()}
     _problem_axes = {"coef_": 2, "n_iter_": 0}  # each problem its own dual CD, one shared seed
 
     _parameter_constraints: dict = {

@@ -198,7 +198,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
 
     _requires_non_negative = False
     _accept_sparse = True
-    _fitted_arrays = ("coef_", "intercept_", "n_iter_", "objective_", "C_")
+    _fitted_shapes = {"coef_": ("P", "d"), "intercept_": ("P",), "n_iter_": (), "objective_": (), "C_": ()}
     _joint_reason = (
         "trains all its one-vs-rest problems in one L-BFGS run (one line search and one curvature "
         "history for all classes), so a class's weights depend on the others: it cannot be trained in "

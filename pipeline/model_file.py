@@ -33,7 +33,7 @@ by the file's size.  Arrays are then read with ``np.load(..., allow_pickle=False
 tampered file can at worst fail to load, never run code), and the header and arrays are
 validated: known classifier and valid parameters, at least two classes, the shape of every
 fitted array against the class count and the feature dimension
-(:data:`_FITTED_SHAPES`), finite values, a codebook and normaliser consistent with the
+(the classifier's ``_fitted_shapes``), finite values, a codebook and normaliser consistent with the
 configuration, and the identity of the training feature set.  Every failure is a
 :class:`ModelFileError` with a one-line message.
 
@@ -85,22 +85,6 @@ _NORMALIZER_KEY = "extractor/normalizer"
 #: Descriptor length (dense SIFT).
 _DESCRIPTOR_LENGTH = 128
 
-#: Shape of each fitted array of each classifier, in the symbols ``d`` (feature dimension),
-#: ``P`` (one-vs-rest problems: 1 for two classes, else the class count), ``S`` (MBKL's
-#: selected stumps, the length of ``stump_features_``) and ``m+1`` (PmSVM's polynomial
-#: coefficients).  Checked before a loaded model is used, so that a tampered file never
-#: reaches a compiled kernel with arrays of the wrong size.  Which arrays a model holds is
-#: the classifier's own list, ``_fitted_arrays`` (what it saves and restores); every one must
-#: have a rule here (a test checks it for every registered classifier).
-_FITTED_SHAPES: dict[str, dict[str, tuple]] = {
-    "linear": {"coef_": ("P", "d"), "intercept_": ("P",), "n_iter_": (), "objective_": (), "C_": ()},
-    "nsvm": {"coef_": ("P", "d"), "intercept_": ("P",)},
-    "pmsvm": {"coef_": ("d", "m+1", "P"), "feature_max_": ("d",), "n_iter_": ("P",), "C_": ()},
-    "mbkl": {
-        "stump_features_": ("S",), "stump_thresholds_": ("S",), "theta_": ("S",), "coef_": ("P", "2S"),
-        "intercept_": ("P",), "n_stumps_": (), "n_stumps_step0_": (), "n_iter_kernel_": (), "n_iter_": (),
-    },
-}
 
 
 class ModelFileError(ValueError):
@@ -313,17 +297,17 @@ def _symbols(name: str, arrays: dict[str, np.ndarray], n_classes: int, n_feature
 
 def _check_fitted_arrays(name: str, arrays: dict[str, np.ndarray], n_classes: int, params: dict) -> None:
     """The arrays the classifier restores (its ``_fitted_arrays``): present, shapes against the class
-    count and dimension (:data:`_FITTED_SHAPES`), numeric dtypes, finite values."""
+    count and dimension (the classifier's ``_fitted_shapes``), numeric dtypes, finite values."""
     _expect("n_features_in_" in arrays and arrays["n_features_in_"].shape == ()
             and arrays["n_features_in_"].dtype.kind in "iu", "no feature dimension")
     n_features = int(arrays["n_features_in_"])
     _expect(n_features > 0, "feature dimension is not positive")
-    names = classifier_class(name)._fitted_arrays
-    missing = [key for key in names if key not in arrays]
+    shapes = classifier_class(name)._fitted_shapes
+    missing = [key for key in shapes if key not in arrays]
     _expect(not missing, f"fitted array {missing[0] if missing else ''} is missing")
     symbols = _symbols(name, arrays, n_classes, n_features, params)
-    for key in names:
-        array, dims = arrays[key], _FITTED_SHAPES[name][key]
+    for key, dims in shapes.items():
+        array = arrays[key]
         shape = tuple(symbols[s] for s in dims)
         _expect(array.shape == shape, f"fitted array {key} has shape {array.shape}, expected {shape} "
                 f"for {n_classes} classes and {n_features} features")

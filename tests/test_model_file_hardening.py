@@ -122,15 +122,23 @@ def test_wrong_shapes_are_one_line(tmp_path, model_files, name, key, change):
     _one_line(lambda: load_model(path), "shape")
 
 
-def test_every_fitted_array_of_every_classifier_has_a_shape_rule():
-    """The arrays a model file holds are the ones each classifier lists (``_fitted_arrays``); each is
-    checked against a shape rule, so that none reaches the classifier unchecked."""
+def test_every_fitted_array_of_every_classifier_has_a_shape_rule(model_files):
+    """The arrays a model file holds are the ones each classifier declares in ``_fitted_shapes``
+    (``_fitted_arrays`` is derived from it), and every rule is written in symbols the loader
+    resolves, so that no array reaches the classifier unchecked."""
     from classify_images.classifiers.registry import CLASSIFIERS as REGISTERED
     from classify_images.classifiers.registry import classifier_class
-    from classify_images.pipeline.model_file import _FITTED_SHAPES
+    from classify_images.pipeline.model_file import _symbols
 
     for name in REGISTERED:
-        assert set(_FITTED_SHAPES[name]) == set(classifier_class(name)._fitted_arrays), name
+        cls = classifier_class(name)
+        assert cls._fitted_shapes, name
+        assert cls._fitted_arrays == tuple(cls._fitted_shapes), name
+        with np.load(model_files[name]) as archive:
+            arrays = {key.split("/", 1)[1]: archive[key] for key in archive.files if key.startswith("model/")}
+        symbols = _symbols(name, arrays, 3, 8, {"m": 2})
+        for key, dims in cls._fitted_shapes.items():
+            assert all(symbol in symbols for symbol in dims), (name, key, dims)
 
 
 @pytest.mark.parametrize("name", ["linear", "pmsvm"])
