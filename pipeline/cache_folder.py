@@ -8,7 +8,10 @@ What this project writes there is joblib's store of the cached stages
 (:class:`~classify_images.pipeline.stages.StageCache`), under ``joblib/classify_images/``.
 :func:`clear_cache` deletes that sub-folder only — never anything else a user may keep in
 a folder they pointed the cache at — and then the folders left empty (with the
-``.gitignore`` joblib writes there).
+``.gitignore`` joblib writes there).  :func:`prune_cache` deletes only the temporary files
+that writers killed in the middle of a write left behind (``cache prune``; which ones are
+stale, and why that is safe with writers on several machines:
+:mod:`~classify_images.pipeline.cache_store`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CacheUsage", "cache_usage", "clear_cache", "format_bytes", "ENTRIES"]
+from .cache_store import STALE_AFTER_SECONDS, is_stale_temporary, remove_stale_temporaries
+
+__all__ = ["CacheUsage", "cache_usage", "clear_cache", "prune_cache", "format_bytes", "ENTRIES"]
 
 #: The part of the cache folder that this project's stage cache writes (joblib's layout:
 #: ``<location>/joblib/<module path>/<function>/<key>/``).
@@ -36,6 +41,8 @@ class CacheUsage:
     n_bytes: int  #: bytes of the files under :data:`ENTRIES`
     n_files: int  #: number of those files
     exists: bool  #: whether the cache folder exists
+    n_stale: int = 0  #: of those files, the temporaries killed writers left (:func:`prune_cache` removes them)
+    stale_bytes: int = 0  #: their bytes
 
 
 def format_bytes(n_bytes: int) -> str:
@@ -48,18 +55,42 @@ def format_bytes(n_bytes: int) -> str:
     raise AssertionError("unreachable")
 
 
-def cache_usage(cache_dir: str | os.PathLike) -> CacheUsage:
-    """Bytes and files of the stage cache in ``cache_dir`` (symbolic links are not followed)."""
+def cache_usage(cache_dir: str | os.PathLike, *, max_age: float = STALE_AFTER_SECONDS) -> CacheUsage:
+    """Bytes and files of the stage cache in ``cache_dir``, and of its stale temporaries
+    (:func:`~classify_images.pipeline.cache_store.is_stale_temporary` with ``max_age``).
+    Symbolic links are not followed."""
     root = Path(cache_dir)
-    n_bytes = n_files = 0
+    n_bytes = n_files = n_stale = stale_bytes = 0
     for folder, _, names in os.walk(root / ENTRIES):
         for name in names:
+            path = os.path.join(folder, name)
             try:
-                n_bytes += os.lstat(os.path.join(folder, name)).st_size
-                n_files += 1
+                size = os.lstat(path).st_size
             except OSError:  # removed meanwhile by a concurrent build
                 continue
-    return CacheUsage(root, n_bytes, n_files, root.is_dir())
+            n_bytes += size
+            n_files += 1
+            if is_stale_temporary(path, max_age=max_age):
+                n_stale += 1
+                stale_bytes += size
+    return CacheUsage(root, n_bytes, n_files, root.is_dir(), n_stale, stale_bytes)
+
+
+def prune_cache(cache_dir: str | os.PathLike, *, max_age: float = STALE_AFTER_SECONDS) -> CacheUsage:
+    """Delete the stale temporaries in the stage cache in ``cache_dir``; entries and live writers' files stay.
+
+    Returns
+    -------
+    usage : CacheUsage
+        What was deleted (``n_files``, ``n_bytes``; the same numbers in ``n_stale``, ``stale_bytes``).
+    """
+    root = Path(cache_dir)
+    n_files = n_bytes = 0
+    for folder, _, _ in os.walk(root / ENTRIES):
+        removed = remove_stale_temporaries(folder, max_age=max_age)
+        n_files += len(removed)
+        n_bytes += sum(size for _, size in removed)
+    return CacheUsage(root, n_bytes, n_files, root.is_dir(), n_files, n_bytes)
 
 
 def clear_cache(cache_dir: str | os.PathLike) -> CacheUsage:

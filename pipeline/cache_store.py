@@ -15,6 +15,32 @@ its folder layout, its function-code check) and changes only how a result is sto
   entry rewritten.  ``output.pkl`` files are never opened;
 * a write that fails (a full disk) removes its temporary file before the error propagates.
 
+**Temporaries of killed writers.**  Every file of an entry is written under a temporary name
+beside it and renamed into place (:meth:`NpzStoreBackend._concurrency_safe_write`); a writer
+killed in between (a cluster worker killed by the nanny, out of memory, ``SIGKILL``) leaves the
+temporary behind.  Readers never open one (they open ``output.npz`` only), so it costs disk,
+never a wrong read.  Its name, ``<file>.<uuid>-h<host>-<pid>-<thread>``, records the writer's
+host (a short digest of its host name) and process id, and :func:`is_stale_temporary` calls it
+stale when either
+
+* it was written on *this* host and no process ``<pid>`` runs here any more (while it runs,
+  the temporary is kept whatever its age), or
+* it was written on another host and has not been written to for :data:`STALE_AFTER_SECONDS`
+  (an hour).
+
+Why both: the cache is meant to be shared by the workers of several machines (NFS), and a
+process id says nothing about another machine's processes, so a temporary of another host is
+judged only by its age — a live writer touches its file with every write and renames it right
+after the last one, so an hour without a write is a dead writer, with a margin wide enough for
+the clock difference between a file server and its clients.  (Temporaries of older versions,
+without the host, are judged by age only.)  And removing a live writer's temporary would still
+be harmless: a writer whose temporary has gone skips that entry (the result it returns is
+unaffected; the next build recomputes the entry), so a wrong guess costs one cache entry, never
+a failed build or a torn read.  Stale temporaries are removed when an entry's folder is written
+again (the writer sweeps its folder first: a rerun after a killed task cleans what the kill
+left, at the cost of one small ``scandir``), by ``classify-images cache prune`` (all of them,
+:func:`~classify_images.pipeline.cache_folder.prune_cache`), and by ``cache clear``.
+
 :func:`secure_cache_folder` checks the cache folder itself: it is created private (0700),
 and a folder owned by another user, or writable by the group or by others, is refused with
 one line, because whoever can write there decides what the build reads back.
@@ -26,10 +52,14 @@ recomputed, so durability there would cost time and buy nothing.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import re
+import socket
 import stat
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,7 +68,12 @@ import numpy as np
 from joblib import register_store_backend
 from joblib._store_backends import FileSystemStoreBackend
 
-__all__ = ["BACKEND_NAME", "CacheFolderError", "NpzStoreBackend", "secure_cache_folder", "encode_result", "decode_result"]
+from .atomic import process_is_alive
+
+__all__ = [
+    "BACKEND_NAME", "CacheFolderError", "NpzStoreBackend", "secure_cache_folder", "encode_result", "decode_result",
+    "STALE_AFTER_SECONDS", "is_stale_temporary", "remove_stale_temporaries",
+]
 
 #: The name the backend is registered under (``joblib.Memory(..., backend=BACKEND_NAME)``).
 BACKEND_NAME = "classify-images-npz"
@@ -46,6 +81,64 @@ OUTPUT = "output.npz"
 _SCHEMA = "__schema__"
 #: Python scalar types a dictionary result may hold, by the name stored in the schema.
 _SCALARS = {"bool": bool, "int": int, "float": float, "str": str}
+#: A temporary file not written to for this long is a dead writer's, whichever host wrote it.
+STALE_AFTER_SECONDS = 3600.0
+#: Temporary names of an entry's files: ``<file>.<uuid>-h<host digest>-<pid>-<thread>`` (joblib's
+#: own form, ``<file>.<uuid>-<pid>-<thread>``, has no host).
+_TEMPORARY = re.compile(r"(?P<file>.+)\.[0-9a-f]{32}-(?:h(?P<host>[0-9a-f]{12})-)?(?P<pid>\d+)-\d+")
+
+
+def _host_digest() -> str:
+    """This host's tag in temporary names: 12 hex digits of the SHA-1 of its name (fixed length, no separators)."""
+    return hashlib.sha1(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+_HOST = _host_digest()
+
+
+def is_stale_temporary(path: str | os.PathLike, *, max_age: float = STALE_AFTER_SECONDS,
+                       now: float | None = None) -> bool:
+    """Whether ``path`` is a temporary entry file that no live writer can still rename.
+
+    True when its name is a temporary's and either its writer ran on this host and is gone,
+    or it was written on another host (or by a version that did not record the host) and
+    last written ``max_age`` seconds ago or more (see the module's docstring for why a
+    foreign host's temporary is judged by its age only).  A path that vanished meanwhile
+    is not stale (there is nothing to remove).
+    """
+    match = _TEMPORARY.fullmatch(os.path.basename(path))
+    if match is None:
+        return False
+    if match["host"] == _HOST:
+        return not process_is_alive(int(match["pid"]))
+    try:
+        modified = os.lstat(path).st_mtime
+    except OSError:
+        return False
+    return (time.time() if now is None else now) - modified >= max_age
+
+
+def remove_stale_temporaries(folder: str | os.PathLike, *, max_age: float = STALE_AFTER_SECONDS) -> list[tuple[str, int]]:
+    """Delete the stale temporaries (:func:`is_stale_temporary`) directly in ``folder``.
+
+    Returns
+    -------
+    list of (path, n_bytes)
+        What was removed.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.is_file(follow_symlinks=False) or not is_stale_temporary(entry.path, max_age=max_age):
+            continue
+        with contextlib.suppress(OSError):
+            size = entry.stat(follow_symlinks=False).st_size
+            os.unlink(entry.path)
+            removed.append((entry.path, size))
+    return removed
 
 
 class CacheFolderError(ValueError):
@@ -162,6 +255,7 @@ class NpzStoreBackend(FileSystemStoreBackend):
         arrays = encode_result(item)
         item_path = os.path.join(self.location, *call_id)
         self.create_location(item_path)
+        remove_stale_temporaries(item_path)  # what a writer of this entry killed earlier left
 
         def write_npz(to_write, filename):
             with open(filename, "wb") as handle:
@@ -170,11 +264,21 @@ class NpzStoreBackend(FileSystemStoreBackend):
         self._concurrency_safe_write(arrays, self._output(call_id), write_npz)
 
     def _concurrency_safe_write(self, to_write, filename, write_func):
-        """joblib's temporary-then-rename write, removing the temporary file on failure."""
-        temporary = f"{filename}.{uuid.uuid4().hex}-{os.getpid()}-{threading.get_ident()}"
+        """joblib's temporary-then-rename write, removing the temporary file on failure.
+
+        The temporary's name holds this host's digest and process id (:func:`is_stale_temporary`).
+        When the temporary has vanished before its rename (a ``cache prune`` or ``cache clear``
+        took it), the entry is not written: the caller's result is unaffected, and the next
+        build recomputes the entry.
+        """
+        temporary = f"{filename}.{uuid.uuid4().hex}-h{_HOST}-{os.getpid()}-{threading.get_ident()}"
         try:
             write_func(to_write, temporary)
-            self._move_item(temporary, filename)
+            try:
+                self._move_item(temporary, filename)
+            except FileNotFoundError:
+                if os.path.lexists(temporary):
+                    raise
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)

@@ -9,7 +9,7 @@ Sub-commands::
     classify-images experiment FEATURESET --classifier NAME --repeats R [--param ...]
     classify-images predict MODEL IMAGE_OR_FOLDER... [--top-k K] [--format table|csv|json]
     classify-images run DATASET --config NAME --classifier NAME [--param ...] [--out DIR]
-    classify-images cache info|clear
+    classify-images cache info|prune|clear
     classify-images demo [--workdir DIR]
 
 A user's mistake (missing folder, bad config key, model for another feature
@@ -176,13 +176,17 @@ def _cache_text(cache_dir) -> str:
     usage = cache_usage(cache_dir)
     if not usage.exists:
         return f"stage cache: {usage.path} (empty: the folder does not exist yet)"
-    return (f"stage cache: {usage.path} ({format_bytes(usage.n_bytes)} in {usage.n_files} files; "
+    text = (f"stage cache: {usage.path} ({format_bytes(usage.n_bytes)} in {usage.n_files} files; "
             "classify-images cache clear empties it)")
+    if usage.n_stale:
+        text += (f"\nstage cache: {usage.n_stale} temporary files ({format_bytes(usage.stale_bytes)}) left by writers "
+                 "killed in the middle of a write; classify-images cache prune removes them")
+    return text
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
     from .build import default_cache_dir
-    from .cache_folder import clear_cache, format_bytes
+    from .cache_folder import clear_cache, format_bytes, prune_cache
 
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     source = "--cache-dir" if args.cache_dir else ("$CLASSIFY_IMAGES_CACHE" if os.environ.get("CLASSIFY_IMAGES_CACHE")
@@ -190,6 +194,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
     _check_folder_option(source, cache_dir, "stage cache")
     if args.action == "info":
         print(_cache_text(cache_dir))
+        return 0
+    if args.action == "prune":
+        usage = prune_cache(cache_dir)
+        print(f"stage cache: {cache_dir}: deleted {usage.n_files} temporary files ({format_bytes(usage.n_bytes)}) "
+              "left by killed writers")
         return 0
     usage = clear_cache(cache_dir)
     print(f"stage cache: {cache_dir}: deleted {format_bytes(usage.n_bytes)} in {usage.n_files} files")
@@ -708,11 +717,12 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_cache_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("cache", help="where the stage cache is, its size; clear it",
+    parser = sub.add_parser("cache", help="where the stage cache is, its size; prune or clear it",
                             description="The stage cache: $CLASSIFY_IMAGES_CACHE, else $XDG_CACHE_HOME/classify-images, "
-                            "else ~/.cache/classify-images. 'info' prints its place and size; 'clear' deletes what "
-                            "classify-images cached there (nothing else).")
-    parser.add_argument("action", choices=("info", "clear"))
+                            "else ~/.cache/classify-images. 'info' prints its place and size (and the temporary files "
+                            "writers killed in the middle of a write left); 'prune' deletes those temporary files only "
+                            "(a live writer's are kept); 'clear' deletes what classify-images cached there (nothing else).")
+    parser.add_argument("action", choices=("info", "prune", "clear"))
     parser.add_argument("--cache-dir", help="cache folder (default: as above)")
     parser.set_defaults(func=cmd_cache)
 
