@@ -49,7 +49,7 @@ from ..coding.codebook import codebook_size
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
-from .cluster import ClusterError, iter_tasks, open_client, parse_cluster_option, scheduler_errors
+from .cluster import ClusterError, iter_kept, iter_tasks, open_client, parse_cluster_option, scheduler_errors, submit_kept
 from .extractor import FeatureExtractor
 from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, load_feature_set
 from .provenance import library_versions
@@ -247,19 +247,54 @@ def sample_descriptors(paths: list[str], fingerprints: list[str], train: np.ndar
     runner : Runner
         Where the per-image sampling runs (and the stage cache it reads and fills).
     """
-    n_samples, seed = config.codebook.n_samples, config.codebook.seed
-    per_image = max(1, math.ceil(n_samples / len(train)))
+    samples = runner.map(_sample_calls(paths, fingerprints, train, config, runner), "sample descriptors")
+    return _combine_samples(samples, config.codebook.n_samples, config.codebook.seed)
+
+
+def _sample_calls(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                  runner: Runner) -> list:
+    """The per-image calls of :func:`sample_descriptors`: ``ceil(n_samples / n_train)`` descriptors of each image."""
+    per_image = max(1, math.ceil(config.codebook.n_samples / len(train)))
     sift, max_side = config.sift_params(), config.image.max_side
     sample_of = delayed(runner.cache.descriptor_sample)
-    samples = runner.map(
-        [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, seed) for i in train],
-        "sample descriptors",
-    )
+    return [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, config.codebook.seed) for i in train]
+
+
+def _combine_samples(samples: list[np.ndarray], n_samples: int, seed: int) -> np.ndarray:
+    """The per-image samples joined in image order, then ``n_samples`` of them kept (seeded) when more."""
     sample = np.concatenate(samples)
     if sample.shape[0] > n_samples:
         rng = np.random.default_rng(seed)
         sample = sample[np.sort(rng.choice(sample.shape[0], n_samples, replace=False))]
     return sample
+
+
+def _combine_sample_batches(batches: list[list[np.ndarray]], n_samples: int, seed: int) -> np.ndarray:
+    """:func:`_combine_samples` of the results of the sampling tasks (a list per task, in order), on a worker."""
+    return _combine_samples([sample for batch in batches for sample in batch], n_samples, seed)
+
+
+def _sample_on_cluster(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                       runner: Runner):
+    """:func:`sample_descriptors` as Dask tasks whose result stays on the cluster: a future of
+    the same sample, which the codebook task reads without it passing through the client."""
+    client = runner.client
+    calls = _sample_calls(paths, fingerprints, train, config, runner)
+    submitted = submit_kept(client, calls, "sample descriptors", batch_size=runner.batch_size)
+    for _ in runner.progress_of(iter_kept(client, submitted), "sample descriptors", len(calls)):
+        pass
+    return client.submit(_combine_sample_batches, [future for _, future in submitted], config.codebook.n_samples,
+                         config.codebook.seed, pure=False)
+
+
+def _check_sample_size(n_descriptors: int, config: PipelineConfig, log: Callable[[str], None]) -> None:
+    kind, size = config.codebook.kind, config.codebook.size
+    log(f"learning a {kind} codebook of {size} words from {n_descriptors} training descriptors")
+    if n_descriptors < size:
+        raise DatasetError(
+            f"only {n_descriptors} training descriptors for a codebook of {size} words: "
+            "use a smaller codebook.size, a denser sift.step, or more training images"
+        )
 
 
 def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache,
@@ -268,14 +303,27 @@ def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache
 
     Raises :class:`DatasetError` (one line) when the sample holds fewer descriptors than words.
     """
-    kind, size = config.codebook.kind, config.codebook.size
-    log(f"learning a {kind} codebook of {size} words from {sample.shape[0]} training descriptors")
-    if sample.shape[0] < size:
-        raise DatasetError(
-            f"only {sample.shape[0]} training descriptors for a codebook of {size} words: "
-            "use a smaller codebook.size, a denser sift.step, or more training images"
-        )
+    _check_sample_size(sample.shape[0], config, log)
     return cache.learn_codebook(sample, config.to_dict()["codebook"])
+
+
+def _n_rows(array: np.ndarray) -> int:
+    return int(array.shape[0])
+
+
+def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner, log: Callable[[str], None]):
+    """``(n_descriptors, codebook)``: :func:`learn_codebook` run by a worker on the sample
+    :func:`_sample_on_cluster` left there (same function, same arguments, same stage-cache
+    entry: the same codebook bit for bit as on this machine)."""
+    client = runner.client
+    n_descriptors = client.submit(_n_rows, sample, pure=False).result()
+    _check_sample_size(n_descriptors, config, log)
+    codebook = client.submit(_learn_codebook_task, runner.cache, sample, config.to_dict()["codebook"], pure=False)
+    return n_descriptors, codebook.result()
+
+
+def _learn_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> Any:
+    return cache.learn_codebook(sample, codebook_params)
 
 
 def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
@@ -294,7 +342,7 @@ def _encode_and_pool(
     rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
     order = np.concatenate([split.train, split.test])
     tasks = [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
-    # The extractor (its codebook) goes to each worker once: scattered to a cluster's workers,
+    # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
     for index, vector in runner.progress_of(vectors, "encode + pool", len(order)):
@@ -577,9 +625,17 @@ def _build(
         split = _split(images, readable, skipped, config)
         split.warnings = warned
     with timer("sample"), _image_errors_as_dataset_errors(images):
-        sample = sample_descriptors(images.paths, images.fingerprints, split.train, config, runner)
+        if client is None:
+            sample = sample_descriptors(images.paths, images.fingerprints, split.train, config, runner)
+        else:  # left on the cluster, where the codebook is learnt
+            sample = _sample_on_cluster(images.paths, images.fingerprints, split.train, config, runner)
     with timer("codebook"):
-        extractor = FeatureExtractor(config, learn_codebook(sample, config, runner.cache, log), cache=runner.cache)
+        if client is None:
+            n_descriptors, codebook = sample.shape[0], learn_codebook(sample, config, runner.cache, log)
+        else:
+            n_descriptors, codebook = _learn_codebook_on_cluster(sample, config, runner, log)
+        del sample
+        extractor = FeatureExtractor(config, codebook, cache=runner.cache)
     shards = None
     with FeatureSetWriter(out, dataset_dir) as writer:
         if store == "sharded":
@@ -597,7 +653,7 @@ def _build(
                 _check_finite(X, images, split)
                 _store(writer, X, extractor, images.dataset.labels, split)
                 del X
-        writer.commit(_manifest(config, config_hash, images, split, extractor, int(sample.shape[0]), timer.timings,
+        writer.commit(_manifest(config, config_hash, images, split, extractor, int(n_descriptors), timer.timings,
                                 shards))
     return BuildResult(
         path=out, n_images=len(images.paths), n_train=len(split.train), n_test=len(split.test),

@@ -43,6 +43,9 @@ __all__ = [
     "scheduler_errors",
     "iter_tasks",
     "run_tasks",
+    "share",
+    "submit_kept",
+    "iter_kept",
     "INSTALL_HINT",
 ]
 
@@ -247,8 +250,80 @@ Call = tuple[Callable[..., Any], tuple, dict]
 
 
 def _run_batch(calls: Sequence[Call], **shared: Any) -> list:
-    """Run a batch of calls on a worker; ``shared`` (the scattered objects) is added to every call's keywords."""
+    """Run a batch of calls on a worker; ``shared`` (the shared objects) is added to every call's keywords."""
     return [function(*args, **{**kwargs, **shared}) for function, args, kwargs in calls]
+
+
+def _the_value(value: Any) -> Any:
+    return value
+
+
+def share(client: "distributed.Client", value: Any, description: str) -> "distributed.Future":  # noqa: F821
+    """A future holding ``value`` on the cluster, for tasks that all need it, which the cluster
+    can recompute when the workers holding it die.
+
+    ``value`` is sent to the scheduler once, inside a task that returns it; each worker then
+    fetches the result once (from a peer) when its first task needs it, not with every task.
+    Not :meth:`distributed.Client.scatter`: scattered data lives only on workers, and once
+    every worker holding it has died (a task that kills its workers does that) the scheduler
+    cancels every task that needs it — the build would end in a cancelled future (or hang),
+    never in the one-line "workers died" error, and could not go on after a worker restart.
+    """
+    return client.submit(_the_value, value, key=_task_key(f"shared {description}"), pure=False)
+
+
+def _task_key(description: str) -> str:
+    """A unique task key that starts with ``description`` (lower case, dashes)."""
+    return f"{re.sub(r'[^a-z0-9]+', '-', description.lower()).strip('-') or 'task'}-{uuid.uuid4().hex[:8]}"
+
+
+def _batches(n_calls: int, batch_size: int) -> list[range]:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    return [range(start, min(start + batch_size, n_calls)) for start in range(0, n_calls, batch_size)]
+
+
+def submit_kept(
+    client: "distributed.Client",  # noqa: F821
+    calls: Sequence[Call],
+    description: str,
+    *,
+    batch_size: int,
+) -> list[tuple[range, "distributed.Future"]]:  # noqa: F821
+    """Submit ``calls`` as tasks of ``batch_size`` calls whose results stay on the workers.
+
+    For results that a further task combines on the cluster (the descriptor sample, which
+    the codebook task reads): :func:`iter_tasks` would bring every result to the client.
+    Pass the futures, in order, to that task (``client.submit(f, [future, …])``: Dask hands
+    it the lists of results, moved between workers, not through the client); follow their
+    completion with :func:`iter_kept`.
+
+    Returns
+    -------
+    list of (range, Future)
+        The indices of the calls each task runs, and the task (its result: their results, in order).
+    """
+    require_distributed()
+    prefix = _task_key(description)
+    return [(batch, client.submit(_run_batch, [calls[k] for k in batch], key=f"{prefix}-{index}"))
+            for index, batch in enumerate(_batches(len(calls), batch_size))]
+
+
+def iter_kept(client: "distributed.Client", submitted: list[tuple[range, Any]]) -> Iterator[tuple[int, None]]:  # noqa: F821
+    """``(index, None)`` for every call of :func:`submit_kept`'s tasks as its task completes
+    (for a progress bar; the results stay on the workers).  A task that failed raises its
+    exception here, and the tasks still running are cancelled."""
+    distributed = require_distributed()
+    batch_of = {future: batch for batch, future in submitted}
+    try:
+        for future in distributed.as_completed(list(batch_of), loop=client.loop):
+            if future.status == "error":
+                future.result()  # raises the task's exception
+            yield from ((index, None) for index in batch_of.pop(future))
+    finally:
+        if batch_of:
+            with contextlib.suppress(Exception):
+                client.cancel(list(batch_of))
 
 
 def _no_progress(iterable: Iterable, description: str, total: int) -> Iterable:
@@ -281,7 +356,7 @@ def iter_tasks(
         task's work (BENCHMARKS.md, "Dask scheduler overhead per task").
     shared : dict, optional
         Objects every call needs as keyword arguments (the codebook, the extractor): sent to
-        each worker once (``client.scatter(..., broadcast=True)``), not with every task.
+        each worker once (:func:`share`), not with every task.
     max_in_flight : int, optional
         Tasks submitted and not yet collected (default: four per worker thread, at least 8):
         the client and the scheduler hold a bounded number of tasks and results whatever
@@ -294,14 +369,11 @@ def iter_tasks(
         raises, its exception propagates here and the tasks still running are cancelled.
     """
     distributed = require_distributed()
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    batches = [range(start, min(start + batch_size, len(calls))) for start in range(0, len(calls), batch_size)]
-    # A list around each object: scatter would take a dict or a list for several objects.
-    shared_futures = {name: client.scatter([value], broadcast=True, hash=False)[0] for name, value in (shared or {}).items()}
+    batches = _batches(len(calls), batch_size)
+    shared_futures = {name: share(client, value, f"{description}-{name}") for name, value in (shared or {}).items()}
     if max_in_flight is None:
         max_in_flight = max(8, 4 * sum(client.nthreads().values()))
-    prefix = f"{re.sub(r'[^a-z0-9]+', '-', description.lower()).strip('-') or 'task'}-{uuid.uuid4().hex[:8]}"
+    prefix = _task_key(description)
     waiting = iter(range(len(batches)))
     in_flight: dict = {}
     completed = distributed.as_completed(loop=client.loop)

@@ -106,6 +106,51 @@ def test_local_cluster_build_is_bit_identical(tmp_path, local_cluster, reference
         assert not (out / "X_train.npy").exists()
 
 
+@pytest.mark.parametrize("codebook", [
+    None,  # the small config's k-means (the module's reference build), one thread by design
+    # PCA + GMM, whose LAPACK/BLAS calls may use several threads in this process, one in a worker
+    {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30},
+])
+def test_the_codebook_is_learnt_on_a_worker_with_the_same_numbers(tmp_path, monkeypatch, local_cluster, reference,
+                                                                 codebook):
+    """On a cluster the codebook is learnt by a worker (learning it in this process fails
+    here), from the sample the sampling tasks left on the cluster (it never comes to this
+    process), and it is the one-machine codebook bit for bit."""
+    from classify_images.pipeline import stages
+
+    cluster, _ = local_cluster
+    config = _config() if codebook is None else validate_config({**json.loads(json.dumps(SMALL_CONFIG)),
+                                                                 "codebook": codebook})
+    if codebook is None:
+        expected = reference
+    else:
+        build_feature_set(FIXTURE_IMAGES, tmp_path / "here", config, cache_dir=None)
+        expected = load_feature_set(tmp_path / "here")
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("the codebook was learnt in the client process")
+
+    for learner in ("learn_kmeans_codebook", "learn_sparse_dictionary", "learn_fisher_model"):
+        monkeypatch.setattr(stages, learner, not_here)  # in this process only, not in the workers
+    gathered = []
+    iter_tasks = build_module.Runner.imap
+
+    def recording_imap(self, tasks, description, **options):
+        gathered.append(description)
+        return iter_tasks(self, tasks, description, **options)
+
+    monkeypatch.setattr(build_module.Runner, "imap", recording_imap)
+    out = tmp_path / "fs"
+    _bounded(lambda: build_feature_set(FIXTURE_IMAGES, out, config, cache_dir=tmp_path / "cache",
+                                       scheduler=cluster.scheduler_address, batch_size=BATCH))
+    assert "sample descriptors" not in gathered and "encode + pool" in gathered
+    built = load_feature_set(out)
+    _assert_same_features(built, expected)
+    # (the manifests' codebook sections, equal above, hold the SHA-1 digest of the codebook's arrays)
+    assert built.manifest["codebook"]["digest"] == expected.manifest["codebook"]["digest"]
+    assert built.manifest["codebook"]["n_training_descriptors"] == expected.manifest["codebook"]["n_training_descriptors"]
+
+
 def test_sharded_shards_are_the_same_bytes_whoever_writes_them(tmp_path, local_cluster):
     """The workers' shards and the ones this machine writes (joblib) are byte-identical files."""
     cluster, _ = local_cluster
@@ -192,6 +237,73 @@ def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monke
     with start():
         assert _bounded(lambda: main(command)) == 0
     _assert_same_features(load_feature_set(tmp_path / "fs"), reference)
+
+
+_POISON_PRELOAD = """
+import os
+from classify_images.pipeline.extractor import FeatureExtractor
+
+
+
+def pooled(self, path, fingerprint):
+    # The test's poisoned image kills the worker process encoding it, while the flag file exists.
+    if os.path.exists({flag!r}) and path.endswith({image!r}):
+        os._exit(13)
+    return FeatureExtractor.unpoisoned_pooled(self, path, fingerprint)
+
+
+if not hasattr(FeatureExtractor, "unpoisoned_pooled"):  # (a preload may run twice in one process)
+    FeatureExtractor.unpoisoned_pooled = FeatureExtractor.pooled
+    FeatureExtractor.pooled = pooled
+"""
+
+
+def _cache_entries(cache) -> dict:
+    return {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in cache.rglob("output.npz")}
+
+
+def test_a_task_that_kills_its_workers_is_one_line_and_the_same_command_resumes(tmp_path, capsys, reference):
+    """A poisoned image kills every worker that encodes it (Dask's ``KilledWorker`` once the
+    task has killed ``allowed-failures + 1`` workers): the command prints one line and exits 2,
+    what the other tasks cached stays, and the same command, once the poison is gone, finishes
+    from the cache with the identical feature set."""
+    import dask
+
+    poisoned = reference.manifest["split"]["test"][-1]
+    flag = tmp_path / "poison-armed"
+    flag.touch()
+    preload = tmp_path / "poison_preload.py"
+    preload.write_text(_POISON_PRELOAD.format(flag=str(flag), image=os.sep + poisoned.replace("/", os.sep)))
+    config = write_config_toml(tmp_path / "small.toml")
+    cache = tmp_path / "cache"
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                     dashboard_address=":0", preload=[str(preload)]) as cluster:
+        command = ["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"),
+                   "--cache-dir", str(cache), "--scheduler", cluster.scheduler_address,
+                   "--batch-size", str(BATCH), "-q"]
+        started = time.monotonic()
+        status = _bounded(lambda: main(command))
+        failed_after = time.monotonic() - started
+        err = capsys.readouterr().err.strip().splitlines()
+        assert status == 2
+        assert len(err) == 1, err
+        assert err[0].startswith("classify-images build-features: error: a task failed because the workers "
+                                 "running it died repeatedly"), err[0]
+        assert "re-run the same command to resume" in err[0] and "Traceback" not in err[0]
+        assert not (tmp_path / "fs").exists()
+        kept = _cache_entries(cache)
+        encoded = [path for path in kept if "image_encoding" in path.parts or "image_codes" in path.parts]
+        assert len(encoded) >= BATCH, "the tasks finished before the poisoned one were not cached"
+        assert failed_after < 60
+
+        flag.unlink()  # the poison is gone (the workers restarted by their nannies still run the hook)
+        assert _bounded(lambda: main(command)) == 0
+    _assert_same_features(load_feature_set(tmp_path / "fs"), reference)
+    after = _cache_entries(cache)
+    assert all(after.get(path) == stamp for path, stamp in kept.items()), "a cached entry was recomputed"
+    assert len(after) > len(kept)
 
 
 def test_unreachable_scheduler_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
