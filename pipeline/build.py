@@ -21,8 +21,10 @@ same config recomputes nothing, and changing only pooling or normalisation
 reuses the cached codes.
 
 On a Dask cluster (``scheduler`` / ``cluster``, :mod:`~classify_images.pipeline.cluster`)
-the same calls run as tasks of ``batch_size`` images each; the fitted extractor (its
-codebook) is sent to every worker once, the workers read and write the stage cache
+the same calls run as tasks of ``batch_size`` images each; the descriptor sample stays on
+the workers and the codebook is learnt by one of them (:func:`codebook_from_sample`; the
+client receives only the codebook); the fitted extractor (its codebook) is sent to every
+worker once, the workers read and write the stage cache
 themselves (a folder they share), and the numbers are the same as on one machine: every
 row is computed by the same function of the image and the codebook, and per-image seeds
 derive from the image's content.  With ``store="sharded"`` the workers also write the rows,
@@ -59,7 +61,7 @@ from .stages import StageCache, implementation_versions
 
 __all__ = [
     "BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row", "learn_codebook",
-    "sample_descriptors",
+    "sample_descriptors", "codebook_sample", "codebook_from_sample",
 ]
 
 #: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
@@ -324,6 +326,24 @@ def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner, l
 
 def _learn_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> Any:
     return cache.learn_codebook(sample, codebook_params)
+
+
+def codebook_sample(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                    runner: Runner):
+    """The descriptor sample the codebook is learnt from: :func:`sample_descriptors` on this
+    machine; on a cluster (``runner.client``) a future of the same sample, left on the workers."""
+    if runner.client is None:
+        return sample_descriptors(paths, fingerprints, train, config, runner)
+    return _sample_on_cluster(paths, fingerprints, train, config, runner)
+
+
+def codebook_from_sample(sample, config: PipelineConfig, runner: Runner,
+                         log: Callable[[str], None]) -> tuple[int, Any]:
+    """``(n_descriptors, codebook)`` from :func:`codebook_sample`'s sample: learnt here
+    (:func:`learn_codebook`) or, on a cluster, by a worker (the same numbers bit for bit)."""
+    if runner.client is None:
+        return int(sample.shape[0]), learn_codebook(sample, config, runner.cache, log)
+    return _learn_codebook_on_cluster(sample, config, runner, log)
 
 
 def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
@@ -625,15 +645,9 @@ def _build(
         split = _split(images, readable, skipped, config)
         split.warnings = warned
     with timer("sample"), _image_errors_as_dataset_errors(images):
-        if client is None:
-            sample = sample_descriptors(images.paths, images.fingerprints, split.train, config, runner)
-        else:  # left on the cluster, where the codebook is learnt
-            sample = _sample_on_cluster(images.paths, images.fingerprints, split.train, config, runner)
+        sample = codebook_sample(images.paths, images.fingerprints, split.train, config, runner)
     with timer("codebook"):
-        if client is None:
-            n_descriptors, codebook = sample.shape[0], learn_codebook(sample, config, runner.cache, log)
-        else:
-            n_descriptors, codebook = _learn_codebook_on_cluster(sample, config, runner, log)
+        n_descriptors, codebook = codebook_from_sample(sample, config, runner, log)
         del sample
         extractor = FeatureExtractor(config, codebook, cache=runner.cache)
     shards = None

@@ -199,7 +199,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         -------
         self : ImageFeatures
         """
-        from .build import learn_codebook, sample_descriptors
+        from .build import codebook_from_sample, codebook_sample
 
         self._validate_params()
         paths = _image_paths(X)
@@ -213,8 +213,9 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
 
         with self._runner(cache) as runner:
             fingerprints = self._readable(paths, check, runner)
-            sample = sample_descriptors(paths, fingerprints, np.arange(len(paths)), config, runner)
-            extractor = FeatureExtractor(config, learn_codebook(sample, config, cache, lambda message: None), cache=cache)
+            sample = codebook_sample(paths, fingerprints, np.arange(len(paths)), config, runner)
+            _, codebook = codebook_from_sample(sample, config, runner, lambda message: None)
+            extractor = FeatureExtractor(config, codebook, cache=cache)
             if not extractor.normalizer.is_fitted:
                 pooled = self._rows(runner, extractor, paths, fingerprints, normalized=False)
                 extractor.normalizer.fit(np.asarray(pooled, dtype=np.float32))
