@@ -24,7 +24,8 @@ host (a short digest of its host name) and process id, and :func:`is_stale_tempo
 stale when either
 
 * it was written on *this* host and no process ``<pid>`` runs here any more (while it runs,
-  the temporary is kept whatever its age), or
+  the temporary is kept whatever its age; a process id the system gave to a new process
+  keeps it until that one ends too: the safe direction), or
 * it was written on another host and has not been written to for :data:`STALE_AFTER_SECONDS`
   (an hour).
 
@@ -38,7 +39,8 @@ be harmless: a writer whose temporary has gone skips that entry (the result it r
 unaffected; the next build recomputes the entry), so a wrong guess costs one cache entry, never
 a failed build or a torn read.  Stale temporaries are removed when an entry's folder is written
 again (the writer sweeps its folder first: a rerun after a killed task cleans what the kill
-left, at the cost of one small ``scandir``), by ``classify-images cache prune`` (all of them,
+left, at the cost of one small ``scandir``; a ``func_code.py`` temporary, which sits in the
+folder of all of a stage's entries, is left to ``cache prune``), by ``classify-images cache prune`` (all of them,
 :func:`~classify_images.pipeline.cache_folder.prune_cache`), and by ``cache clear``.
 
 :func:`secure_cache_folder` checks the cache folder itself: it is created private (0700),
