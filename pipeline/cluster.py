@@ -317,8 +317,8 @@ def iter_kept(client: "distributed.Client", submitted: list[tuple[range, Any]]) 
     batch_of = {future: batch for batch, future in submitted}
     try:
         for future in distributed.as_completed(list(batch_of), loop=client.loop):
-            if future.status == "error":
-                future.result()  # raises the task's exception
+            if future.status != "finished":
+                future.result()  # raises the task's exception (or the cancellation of a lost scheduler)
             yield from ((index, None) for index in batch_of.pop(future))
     finally:
         if batch_of:
