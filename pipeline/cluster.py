@@ -143,7 +143,8 @@ def open_client(spec: ClusterSpec, *, timeout: float | None = None) -> Iterator[
     """A :class:`distributed.Client` on the cluster ``spec`` names, closed on exit.
 
     ``--cluster local:N`` starts a :class:`distributed.LocalCluster` (``N`` worker processes,
-    one thread each, listening on the loopback interface, its dashboard on a free port) and stops it on exit.
+    one thread each, listening on the loopback interface, its dashboard on a free port, the
+    workers' profiler off) and stops it on exit.
     ``--scheduler`` connects to a running scheduler within ``timeout`` seconds (default
     :data:`DEFAULT_CONNECT_TIMEOUT`) and waits as long again for at least one worker.
 
@@ -153,10 +154,16 @@ def open_client(spec: ClusterSpec, *, timeout: float | None = None) -> Iterator[
         ``distributed`` is not installed; the scheduler does not answer; it has no worker.
     """
     distributed = require_distributed()
+    import dask  # (installed with distributed)
+
     timeout = DEFAULT_CONNECT_TIMEOUT if timeout is None else timeout
     with _quiet_dask_logs(), contextlib.ExitStack() as stack:
         if spec.is_local:
             try:
+                # The workers' statistical profiler (a stack sample every 10 ms, kept per second for
+                # the last 1 000 s) is for a dashboard nobody opens on a cluster started for one
+                # command; it is what made a worker's memory grow with the build's duration.
+                stack.enter_context(dask.config.set({"distributed.worker.profile.enabled": False}))
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=spec.n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address=":0", silence_logs=logging.ERROR,

@@ -486,3 +486,16 @@ def test_default_layout_is_sharded_on_a_cluster_and_npy_here(tmp_path, local_clu
     assert remote.layout == "sharded"
     _assert_same_features(remote, reference)
     assert reference.layout == "npy"  # built here with no store given
+
+
+def test_a_local_cluster_runs_its_workers_without_the_profiler():
+    """``--cluster local:N``: the workers' statistical profiler (per-second stack samples kept
+    for 1 000 s, the cause of a worker's memory growing with the build's duration) is off."""
+    def profile_state(dask_worker):
+        import dask
+        return dask.config.get("distributed.worker.profile.enabled"), len(dask_worker.profile_history)
+
+    with cluster_module.open_client(cluster_module.ClusterSpec(n_workers=1)) as client:
+        assert client.submit(sum, [1, 2]).result() == 3
+        time.sleep(1.5)  # more than one profile cycle (1 s)
+        assert list(client.run(profile_state).values()) == [(False, 0)]
