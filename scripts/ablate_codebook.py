@@ -60,12 +60,14 @@ import _bench_utils as U  # noqa: F401  (first: pins BLAS/OpenMP to one thread)
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench_build_features import _process_tree
 from classify_images.coding.codebook import codebook_digest
 from classify_images.coding.encode import vq_encode
 from classify_images.features.dsift import dequantize_descriptors
@@ -212,12 +214,15 @@ def cmd_rows(args) -> None:
     if not extractor.normalizer.is_fitted:
         sys.exit(f"error: --pooling {args.pooling}: its normalisation needs training statistics; not supported here")
     start_wall, start_cpu = time.perf_counter(), time.process_time()
+    tree_cpu_before = sum(cpu for _, _, cpu in _process_tree(os.getpid()))
     tasks = [delayed(image_row)(p, f, normalized=True) for p, f in zip(reference.paths, reference.fingerprints)]
     X = np.zeros((len(tasks), extractor.n_features), dtype=np.float32)
     for index, vector in runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K"):
         X[index] = vector
         if args.verbose and index % 500 == 0:
             print(f"  row {index}/{len(tasks)}", flush=True)
+    # CPU of this process and of its joblib workers (still alive: loky keeps them for reuse)
+    tree_cpu = sum(cpu for _, _, cpu in _process_tree(os.getpid())) - tree_cpu_before
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     np.save(out / "X.npy", X)
@@ -225,9 +230,9 @@ def cmd_rows(args) -> None:
     info = {"reference": str(args.reference), "codebook": args.codebook or "reference",
             "codebook_digest": extractor.codebook_digest, "pooling": args.pooling, "config": config.to_dict(),
             "n_jobs": args.n_jobs, "wall_s": round(time.perf_counter() - start_wall, 1),
-            "parent_cpu_s": round(time.process_time() - start_cpu, 1)}
+            "parent_cpu_s": round(time.process_time() - start_cpu, 1), "tree_cpu_s": round(tree_cpu, 1)}
     U.write_json(out / "rows.json", info)
-    print(json.dumps({k: info[k] for k in ("codebook_digest", "pooling", "wall_s")}), flush=True)
+    print(json.dumps({k: info[k] for k in ("codebook_digest", "pooling", "wall_s", "tree_cpu_s")}), flush=True)
 
 
 def cmd_evaluate(args) -> dict:
