@@ -203,6 +203,40 @@ def cmd_learn(args) -> dict:
     return record
 
 
+def lloyd_step(descriptors: np.ndarray, centres: np.ndarray) -> dict:
+    """One more Lloyd iteration from ``centres``: how far they are from a fixed point.
+
+    Returns the objective before and after the step (assign, then move every centre to the
+    mean of its descriptors), the relative decrease, and the share of descriptors whose
+    nearest centre changes after the move (0 at a fixed point)."""
+    index = vq_encode(descriptors, centres)
+    sums = np.zeros(centres.shape, dtype=np.float64)
+    np.add.at(sums, index, descriptors)
+    counts = np.bincount(index, minlength=centres.shape[0])
+    moved = centres.astype(np.float64).copy()
+    moved[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+    moved = moved.astype(np.float32)
+    before, after = kmeans_objective(descriptors, centres), kmeans_objective(descriptors, moved)
+    return {"objective": before, "objective_after_one_step": after, "relative_decrease": (before - after) / before,
+            "reassigned_share": float(np.mean(vq_encode(descriptors, moved) != index)),
+            "empty_words": int(np.sum(counts == 0))}
+
+
+def cmd_check(args) -> dict:
+    reference = Reference(args.reference)
+    overrides = {"codebook": {"n_samples": args.n_samples}} if args.n_samples else None
+    sample = sample_descriptors(reference.paths, reference.fingerprints, np.arange(reference.n_train),
+                                reference.config(overrides), _runner(args.cache_dir, args.n_jobs))
+    descriptors = dequantize_descriptors(sample)
+    result = {"n_samples": int(sample.shape[0]), "codebooks": {}}
+    for spec in args.codebooks:
+        name, _, path = spec.partition("=")
+        result["codebooks"][name] = {"file": path, **lloyd_step(descriptors, np.load(path))}
+        print(f"{name}: {json.dumps(result['codebooks'][name])}", flush=True)
+    U.write_json(args.out, result)
+    return result
+
+
 def cmd_rows(args) -> None:
     from joblib import delayed
 
@@ -293,6 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     rows.add_argument("--n-jobs", type=int, default=1)
     rows.add_argument("--verbose", action="store_true")
     rows.add_argument("--out", required=True, help="folder for X.npy, y.npy, rows.json")
+    check = sub.add_parser("check", help="objective of codebooks on the sample, and one more Lloyd step from each")
+    check.add_argument("--reference", required=True)
+    check.add_argument("--cache-dir")
+    check.add_argument("--n-samples", type=int)
+    check.add_argument("--n-jobs", type=int, default=1)
+    check.add_argument("--codebooks", nargs="+", required=True, help="NAME=FILE.npy")
+    check.add_argument("--out", required=True, help="JSON results")
     evaluate = sub.add_parser("evaluate", help="nSVM (auto, 0.02) and PmSVM-HI (C=0.01) on rows, 3 splits")
     evaluate.add_argument("--rows", required=True, help="folder written by `rows`")
     evaluate.add_argument("--reference-result", help="the `evaluate` JSON of the reference rows (paired differences)")
@@ -307,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                          + ("feature set (build-features output)" if option == "reference" else "`rows` output folder"))
     if getattr(args, "codebook", None) and not Path(args.codebook).is_file():
         parser.error(f"--codebook {args.codebook}: no such file")
-    {"learn": cmd_learn, "rows": cmd_rows, "evaluate": cmd_evaluate}[args.command](args)
+    {"learn": cmd_learn, "check": cmd_check, "rows": cmd_rows, "evaluate": cmd_evaluate}[args.command](args)
     return 0
 
 

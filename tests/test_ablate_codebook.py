@@ -96,6 +96,24 @@ def test_kmeans_objective_is_the_mean_squared_distance_to_the_nearest_centre():
     assert ablate.kmeans_objective(X, C) == pytest.approx(brute, rel=1e-9)
 
 
+def test_one_lloyd_step_against_a_loop_and_at_a_fixed_point():
+    rng = np.random.default_rng(2)
+    X = rng.random((400, 4)).astype(np.float32)
+    C = X[:6].copy()
+    step = ablate.lloyd_step(X, C)
+    # the slow way: nearest centre by brute force, then each centre to the mean of its points
+    nearest = ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(axis=1)
+    moved = np.array([X[nearest == k].mean(axis=0) for k in range(6)], dtype=np.float32)
+    assert step["objective_after_one_step"] == pytest.approx(ablate.kmeans_objective(X, moved), rel=1e-6)
+    assert step["relative_decrease"] > 0 and step["empty_words"] == 0
+    moved_nearest = ((X[:, None, :] - moved[None]) ** 2).sum(-1).argmin(axis=1)
+    assert step["reassigned_share"] == pytest.approx(np.mean(moved_nearest != nearest))
+    converged, _ = ablate.learn_sklearn(X, 6, 0, 300, 0.0)
+    at_fixed_point = ablate.lloyd_step(X, converged)
+    assert at_fixed_point["reassigned_share"] == 0.0
+    assert abs(at_fixed_point["relative_decrease"]) < 1e-6
+
+
 def test_learn_records_iterations_and_the_tol0_continuation_does_not_raise_the_objective(reference, tmp_path):
     folder, cache = reference
     out = tmp_path / "learn"
