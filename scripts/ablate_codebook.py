@@ -274,6 +274,8 @@ def cmd_evaluate(args) -> dict:
     from classify_images.classifiers.hik_nsvm import HIKnSVM
 
     def rows(folder):
+        if (Path(folder) / "manifest.json").is_file():  # a feature set: its stored rows
+            return U.load_features(folder).pooled()
         return np.load(Path(folder) / "X.npy"), np.load(Path(folder) / "y.npy")
 
     X, y = rows(args.rows)
@@ -308,6 +310,19 @@ def cmd_evaluate(args) -> dict:
     return result
 
 
+def cmd_table(args) -> None:
+    """The ``evaluate`` results as Markdown rows (BENCHMARKS.md)."""
+    print("| rows | classifier | split 0 | split 1 | split 2 | mean ± std | paired diff ± std | cell CPU s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for spec in args.results:
+        name, _, path = spec.partition("=")
+        for cell_name, cell in json.loads(Path(path).read_text())["cells"].items():
+            splits = " | ".join(f"{100 * run['accuracy']:.2f}" for run in cell["runs"])
+            diff = f"{cell['diff_mean']:+.2f} ± {cell['diff_std']:.2f}" if "diff_mean" in cell else "—"
+            print(f"| {name} | {cell_name} | {splits} | {cell['mean']:.2f} ± {cell['std']:.2f} | {diff} "
+                  f"| {cell['cell_cpu_seconds']:.0f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -335,20 +350,23 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--codebooks", nargs="+", required=True, help="NAME=FILE.npy")
     check.add_argument("--out", required=True, help="JSON results")
     evaluate = sub.add_parser("evaluate", help="nSVM (auto, 0.02) and PmSVM-HI (C=0.01) on rows, 3 splits")
-    evaluate.add_argument("--rows", required=True, help="folder written by `rows`")
+    evaluate.add_argument("--rows", required=True, help="folder written by `rows`, or a feature set")
     evaluate.add_argument("--reference-result", help="the `evaluate` JSON of the reference rows (paired differences)")
     evaluate.add_argument("--repeats", type=int, default=3)
     evaluate.add_argument("--out", required=True, help="JSON results (cells already there are kept)")
+    table = sub.add_parser("table", help="print `evaluate` results as a Markdown table")
+    table.add_argument("results", nargs="+", help="NAME=evaluate JSON")
     args = parser.parse_args(argv)
     for option in ("reference", "rows"):
         folder = getattr(args, option, None)
         marker = "manifest.json" if option == "reference" else "X.npy"
-        if folder is not None and not (Path(folder) / marker).is_file():
+        if folder is not None and not any((Path(folder) / name).is_file() for name in (marker, "manifest.json")):
             parser.error(f"--{option} {folder}: no {marker} there; give a "
                          + ("feature set (build-features output)" if option == "reference" else "`rows` output folder"))
     if getattr(args, "codebook", None) and not Path(args.codebook).is_file():
         parser.error(f"--codebook {args.codebook}: no such file")
-    {"learn": cmd_learn, "check": cmd_check, "rows": cmd_rows, "evaluate": cmd_evaluate}[args.command](args)
+    {"learn": cmd_learn, "check": cmd_check, "rows": cmd_rows, "evaluate": cmd_evaluate,
+     "table": cmd_table}[args.command](args)
     return 0
 
 

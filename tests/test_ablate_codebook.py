@@ -28,21 +28,22 @@ def reference(tmp_path_factory) -> tuple[Path, Path]:
     return build_fixture_feature_set(root), root / "cache"
 
 
-def _rows(folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    return np.load(folder / "X.npy"), np.load(folder / "y.npy")
-
-
 def _stored(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     fs = load_feature_set(folder)
     return np.concatenate([fs.X_train, fs.X_test]), np.concatenate([fs.y_train, fs.y_test])
 
 
-def test_rows_with_the_references_codebook_are_its_stored_rows(reference, tmp_path):
+def _rows(reference, out: Path, pooling: str, *options: str) -> tuple[np.ndarray, np.ndarray]:
+    """The script's ``rows`` of the reference feature set (``X``, ``y``)."""
     folder, cache = reference
-    assert ablate.main(["rows", "--reference", str(folder), "--cache-dir", str(cache), "--pooling", "whole-l1",
-                        "--out", str(tmp_path / "rows")]) == 0
-    X, y = _rows(tmp_path / "rows")
-    X_ref, y_ref = _stored(folder)
+    assert ablate.main(["rows", "--reference", str(folder), "--cache-dir", str(cache), "--pooling", pooling,
+                        *options, "--out", str(out)]) == 0
+    return np.load(out / "X.npy"), np.load(out / "y.npy")
+
+
+def test_rows_with_the_references_codebook_are_its_stored_rows(reference, tmp_path):
+    X, y = _rows(reference, tmp_path / "rows", "whole-l1")
+    X_ref, y_ref = _stored(reference[0])
     np.testing.assert_array_equal(X, X_ref)
     np.testing.assert_array_equal(y, y_ref)
 
@@ -50,13 +51,11 @@ def test_rows_with_the_references_codebook_are_its_stored_rows(reference, tmp_pa
 def test_an_injected_codebook_is_the_one_used(reference, tmp_path):
     """The reference's words in another order: every cell's histogram is permuted the same way,
     and the codes are computed anew (keyed by the new codebook's digest), not read back stale."""
-    folder, cache = reference
+    folder = reference[0]
     codebook = load_feature_set(folder).codebook()
     order = np.random.default_rng(0).permutation(codebook.shape[0])
     np.save(tmp_path / "permuted.npy", codebook[order])
-    assert ablate.main(["rows", "--reference", str(folder), "--cache-dir", str(cache), "--pooling", "whole-l1",
-                        "--codebook", str(tmp_path / "permuted.npy"), "--out", str(tmp_path / "rows")]) == 0
-    X, _ = _rows(tmp_path / "rows")
+    X, _ = _rows(reference, tmp_path / "rows", "whole-l1", "--codebook", str(tmp_path / "permuted.npy"))
     X_ref, _ = _stored(folder)
     K = codebook.shape[0]
     n_cells = X.shape[1] // K
@@ -70,10 +69,8 @@ def test_an_injected_codebook_is_the_one_used(reference, tmp_path):
 
 def test_faithful_pooling_is_every_level_l1_normalised(reference, tmp_path):
     """The slow reference: cut the whole-L1 row into its levels, L1 each, then L1 the whole."""
-    folder, cache = reference
-    assert ablate.main(["rows", "--reference", str(folder), "--cache-dir", str(cache), "--pooling", "faithful",
-                        "--out", str(tmp_path / "rows")]) == 0
-    X, _ = _rows(tmp_path / "rows")
+    folder = reference[0]
+    X, _ = _rows(reference, tmp_path / "rows", "faithful")
     X_ref, _ = _stored(folder)
     K = load_feature_set(folder).codebook().shape[0]
     levels = load_feature_set(folder).manifest["config"]["pooling"]["levels"]
