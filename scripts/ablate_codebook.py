@@ -5,7 +5,7 @@ against scikit-learn's, on the SAME descriptor sample, with everything else fixe
 The paper (Sharma & Jurie, BMVC 2016, section 3.1) learns its 1024 words with VLFeat's
 k-means on 5·10⁵ random training descriptors; our pipeline uses scikit-learn's
 :class:`~sklearn.cluster.KMeans` (:func:`classify_images.coding.codebook.learn_kmeans_codebook`:
-one k-means++ start, at most 100 Lloyd iterations, ``tol=1e-4``).  Three subcommands:
+one k-means++ start, at most 100 Lloyd iterations, ``tol=1e-4``).  Subcommands:
 
 ``learn``
     Draws the pipeline's own descriptor sample of a reference feature set
@@ -28,6 +28,11 @@ one k-means++ start, at most 100 Lloyd iterations, ``tol=1e-4``).  Three subcomm
     :math:`\\frac1n\\sum_i \\min_k \\lVert x_i - c_k\\rVert^2` of every codebook on the sample,
     computed the same way for all (:func:`kmeans_objective`), and the CPU seconds.
 
+``check``
+    For given codebooks, the objective on the same sample and one more Lloyd step from each
+    (:func:`lloyd_step`: how much the objective falls, how many descriptors change word):
+    how far each codebook is from a k-means fixed point.
+
 ``rows``
     Encodes every image of the reference feature set, in its row order (``X_train`` then
     ``X_test``), with a given codebook (``--codebook FILE.npy``) through the pipeline's
@@ -40,8 +45,12 @@ one k-means++ start, at most 100 Lloyd iterations, ``tol=1e-4``).  Three subcomm
 ``evaluate``
     The cells of ``bench_config_table.run_cell`` on rows (3 splits, seeds 0, 1, 2, 100
     training images per class): nSVM with ``margin="auto"`` and ``margin=0.02`` (the
-    paper's m), PmSVM-HI at ``C=0.01``; with ``--reference`` the paired differences
-    (same split, same test images) to the reference rows.
+    paper's m), PmSVM-HI at ``C=0.01``; with ``--reference-result`` the paired differences
+    (same split, same test images) to the reference rows' results.  ``--rows`` may also be a
+    feature set (its stored rows).
+
+``table``
+    ``evaluate`` results as the Markdown table of BENCHMARKS.md.
 
 Usage (BENCHMARKS.md, "The HIK setting: VLFeat's k-means against scikit-learn's at step 3")::
 
@@ -51,7 +60,7 @@ Usage (BENCHMARKS.md, "The HIK setting: VLFeat's k-means against scikit-learn's 
         --cache-dir hik5e5.cache --codebook work/vlfeat-phow-5e5/codebook.npy \\
         --pooling faithful --n-jobs 2 --out work/rows-vlfeat-faithful
     python scripts/ablate_codebook.py evaluate --rows work/rows-vlfeat-faithful \\
-        --reference work/rows-sklearn-faithful --out work/eval-vlfeat-faithful.json
+        --reference-result work/eval-sklearn-faithful.json --out work/eval-vlfeat-faithful.json
 """
 
 from __future__ import annotations
@@ -365,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
                          + ("feature set (build-features output)" if option == "reference" else "`rows` output folder"))
     if getattr(args, "codebook", None) and not Path(args.codebook).is_file():
         parser.error(f"--codebook {args.codebook}: no such file")
+    for spec in getattr(args, "codebooks", None) or getattr(args, "results", None) or []:
+        name, sep, path = spec.partition("=")
+        if not (sep and name and Path(path).is_file()):
+            parser.error(f"{spec!r}: expected NAME=FILE with an existing file")
     {"learn": cmd_learn, "check": cmd_check, "rows": cmd_rows, "evaluate": cmd_evaluate,
      "table": cmd_table}[args.command](args)
     return 0
