@@ -58,7 +58,8 @@ References
 .. [2] H. Yang and J. Wu, "Practical Large Scale Classification with Additive
    Kernels", JMLR W&CP 25 (ACML), 2012.
 .. [3] T. Joachims, "Making Large-Scale SVM Learning Practical", in Advances in
-   Kernel Methods, MIT Press, 1999 (SVMlight's default ``C = 1 / mean K(x, x)``).
+   Kernel Methods, MIT Press, 1999 (SVMlight's default ``C = 1 / mean K(x, x)``; ``C="auto"``
+   is 16 times it).
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ is float64 whatever it is."""
 
 _BLOCKS_PER_THREAD = 4
 """Prediction splits the rows into this many blocks per thread."""
+
+_AUTO_C_FACTOR = 16.0
+"""``C="auto"``: ``C = this / mean_i M_p(x_i, x_i)``, a multiple of SVMlight's default chosen by
+the rule of BENCHMARKS.md, section "Classifier defaults by cross-validation"."""
 
 ADHOC_NODES = (0.01, 0.06, 0.75)
 """The CVPR paper's interpolation nodes for ``m = 2`` (Algorithm 2, line 1)."""
@@ -248,13 +253,16 @@ class PmSVM(OneVsRestClassifierBase):
     C : float or "auto", default="auto"
         Loss weight (``C_i`` of row ``i`` is ``C`` times its sample and class
         weights: the upper bound of ``alpha_i`` for ``loss="l1"``, ``1/(2 C_i)``
-        added to ``Q_ii`` for ``loss="l2"``).  ``"auto"``: SVMlight's default
-        ``C = 1 / mean_i M_p(x_i, x_i)`` [3]_ on the scaled features (the kernel's
-        diagonal, ``~ ||x_i||_1``), so that ``C Q_ii ~ 1`` whatever the number of
-        non-zero dimensions.  The papers' ``C = 0.01`` (CVPR Sec. 5.1, LUT Sec. 6)
-        is right for histograms of thousands of dimensions but fits nothing on a
-        few dimensions (BENCHMARKS.md, section "Scale-aware defaults").  The value
-        used is ``C_``.
+        added to ``Q_ii`` for ``loss="l2"``).  ``"auto"``: 16 times SVMlight's
+        default, ``C = 16 / mean_i M_p(x_i, x_i)`` [3]_ on the scaled features (the
+        kernel's diagonal, ``~ ||x_i||_1``), so that ``C Q_ii`` is the same whatever
+        the number of non-zero dimensions.  The papers' ``C = 0.01`` (CVPR Sec. 5.1,
+        LUT Sec. 6) is right for histograms of thousands of dimensions but fits
+        nothing on a few dimensions (BENCHMARKS.md, section "Scale-aware defaults").
+        The factor is the multiple of SVMlight's ``1 / mean K(x, x)`` that was at
+        least as accurate on every feature set and kernel studied and best on
+        average (section "Classifier defaults by cross-validation"); SVMlight's
+        value itself underfits these histograms.  The value used is ``C_``.
     class_weight : dict, "balanced" or None, default=None
         Per-class multiplier of ``C`` for the positive rows of each one-vs-rest
         problem (LIBLINEAR's rule, the same for every classifier of the package:
@@ -423,7 +431,7 @@ class PmSVM(OneVsRestClassifierBase):
         entries = _k.solver_entries(rows, table)
         del rows, table  # the solver reads ``entries`` only
         n_problems = Y.shape[1]
-        self.C_ = float(self.C) if self.C != "auto" else 1.0 / max(auto_scale_mean(q_kernel, sample_weight), np.finfo(float).tiny)
+        self.C_ = float(self.C) if self.C != "auto" else _AUTO_C_FACTOR / max(auto_scale_mean(q_kernel, sample_weight), np.finfo(float).tiny)
         cost = np.full(Y.shape, self.C_) if weights is None else self.C_ * weights
         problem = _k.DualProblem(
             self.loss == "l2", cost, float(self.tol), int(self.max_iter), kernel_seed(self.random_state)
