@@ -1,7 +1,7 @@
 """Study: PmSVM's automatic loss weight ``C="auto"`` (SVMlight's ``1 / mean_i M_p(x_i, x_i)``).
 
 Each grid value is a multiple ``k`` of the automatic C of the rows the model is trained on
-(``k = 1`` is today's default: ``16 / mean_i M_p(x_i, x_i)`` since the study this script was
+(``k = 1`` is today's default: ``4 / mean_i M_p(x_i, x_i)`` since the study this script was
 written for, SVMlight's ``1 / mean_i M_p(x_i, x_i)`` before it), for one power ``p`` (``-1``: chi-square, ``-8``: histogram
 intersection); with ``--cv``, ``k`` chosen by 3-fold CV on each split's training rows (the
 ceiling of a C picked from this grid).  Splits, score and CV: ``study_hik_nsvm_margin.grid_study``

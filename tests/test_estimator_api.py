@@ -112,7 +112,7 @@ def test_integer_sample_weight_is_repeating_rows(name):
     scale = np.abs(repeated.decision_function(X)).max()
     assert_allclose(weighted.decision_function(X), repeated.decision_function(X), atol=2e-3 * scale)
     # and the weights matter: not the unweighted model (by five times the tolerance above; how much
-    # weights move the model shrinks as C grows, and PmSVM's "auto" C is 16 / mean K(x, x))
+    # weights move the model shrinks as C grows, and PmSVM's "auto" C is 4 / mean K(x, x))
     plain = EXACT_WEIGHTS[name]().fit(X, y)
     assert np.abs(plain.decision_function(X) - repeated.decision_function(X)).max() > 1e-2 * scale
 

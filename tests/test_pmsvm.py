@@ -188,12 +188,12 @@ def test_save_load_round_trip(tmp_path, split):
 
 
 @pytest.mark.parametrize("p", [-1.0, -8.0])
-def test_auto_C_is_16_over_the_mean_kernel_diagonal(p):
-    """``C="auto"`` = 16 / mean_i M_p(x~_i, x~_i) on the scaled training rows (the exact kernel's
+def test_auto_C_is_4_over_the_mean_kernel_diagonal(p):
+    """``C="auto"`` = 4 / mean_i M_p(x~_i, x~_i) on the scaled training rows (the exact kernel's
     diagonal: ``M_p(x, x) = x`` at every node of the approximation); an explicit C is kept."""
     X, y = histograms(200, d=60)
     diagonal = np.diag(power_mean_kernel(scale_features(X, X), p=p))
-    assert PmSVM(p=p, random_state=0).fit(X, y).C_ == pytest.approx(16.0 / diagonal.mean(), rel=1e-9)
+    assert PmSVM(p=p, random_state=0).fit(X, y).C_ == pytest.approx(4.0 / diagonal.mean(), rel=1e-9)
     assert PmSVM(p=p, C=0.01, random_state=0).fit(X, y).C_ == 0.01
 
 
