@@ -55,7 +55,7 @@ from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, l
 from .provenance import library_versions
 from .runner import DEFAULT_BATCH_SIZE, Progress, Runner, no_progress
 from .shard_store import shard_format, write_shard
-from .stages import StageCache, implementation_versions
+from .stages import StageCache, encoder_name, implementation_versions
 
 __all__ = [
     "BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row", "learn_codebook",
@@ -275,7 +275,7 @@ def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache
             f"only {sample.shape[0]} training descriptors for a codebook of {size} words: "
             "use a smaller codebook.size, a denser sift.step, or more training images"
         )
-    return cache.learn_codebook(sample, config.to_dict()["codebook"])
+    return cache.learn_codebook(sample, config.codebook_params(learning=True))
 
 
 def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
@@ -457,7 +457,7 @@ def _manifest(
         },
         "timings": timings,
         "versions": library_versions(),
-        "implementation_versions": implementation_versions(config.codebook.kind),
+        "implementation_versions": implementation_versions(encoder_name(config.codebook_params())),
         **store,
     }
 
@@ -562,7 +562,8 @@ def _build(
     timer = StageTimer()
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs, client, batch_size)
-        config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(config.codebook.kind))
+        config_hash = stage_hash(config, list(config.to_dict()), images.digest,
+                                 implementation_versions(encoder_name(config.codebook_params())))
     reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log, store)
     if reused is not None:
         return reused
