@@ -282,7 +282,7 @@ class CodebookConfig:
     #: codes of a k-means codebook (kind "kmeans"): "hard" one-hot VQ or "soft" (localized
     #: soft assignment over the soft_neighbors nearest codewords)
     assignment: str = _setting("hard", _choice(ASSIGNMENTS), semantic="unless-default")
-    #: nearest codewords of a soft code (assignment "soft"; unset: 5; codebook.size: kernel codebook)
+    #: nearest codewords of a soft code (assignment "soft"; unset: 3; codebook.size: kernel codebook)
     soft_neighbors: int | None = _setting(None, _int_or_unset(1), semantic="unless-default")
     #: β of exp(-β d²) relative to the codebook's mean squared distance between nearest
     #: codewords (assignment "soft"; unset: 10)
