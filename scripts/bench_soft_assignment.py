@@ -11,6 +11,16 @@ mean per-class accuracy), in the same run, cells:
 * ``pmsvm-hi``   PmSVM p = −8 at a fixed C (``--pmsvm-c``, 0.01);
 * ``linear``     the squared-hinge linear SVM (C by CV, as the table does).
 
+The soft rows are built by ``bench_build_features.py`` (cold build: CPU seconds, peak memory,
+cache sizes) through this script's ``build`` mode, which gives the build the codebook of the
+hard feature set ``--codebook-of`` instead of learning it again, so that soft and hard rows
+share the codebook exactly (checked: same ``[sift]``, ``[image]`` and k-means settings, same
+dense-SIFT and preprocessing versions; the stage cache's k-means entry predates
+``coding/codebook.py``'s version 2, which changed only the sparse dictionary)::
+
+    nice -n 5 python scripts/bench_soft_assignment.py build --codebook-of HARD_FS -- \
+        --dataset DATASET --config SOFT.toml --out SOFT_FS --cache-dir CACHE --keep-cache --n-jobs 2 --json build.json
+
 Usage::
 
     nice -n 10 python scripts/bench_soft_assignment.py \\
@@ -64,7 +74,46 @@ def print_table(results: dict) -> None:
                   f"| {diff.mean():+.2f} ± {diff.std(ddof=1):.2f} |")
 
 
+def build_with_codebook_of(argv: list[str]) -> None:
+    """``bench_build_features.py`` with the codebook of the hard feature set ``--codebook-of``."""
+    import sys
+
+    import bench_build_features
+    from classify_images.pipeline import build
+    from classify_images.pipeline.config import load_config
+    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.stages import implementation_versions
+
+    ap = argparse.ArgumentParser(prog="bench_soft_assignment.py build")
+    ap.add_argument("--codebook-of", required=True, type=Path)
+    ap.add_argument("rest", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    hard = load_feature_set(args.codebook_of)
+    config = load_config(rest[rest.index("--config") + 1])
+    same = {"image": hard.config.image == config.image, "sift": hard.config.sift_params() == config.sift_params(),
+            "k-means": hard.config.codebook_params(learning=True) == config.codebook_params(learning=True),
+            "versions": all(hard.manifest["implementation_versions"][m] == v
+                            for m, v in implementation_versions().items() if m in ("preprocess", "dense_sift"))}
+    if not all(same.values()):
+        raise SystemExit(f"error: {args.codebook_of} was not built with the same descriptors and k-means: {same}")
+    codebook = hard.codebook()
+
+    def learn_codebook(sample, config, cache, log):
+        log(f"codebook of {args.codebook_of} (digest {hard.manifest['codebook']['digest'][:12]})")
+        return codebook
+
+    build.learn_codebook = learn_codebook
+    sys.argv = ["bench_build_features.py", *rest]
+    bench_build_features.main()
+
+
 def main() -> None:
+    import sys
+
+    if sys.argv[1:2] == ["build"]:
+        build_with_codebook_of(sys.argv[2:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--row", action="append", default=[], help="NAME=FEATURE_SET (repeatable)")
     ap.add_argument("--pair", action="append", default=[], help="SOFT=HARD row names compared per split")
