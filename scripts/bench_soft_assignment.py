@@ -25,7 +25,9 @@ Usage::
 
     nice -n 10 python scripts/bench_soft_assignment.py \\
         --row hard-faithful=HARD_FS --row soft-faithful=SOFT_FS --pair soft-faithful=hard-faithful \\
-        --out soft-vs-hard.json [--cells nsvm pmsvm-hi] ; ... --table
+        --out soft-vs-hard.json [--cells nsvm pmsvm-hi]
+    python scripts/bench_soft_assignment.py --table --out soft-vs-hard.json --merge other.json \
+        --pair soft-faithful=hard-faithful
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ def main() -> None:
     ap.add_argument("--pmsvm-c", type=float, default=0.01)
     ap.add_argument("--out", default="soft-vs-hard.json")
     ap.add_argument("--table", action="store_true", help="print --out as a Markdown table and exit")
+    ap.add_argument("--merge", nargs="*", default=[], help="--table: the rows of other --out files too")
     args = ap.parse_args()
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {"rows": {}, "pairs": {}, "folders": {}}
@@ -128,6 +131,10 @@ def main() -> None:
         soft, _, hard = pair.partition("=")
         results["pairs"][soft] = hard
     if args.table:
+        for path in args.merge:  # rows evaluated by other processes
+            other = json.loads(Path(path).read_text())
+            for cells_name, cells in other["rows"].items():
+                results["rows"].setdefault(cells_name, {}).update(cells)
         print_table(results)
         return
     for spec in args.row:

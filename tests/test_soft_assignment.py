@@ -22,7 +22,7 @@ from classify_images.coding.soft_assignment import (
     soft_assignment_codes,
 )
 from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.config import ConfigError, load_config, named_configs, stage_hash, validate_config
+from classify_images.pipeline.config import ConfigError, load_config, stage_hash, validate_config
 from classify_images.pipeline.feature_store import load_feature_set
 from classify_images.pipeline.stages import encoder_name, implementation_versions
 
@@ -284,10 +284,3 @@ def test_soft_keys_are_hashed_only_when_set():
     assert encoder_name(soft.codebook_params()) == "soft" and encoder_name(hard.codebook_params()) == "kmeans"
     assert "soft_assignment" in implementation_versions("soft")
     assert "soft_assignment" not in implementation_versions("kmeans")
-
-
-def test_shipped_soft_config_is_valid():
-    if "hik-soft" not in named_configs():
-        pytest.skip("no soft-assignment config shipped")
-    config = load_config("hik-soft")
-    assert config.codebook.kind == "kmeans" and config.codebook.assignment == "soft"
