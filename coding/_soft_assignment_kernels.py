@@ -2,8 +2,8 @@
 
 :func:`soft_weights` turns the squared distances of each descriptor to its ``k`` nearest
 codewords into the normalised Gaussian weights of localized soft assignment;
-:func:`accumulate_cell_moments` and :func:`accumulate_cell_maxima` add those weights into
-per-pyramid-cell statistics without ever forming the ``n × K`` code matrix.
+:func:`accumulate_cells` adds those weights into per-pyramid-cell statistics (sums and sums
+of squares, or maxima) without ever forming the ``n × K`` code matrix.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["soft_weights", "accumulate_cell_moments", "accumulate_cell_maxima"]
+__all__ = ["soft_weights", "accumulate_cells"]
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -40,12 +40,14 @@ def soft_weights(sq_distances: np.ndarray, beta: float) -> np.ndarray:
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def accumulate_cell_moments(
-    neighbors: np.ndarray, weights: np.ndarray, cells: np.ndarray, sums: np.ndarray, sums_of_squares: np.ndarray
+def accumulate_cells(
+    neighbors: np.ndarray, weights: np.ndarray, cells: np.ndarray, first: np.ndarray, second: np.ndarray,
+    maxima: bool,
 ) -> None:
-    """``sums[c, j] += u_ij`` and ``sums_of_squares[c, j] += u_ij²`` for every descriptor ``i``
-    of cell ``c`` at every pyramid level (``cells`` is (n_levels, n), ``u_ij = weights[i, m]``
-    for ``j = neighbors[i, m]``)."""
+    """Per-cell statistics of the codes ``u_ij = weights[i, m]`` (``j = neighbors[i, m]``) of the
+    descriptors ``i`` of cell ``c = cells[level, i]`` at every pyramid level (``cells`` is (n_levels, n)):
+    ``first[c, j] += u_ij`` and ``second[c, j] += u_ij²``, or with ``maxima``
+    ``first[c, j] = max(first[c, j], u_ij)`` (``second`` unused)."""
     n, k = neighbors.shape
     for level in range(cells.shape[0]):
         for row in range(n):
@@ -53,18 +55,9 @@ def accumulate_cell_moments(
             for m in range(k):
                 word = neighbors[row, m]
                 weight = weights[row, m]
-                sums[cell, word] += weight
-                sums_of_squares[cell, word] += weight * weight
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def accumulate_cell_maxima(neighbors: np.ndarray, weights: np.ndarray, cells: np.ndarray, maxima: np.ndarray) -> None:
-    """``maxima[c, j] = max(maxima[c, j], u_ij)`` over the descriptors ``i`` of cell ``c``."""
-    n, k = neighbors.shape
-    for level in range(cells.shape[0]):
-        for row in range(n):
-            cell = cells[level, row]
-            for m in range(k):
-                word = neighbors[row, m]
-                if weights[row, m] > maxima[cell, word]:
-                    maxima[cell, word] = weights[row, m]
+                if maxima:
+                    if weight > first[cell, word]:
+                        first[cell, word] = weight
+                else:
+                    first[cell, word] += weight
+                    second[cell, word] += weight * weight

@@ -71,7 +71,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._llc_kernels import k_smallest
-from ._soft_assignment_kernels import accumulate_cell_maxima, accumulate_cell_moments, soft_weights
+from ._soft_assignment_kernels import accumulate_cells, soft_weights
 from .encode import half_sq_distance_blocks
 
 __all__ = [
@@ -200,9 +200,9 @@ def _accumulate(arrays: dict[str, np.ndarray], neighbors: np.ndarray, sq_distanc
     neighbors = np.ascontiguousarray(neighbors, dtype=np.int64)
     cells = np.ascontiguousarray(cells, dtype=np.int64)
     if "maxima" in arrays:
-        accumulate_cell_maxima(neighbors, weights, cells, arrays["maxima"])
+        accumulate_cells(neighbors, weights, cells, arrays["maxima"], arrays["maxima"], True)
     else:
-        accumulate_cell_moments(neighbors, weights, cells, arrays["sums"], arrays["sums_of_squares"])
+        accumulate_cells(neighbors, weights, cells, arrays["sums"], arrays["sums_of_squares"], False)
 
 
 def _finish(arrays: dict[str, np.ndarray], cells: np.ndarray, n_cells: int) -> dict[str, np.ndarray]:
