@@ -8,6 +8,10 @@
   solved exactly by feature-sign search on KKT-checked pools of atoms, with the LARS-lasso
   homotopy as reference (:func:`classify_images.coding.lars.lasso_lars_codes`, numba; the
   same problem and solution as ``spams.lasso`` mode 2), stored as a CSR matrix.
+
+Soft assignment to k-means codewords (localized soft-assignment coding, kernel codebook)
+is :mod:`classify_images.coding.soft_assignment`; it shares :func:`half_sq_distance_blocks`
+with :func:`vq_encode`, so that its ``k = 1`` case is exactly hard VQ.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import scipy.sparse as sp
 
 from .lars import lasso_lars_codes
 
-__all__ = ["IMPLEMENTATION_VERSION", "vq_encode", "sparse_encode", "SparseCoder"]
+from collections.abc import Iterator
+
+__all__ = ["IMPLEMENTATION_VERSION", "half_sq_distance_blocks", "vq_encode", "sparse_encode", "SparseCoder"]
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
@@ -29,12 +35,34 @@ IMPLEMENTATION_VERSION = 1
 _VQ_CHUNK = 8192
 
 
+def half_sq_distance_blocks(descriptors: np.ndarray, centres: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Half squared distances to every centre, up to a per-descriptor constant, by blocks.
+
+    Yields ``(start, h)`` with :math:`h_{ik} = \\tfrac12\\lVert c_k\\rVert^2 - x_i^\\top c_k
+    = \\tfrac12(\\lVert x_i - c_k\\rVert^2 - \\lVert x_i\\rVert^2)` for the descriptors
+    ``start … start + len(h) - 1``: one float32 BLAS product per block of 8192
+    descriptors, so memory stays bounded.  Differences :math:`h_{ik} - h_{il}` are half
+    the differences of squared distances.
+
+    Parameters
+    ----------
+    descriptors : ndarray (n, d)
+    centres : ndarray (K, d)
+    """
+    centres = np.asarray(centres, dtype=np.float32)
+    descriptors = np.asarray(descriptors, dtype=np.float32)
+    half_sq_norms = 0.5 * np.einsum("kd,kd->k", centres, centres)
+    for start in range(0, descriptors.shape[0], _VQ_CHUNK):
+        block = descriptors[start : start + _VQ_CHUNK]
+        yield start, half_sq_norms - block @ centres.T
+
+
 def vq_encode(descriptors: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """Index of the nearest centre of each descriptor.
 
     Uses :math:`\\lVert x-c\\rVert^2 = \\lVert c\\rVert^2 - 2x^\\top c + \\lVert x\\rVert^2`
     (the last term does not change the arg-min), one BLAS product per chunk of
-    8192 descriptors so memory stays bounded.
+    8192 descriptors so memory stays bounded (:func:`half_sq_distance_blocks`).
 
     Parameters
     ----------
@@ -45,14 +73,10 @@ def vq_encode(descriptors: np.ndarray, centres: np.ndarray) -> np.ndarray:
     -------
     index : ndarray of int16 (K ≤ 32767) or int32, shape (n,)
     """
-    centres = np.asarray(centres, dtype=np.float32)
-    descriptors = np.asarray(descriptors, dtype=np.float32)
-    half_sq_norms = 0.5 * np.einsum("kd,kd->k", centres, centres)
-    dtype = np.int16 if centres.shape[0] <= np.iinfo(np.int16).max else np.int32
-    index = np.empty(descriptors.shape[0], dtype=dtype)
-    for start in range(0, descriptors.shape[0], _VQ_CHUNK):
-        block = descriptors[start : start + _VQ_CHUNK]
-        index[start : start + block.shape[0]] = np.argmin(half_sq_norms - block @ centres.T, axis=1)
+    dtype = np.int16 if np.shape(centres)[0] <= np.iinfo(np.int16).max else np.int32
+    index = np.empty(np.shape(descriptors)[0], dtype=dtype)
+    for start, distances in half_sq_distance_blocks(descriptors, centres):
+        index[start : start + distances.shape[0]] = np.argmin(distances, axis=1)
     return index
 
 

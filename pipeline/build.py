@@ -57,7 +57,7 @@ from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, l
 from .provenance import library_versions
 from .runner import DEFAULT_BATCH_SIZE, Progress, Runner, no_progress
 from .shard_store import shard_format, write_shard
-from .stages import StageCache, implementation_versions
+from .stages import StageCache, encoder_name, implementation_versions
 
 __all__ = [
     "BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row", "learn_codebook",
@@ -306,7 +306,7 @@ def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache
     Raises :class:`DatasetError` (one line) when the sample holds fewer descriptors than words.
     """
     _check_sample_size(sample.shape[0], config, log)
-    return cache.learn_codebook(sample, config.to_dict()["codebook"])
+    return cache.learn_codebook(sample, config.codebook_params(learning=True))
 
 
 def _n_rows(array: np.ndarray) -> int:
@@ -320,7 +320,7 @@ def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner, l
     client = runner.client
     n_descriptors = client.submit(_n_rows, sample, pure=False).result()
     _check_sample_size(n_descriptors, config, log)
-    codebook = client.submit(_learn_codebook_task, runner.cache, sample, config.to_dict()["codebook"], pure=False)
+    codebook = client.submit(_learn_codebook_task, runner.cache, sample, config.codebook_params(learning=True), pure=False)
     return n_descriptors, codebook.result()
 
 
@@ -525,7 +525,7 @@ def _manifest(
         },
         "timings": timings,
         "versions": library_versions(),
-        "implementation_versions": implementation_versions(config.codebook.kind),
+        "implementation_versions": implementation_versions(encoder_name(config.codebook_params())),
         **store,
     }
 
@@ -630,7 +630,8 @@ def _build(
     timer = StageTimer()
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs, client, batch_size)
-        config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(config.codebook.kind))
+        config_hash = stage_hash(config, list(config.to_dict()), images.digest,
+                                 implementation_versions(encoder_name(config.codebook_params())))
     reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log, store)
     if reused is not None:
         return reused

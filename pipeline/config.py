@@ -8,7 +8,8 @@ through them, each read into its own frozen dataclass::
     [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors,
                                           smoothing, window_size, bin_centres, grid_alignment,
                                           low_contrast, root_sift
-    [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed, n_neighbors, pca_dims
+    [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed, n_neighbors, pca_dims,
+                                          assignment, soft_neighbors, soft_beta
     [pooling]        PoolingConfig        method, levels, level_normalization, level_weights
     [normalization]  NormalizationConfig  method
 
@@ -16,7 +17,8 @@ and :class:`PipelineConfig` holds the six.  Every field has a default; a file or
 command-line flag overrides some of them.  The allowed values come from the module that
 uses them: pooling methods from :data:`~classify_images.coding.pooling.POOLING_METHODS`,
 normalisations from :data:`~classify_images.coding.normalize.NORMALIZATIONS`, codebook
-kinds from :data:`~classify_images.coding.codebook.CODEBOOK_KINDS`, the patch-size and
+kinds from :data:`~classify_images.coding.codebook.CODEBOOK_KINDS`, k-means assignments from
+:data:`~classify_images.coding.soft_assignment.ASSIGNMENTS`, the patch-size and
 step rules from :func:`~classify_images.features.dsift.validate_patch_sizes` and
 :func:`~classify_images.features.dsift.validate_step`, the image-size rule from
 :func:`~classify_images.features.preprocess.validate_max_side`.
@@ -48,6 +50,7 @@ from typing import Any
 from ..coding.codebook import CODEBOOK_KINDS
 from ..coding.normalize import NORMALIZATIONS
 from ..coding.pooling import LEVEL_NORMALIZATIONS, POOLING_METHODS, validate_level_weights, validate_levels
+from ..coding.soft_assignment import ASSIGNMENTS
 from ..features.dsift import (
     BIN_CENTRES,
     GRID_ALIGNMENTS,
@@ -64,6 +67,7 @@ __all__ = [
     "ImageConfig",
     "SiftConfig",
     "CodebookConfig",
+    "SOFT_ASSIGNMENT_KEYS",
     "PoolingConfig",
     "NormalizationConfig",
     "PipelineConfig",
@@ -132,6 +136,15 @@ def _float(low: float = 0.0) -> _Check:
         return float(value)
 
     return check
+
+
+def _positive_float_or_unset(key: str, value: Any) -> Any:
+    """A finite number > 0, or None (unset: the owning module's default, not hashed)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{key} = {value!r}: expected a finite number > 0")
+    return float(value)
 
 
 def _bool(key: str, value: Any) -> Any:
@@ -266,6 +279,19 @@ class CodebookConfig:
     n_neighbors: int | None = _setting(None, _int_or_unset(1), semantic="unless-default")
     #: PCA dimensions of the descriptors (kind "fisher"; unset: 64)
     pca_dims: int | None = _setting(None, _int_or_unset(1, 128), semantic="unless-default")
+    #: codes of a k-means codebook (kind "kmeans"): "hard" one-hot VQ or "soft" (localized
+    #: soft assignment over the soft_neighbors nearest codewords)
+    assignment: str = _setting("hard", _choice(ASSIGNMENTS), semantic="unless-default")
+    #: nearest codewords of a soft code (assignment "soft"; unset: 3; codebook.size: kernel codebook)
+    soft_neighbors: int | None = _setting(None, _int_or_unset(1), semantic="unless-default")
+    #: β of exp(-β d²) relative to the codebook's mean squared distance between nearest
+    #: codewords (assignment "soft"; unset: 10)
+    soft_beta: float | None = _setting(None, _positive_float_or_unset, semantic="unless-default")
+
+
+#: The ``[codebook]`` keys of soft assignment: they do not change the codebook, and they are
+#: given to the cached stages only when set (so every other configuration keeps its keys).
+SOFT_ASSIGNMENT_KEYS = ("assignment", "soft_neighbors", "soft_beta")
 
 
 @dataclass(frozen=True)
@@ -365,6 +391,19 @@ class PipelineConfig:
         """
         return {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in TABLES}
 
+    def codebook_params(self, *, learning: bool = False) -> dict[str, Any]:
+        """The ``[codebook]`` table as the cached stages take it.
+
+        The soft-assignment keys (:data:`SOFT_ASSIGNMENT_KEYS`) appear only when they differ
+        from their defaults, and never with ``learning`` (the codebook learner's key: the
+        codebook does not depend on them, so hard and soft assignment share it).
+        """
+        params = self.to_dict()["codebook"]
+        for f in dataclasses.fields(self.codebook):
+            if f.name in SOFT_ASSIGNMENT_KEYS and (learning or getattr(self.codebook, f.name) == f.default):
+                del params[f.name]
+        return params
+
     def sift_params(self) -> dict[str, Any]:
         """The ``[sift]`` table as the dense-SIFT stages take it (semantic keys only)."""
         return _table_dict(self.sift, semantic_only=True)
@@ -375,6 +414,17 @@ def _check_codebook_keys(codebook: CodebookConfig, source: str) -> None:
     for key, kind in (("n_neighbors", "llc"), ("pca_dims", "fisher")):
         if getattr(codebook, key) is not None and codebook.kind != kind:
             raise ConfigError(f"{source}: codebook.{key} applies to codebook.kind = {kind!r} only (kind is {codebook.kind!r}); remove it")
+    if codebook.assignment != "hard" and codebook.kind != "kmeans":
+        raise ConfigError(f"{source}: codebook.assignment = {codebook.assignment!r} applies to codebook.kind = 'kmeans' "
+                          f"only (kind is {codebook.kind!r}); remove it")
+    for key in ("soft_neighbors", "soft_beta"):
+        if getattr(codebook, key) is not None and codebook.assignment != "soft":
+            raise ConfigError(f"{source}: codebook.{key} applies to codebook.assignment = 'soft' only; "
+                              "set assignment = \"soft\" or remove it")
+    if codebook.soft_neighbors is not None and codebook.soft_neighbors > codebook.size:
+        raise ConfigError(
+            f"{source}: codebook.soft_neighbors = {codebook.soft_neighbors}: expected at most codebook.size = {codebook.size}"
+        )
     if codebook.n_neighbors is not None and codebook.n_neighbors > codebook.size:
         raise ConfigError(
             f"{source}: codebook.n_neighbors = {codebook.n_neighbors}: expected at most codebook.size = {codebook.size}"

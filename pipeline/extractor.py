@@ -7,7 +7,9 @@ image,
 1. decoding, grayscale, shrinking to ``image.max_side`` (:mod:`~classify_images.features.preprocess`);
 2. dense SIFT (:mod:`~classify_images.features.dsift`);
 3. coding over the codebook: a VQ index, a sparse code or an LLC code per descriptor
-   (:mod:`~classify_images.coding.encode`, :mod:`~classify_images.coding.llc`);
+   (:mod:`~classify_images.coding.encode`, :mod:`~classify_images.coding.llc`); soft
+   assignment (:mod:`~classify_images.coding.soft_assignment`) caches per-cell sums of the
+   codes instead, from which step 4 follows;
 4. spatial-pyramid pooling (:mod:`~classify_images.coding.pooling`);
    for VLAD and Fisher vectors (:mod:`~classify_images.coding.vlad`,
    :mod:`~classify_images.coding.fisher`) steps 3–4 are one: the encoder aggregates the
@@ -33,9 +35,10 @@ import numpy as np
 from ..coding.codebook import Codebook, codebook_digest, codebook_size
 from ..coding.normalize import Normalizer
 from ..coding.pooling import pooled_dimension, spatial_pyramid_pool, weight_pyramid_levels
+from ..coding.soft_assignment import POOLING_STATISTICS, pool_cell_statistics
 from .config import PipelineConfig
 from .dataset import file_fingerprint
-from .stages import AGGREGATING_KINDS, StageCache, codes_matrix, encoder_cell_dimension
+from .stages import AGGREGATING_KINDS, StageCache, codes_matrix, encoder_cell_dimension, encoder_name
 
 __all__ = ["FeatureExtractor", "check_image", "readable_fingerprint"]
 
@@ -103,7 +106,7 @@ class FeatureExtractor:
         )
         # Plain values for the cached stage functions (their cache keys).
         self._sift = config.sift_params()
-        self._codebook_params = config.to_dict()["codebook"]
+        self._codebook_params = config.codebook_params()
 
     @classmethod
     def from_feature_set(cls, feature_set: Any, *, cache_dir: str | os.PathLike | None = None) -> "FeatureExtractor":
@@ -143,6 +146,12 @@ class FeatureExtractor:
                 path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
                 list(self.config.pooling.levels), self.codebook_digest, self.codebook,
             ))
+        if encoder_name(self._codebook_params) == "soft":
+            method = self.config.pooling.method
+            return self._weight_levels(pool_cell_statistics(self.cache.image_cell_statistics(
+                path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
+                list(self.config.pooling.levels), POOLING_STATISTICS[method], self.codebook_digest, self.codebook,
+            ), method))
         codes = self.cache.image_codes(
             path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
             self.codebook_digest, self.codebook,

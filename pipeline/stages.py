@@ -21,6 +21,10 @@ What is cached per image is compact:
   them is cheap; see BENCHMARKS.md, section "Feature building on 15-Scenes");
 * ``descriptor_sample`` — the few descriptors of a training image that feed the codebook;
 * ``image_codes``       — VQ indices (int16) or sparse / LLC codes (CSR float32) + positions;
+* ``image_cell_statistics`` — for soft assignment to k-means codewords: per pyramid cell,
+  the sums of the codes and of their squares (or their maxima), float32, from which the
+  pooling follows (:mod:`~classify_images.coding.soft_assignment`; per-descriptor soft
+  codes would be ``k`` times the size of VQ indices);
 * ``image_encoding``    — for VLAD and Fisher vectors, which aggregate the descriptors of
   each pyramid cell themselves (not codes pooled afterwards): the image's whole vector,
   cells concatenated and normalised (float32; as long as a row of the feature set).
@@ -51,6 +55,7 @@ from ..coding import fisher as fisher_module
 from ..coding import llc as llc_module
 from ..coding import normalize as normalize_module
 from ..coding import pooling as pooling_module
+from ..coding import soft_assignment as soft_assignment_module
 from ..coding import vlad as vlad_module
 from ..coding.codebook import (
     DEFAULT_PCA_DIMS,
@@ -65,6 +70,9 @@ from ..coding.encode import SparseCoder, vq_encode
 from ..coding.fisher import FisherEncoder
 from ..coding.llc import DEFAULT_N_NEIGHBORS, LlcCoder
 from ..coding.pooling import n_pyramid_cells, pyramid_cells
+from ..coding.soft_assignment import DEFAULT_BETA as DEFAULT_SOFT_BETA
+from ..coding.soft_assignment import DEFAULT_N_NEIGHBORS as DEFAULT_SOFT_NEIGHBORS
+from ..coding.soft_assignment import SoftAssignmentCoder
 from ..coding.vlad import VladEncoder
 from ..features import dsift as dsift_module
 from ..features import preprocess as preprocess_module
@@ -80,6 +88,8 @@ __all__ = [
     "descriptor_sample",
     "learn_codebook",
     "image_codes",
+    "encoder_name",
+    "image_cell_statistics",
     "AGGREGATING_KINDS",
     "encoder_cell_dimension",
     "image_encoding",
@@ -103,15 +113,24 @@ def encoder_cell_dimension(kind: str, codebook) -> int:
 
 #: The encoder modules of a codebook kind, beyond the ones every kind uses (their versions
 #: enter the keys of that kind only, so adding an encoder changes no other kind's keys).
-_KIND_MODULES = {"llc": ("llc",), "vlad": ("vlad",), "fisher": ("vlad", "fisher")}
+#: ``"soft"`` is soft assignment to a k-means codebook (:func:`encoder_name`).
+_KIND_MODULES = {"llc": ("llc",), "vlad": ("vlad",), "fisher": ("vlad", "fisher"), "soft": ("soft_assignment",)}
+
+
+def encoder_name(codebook_params: dict[str, Any]) -> str:
+    """The encoder of a ``[codebook]`` table: its kind, or ``"soft"`` for soft assignment to
+    k-means codewords (``kind = "kmeans"``, ``assignment = "soft"``)."""
+    if codebook_params["kind"] == "kmeans" and codebook_params.get("assignment", "hard") == "soft":
+        return "soft"
+    return codebook_params["kind"]
 
 
 def implementation_versions(kind: str | None = None) -> dict[str, int]:
     """``IMPLEMENTATION_VERSION`` of every module whose numbers end up in a feature set.
 
-    ``kind`` (the codebook kind) adds the versions of that kind's encoder modules
-    (:mod:`~classify_images.coding.llc`, :mod:`~classify_images.coding.vlad`,
-    :mod:`~classify_images.coding.fisher`).
+    ``kind`` (the codebook kind, or ``"soft"``: :func:`encoder_name`) adds the versions of
+    that encoder's modules (:mod:`~classify_images.coding.llc`, :mod:`~classify_images.coding.vlad`,
+    :mod:`~classify_images.coding.fisher`, :mod:`~classify_images.coding.soft_assignment`).
 
     Stage-cache keys hold the versions of the modules upstream of their stage, and the
     feature set's config hash holds them all: bumping a module's version after a change
@@ -130,6 +149,7 @@ def implementation_versions(kind: str | None = None) -> dict[str, int]:
         "llc": llc_module.IMPLEMENTATION_VERSION,
         "vlad": vlad_module.IMPLEMENTATION_VERSION,
         "fisher": fisher_module.IMPLEMENTATION_VERSION,
+        "soft_assignment": soft_assignment_module.IMPLEMENTATION_VERSION,
     }
     for module in _KIND_MODULES.get(kind, ()):
         versions[module] = encoder_versions[module]
@@ -144,12 +164,16 @@ _STAGE_MODULES = {
     "learn_codebook": ("codebook",),
     "image_codes": ("preprocess", "dense_sift", "encode"),
     "image_encoding": ("preprocess", "dense_sift", "encode", "pooling"),
+    "image_cell_statistics": ("preprocess", "dense_sift", "encode", "pooling"),
 }
+
+
+_ENCODER_STAGES = ("image_codes", "image_encoding", "image_cell_statistics")
 
 
 def _stage_versions(stage: str, kind: str | None = None) -> tuple[tuple[str, int], ...]:
     versions = implementation_versions(kind)
-    modules = _STAGE_MODULES[stage] + (_KIND_MODULES.get(kind, ()) if stage in ("image_codes", "image_encoding") else ())
+    modules = _STAGE_MODULES[stage] + (_KIND_MODULES.get(kind, ()) if stage in _ENCODER_STAGES else ())
     return tuple((module, versions[module]) for module in modules)
 
 
@@ -275,12 +299,19 @@ _CODERS: dict[str, Any] = {}
 
 
 def _coder(codebook_params: dict[str, Any], codebook_digest: str, codebook):
-    """The :class:`SparseCoder`, :class:`LlcCoder`, :class:`VladEncoder` or
-    :class:`FisherEncoder` of a codebook, kept for the next image."""
-    coder = _CODERS.get(codebook_digest)
+    """The :class:`SparseCoder`, :class:`LlcCoder`, :class:`SoftAssignmentCoder`,
+    :class:`VladEncoder` or :class:`FisherEncoder` of a codebook, kept for the next image."""
+    key = f"{codebook_digest}:{sorted(codebook_params.items())}"
+    coder = _CODERS.get(key)
     if coder is None:
-        kind = codebook_params["kind"]
-        if kind == "sparse":
+        kind = encoder_name(codebook_params)
+        if kind == "soft":
+            coder = SoftAssignmentCoder(
+                codebook,
+                codebook_params.get("soft_neighbors") or DEFAULT_SOFT_NEIGHBORS,
+                codebook_params.get("soft_beta") or DEFAULT_SOFT_BETA,
+            )
+        elif kind == "sparse":
             coder = SparseCoder(codebook, codebook_params["lambda"])
         elif kind == "llc":
             coder = LlcCoder(codebook, codebook_params.get("n_neighbors") or DEFAULT_N_NEIGHBORS)
@@ -291,7 +322,7 @@ def _coder(codebook_params: dict[str, Any], codebook_digest: str, codebook):
         else:
             raise ValueError(f"codebook kind {kind!r} has no coder")
         _CODERS.clear()
-        _CODERS[codebook_digest] = coder
+        _CODERS[key] = coder
     return coder
 
 
@@ -342,6 +373,29 @@ def image_encoding(
     return encoder.encode(dequantize_descriptors(data["descriptors"]), cells, n_pyramid_cells(levels))
 
 
+def image_cell_statistics(
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    sift: dict[str, Any],
+    codebook_params: dict[str, Any],
+    levels: list,
+    statistics: str,
+    codebook_digest: str,
+    codebook: np.ndarray,
+    descriptors_fn=None,
+    implementation: tuple = (),
+) -> dict[str, np.ndarray]:
+    """Soft assignment: the per-cell ``statistics`` (``"moments"`` or ``"max"``,
+    :data:`~classify_images.coding.soft_assignment.POOLING_STATISTICS`) of one image's soft
+    codes over the pyramid ``levels`` (:func:`~classify_images.coding.soft_assignment.cell_statistics`),
+    keyed by ``codebook_digest``, not the codebook's array."""
+    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
+    cells = pyramid_cells(data["x"], data["y"], tuple(int(v) for v in data["shape"]), levels)
+    coder = _coder(codebook_params, codebook_digest, codebook)
+    return coder.cell_statistics(dequantize_descriptors(data["descriptors"]), cells, n_pyramid_cells(levels), statistics)
+
+
 def codes_matrix(codes: dict[str, np.ndarray], n_words: int):
     """The codes of :func:`image_codes` as VQ indices or a CSR matrix (n × K)."""
     if "index" in codes:
@@ -375,6 +429,7 @@ class StageCache:
         self._sample = self._cached(descriptor_sample, ["path", "descriptors_fn"])
         self._codes = self._cached(image_codes, ["path", "codebook", "descriptors_fn"])
         self._encoding = self._cached(image_encoding, ["path", "codebook", "descriptors_fn"])
+        self._cell_statistics = self._cached(image_cell_statistics, ["path", "codebook", "descriptors_fn"])
 
     def _cached(self, stage, ignore: list[str]):
         """``stage`` memoised, with its modules' implementation versions bound (and keyed)."""
@@ -386,11 +441,19 @@ class StageCache:
     def image_codes(self, path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook):
         return self._codes(
             path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook, descriptors_fn=self._descriptors,
-            implementation=_stage_versions("image_codes", codebook_params["kind"]),
+            implementation=_stage_versions("image_codes", encoder_name(codebook_params)),
         )
 
     def image_encoding(self, path, fingerprint, max_side, sift, codebook_params, levels, codebook_digest, codebook):
         return self._encoding(
             path, fingerprint, max_side, sift, codebook_params, levels, codebook_digest, codebook,
-            descriptors_fn=self._descriptors, implementation=_stage_versions("image_encoding", codebook_params["kind"]),
+            descriptors_fn=self._descriptors, implementation=_stage_versions("image_encoding", encoder_name(codebook_params)),
+        )
+
+    def image_cell_statistics(self, path, fingerprint, max_side, sift, codebook_params, levels, statistics,
+                              codebook_digest, codebook):
+        return self._cell_statistics(
+            path, fingerprint, max_side, sift, codebook_params, levels, statistics, codebook_digest, codebook,
+            descriptors_fn=self._descriptors,
+            implementation=_stage_versions("image_cell_statistics", encoder_name(codebook_params)),
         )

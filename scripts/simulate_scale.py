@@ -391,7 +391,7 @@ def stage_costs(args) -> dict:
         sample = sample[rng.permutation(sample.shape[0])[:20000]]
         codebook = _codebook_for(config, dequantize_descriptors(sample), seed=args.seed)
         digest, kind = codebook_digest(codebook), config.codebook.kind
-        params = config.to_dict()["codebook"]
+        params = config.codebook_params()
         rows = {k: [] for k in ("fingerprint", "decode", "dsift", "encode", "pool", "descriptors", "cached_descriptors",
                                 "cached_codes", "vector_nnz")}
         for repeat in range(2):  # the first pass compiles numba and warms the page cache
