@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,6 +30,18 @@ def _margin(text: str) -> float | str:
     return text if text == "auto" else float(text)
 
 
+@contextmanager
+def nsvm_margin(margin: float | str) -> Iterator[None]:
+    """Inside the block, ``bench_config_table``'s ``nsvm`` cell fits HIK nSVM with this
+    hinge margin (its other cells are unchanged)."""
+    default_estimator = table._estimator
+    table._estimator = lambda name: HIKnSVM(random_state=0, margin=margin) if name == "nsvm" else default_estimator(name)
+    try:
+        yield
+    finally:
+        table._estimator = default_estimator
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("features", type=Path, help="feature set folder")
@@ -38,15 +52,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{args.features}: not a feature set (no manifest.json); give a build-features output folder")
     X, y = U.load_features(args.features).pooled()
     n_classes = int(y.max()) + 1
-    default_estimator = table._estimator
-    try:
-        for margin in args.margins:
-            table._estimator = lambda name, m=margin: HIKnSVM(random_state=0, margin=m)
+    for margin in args.margins:
+        with nsvm_margin(margin):
             cell = table.run_cell("nsvm", X, y, n_classes, args.repeats, 100, 1e-3)
-            splits = ", ".join(f"{100 * run['accuracy']:.2f}" for run in cell["runs"])
-            print(f"margin {margin}: {splits}  ->  {cell['mean']:.2f} ± {cell['std']:.2f}", flush=True)
-    finally:
-        table._estimator = default_estimator
+        splits = ", ".join(f"{100 * run['accuracy']:.2f}" for run in cell["runs"])
+        print(f"margin {margin}: {splits}  ->  {cell['mean']:.2f} ± {cell['std']:.2f}", flush=True)
 
 
 if __name__ == "__main__":
