@@ -49,6 +49,12 @@ differences are taken against the ``reference`` row of the same ``--out`` file::
     nice -n 10 python scripts/ablate_features.py --real --dataset ../shared/datasets/scene15 \\
         --cache-dir scene15-hik.cache --work-dir ablate-real --out ablate-real.json \\
         --rows 'reference|per-level L1' --classifiers nsvm pmsvm-hi
+
+The descriptor-side rows at step 3 (``5e5 samples ...``: the paper's codebook sample, images
+at their original size, ``vl_phow``'s dense SIFT) each need a cold build of their own
+(``bench_build_features.py`` with the row's configuration) whose cache is their
+``--cache-dir``; ``--table`` pairs each of them against the rows in ``REAL_BASELINES`` (same
+pooling).  ``--classifiers nsvm-m0.02`` is the ``nsvm`` cell at the paper's margin.
 """
 
 from __future__ import annotations
@@ -285,9 +291,80 @@ REAL_ROWS: dict[str, dict[str, dict]] = {
 }
 
 
+def merged_overrides(*overrides: dict[str, dict]) -> dict[str, dict]:
+    """Tables of overrides combined (later keys win), e.g. a descriptor change plus a pooling change."""
+    out: dict[str, dict] = {}
+    for tables in overrides:
+        for table, keys in tables.items():
+            out.setdefault(table, {}).update(keys)
+    return out
+
+
+#: The paper's codebook sample (Sharma & Jurie, sec. 3.1: k-means on 5·10⁵ descriptors).
+PAPER_CODEBOOK_SAMPLE = {"codebook": {"n_samples": 500_000}}
+#: Images at their original size: a cap above every image's longer side never shrinks one.
+ORIGINAL_IMAGE_SIZE = {"image": {"max_side": 100_000}}
+#: Dense SIFT as ``vl_phow`` computes it, as far as the ``[sift]`` options go (each option's
+#: match to VLFeat: BENCHMARKS.md, "Dense SIFT vs VLFeat dsift").  vl_phow zeroes descriptors
+#: whose VLFeat norm is below 0.005, a raw-norm threshold in our units that differs per patch
+#: size; ``contrast_threshold`` is one value for all sizes: the 24-px one (the choice is
+#: measured in BENCHMARKS.md, "Image size and VLFeat's dense-SIFT choices at step 3").
+VL_PHOW_SIFT = {"sift": {"smoothing": "phow", "window_size": 1.5, "bin_centres": "integer",
+                         "grid_alignment": "centre", "low_contrast": "zero", "contrast_threshold": 0.27}}
+#: The paper's pyramid (every level weighs the same): L1 per level.
+PER_LEVEL_L1 = {"pooling": {"level_normalization": "l1"}}
+
+#: Descriptor-side rows at step 3 (issue 11), each a cold build of its own (own stage cache,
+#: own codebook), and the rows each is paired against (same pooling).
+_STEP3_DESCRIPTOR_ROWS = {
+    "5e5 samples": (PAPER_CODEBOOK_SAMPLE, ()),
+    "5e5 samples, original image size": (merged_overrides(PAPER_CODEBOOK_SAMPLE, ORIGINAL_IMAGE_SIZE), ("5e5 samples",)),
+    "5e5 samples, original image size, vl_phow dense SIFT": (
+        merged_overrides(PAPER_CODEBOOK_SAMPLE, ORIGINAL_IMAGE_SIZE, VL_PHOW_SIFT),
+        ("5e5 samples", "5e5 samples, original image size")),
+}
+#: Rows paired against rows other than ``reference`` (``--table``): row -> its baselines.
+REAL_BASELINES: dict[str, tuple[str, ...]] = {}
+for _name, (_overrides, _baselines) in _STEP3_DESCRIPTOR_ROWS.items():
+    for _suffix, _pooling in (("", {}), (", per-level L1", PER_LEVEL_L1)):
+        REAL_ROWS[_name + _suffix] = merged_overrides(_overrides, _pooling)
+        REAL_BASELINES[_name + _suffix] = tuple(b + _suffix for b in _baselines)
+
+#: ``--classifiers`` cells beyond bench_config_table's: ``nsvm-m<margin>`` is its ``nsvm`` cell
+#: with that fixed hinge margin (the paper's m = 0.02: ``nsvm-m0.02``).
+NSVM_MARGIN_CELL = "nsvm-m"
+
+
+def check_real_classifiers(names: list[str]) -> None:
+    """One-line error (SystemExit) for a ``--classifiers`` name ``real_cell`` cannot run."""
+    from bench_config_table import CLASSIFIERS as TABLE_CELLS
+
+    for name in names:
+        if name.startswith(NSVM_MARGIN_CELL):
+            try:
+                float(name.removeprefix(NSVM_MARGIN_CELL))
+                continue
+            except ValueError:
+                pass
+        elif name in TABLE_CELLS:
+            continue
+        raise SystemExit(f"error: --classifiers: unknown cell {name!r}; choose from {list(TABLE_CELLS)} "
+                         f"or {NSVM_MARGIN_CELL}<margin> (e.g. {NSVM_MARGIN_CELL}0.02)")
+
+
+def real_cell(name: str, X: np.ndarray, y: np.ndarray, n_classes: int, args) -> dict:
+    """bench_config_table's ``run_cell`` for ``name`` (``nsvm-m<margin>``: ``nsvm`` at that margin)."""
+    from bench_config_table import run_cell
+    from study_hik_nsvm_margin import nsvm_margin
+
+    if name.startswith(NSVM_MARGIN_CELL):
+        with nsvm_margin(float(name.removeprefix(NSVM_MARGIN_CELL))):
+            return run_cell("nsvm", X, y, n_classes, args.splits, args.train_per_class, 1e-4, args.pmsvm_grid)
+    return run_cell(name, X, y, n_classes, args.splits, args.train_per_class, 1e-4, args.pmsvm_grid)
+
+
 def real_setting(args) -> None:
     """The ``REAL_ROWS`` named by ``--rows``: build each on the stage cache, evaluate its cells."""
-    from bench_config_table import run_cell
     from _bench_utils import load_features, write_json
     from classify_images.pipeline.build import build_feature_set
     from classify_images.pipeline.config import load_config
@@ -296,6 +373,7 @@ def real_setting(args) -> None:
     unknown = [name for name in names if name not in REAL_ROWS]
     if unknown:
         raise SystemExit(f"error: --rows: unknown real-setting row(s) {unknown}; choose from {list(REAL_ROWS)}")
+    check_real_classifiers(args.classifiers)
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {}
     results["protocol real"] = {"config": args.config, "cache_dir": args.cache_dir, "repeats": args.splits,
@@ -312,35 +390,45 @@ def real_setting(args) -> None:
         feats = load_features(folder)
         X, y = feats.pooled()
         row = rows.setdefault(name, {"cells": {}})
-        row.update(overrides=overrides, folder=str(folder), config_hash=feats.config_hash, dims=int(X.shape[1]),
-                   build_seconds=round(build_seconds, 1))
+        row.update(overrides=overrides, folder=str(folder), cache_dir=args.cache_dir, config_hash=feats.config_hash,
+                   dims=int(X.shape[1]), build_seconds=round(build_seconds, 1))
         print(f"{name}: built in {build_seconds:.0f} s ({folder})", flush=True)
         for clf in args.classifiers:
-            row["cells"][clf] = run_cell(clf, X, y, feats.n_classes, args.splits, args.train_per_class, 1e-4,
-                                         args.pmsvm_grid)
+            row["cells"][clf] = real_cell(clf, X, y, feats.n_classes, args)
             write_json(out, results)
             print(f"  {clf}: {row['cells'][clf]['mean']:.2f} ± {row['cells'][clf]['std']:.2f}", flush=True)
         del X
 
 
+def paired_difference(cell: dict, baseline: dict) -> tuple[float, float]:
+    """Mean and standard deviation (ddof 1) over the splits of ``cell``'s accuracy minus
+    ``baseline``'s on the same split, in points."""
+    seeds = [r["seed"] for r in cell["runs"]]
+    if seeds != [r["seed"] for r in baseline["runs"]]:
+        raise ValueError(f"paired difference: splits {seeds} against {[r['seed'] for r in baseline['runs']]}")
+    paired = 100 * (np.array([r["accuracy"] for r in cell["runs"]]) - np.array([r["accuracy"] for r in baseline["runs"]]))
+    return float(paired.mean()), float(paired.std(ddof=1))
+
+
 def print_real_table(results: dict) -> None:
     """The real-setting rows of ``results`` as a Markdown table (BENCHMARKS.md), with the paired
-    difference of every cell to the ``reference`` row's cell of the same classifier (same splits)."""
+    difference of every cell to the same classifier's cell of its baselines (``REAL_BASELINES``,
+    by default the ``reference`` row; same splits)."""
     rows = results.get("real rows", {})
-    print("| row | classifier | split 0 | split 1 | split 2 | mean ± std | paired diff to reference ± std | overall acc. | final fit s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| row | classifier | split 0 | split 1 | split 2 | mean ± std | paired diff ± std | overall acc. | final fit s |")
+    print("|---|---|---:|---:|---:|---:|---|---:|---:|")
     for name, row in rows.items():
         for clf, cell in row["cells"].items():
             accs = " | ".join(f"{100 * r['accuracy']:.2f}" for r in cell["runs"])
-            reference = rows.get("reference", {}).get("cells", {}).get(clf)
-            diff = "—"
-            if reference is not None and name != "reference":
-                paired = 100 * (np.array([r["accuracy"] for r in cell["runs"]])
-                                - np.array([r["accuracy"] for r in reference["runs"]]))
-                diff = f"{paired.mean():+.2f} ± {paired.std(ddof=1):.2f}"
+            diffs = []
+            for baseline in REAL_BASELINES.get(name, () if name == "reference" else ("reference",)):
+                reference = rows.get(baseline, {}).get("cells", {}).get(clf)
+                if reference is not None:
+                    mean, std = paired_difference(cell, reference)
+                    diffs.append(f"{mean:+.2f} ± {std:.2f}" + ("" if baseline == "reference" else f" vs {baseline}"))
             overall = f"{cell['overall_mean']:.2f} ± {cell['overall_std']:.2f}" if "overall_mean" in cell else "—"
-            print(f"| {name} | {clf} | {accs} | {cell['mean']:.2f} ± {cell['std']:.2f} | {diff} | {overall} "
-                  f"| {cell['train_seconds']:.1f} |")
+            print(f"| {name} | {clf} | {accs} | {cell['mean']:.2f} ± {cell['std']:.2f} | {'; '.join(diffs) or '—'} "
+                  f"| {overall} | {cell['train_seconds']:.1f} |")
 
 
 def main() -> None:
@@ -366,7 +454,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", help="--real: the stage cache of the full build")
     ap.add_argument("--n-jobs", type=int, default=1, help="--real: workers of each build")
     ap.add_argument("--classifiers", nargs="+", default=["nsvm", "pmsvm-hi"],
-                    help="--real: cells of bench_config_table.py")
+                    help="--real: cells of bench_config_table.py, or nsvm-m<margin> (nsvm at a fixed margin)")
     ap.add_argument("--pmsvm-grid", type=float, nargs="+", default=PMSVM_C_GRID,
                     help="--real: PmSVM's C grid (one value: no CV)")
     ap.add_argument("--train-per-class", type=int, default=100, help="--real: training images per class of a split")

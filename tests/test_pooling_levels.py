@@ -8,7 +8,7 @@ import pytest
 
 from classify_images.coding.pooling import pyramid_grids, weight_pyramid_levels
 from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.config import ConfigError, TABLES, load_config, stage_hash, validate_config
+from classify_images.pipeline.config import TABLES, load_config, stage_hash, validate_config
 from classify_images.pipeline.dataset import file_fingerprint
 from classify_images.pipeline.extractor import FeatureExtractor
 from classify_images.pipeline.feature_store import load_feature_set
