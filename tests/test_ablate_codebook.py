@@ -5,7 +5,6 @@ VLFeat's k-means on the same sample.  Small fixture images only."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +15,9 @@ from classify_images.pipeline.feature_store import load_feature_set
 
 from .conftest import build_fixture_feature_set
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from ._scripts import import_script
 
-import ablate_codebook as ablate  # noqa: E402
+ablate = import_script("ablate_codebook")
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@ their baselines, the ``nsvm-m<margin>`` cell and the paired differences of ``--t
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +11,11 @@ from classify_images.classifiers.hik_nsvm import HIKnSVM
 from classify_images.features.preprocess import resize_max_side
 from classify_images.pipeline.config import load_config
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import ablate_features as A  # noqa: E402
-import bench_config_table as table  # noqa: E402
-from study_hik_nsvm_margin import nsvm_margin  # noqa: E402
+from ._scripts import import_script
+
+A = import_script("ablate_features")
+table = import_script("bench_config_table")
+nsvm_margin = import_script("study_hik_nsvm_margin").nsvm_margin
 
 
 def test_merged_overrides_combines_tables_and_later_keys_win():

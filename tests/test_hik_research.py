@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -15,8 +13,9 @@ from classify_images.classifiers._rows import matrix_arrays
 from ._hik_nsvm_reference import epoch_orders
 from .test_hik_nsvm import histograms
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import _hik_research as R  # noqa: E402
+from ._scripts import import_script
+
+R = import_script("_hik_research")
 
 
 def test_intersection_gram_matches_numpy():

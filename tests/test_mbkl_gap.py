@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ from classify_images.classifiers.mbkl import PAPER_SETTING
 
 from .test_mbkl_thresholds import _sparse_histograms, _stumps_dense_and_sparse
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from ._scripts import import_script
 
 
 def test_distinct_quantile_thresholds_match_a_slow_reference_dense_and_sparse():
@@ -94,7 +92,7 @@ def test_negative_theta_exponent_is_refused(histograms):
 
 
 def test_bench_step1_memo_gives_the_plain_fit(histograms):
-    from bench_mbkl import _Step1Memo
+    _Step1Memo = import_script("bench_mbkl")._Step1Memo
 
     X, y = histograms
     _Step1Memo._memo.clear()

@@ -6,14 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from ._scripts import import_script
 
-import simulate_scale  # noqa: E402
+simulate_scale = import_script("simulate_scale")
 
 
 def test_synthetic_images_are_deterministic_and_differ_by_index():
