@@ -158,9 +158,12 @@ def learn_sklearn(descriptors: np.ndarray, n_words: int, seed: int, max_iter: in
     """scikit-learn's KMeans with the settings of ``learn_kmeans_codebook`` (or from ``init``):
     the centres and the Lloyd iterations run."""
     from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
 
-    kmeans = KMeans(n_clusters=n_words, n_init=1, max_iter=max_iter, tol=tol, random_state=seed,
-                    init="k-means++" if init is None else init).fit(descriptors)
+    # one thread, as learn_kmeans_codebook: OpenMP's partial sums differ with the thread count
+    with threadpool_limits(limits=1):
+        kmeans = KMeans(n_clusters=n_words, n_init=1, max_iter=max_iter, tol=tol, random_state=seed,
+                        init="k-means++" if init is None else init).fit(descriptors)
     return np.ascontiguousarray(kmeans.cluster_centers_, dtype=np.float32), int(kmeans.n_iter_)
 
 
