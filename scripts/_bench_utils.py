@@ -131,6 +131,15 @@ def select_by_cv(
     return best, scores
 
 
+def paired_differences(cell: dict, baseline: dict) -> np.ndarray:
+    """Per split, ``cell``'s accuracy minus ``baseline``'s on the same split, in points
+    (cells of ``bench_config_table.run_cell``; ValueError when their splits differ)."""
+    seeds = [r["seed"] for r in cell["runs"]]
+    if seeds != [r["seed"] for r in baseline["runs"]]:
+        raise ValueError(f"paired difference: splits {seeds} against {[r['seed'] for r in baseline['runs']]}")
+    return 100 * (np.array([r["accuracy"] for r in cell["runs"]]) - np.array([r["accuracy"] for r in baseline["runs"]]))
+
+
 def best_time(fn: Callable[[], Any], repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> float:
     """Smallest of ``repeats`` timings of ``fn()`` by ``clock`` (wall by default;
     ``time.process_time`` for CPU seconds)."""

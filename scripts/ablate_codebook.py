@@ -68,6 +68,7 @@ from __future__ import annotations
 import _bench_utils as U  # noqa: F401  (first: pins BLAS/OpenMP to one thread)
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -283,7 +284,6 @@ def cmd_rows(args) -> None:
 
 def cmd_evaluate(args) -> dict:
     import bench_config_table as table
-    from classify_images.classifiers.hik_nsvm import HIKnSVM
 
     def rows(folder):
         if (Path(folder) / "manifest.json").is_file():  # a feature set: its stored rows
@@ -295,30 +295,20 @@ def cmd_evaluate(args) -> dict:
     result = json.loads(out.read_text()) if out.exists() else {"rows": str(args.rows), "cells": {}}
     reference = json.loads(Path(args.reference_result).read_text())["cells"] if args.reference_result else {}
     n_classes = int(y.max()) + 1
-    default_estimator = table._estimator
-    try:
-        for name, cell_name, margin, grid in CELLS:
-            if name in result["cells"]:
-                continue
-            if margin is not None:
-                table._estimator = lambda _, m=margin: HIKnSVM(random_state=0, margin=m)
-            else:
-                table._estimator = default_estimator
-            print(f"{name}:", flush=True)
-            cell = table.run_cell(cell_name, X, y, n_classes, args.repeats, 100, 1e-4,
-                                  grid or table.PMSVM_C_GRID)
-            if name in reference:
-                diffs = 100 * (np.array([r["accuracy"] for r in cell["runs"]])
-                               - np.array([r["accuracy"] for r in reference[name]["runs"]]))
-                cell.update(diff_mean=float(diffs.mean()), diff_std=float(diffs.std(ddof=1)),
-                            diffs=[float(d) for d in diffs])
-            result["cells"][name] = cell
-            U.write_json(out, result)
-            print(f"{name}: {cell['mean']:.2f} ± {cell['std']:.2f}"
-                  + (f"  paired {cell['diff_mean']:+.2f} ± {cell['diff_std']:.2f}" if "diff_mean" in cell else ""),
-                  flush=True)
-    finally:
-        table._estimator = default_estimator
+    for name, cell_name, margin, grid in CELLS:
+        if name in result["cells"]:
+            continue
+        print(f"{name}:", flush=True)
+        with table.nsvm_margin(margin) if margin is not None else contextlib.nullcontext():
+            cell = table.run_cell(cell_name, X, y, n_classes, args.repeats, 100, 1e-4, grid or table.PMSVM_C_GRID)
+        if name in reference:
+            diffs = U.paired_differences(cell, reference[name])
+            cell.update(diff_mean=float(diffs.mean()), diff_std=float(diffs.std(ddof=1)), diffs=[float(d) for d in diffs])
+        result["cells"][name] = cell
+        U.write_json(out, result)
+        print(f"{name}: {cell['mean']:.2f} ± {cell['std']:.2f}"
+              + (f"  paired {cell['diff_mean']:+.2f} ± {cell['diff_std']:.2f}" if "diff_mean" in cell else ""),
+              flush=True)
     return result
 
 

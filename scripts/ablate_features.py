@@ -59,7 +59,7 @@ pooling).  ``--classifiers nsvm-m0.02`` is the ``nsvm`` cell at the paper's marg
 
 from __future__ import annotations
 
-import _bench_utils  # noqa: F401  (pins BLAS/OpenMP to one thread; must come first)
+import _bench_utils as U  # (pins BLAS/OpenMP to one thread; must come first)
 
 import argparse
 import hashlib
@@ -354,8 +354,7 @@ def check_real_classifiers(names: list[str]) -> None:
 
 def real_cell(name: str, X: np.ndarray, y: np.ndarray, n_classes: int, args) -> dict:
     """bench_config_table's ``run_cell`` for ``name`` (``nsvm-m<margin>``: ``nsvm`` at that margin)."""
-    from bench_config_table import run_cell
-    from study_hik_nsvm_margin import nsvm_margin
+    from bench_config_table import nsvm_margin, run_cell
 
     if name.startswith(NSVM_MARGIN_CELL):
         with nsvm_margin(float(name.removeprefix(NSVM_MARGIN_CELL))):
@@ -403,10 +402,7 @@ def real_setting(args) -> None:
 def paired_difference(cell: dict, baseline: dict) -> tuple[float, float]:
     """Mean and standard deviation (ddof 1) over the splits of ``cell``'s accuracy minus
     ``baseline``'s on the same split, in points."""
-    seeds = [r["seed"] for r in cell["runs"]]
-    if seeds != [r["seed"] for r in baseline["runs"]]:
-        raise ValueError(f"paired difference: splits {seeds} against {[r['seed'] for r in baseline['runs']]}")
-    paired = 100 * (np.array([r["accuracy"] for r in cell["runs"]]) - np.array([r["accuracy"] for r in baseline["runs"]]))
+    paired = U.paired_differences(cell, baseline)
     return float(paired.mean()), float(paired.std(ddof=1))
 
 

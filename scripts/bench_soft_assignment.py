@@ -41,7 +41,6 @@ from pathlib import Path
 import numpy as np
 
 import bench_config_table as table
-from classify_images.classifiers.hik_nsvm import HIKnSVM
 
 CELLS = ("nsvm", "nsvm-m0.02", "pmsvm-hi", "linear")
 
@@ -51,12 +50,8 @@ def run_named_cell(cell: str, X, y, pmsvm_c: float) -> dict:
     n_classes = int(y.max()) + 1
     if cell != "nsvm-m0.02":
         return table.run_cell(cell, X, y, n_classes, 3, 100, 1e-4, [pmsvm_c])
-    default_estimator = table._estimator
-    table._estimator = lambda name: HIKnSVM(random_state=0, margin=0.02)
-    try:
+    with table.nsvm_margin(0.02):
         return table.run_cell("nsvm", X, y, n_classes, 3, 100, 1e-4, [pmsvm_c])
-    finally:
-        table._estimator = default_estimator
 
 
 def print_table(results: dict) -> None:
@@ -70,7 +65,7 @@ def print_table(results: dict) -> None:
                 continue
             accs_a = 100 * np.array([r["accuracy"] for r in a["runs"]])
             accs_b = 100 * np.array([r["accuracy"] for r in b["runs"]])
-            diff = accs_b - accs_a
+            diff = U.paired_differences(b, a)
             print(f"| {soft} | {cell} | {', '.join(f'{v:.2f}' for v in accs_a)} | {a['mean']:.2f} ± {a['std']:.2f} "
                   f"| {', '.join(f'{v:.2f}' for v in accs_b)} | {b['mean']:.2f} ± {b['std']:.2f} "
                   f"| {diff.mean():+.2f} ± {diff.std(ddof=1):.2f} |")

@@ -23,15 +23,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _bench_utils as U  # noqa: E402  (first: pins BLAS threads before NumPy loads)
-import bench_config_table as table  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -181,18 +179,6 @@ def _mean_l1(X: np.ndarray, y: np.ndarray) -> float:
 def _nsvm(value: _MarginValue, mean_l1: float) -> HIKnSVM:
     kind, number = value
     return HIKnSVM(random_state=0, margin=number * mean_l1 if kind == "f" else number)
-
-
-@contextmanager
-def nsvm_margin(margin: float | str) -> Iterator[None]:
-    """Inside the block, ``bench_config_table``'s ``nsvm`` cell fits HIK nSVM with this
-    hinge margin (its other cells are unchanged)."""
-    default_estimator = table._estimator
-    table._estimator = lambda name: HIKnSVM(random_state=0, margin=margin) if name == "nsvm" else default_estimator(name)
-    try:
-        yield
-    finally:
-        table._estimator = default_estimator
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,7 @@ from ._scripts import import_script
 
 A = import_script("ablate_features")
 table = import_script("bench_config_table")
-nsvm_margin = import_script("study_hik_nsvm_margin").nsvm_margin
+nsvm_margin = table.nsvm_margin
 
 
 def test_merged_overrides_combines_tables_and_later_keys_win():
