@@ -111,10 +111,9 @@ def test_integer_sample_weight_is_repeating_rows(name):
     assert weighted.C_ == pytest.approx(repeated.C_, rel=1e-12)  # "auto" weighs rows as repeats
     scale = np.abs(repeated.decision_function(X)).max()
     assert_allclose(weighted.decision_function(X), repeated.decision_function(X), atol=2e-3 * scale)
-    # and the weights matter: not the unweighted model (by five times the tolerance above; how much
-    # weights move the model shrinks as C grows, and PmSVM's "auto" C is 4 / mean K(x, x))
+    # and the weights matter: not the unweighted model
     plain = EXACT_WEIGHTS[name]().fit(X, y)
-    assert np.abs(plain.decision_function(X) - repeated.decision_function(X)).max() > 1e-2 * scale
+    assert np.abs(plain.decision_function(X) - repeated.decision_function(X)).max() > 2e-2 * scale
 
 
 def test_hik_nsvm_integer_weights_approximate_repeats():
