@@ -1,7 +1,9 @@
 """Codebooks (k-means, sparse-coding dictionaries, PCA + GMM), encoders (VQ, sparse coding,
-LLC, VLAD, Fisher vectors), spatial-pyramid pooling, normalisation."""
+LLC, VLAD, Fisher vectors) as plug-in classes (:mod:`.encoders`), spatial-pyramid pooling,
+normalisation."""
 
-from .codebook import CODEBOOK_KINDS, learn_fisher_model, learn_kmeans_codebook, learn_sparse_dictionary, sample_rows
+from .codebook import learn_fisher_model, learn_kmeans_codebook, learn_sparse_dictionary, sample_rows
+from .encoders import Encoder, Pyramid, encoder_class, encoder_kinds, make_encoder, register_encoder
 from .encode import SparseCoder, sparse_encode, vq_encode
 from .fisher import FisherEncoder
 from .llc import LlcCoder, llc_codes
@@ -10,7 +12,12 @@ from .normalize import NORMALIZATIONS, Normalizer
 from .pooling import POOLING_METHODS, pooled_dimension, pyramid_cells, spatial_pyramid_pool
 
 __all__ = [
-    "CODEBOOK_KINDS",
+    "Encoder",
+    "Pyramid",
+    "encoder_class",
+    "encoder_kinds",
+    "make_encoder",
+    "register_encoder",
     "learn_fisher_model",
     "learn_kmeans_codebook",
     "learn_sparse_dictionary",

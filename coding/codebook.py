@@ -1,6 +1,7 @@
-"""Codebooks learnt from a sample of training descriptors.
+"""Codebooks learnt from a sample of training descriptors: the learners the encoders use
+(:meth:`~classify_images.coding.encoders.Encoder.learn`).
 
-The kinds (``codebook.kind``), as in the papers the package reproduces:
+The codebooks, as in the papers the package reproduces:
 
 * **k-means** (vector quantisation, BoF / SPM; Lazebnik et al. 2006): ``K``
   centres minimising :math:`\\sum_i \\min_k \\lVert x_i - c_k \\rVert^2`
@@ -28,8 +29,6 @@ import numpy as np
 
 __all__ = [
     "IMPLEMENTATION_VERSION",
-    "CODEBOOK_KINDS",
-    "KMEANS_KINDS",
     "DEFAULT_PCA_DIMS",
     "Codebook",
     "codebook_size",
@@ -45,13 +44,6 @@ __all__ = [
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
 #: config hash, so results computed by the old code are not reused.
 IMPLEMENTATION_VERSION = 2
-
-#: The codebook kinds: k-means centres (vector quantisation), a sparse-coding
-#: dictionary, k-means centres for LLC or VLAD, a PCA + GMM model for Fisher vectors.
-CODEBOOK_KINDS = ("kmeans", "sparse", "llc", "vlad", "fisher")
-
-#: The kinds whose codebook is a set of k-means centres.
-KMEANS_KINDS = ("kmeans", "llc", "vlad")
 
 #: PCA dimensions of the descriptors for Fisher vectors when the config does not say.
 DEFAULT_PCA_DIMS = 64

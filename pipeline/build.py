@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
-from ..coding.codebook import codebook_size
+from ..coding.encoders import make_encoder
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
@@ -57,7 +57,7 @@ from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, l
 from .provenance import library_versions
 from .runner import DEFAULT_BATCH_SIZE, Progress, Runner, no_progress
 from .shard_store import shard_format, write_shard
-from .stages import StageCache, encoder_name, implementation_versions
+from .stages import StageCache, implementation_versions
 
 __all__ = [
     "BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row", "learn_codebook",
@@ -419,7 +419,7 @@ def _write_shards(
     shard is computed again, normalised, from the stage cache.
     """
     size = runner.batch_size
-    shards = _Shards(shard_format(extractor.config.codebook.kind), size, [])
+    shards = _Shards(shard_format(extractor.encoder.sparse_rows), size, [])
     for part, index in (("X_train", split.train), ("X_test", split.test)):
         shards.plan += [(part, k, np.arange(start, min(start + size, len(index))))
                         for k, start in enumerate(range(0, len(index), size))]
@@ -520,12 +520,12 @@ def _manifest(
         "decoder_warnings": split.warnings,
         "n_features": extractor.n_features,
         "codebook": {
-            "kind": config.codebook.kind, "size": codebook_size(extractor.codebook),
+            "kind": config.codebook.kind, "size": extractor.encoder.n_words(extractor.codebook),
             "n_training_descriptors": n_training_descriptors, "digest": extractor.codebook_digest,
         },
         "timings": timings,
         "versions": library_versions(),
-        "implementation_versions": implementation_versions(encoder_name(config.codebook_params())),
+        "implementation_versions": implementation_versions(extractor.encoder),
         **store,
     }
 
@@ -631,7 +631,7 @@ def _build(
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs, client, batch_size)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest,
-                                 implementation_versions(encoder_name(config.codebook_params())))
+                                 implementation_versions(make_encoder(config.codebook_params())))
     reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log, store)
     if reused is not None:
         return reused

@@ -213,10 +213,6 @@ def _default_experiment_out(feature_set: Path, classifier: str) -> Path:
     return feature_set.parent / f"{feature_set.name}-{classifier}-experiment"
 
 
-#: Encoders (``codebook.kind``) whose vectors are signed whatever the pooling and normalisation.
-SIGNED_ENCODERS = ("vlad", "fisher")
-
-
 @contextlib.contextmanager
 def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str | None = None):
     """Errors of a classifier that are the user's to fix, as one line instead of a traceback:
@@ -232,7 +228,9 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str 
     except InvalidParameterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     except NegativeFeaturesError:
-        if encoder in SIGNED_ENCODERS:  # no pooling or normalisation option makes these non-negative
+        from ..coding.encoders import encoder_class
+
+        if encoder is not None and encoder_class(encoder).signed:  # no pooling or normalisation makes these non-negative
             raise UsageError(
                 f"classifier {name!r} needs non-negative features, but {featureset} holds {encoder} vectors, "
                 "which are signed by construction: use --classifier linear (or mbkl)"

@@ -16,9 +16,9 @@ through them, each read into its own frozen dataclass::
 and :class:`PipelineConfig` holds the six.  Every field has a default; a file or a
 command-line flag overrides some of them.  The allowed values come from the module that
 uses them: pooling methods from :data:`~classify_images.coding.pooling.POOLING_METHODS`,
-normalisations from :data:`~classify_images.coding.normalize.NORMALIZATIONS`, codebook
-kinds from :data:`~classify_images.coding.codebook.CODEBOOK_KINDS`, k-means assignments from
-:data:`~classify_images.coding.soft_assignment.ASSIGNMENTS`, the patch-size and
+normalisations from :data:`~classify_images.coding.normalize.NORMALIZATIONS`, encoder
+kinds from the registry (:func:`~classify_images.coding.encoders.encoder_kinds`) and each
+encoder's own ``[codebook]`` keys from that encoder (its ``Params``), the patch-size and
 step rules from :func:`~classify_images.features.dsift.validate_patch_sizes` and
 :func:`~classify_images.features.dsift.validate_step`, the image-size rule from
 :func:`~classify_images.features.preprocess.validate_max_side`.
@@ -47,10 +47,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..coding.codebook import CODEBOOK_KINDS
+from ..coding.encoders import EncoderParameterError, encoder_class, encoder_kinds
 from ..coding.normalize import NORMALIZATIONS
 from ..coding.pooling import LEVEL_NORMALIZATIONS, POOLING_METHODS, validate_level_weights, validate_levels
-from ..coding.soft_assignment import ASSIGNMENTS
 from ..features.dsift import (
     BIN_CENTRES,
     GRID_ALIGNMENTS,
@@ -67,7 +66,6 @@ __all__ = [
     "ImageConfig",
     "SiftConfig",
     "CodebookConfig",
-    "SOFT_ASSIGNMENT_KEYS",
     "PoolingConfig",
     "NormalizationConfig",
     "PipelineConfig",
@@ -259,39 +257,59 @@ class SiftConfig:
     root_sift: bool = _setting(False, _bool, semantic="unless-default")
 
 
+def _encoder_kind(key: str, value: Any) -> Any:
+    """A registered encoder kind (:func:`~classify_images.coding.encoders.encoder_kinds`)."""
+    return _choice(encoder_kinds())(key, value)
+
+
 @dataclass(frozen=True)
 class CodebookConfig:
-    """``[codebook]``: the codebook learnt from a sample of training descriptors."""
+    """``[codebook]``: the encoder and the codebook it learns from a sample of training descriptors.
 
-    #: k-means centres or sparse-coding dictionary
-    kind: str = _setting("kmeans", _choice(CODEBOOK_KINDS))
-    #: number of words K
+    The keys common to every encoder are fields here; the encoder's own keys (``n_neighbors``
+    of LLC, ``pca_dims`` of Fisher vectors, ``assignment``, ``soft_neighbors``, ``soft_beta``
+    of k-means VQ, or a plug-in's) are its parameter dataclass
+    (:attr:`~classify_images.coding.encoders.Encoder.Params`), held in :attr:`options` and
+    checked by the encoder; in the TOML table and the plain form they stand beside the
+    common keys, and one at its default is left out of the hashes.
+    """
+
+    #: the encoder (:mod:`~classify_images.coding.encoders`): k-means VQ, sparse coding, LLC, VLAD, Fisher vectors, …
+    kind: str = _setting("kmeans", _encoder_kind)
+    #: number of words K (codewords, atoms, Gaussians)
     size: int = _setting(1024, _int(2))
     #: training descriptors sampled to learn it
     n_samples: int = _setting(200_000, _int(100))
-    #: sparsity weight λ (sparse coding)
+    #: sparsity weight λ of sparse coding (a key of every kind, for the config hashes of existing feature sets)
     lambda_: float = _setting(0.15, _float(0.0), key="lambda")
     #: iterations of the learner
     n_iter: int = _setting(100, _int(1))
     #: seed of the sample and the learner
     seed: int = _setting(0, _int(0, high=MAX_SEED))
-    #: nearest codewords per LLC code (kind "llc"; unset: 5)
-    n_neighbors: int | None = _setting(None, _int_or_unset(1), semantic="unless-default")
-    #: PCA dimensions of the descriptors (kind "fisher"; unset: 64)
-    pca_dims: int | None = _setting(None, _int_or_unset(1, 128), semantic="unless-default")
-    #: codes of a k-means codebook (kind "kmeans"): "hard" one-hot VQ or "soft" (localized
-    #: soft assignment over the soft_neighbors nearest codewords)
-    assignment: str = _setting("hard", _choice(ASSIGNMENTS), semantic="unless-default")
-    #: nearest codewords of a soft code (assignment "soft"; unset: 3; codebook.size: kernel codebook)
-    soft_neighbors: int | None = _setting(None, _int_or_unset(1), semantic="unless-default")
-    #: β of exp(-β d²) relative to the codebook's mean squared distance between nearest
-    #: codewords (assignment "soft"; unset: 10)
-    soft_beta: float | None = _setting(None, _positive_float_or_unset, semantic="unless-default")
+    #: the encoder's own keys (its ``Params``; default: the encoder's defaults)
+    options: Any = field(default=None, metadata={"check": None, "key": None, "semantic": True, "table": False})
+
+    def __post_init__(self) -> None:
+        if self.options is None:
+            object.__setattr__(self, "options", encoder_class(self.kind).Params())
+
+    def __getattr__(self, name: str) -> Any:
+        """The encoder's own keys read as attributes (``config.codebook.pca_dims``)."""
+        options = self.__dict__.get("options")
+        if options is not None and name in {f.name for f in dataclasses.fields(options)}:
+            return getattr(options, name)
+        raise AttributeError(f"[codebook] has no key {name!r} for kind {self.__dict__.get('kind')!r}")
+
+    def own_items(self, *, semantic_only: bool = False) -> dict[str, Any]:
+        """The encoder's own keys and values; ``semantic_only``: those not at their default."""
+        return {f.name: getattr(self.options, f.name) for f in dataclasses.fields(self.options)
+                if not semantic_only or getattr(self.options, f.name) != f.default}
 
 
-#: The ``[codebook]`` keys of soft assignment: they do not change the codebook, and they are
-#: given to the cached stages only when set (so every other configuration keeps its keys).
-SOFT_ASSIGNMENT_KEYS = ("assignment", "soft_neighbors", "soft_beta")
+#: The ``[codebook]`` keys a codebook's learner does not read (they change how descriptors are
+#: coded, not the codebook), left out of the learning stage's key so that configurations that
+#: differ only in them share one codebook.
+_CODING_ONLY_KEYS = ("assignment", "soft_neighbors", "soft_beta")
 
 
 @dataclass(frozen=True)
@@ -333,14 +351,19 @@ def _in_hash(table: Any, f: dataclasses.Field) -> bool:
 
 
 def _table_dict(table: Any, *, semantic_only: bool = False) -> dict[str, Any]:
-    return {
+    plain = {
         _toml_key(f): _plain(getattr(table, f.name))
         for f in dataclasses.fields(table)
-        if not semantic_only or _in_hash(table, f)
+        if f.metadata.get("table", True) and (not semantic_only or _in_hash(table, f))
     }
+    if isinstance(table, CodebookConfig):  # the encoder's own keys
+        plain.update({key: _plain(value) for key, value in table.own_items(semantic_only=semantic_only).items()})
+    return plain
 
 
 def _read_table(cls: type, name: str, values: dict[str, Any], source: str) -> Any:
+    if cls is CodebookConfig:
+        return _read_codebook(values, source)
     fields = {_toml_key(f): f for f in dataclasses.fields(cls)}
     for key in values:
         if key not in fields:
@@ -349,6 +372,35 @@ def _read_table(cls: type, name: str, values: dict[str, Any], source: str) -> An
         f.name: f.metadata["check"](f"{source}: {name}.{key}", values.get(key, f.default))
         for key, f in fields.items()
     })
+
+
+def _read_codebook(values: dict[str, Any], source: str) -> CodebookConfig:
+    """``[codebook]``: the common keys, then the encoder's own keys, checked by the encoder.
+
+    Another encoder's key is refused unless unset or at its default (older manifests record
+    every kind's keys)."""
+    common = {_toml_key(f): f for f in dataclasses.fields(CodebookConfig) if f.metadata.get("table", True)}
+    checked = {f.name: f.metadata["check"](f"{source}: codebook.{key}", values.get(key, f.default))
+               for key, f in common.items()}
+    encoder = encoder_class(checked["kind"])
+    own = encoder.own_keys()
+    for key, value in values.items():
+        if key in common or key in own:
+            continue
+        owners = [kind for kind in encoder_kinds() if key in encoder_class(kind).own_keys()]
+        if not owners:
+            known = ", ".join([*common, *own])
+            raise ConfigError(f"{source}: unknown key codebook.{key}; known keys of [codebook] "
+                              f"(kind {checked['kind']!r}): {known}")
+        default = {f.name: f.default for f in dataclasses.fields(encoder_class(owners[0]).Params)}[key]
+        if value is not None and value != default:
+            raise ConfigError(f"{source}: codebook.{key} applies to codebook.kind = {owners[0]!r} only "
+                              f"(kind is {checked['kind']!r}); remove it")
+    try:
+        options = encoder.check_params({key: values.get(key) for key in own}, checked["size"])
+    except EncoderParameterError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return CodebookConfig(**checked, options=options)
 
 
 @dataclass(frozen=True)
@@ -379,7 +431,6 @@ class PipelineConfig:
             if not isinstance(values, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table of key = value")
         config = cls(**{name: _read_table(table, name, raw.get(name, {}), source) for name, table in TABLES.items()})
-        _check_codebook_keys(config.codebook, source)
         _check_level_weights(config.pooling, source)
         return config
 
@@ -392,43 +443,19 @@ class PipelineConfig:
         return {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in TABLES}
 
     def codebook_params(self, *, learning: bool = False) -> dict[str, Any]:
-        """The ``[codebook]`` table as the cached stages take it.
+        """The ``[codebook]`` table as the encoder and the cached stages take it: the common
+        keys, and the encoder's own keys that are not at their defaults.
 
-        The soft-assignment keys (:data:`SOFT_ASSIGNMENT_KEYS`) appear only when they differ
-        from their defaults, and never with ``learning`` (the codebook learner's key: the
-        codebook does not depend on them, so hard and soft assignment share it).
+        With ``learning`` (the codebook learner's key), the keys that change the coding but not
+        the codebook are left out, so that hard and soft assignment share a codebook.
         """
-        params = self.to_dict()["codebook"]
-        for f in dataclasses.fields(self.codebook):
-            if f.name in SOFT_ASSIGNMENT_KEYS and (learning or getattr(self.codebook, f.name) == f.default):
-                del params[f.name]
+        params = {key: value for key, value in _table_dict(self.codebook, semantic_only=True).items()
+                  if not (learning and key in _CODING_ONLY_KEYS)}
         return params
 
     def sift_params(self) -> dict[str, Any]:
         """The ``[sift]`` table as the dense-SIFT stages take it (semantic keys only)."""
         return _table_dict(self.sift, semantic_only=True)
-
-
-def _check_codebook_keys(codebook: CodebookConfig, source: str) -> None:
-    """The keys of one codebook kind are not set for another; LLC's ``k`` fits the codebook."""
-    for key, kind in (("n_neighbors", "llc"), ("pca_dims", "fisher")):
-        if getattr(codebook, key) is not None and codebook.kind != kind:
-            raise ConfigError(f"{source}: codebook.{key} applies to codebook.kind = {kind!r} only (kind is {codebook.kind!r}); remove it")
-    if codebook.assignment != "hard" and codebook.kind != "kmeans":
-        raise ConfigError(f"{source}: codebook.assignment = {codebook.assignment!r} applies to codebook.kind = 'kmeans' "
-                          f"only (kind is {codebook.kind!r}); remove it")
-    for key in ("soft_neighbors", "soft_beta"):
-        if getattr(codebook, key) is not None and codebook.assignment != "soft":
-            raise ConfigError(f"{source}: codebook.{key} applies to codebook.assignment = 'soft' only; "
-                              "set assignment = \"soft\" or remove it")
-    if codebook.soft_neighbors is not None and codebook.soft_neighbors > codebook.size:
-        raise ConfigError(
-            f"{source}: codebook.soft_neighbors = {codebook.soft_neighbors}: expected at most codebook.size = {codebook.size}"
-        )
-    if codebook.n_neighbors is not None and codebook.n_neighbors > codebook.size:
-        raise ConfigError(
-            f"{source}: codebook.n_neighbors = {codebook.n_neighbors}: expected at most codebook.size = {codebook.size}"
-        )
 
 
 def _check_level_weights(pooling: PoolingConfig, source: str) -> None:

@@ -6,23 +6,22 @@ image,
 
 1. decoding, grayscale, shrinking to ``image.max_side`` (:mod:`~classify_images.features.preprocess`);
 2. dense SIFT (:mod:`~classify_images.features.dsift`);
-3. coding over the codebook: a VQ index, a sparse code or an LLC code per descriptor
-   (:mod:`~classify_images.coding.encode`, :mod:`~classify_images.coding.llc`); soft
-   assignment (:mod:`~classify_images.coding.soft_assignment`) caches per-cell sums of the
-   codes instead, from which step 4 follows;
-4. spatial-pyramid pooling (:mod:`~classify_images.coding.pooling`);
-   for VLAD and Fisher vectors (:mod:`~classify_images.coding.vlad`,
-   :mod:`~classify_images.coding.fisher`) steps 3–4 are one: the encoder aggregates the
-   descriptors of each pyramid cell and normalises the cell vectors itself;
+3–4. encoding and spatial-pyramid pooling by the configuration's encoder
+   (:mod:`~classify_images.coding.encoders`: VQ, soft assignment, sparse coding, LLC, VLAD,
+   Fisher vectors, or a registered plug-in), which caches what it needs per image and pools it
+   (:meth:`~classify_images.coding.encoders.Encoder.cached_item`,
+   :meth:`~classify_images.coding.encoders.Encoder.pool`); then the pyramid levels'
+   normalisation and weights (:func:`~classify_images.coding.pooling.weight_pyramid_levels`);
 5. normalisation (:class:`~classify_images.coding.normalize.Normalizer`).
 
-Steps 1–3 (1–4 for VLAD and Fisher vectors) run through the per-image :class:`~classify_images.pipeline.stages.StageCache`.
+Steps 1–4 run through the per-image :class:`~classify_images.pipeline.stages.StageCache`.
 :func:`~classify_images.pipeline.build.build_feature_set` learns the codebook and fits the
 normaliser, then computes every row of the feature set with the extractor; ``predict``
 rebuilds the same extractor from the feature set (:meth:`FeatureExtractor.from_feature_set`)
 for new images, so a new image gets exactly the vector it would have had in the feature
-set.  The extractor's state is plain: the configuration, the codebook array (the named
-arrays of a PCA + GMM model for Fisher vectors) and the normaliser's statistics array.
+set.  The extractor's state is plain: the configuration, the encoder's fitted state (a
+codebook array, or named arrays such as a PCA + GMM model:
+:meth:`~classify_images.coding.encoders.Encoder.to_arrays`) and the normaliser's statistics.
 """
 
 from __future__ import annotations
@@ -32,13 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from ..coding.codebook import Codebook, codebook_digest, codebook_size
+from ..coding.codebook import Codebook, codebook_digest
+from ..coding.encoders import Pyramid, make_encoder
 from ..coding.normalize import Normalizer
-from ..coding.pooling import pooled_dimension, spatial_pyramid_pool, weight_pyramid_levels
-from ..coding.soft_assignment import POOLING_STATISTICS, pool_cell_statistics
+from ..coding.pooling import weight_pyramid_levels
 from .config import PipelineConfig
 from .dataset import file_fingerprint
-from .stages import AGGREGATING_KINDS, StageCache, codes_matrix, encoder_cell_dimension, encoder_name
+from .stages import StageCache
 
 __all__ = ["FeatureExtractor", "check_image", "readable_fingerprint"]
 
@@ -70,8 +69,9 @@ class FeatureExtractor:
         The pipeline's configuration (tables ``image``, ``sift``, ``codebook``,
         ``pooling``, ``normalization`` are used).
     codebook : ndarray of float32, shape (K, 128), or dict of ndarray
-        k-means centres or sparse-coding dictionary; for Fisher vectors the arrays of the
-        PCA + GMM model (:data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`).
+        The fitted state of the configuration's encoder
+        (:meth:`~classify_images.coding.encoders.Encoder.learn`): k-means centres, a
+        sparse-coding dictionary, or named arrays (the PCA + GMM model of Fisher vectors).
     normalizer : Normalizer, optional
         Default: an unfitted ``Normalizer(config.normalization.method)``.  A normaliser
         that needs training statistics (``minmax``) must be fitted before
@@ -81,11 +81,15 @@ class FeatureExtractor:
 
     Attributes
     ----------
+    encoder : Encoder
+        The configuration's encoder (:func:`~classify_images.coding.encoders.make_encoder`).
+    pyramid : Pyramid
+        Levels and pooling function (``[pooling]``).
     codebook_digest : str
         SHA-1 of the codebook's bytes (keys the cached codes).
     n_features : int
-        Length of the vectors, ``K · Σ_L L²`` over the pyramid levels ``L`` (``K`` replaced
-        by ``K·128`` for VLAD and ``2·K·D`` for Fisher vectors).
+        Length of the vectors, the encoder's cell dimension times the pyramid's cells
+        (:meth:`~classify_images.coding.encoders.Encoder.dimension`).
     """
 
     def __init__(
@@ -101,12 +105,12 @@ class FeatureExtractor:
         self.normalizer = normalizer if normalizer is not None else Normalizer(config.normalization.method)
         self.cache = cache if cache is not None else StageCache(None, cache_descriptors=False)
         self.codebook_digest = codebook_digest(codebook)
-        self.n_features = pooled_dimension(
-            encoder_cell_dimension(config.codebook.kind, codebook), config.pooling.levels
-        )
         # Plain values for the cached stage functions (their cache keys).
         self._sift = config.sift_params()
         self._codebook_params = config.codebook_params()
+        self.encoder = make_encoder(self._codebook_params)
+        self.pyramid = Pyramid(tuple(config.pooling.levels), config.pooling.method)
+        self.n_features = self.encoder.dimension(codebook, self.pyramid)
 
     @classmethod
     def from_feature_set(cls, feature_set: Any, *, cache_dir: str | os.PathLike | None = None) -> "FeatureExtractor":
@@ -141,39 +145,19 @@ class FeatureExtractor:
         ``fingerprint`` is the SHA-1 of the file's bytes
         (:func:`~classify_images.pipeline.dataset.file_fingerprint`); it keys the cache.
         """
-        if self.config.codebook.kind in AGGREGATING_KINDS:
-            return self._weight_levels(self.cache.image_encoding(
-                path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
-                list(self.config.pooling.levels), self.codebook_digest, self.codebook,
-            ))
-        if encoder_name(self._codebook_params) == "soft":
-            method = self.config.pooling.method
-            return self._weight_levels(pool_cell_statistics(self.cache.image_cell_statistics(
-                path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
-                list(self.config.pooling.levels), POOLING_STATISTICS[method], self.codebook_digest, self.codebook,
-            ), method))
-        codes = self.cache.image_codes(
-            path, fingerprint, self.config.image.max_side, self._sift, self._codebook_params,
-            self.codebook_digest, self.codebook,
+        item = self.cache.image_encoding(
+            path, fingerprint, self.config.image.max_side, self._sift, self.encoder, self._codebook_params,
+            self.encoder.cache_dependencies(self.pyramid), self.codebook_digest, self.codebook,
         )
-        n_words = codebook_size(self.codebook)
-        return self._weight_levels(spatial_pyramid_pool(
-            codes_matrix(codes, n_words),
-            codes["x"],
-            codes["y"],
-            tuple(int(v) for v in codes["shape"]),
-            n_words,
-            levels=list(self.config.pooling.levels),
-            method=self.config.pooling.method,
-        ))
+        coder = self.encoder.prepared(self.codebook, self.codebook_digest)
+        return self._weight_levels(self.encoder.pool(coder, item, self.pyramid))
 
     def _weight_levels(self, pooled: np.ndarray) -> np.ndarray:
         """``[pooling] level_normalization`` and ``level_weights`` (unchanged when unset)."""
         pooling = self.config.pooling
         if pooling.level_normalization == "none" and pooling.level_weights is None:
             return pooled
-        cell_dimension = encoder_cell_dimension(self.config.codebook.kind, self.codebook)
-        return weight_pyramid_levels(pooled, cell_dimension, list(pooling.levels),
+        return weight_pyramid_levels(pooled, self.encoder.cell_dimension(self.codebook), list(pooling.levels),
                                      pooling.level_normalization, pooling.level_weights)
 
     def vector(self, path: str, fingerprint: str) -> np.ndarray:

@@ -20,9 +20,13 @@ Layout (a NumPy ``.npz`` zip archive, members stored uncompressed):
 ``model/<attribute>``
     one plain numeric array per fitted attribute of the classifier, as returned by the
     estimator's ``_model_arrays()`` and given back to ``_restore_model_arrays()``.
-``extractor/codebook``, ``extractor/normalizer``
-    the codebook (K × 128 float32) and, for a normalisation fitted on training rows
-    (``minmax``), its statistics (2 × d float32).
+``extractor/state/<name>``, ``extractor/normalizer``
+    the encoder's fitted state as the named arrays it declares
+    (:meth:`~classify_images.coding.encoders.Encoder.to_arrays`: ``codebook``, K × 128
+    float32, for k-means, sparse coding, LLC and VLAD; the PCA + GMM arrays of Fisher
+    vectors; a plug-in's own) and, for a normalisation fitted on training rows (``minmax``),
+    its statistics (2 × d float32).  Files of format version 2 hold ``extractor/codebook``
+    (a single array) instead: they are read as the state ``{"codebook": …}``.
 
 Reading is defensive, because model files are shared: before any array is loaded, the
 ``.npy`` header of every member is read (:func:`numpy.lib.format.read_array_header_1_0`)
@@ -33,8 +37,10 @@ by the file's size.  Arrays are then read with ``np.load(..., allow_pickle=False
 tampered file can at worst fail to load, never run code), and the header and arrays are
 validated: known classifier and valid parameters, at least two classes, the shape of every
 fitted array against the class count and the feature dimension
-(the classifier's ``_fitted_shapes``), finite values, a codebook and normaliser consistent with the
-configuration, and the identity of the training feature set.  Every failure is a
+(the classifier's ``_fitted_shapes``), finite values, the encoder's arrays against what the
+encoder declares (:meth:`~classify_images.coding.encoders.Encoder.from_arrays`), a
+normaliser consistent with the configuration, and the identity of the training feature set.
+The loader names no classifier and no encoder: it asks them.  Every failure is a
 :class:`ModelFileError` with a one-line message.
 
 Files are written through :func:`~classify_images.pipeline.atomic.atomic_write`.
@@ -77,13 +83,14 @@ __all__ = [
 ]
 
 FORMAT_NAME = "classify-images-model"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: Format versions this module reads (2: the encoder's state as one ``extractor/codebook`` array).
+READABLE_VERSIONS = (2, 3)
 _META_KEY = "__meta__"
 _ARRAY_PREFIX = "model/"
-_CODEBOOK_KEY = "extractor/codebook"
+_STATE_PREFIX = "extractor/state/"
+_LEGACY_CODEBOOK_KEY = "extractor/codebook"
 _NORMALIZER_KEY = "extractor/normalizer"
-#: Descriptor length (dense SIFT).
-_DESCRIPTOR_LENGTH = 128
 
 
 
@@ -162,7 +169,8 @@ def save_model(
     if extractor is not None:
         extractor_meta = {"config": extractor.config.to_dict(), "n_features": int(extractor.n_features),
                           "codebook_digest": extractor.codebook_digest}
-        arrays[_CODEBOOK_KEY] = np.asarray(extractor.codebook, dtype=np.float32)
+        arrays.update({_STATE_PREFIX + name: np.asarray(array)
+                       for name, array in extractor.encoder.to_arrays(extractor.codebook).items()})
         statistics = extractor.normalizer.statistics()
         if statistics is not None:
             arrays[_NORMALIZER_KEY] = np.asarray(statistics, dtype=np.float32)
@@ -243,7 +251,7 @@ def _read(path, *, arrays: bool) -> tuple[dict, dict[str, np.ndarray]]:
         raise ModelFileError(f"{bad} (truncated, tampered or not a model: {type(exc).__name__}); re-train it") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ModelFileError(f"{bad} (unknown format header)")
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_VERSIONS:
         raise ModelFileError(
             f"model file {path} has format version {meta.get('format_version')!r}; this version of "
             f"classify-images reads version {FORMAT_VERSION} (self-contained models): re-train it with "
@@ -334,17 +342,19 @@ def _restore_classifier(meta: dict, arrays: dict[str, np.ndarray]) -> Any:
 
 def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: int) -> Any:
     """The :class:`FeatureExtractor` stored in the file, checked against the classifier's dimension."""
+    from ..coding.encoders import make_encoder
     from ..coding.normalize import Normalizer
+    from ..features.dsift import DESCRIPTOR_SIZE
     from .config import PipelineConfig
     from .extractor import FeatureExtractor
 
     config = PipelineConfig.from_dict(meta["extractor"]["config"], source="model file's extractor config")
-    _expect(_CODEBOOK_KEY in arrays, "the extractor's codebook is missing")
-    codebook = arrays[_CODEBOOK_KEY]
-    shape = (config.codebook.size, _DESCRIPTOR_LENGTH)
-    _expect(codebook.shape == shape and codebook.dtype == np.float32,
-            f"codebook has shape {codebook.shape} {codebook.dtype}, expected {shape} float32")
-    _expect(bool(np.isfinite(codebook).all()), "codebook holds NaN or infinite values")
+    encoder = make_encoder(config.codebook_params())
+    state = {key[len(_STATE_PREFIX):]: value for key, value in arrays.items() if key.startswith(_STATE_PREFIX)}
+    if meta["format_version"] == 2 and _LEGACY_CODEBOOK_KEY in arrays:
+        state = {"codebook": arrays[_LEGACY_CODEBOOK_KEY]}
+    _expect(bool(state), "the extractor's encoder state (codebook) is missing")
+    codebook = encoder.from_arrays(state, DESCRIPTOR_SIZE)
     normalizer = Normalizer(config.normalization.method)
     statistics = None
     if not normalizer.per_vector:

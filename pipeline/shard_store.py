@@ -15,7 +15,7 @@ memory-mappable) or ``csr`` (each shard an uncompressed ``.npz`` of the CSR comp
 ``data`` float32, ``indices`` int32, ``indptr`` int64 and ``shape`` — these dtypes whatever
 scipy chose, so that the bytes do not depend on its version), so that a reader always gets
 blocks of one type.  :func:`shard_format` chooses it from the
-encoder: hard-VQ histograms (``codebook.kind = "kmeans"``, BoF/SPM) have at most one
+encoder (its ``sparse_rows``): VQ histograms (``codebook.kind = "kmeans"``, BoF/SPM) have at most one
 non-zero per descriptor and cell, a few per cent of their entries, and are stored CSR;
 sparse-code max pooling, LLC, VLAD and Fisher vectors are mostly non-zero and stored
 dense.  The measured density is recorded in the manifest beside the choice.  CSR keeps
@@ -74,8 +74,6 @@ __all__ = [
 
 #: ``dense``: float32 ``.npy`` shards; ``csr``: ``.npz`` shards of CSR components.
 SHARD_FORMATS = ("dense", "csr")
-#: Encoders (``codebook.kind``) whose vectors are sparse enough for CSR shards.
-SPARSE_KINDS = ("kmeans",)
 _SUFFIX = {"dense": "npy", "csr": "npz"}
 _SHARD = re.compile(r"(?P<part>X_train|X_test)\.(?P<index>\d{6})\.(?P<suffix>npy|npz)")
 _TEMPORARY = re.compile(r"\.(?:X_train|X_test)\.\d{6}\.(?:npy|npz)\.[0-9a-f]{32}\.tmp")
@@ -89,9 +87,9 @@ class ShardError(ValueError):
     """A shard is missing, torn or disagrees with the manifest (the reader words the message)."""
 
 
-def shard_format(codebook_kind: str) -> str:
-    """``"csr"`` for hard-VQ histograms, ``"dense"`` for every other encoder."""
-    return "csr" if codebook_kind in SPARSE_KINDS else "dense"
+def shard_format(sparse_rows: bool) -> str:
+    """``"csr"`` for rows sparse enough (an encoder's ``sparse_rows``: VQ histograms), else ``"dense"``."""
+    return "csr" if sparse_rows else "dense"
 
 
 def shard_name(part: str, index: int, fmt: str) -> str:

@@ -20,14 +20,14 @@ What is cached per image is compact:
   ``128 n`` bytes, large for dense grids with several patch sizes, and recomputing
   them is cheap; see BENCHMARKS.md, section "Feature building on 15-Scenes");
 * ``descriptor_sample`` — the few descriptors of a training image that feed the codebook;
-* ``image_codes``       — VQ indices (int16) or sparse / LLC codes (CSR float32) + positions;
-* ``image_cell_statistics`` — for soft assignment to k-means codewords: per pyramid cell,
-  the sums of the codes and of their squares (or their maxima), float32, from which the
-  pooling follows (:mod:`~classify_images.coding.soft_assignment`; per-descriptor soft
-  codes would be ``k`` times the size of VQ indices);
-* ``image_encoding``    — for VLAD and Fisher vectors, which aggregate the descriptors of
-  each pyramid cell themselves (not codes pooled afterwards): the image's whole vector,
-  cells concatenated and normalised (float32; as long as a row of the feature set).
+* ``image_encoding``    — what the image's encoder keeps
+  (:meth:`~classify_images.coding.encoders.Encoder.cached_item`): VQ indices (int16) or
+  sparse / LLC codes (CSR float32) + positions, pooled afterwards, so that a change of
+  pooling re-pools them; for soft assignment, per-cell sums of the codes and of their
+  squares (or their maxima); for VLAD and Fisher vectors, which aggregate each pyramid
+  cell themselves, the whole vector.  Its key holds the pyramid settings the item
+  depends on (:meth:`~classify_images.coding.encoders.Encoder.cache_dependencies`) and the
+  versions of the encoder's modules.  No stage names an encoder: they ask it.
 
 The codebook itself is learnt by :func:`learn_codebook`, cached on the content of
 the descriptor sample.  The cached functions take plain values (dicts, lists, numbers,
@@ -47,33 +47,13 @@ import os
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..coding import codebook as codebook_module
 from ..coding import encode as encode_module
-from ..coding import fisher as fisher_module
-from ..coding import llc as llc_module
 from ..coding import normalize as normalize_module
 from ..coding import pooling as pooling_module
-from ..coding import soft_assignment as soft_assignment_module
-from ..coding import vlad as vlad_module
-from ..coding.codebook import (
-    DEFAULT_PCA_DIMS,
-    KMEANS_KINDS,
-    codebook_size,
-    learn_fisher_model,
-    learn_kmeans_codebook,
-    learn_sparse_dictionary,
-    sample_rows,
-)
-from ..coding.encode import SparseCoder, vq_encode
-from ..coding.fisher import FisherEncoder
-from ..coding.llc import DEFAULT_N_NEIGHBORS, LlcCoder
-from ..coding.pooling import n_pyramid_cells, pyramid_cells
-from ..coding.soft_assignment import DEFAULT_BETA as DEFAULT_SOFT_BETA
-from ..coding.soft_assignment import DEFAULT_N_NEIGHBORS as DEFAULT_SOFT_NEIGHBORS
-from ..coding.soft_assignment import SoftAssignmentCoder
-from ..coding.vlad import VladEncoder
+from ..coding.codebook import sample_rows
+from ..coding.encoders import Encoder, make_encoder
 from ..features import dsift as dsift_module
 from ..features import preprocess as preprocess_module
 from ..features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
@@ -87,50 +67,16 @@ __all__ = [
     "image_descriptors",
     "descriptor_sample",
     "learn_codebook",
-    "image_codes",
-    "encoder_name",
-    "image_cell_statistics",
-    "AGGREGATING_KINDS",
-    "encoder_cell_dimension",
     "image_encoding",
-    "codes_matrix",
     "StageCache",
 ]
 
 
-#: Codebook kinds whose encoder aggregates each pyramid cell itself (:func:`image_encoding`).
-AGGREGATING_KINDS = ("vlad", "fisher")
-
-def encoder_cell_dimension(kind: str, codebook) -> int:
-    """Length of one pyramid cell's vector: ``K`` for pooled codes, ``K·d`` for VLAD,
-    ``2·K·D`` for Fisher vectors."""
-    if kind == "vlad":
-        return int(codebook.shape[0] * codebook.shape[1])
-    if kind == "fisher":
-        return 2 * int(np.prod(codebook["means"].shape))
-    return codebook_size(codebook)
-
-
-#: The encoder modules of a codebook kind, beyond the ones every kind uses (their versions
-#: enter the keys of that kind only, so adding an encoder changes no other kind's keys).
-#: ``"soft"`` is soft assignment to a k-means codebook (:func:`encoder_name`).
-_KIND_MODULES = {"llc": ("llc",), "vlad": ("vlad",), "fisher": ("vlad", "fisher"), "soft": ("soft_assignment",)}
-
-
-def encoder_name(codebook_params: dict[str, Any]) -> str:
-    """The encoder of a ``[codebook]`` table: its kind, or ``"soft"`` for soft assignment to
-    k-means codewords (``kind = "kmeans"``, ``assignment = "soft"``)."""
-    if codebook_params["kind"] == "kmeans" and codebook_params.get("assignment", "hard") == "soft":
-        return "soft"
-    return codebook_params["kind"]
-
-
-def implementation_versions(kind: str | None = None) -> dict[str, int]:
+def implementation_versions(encoder: Encoder | None = None) -> dict[str, int]:
     """``IMPLEMENTATION_VERSION`` of every module whose numbers end up in a feature set.
 
-    ``kind`` (the codebook kind, or ``"soft"``: :func:`encoder_name`) adds the versions of
-    that encoder's modules (:mod:`~classify_images.coding.llc`, :mod:`~classify_images.coding.vlad`,
-    :mod:`~classify_images.coding.fisher`, :mod:`~classify_images.coding.soft_assignment`).
+    ``encoder`` adds the versions of that encoder's own modules
+    (:meth:`~classify_images.coding.encoders.Encoder.implementation_versions`).
 
     Stage-cache keys hold the versions of the modules upstream of their stage, and the
     feature set's config hash holds them all: bumping a module's version after a change
@@ -145,36 +91,26 @@ def implementation_versions(kind: str | None = None) -> dict[str, int]:
         "pooling": pooling_module.IMPLEMENTATION_VERSION,
         "normalize": normalize_module.IMPLEMENTATION_VERSION,
     }
-    encoder_versions = {
-        "llc": llc_module.IMPLEMENTATION_VERSION,
-        "vlad": vlad_module.IMPLEMENTATION_VERSION,
-        "fisher": fisher_module.IMPLEMENTATION_VERSION,
-        "soft_assignment": soft_assignment_module.IMPLEMENTATION_VERSION,
-    }
-    for module in _KIND_MODULES.get(kind, ()):
-        versions[module] = encoder_versions[module]
+    if encoder is not None:
+        versions.update(encoder.implementation_versions())
     return versions
 
 
-#: The modules each cached stage depends on (the keys of :func:`implementation_versions`).
+#: The common modules each cached stage depends on (the keys of :func:`implementation_versions`);
+#: the encoding stage depends on its encoder's own modules as well.
 _STAGE_MODULES = {
     "check_image": ("preprocess",),
     "image_descriptors": ("preprocess", "dense_sift"),
     "descriptor_sample": ("preprocess", "dense_sift"),
     "learn_codebook": ("codebook",),
-    "image_codes": ("preprocess", "dense_sift", "encode"),
     "image_encoding": ("preprocess", "dense_sift", "encode", "pooling"),
-    "image_cell_statistics": ("preprocess", "dense_sift", "encode", "pooling"),
 }
 
 
-_ENCODER_STAGES = ("image_codes", "image_encoding", "image_cell_statistics")
-
-
-def _stage_versions(stage: str, kind: str | None = None) -> tuple[tuple[str, int], ...]:
-    versions = implementation_versions(kind)
-    modules = _STAGE_MODULES[stage] + (_KIND_MODULES.get(kind, ()) if stage in _ENCODER_STAGES else ())
-    return tuple((module, versions[module]) for module in modules)
+def _stage_versions(stage: str, encoder: Encoder | None = None) -> tuple[tuple[str, int], ...]:
+    versions = implementation_versions(encoder)
+    own = tuple(encoder.implementation_versions()) if encoder is not None else ()
+    return tuple((module, versions[module]) for module in _STAGE_MODULES[stage] + own)
 
 
 def check_image(
@@ -270,87 +206,9 @@ def descriptor_sample(
 def learn_codebook(
     sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()
 ) -> np.ndarray | dict[str, np.ndarray]:
-    """Codebook from a uint8 descriptor sample, by ``codebook["kind"]``: K × 128 float32
-    words, or the arrays of a Fisher-vector model (PCA + GMM)."""
-    descriptors = dequantize_descriptors(sample)
-    if codebook["kind"] in KMEANS_KINDS:
-        return learn_kmeans_codebook(
-            descriptors, codebook["size"], max_iter=codebook["n_iter"], random_state=codebook["seed"]
-        )
-    if codebook["kind"] == "fisher":
-        return learn_fisher_model(
-            descriptors,
-            codebook["size"],
-            pca_dims=codebook.get("pca_dims") or DEFAULT_PCA_DIMS,
-            max_iter=codebook["n_iter"],
-            random_state=codebook["seed"],
-        )
-    return learn_sparse_dictionary(
-        descriptors,
-        codebook["size"],
-        lambda1=codebook["lambda"],
-        n_iter=codebook["n_iter"],
-        random_state=codebook["seed"],
-    )
-
-
-#: The coder or encoder of the last codebook used (by digest), built once per process.
-_CODERS: dict[str, Any] = {}
-
-
-def _coder(codebook_params: dict[str, Any], codebook_digest: str, codebook):
-    """The :class:`SparseCoder`, :class:`LlcCoder`, :class:`SoftAssignmentCoder`,
-    :class:`VladEncoder` or :class:`FisherEncoder` of a codebook, kept for the next image."""
-    key = f"{codebook_digest}:{sorted(codebook_params.items())}"
-    coder = _CODERS.get(key)
-    if coder is None:
-        kind = encoder_name(codebook_params)
-        if kind == "soft":
-            coder = SoftAssignmentCoder(
-                codebook,
-                codebook_params.get("soft_neighbors") or DEFAULT_SOFT_NEIGHBORS,
-                codebook_params.get("soft_beta") or DEFAULT_SOFT_BETA,
-            )
-        elif kind == "sparse":
-            coder = SparseCoder(codebook, codebook_params["lambda"])
-        elif kind == "llc":
-            coder = LlcCoder(codebook, codebook_params.get("n_neighbors") or DEFAULT_N_NEIGHBORS)
-        elif kind == "vlad":
-            coder = VladEncoder(codebook)
-        elif kind == "fisher":
-            coder = FisherEncoder(codebook)
-        else:
-            raise ValueError(f"codebook kind {kind!r} has no coder")
-        _CODERS.clear()
-        _CODERS[key] = coder
-    return coder
-
-
-def image_codes(
-    path: str,
-    fingerprint: str,
-    max_side: int,
-    sift: dict[str, Any],
-    codebook_params: dict[str, Any],
-    codebook_digest: str,
-    codebook: np.ndarray,
-    descriptors_fn=None,
-    implementation: tuple = (),
-) -> dict[str, np.ndarray]:
-    """Codes of one image over the codebook (keyed by ``codebook_digest``, not the array).
-
-    Returns ``x``, ``y``, ``shape`` and either ``index`` (VQ, int16) or the CSR
-    parts ``data``, ``indices``, ``indptr`` (sparse or LLC codes, float32).
-    """
-    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
-    descriptors = dequantize_descriptors(data["descriptors"])
-    out = {"x": data["x"], "y": data["y"], "shape": data["shape"]}
-    if codebook_params["kind"] == "kmeans":
-        out["index"] = vq_encode(descriptors, codebook)
-        return out
-    codes = _coder(codebook_params, codebook_digest, codebook).encode(descriptors)
-    out.update(data=codes.data.astype(np.float32), indices=codes.indices.astype(np.int16), indptr=codes.indptr.astype(np.int32))
-    return out
+    """The fitted state of the encoder of the ``[codebook]`` table ``codebook`` (its
+    :meth:`~classify_images.coding.encoders.Encoder.learn`) from a uint8 descriptor sample."""
+    return make_encoder(codebook).learn(dequantize_descriptors(sample))
 
 
 def image_encoding(
@@ -359,49 +217,23 @@ def image_encoding(
     max_side: int,
     sift: dict[str, Any],
     codebook_params: dict[str, Any],
-    levels: list,
+    dependencies: dict[str, Any],
     codebook_digest: str,
     codebook,
     descriptors_fn=None,
     implementation: tuple = (),
-) -> np.ndarray:
-    """The VLAD or Fisher vector of one image over the pyramid ``levels`` (float32), keyed
-    by ``codebook_digest``, not the codebook's arrays."""
+) -> np.ndarray | dict[str, np.ndarray]:
+    """What the encoder of ``codebook_params`` caches for one image
+    (:meth:`~classify_images.coding.encoders.Encoder.cached_item`: codes, per-cell statistics
+    or the whole vector), keyed by ``codebook_digest`` (not the state's arrays) and by the
+    pyramid settings the item depends on (``dependencies``,
+    :meth:`~classify_images.coding.encoders.Encoder.cache_dependencies`)."""
     data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
-    cells = pyramid_cells(data["x"], data["y"], tuple(int(v) for v in data["shape"]), levels)
-    encoder = _coder(codebook_params, codebook_digest, codebook)
-    return encoder.encode(dequantize_descriptors(data["descriptors"]), cells, n_pyramid_cells(levels))
-
-
-def image_cell_statistics(
-    path: str,
-    fingerprint: str,
-    max_side: int,
-    sift: dict[str, Any],
-    codebook_params: dict[str, Any],
-    levels: list,
-    statistics: str,
-    codebook_digest: str,
-    codebook: np.ndarray,
-    descriptors_fn=None,
-    implementation: tuple = (),
-) -> dict[str, np.ndarray]:
-    """Soft assignment: the per-cell ``statistics`` (``"moments"`` or ``"max"``,
-    :data:`~classify_images.coding.soft_assignment.POOLING_STATISTICS`) of one image's soft
-    codes over the pyramid ``levels`` (:func:`~classify_images.coding.soft_assignment.cell_statistics`),
-    keyed by ``codebook_digest``, not the codebook's array."""
-    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
-    cells = pyramid_cells(data["x"], data["y"], tuple(int(v) for v in data["shape"]), levels)
-    coder = _coder(codebook_params, codebook_digest, codebook)
-    return coder.cell_statistics(dequantize_descriptors(data["descriptors"]), cells, n_pyramid_cells(levels), statistics)
-
-
-def codes_matrix(codes: dict[str, np.ndarray], n_words: int):
-    """The codes of :func:`image_codes` as VQ indices or a CSR matrix (n × K)."""
-    if "index" in codes:
-        return codes["index"]
-    n = codes["indptr"].shape[0] - 1
-    return sp.csr_matrix((codes["data"], codes["indices"].astype(np.int32), codes["indptr"]), shape=(n, n_words))
+    encoder = make_encoder(codebook_params)
+    return encoder.cached_item(
+        encoder.prepared(codebook, codebook_digest), dequantize_descriptors(data["descriptors"]),
+        data["x"], data["y"], tuple(int(v) for v in data["shape"]), **dependencies,
+    )
 
 
 class StageCache:
@@ -427,9 +259,7 @@ class StageCache:
         self.learn_codebook = self._cached(learn_codebook, [])
         self._descriptors = self._cached(image_descriptors, ["path"]) if cache_descriptors else None
         self._sample = self._cached(descriptor_sample, ["path", "descriptors_fn"])
-        self._codes = self._cached(image_codes, ["path", "codebook", "descriptors_fn"])
         self._encoding = self._cached(image_encoding, ["path", "codebook", "descriptors_fn"])
-        self._cell_statistics = self._cached(image_cell_statistics, ["path", "codebook", "descriptors_fn"])
 
     def _cached(self, stage, ignore: list[str]):
         """``stage`` memoised, with its modules' implementation versions bound (and keyed)."""
@@ -438,22 +268,10 @@ class StageCache:
     def descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
         return self._sample(path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors)
 
-    def image_codes(self, path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook):
-        return self._codes(
-            path, fingerprint, max_side, sift, codebook_params, codebook_digest, codebook, descriptors_fn=self._descriptors,
-            implementation=_stage_versions("image_codes", encoder_name(codebook_params)),
-        )
-
-    def image_encoding(self, path, fingerprint, max_side, sift, codebook_params, levels, codebook_digest, codebook):
+    def image_encoding(self, path, fingerprint, max_side, sift, encoder: Encoder, codebook_params, dependencies,
+                       codebook_digest, codebook):
+        """:func:`image_encoding` through the cache, keyed by ``encoder``'s module versions too."""
         return self._encoding(
-            path, fingerprint, max_side, sift, codebook_params, levels, codebook_digest, codebook,
-            descriptors_fn=self._descriptors, implementation=_stage_versions("image_encoding", encoder_name(codebook_params)),
-        )
-
-    def image_cell_statistics(self, path, fingerprint, max_side, sift, codebook_params, levels, statistics,
-                              codebook_digest, codebook):
-        return self._cell_statistics(
-            path, fingerprint, max_side, sift, codebook_params, levels, statistics, codebook_digest, codebook,
-            descriptors_fn=self._descriptors,
-            implementation=_stage_versions("image_cell_statistics", encoder_name(codebook_params)),
+            path, fingerprint, max_side, sift, codebook_params, dependencies, codebook_digest, codebook,
+            descriptors_fn=self._descriptors, implementation=_stage_versions("image_encoding", encoder),
         )

@@ -6,7 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from classify_images.pipeline import extractor as extractor_module
+from classify_images.coding import encode as encode_module
+from classify_images.coding import encoders as encoders_module
 from classify_images.pipeline import stages
 from classify_images.pipeline.build import build_feature_set
 from classify_images.pipeline.cli import main
@@ -59,7 +60,7 @@ def test_rebuild_is_cached_and_pooling_change_reuses_codes(tmp_path, small_datas
         raise AssertionError("descriptors recomputed although cached")
 
     monkeypatch.setattr(stages, "compute_descriptors", forbidden)
-    monkeypatch.setattr(stages, "vq_encode", forbidden)
+    monkeypatch.setattr(encode_module, "vq_encode", forbidden)
     changed = build_feature_set(
         small_dataset, tmp_path / "fs2", _config(pooling__method="max", normalization__method="l2"), cache_dir=cache
     )
@@ -182,7 +183,7 @@ def test_interrupted_build_leaves_previous_set_and_resumes(tmp_path, small_datas
     before = (out / "manifest.json").read_text()
 
     calls = {"n": 0}
-    real = extractor_module.spatial_pyramid_pool
+    real = encoders_module.spatial_pyramid_pool
 
     def dying(*args, **kwargs):  # the user presses Ctrl-C during encode + pool
         calls["n"] += 1
@@ -190,7 +191,7 @@ def test_interrupted_build_leaves_previous_set_and_resumes(tmp_path, small_datas
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(extractor_module, "spatial_pyramid_pool", dying)
+    monkeypatch.setattr(encoders_module, "spatial_pyramid_pool", dying)
     with pytest.raises(KeyboardInterrupt):
         build_feature_set(small_dataset, out, _config(pooling__levels=[1, 2, 3]), cache_dir=cache)
     monkeypatch.undo()

@@ -231,7 +231,7 @@ def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monke
     assert len(err) == 1 and err[0].startswith("classify-images build-features: error: lost the Dask scheduler")
     assert "re-run the same command" in err[0]
     assert not (tmp_path / "fs").exists()
-    codes = tmp_path / "cache" / "joblib" / "classify_images" / "pipeline" / "stages" / "image_codes"
+    codes = tmp_path / "cache" / "joblib" / "classify_images" / "pipeline" / "stages" / "image_encoding"
     assert len([entry for entry in codes.iterdir() if entry.is_dir()]) >= BATCH  # finished work kept
 
     with start():
@@ -294,7 +294,7 @@ def test_a_task_that_kills_its_workers_is_one_line_and_the_same_command_resumes(
         assert "re-run the same command to resume" in err[0] and "Traceback" not in err[0]
         assert not (tmp_path / "fs").exists()
         kept = _cache_entries(cache)
-        encoded = [path for path in kept if "image_encoding" in path.parts or "image_codes" in path.parts]
+        encoded = [path for path in kept if "image_encoding" in path.parts]
         assert len(encoded) >= BATCH, "the tasks finished before the poisoned one were not cached"
         assert failed_after < 60
 

@@ -112,18 +112,23 @@ def test_encoder_versions_key_their_own_kind_only(tmp_path, small_dataset, monke
     from classify_images.coding import llc as llc_module
     from classify_images.pipeline import stages
 
-    assert dict(stages._stage_versions("image_codes", "llc"))["llc"] == llc_module.IMPLEMENTATION_VERSION
-    assert "llc" not in dict(stages._stage_versions("image_codes", "kmeans"))
-    assert {"vlad", "fisher", "pooling"} <= set(dict(stages._stage_versions("image_encoding", "fisher")))
-    assert set(stages.implementation_versions()) == set(stages.implementation_versions("kmeans"))
+    from classify_images.coding.encoders import make_encoder
+
+    def encoder(kind):
+        return make_encoder({"kind": kind, "size": 16, "lambda": 0.15, "n_iter": 1, "seed": 0})
+
+    assert dict(stages._stage_versions("image_encoding", encoder("llc")))["llc"] == llc_module.IMPLEMENTATION_VERSION
+    assert "llc" not in dict(stages._stage_versions("image_encoding", encoder("kmeans")))
+    assert {"vlad", "fisher", "pooling"} <= set(dict(stages._stage_versions("image_encoding", encoder("fisher"))))
+    assert set(stages.implementation_versions()) == set(stages.implementation_versions(encoder("kmeans")))
 
     config = small_config({"kind": "llc", "size": 16, "n_samples": 3000, "n_iter": 20},
                           {"method": "signed_max", "levels": [1, 2]}, "l2")
     cache = tmp_path / "cache"
     build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=cache)
     calls = []
-    original = stages.LlcCoder.encode
-    monkeypatch.setattr(stages.LlcCoder, "encode", lambda self, d: calls.append(1) or original(self, d))
+    original = llc_module.LlcCoder.encode
+    monkeypatch.setattr(llc_module.LlcCoder, "encode", lambda self, d: calls.append(1) or original(self, d))
     build_feature_set(small_dataset, tmp_path / "fs2", config, cache_dir=cache)
     assert not calls  # cached codes reused
     monkeypatch.setattr(llc_module, "IMPLEMENTATION_VERSION", llc_module.IMPLEMENTATION_VERSION + 1)

@@ -196,9 +196,9 @@ def test_stump_index_outside_the_features_is_one_line(tmp_path, model_files):
 
 
 @pytest.mark.parametrize("edit, match", [
-    (lambda m: m.__setitem__("extractor/codebook", m["extractor/codebook"][:-1]), "codebook"),
-    (lambda m: m.__setitem__("extractor/codebook", np.full_like(m["extractor/codebook"], np.nan)), "codebook"),
-    (lambda m: m.pop("extractor/codebook"), "codebook"),
+    (lambda m: m.__setitem__("extractor/state/codebook", m["extractor/state/codebook"][:-1]), "codebook"),
+    (lambda m: m.__setitem__("extractor/state/codebook", np.full_like(m["extractor/state/codebook"], np.nan)), "codebook"),
+    (lambda m: m.pop("extractor/state/codebook"), "codebook"),
 ])
 def test_damaged_extractor_is_one_line(tmp_path, model_files, edit, match):
     path = _copy(tmp_path, model_files, "linear")
@@ -227,7 +227,7 @@ def _huge_member(shape, dtype="<f8") -> bytes:
     return buffer.getvalue() + b"\0" * 64
 
 
-@pytest.mark.parametrize("key", ["model/coef_", "extractor/codebook", "__meta__"])
+@pytest.mark.parametrize("key", ["model/coef_", "extractor/state/codebook", "__meta__"])
 def test_header_announcing_74_gib_is_refused_before_loading(tmp_path, model_files, key, monkeypatch):
     path = _copy(tmp_path, model_files, "linear")
     members = _members(path)

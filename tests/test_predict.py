@@ -95,7 +95,7 @@ def test_cli_trained_model_has_class_names(trained):
     assert list(classifier.classes_) == CLASSES and meta["classes"] == CLASSES
     assert meta["extractor"]["config"]["codebook"]["size"] == 16
     assert meta["feature_set"]["class_names"] == CLASSES and len(meta["feature_set"]["config_hash"]) == 40
-    assert read_model_meta(model)["format_version"] == 2
+    assert read_model_meta(model)["format_version"] == 3
 
 
 def test_evaluate_is_unchanged_by_class_names(tmp_path, trained, capsys):

@@ -24,7 +24,8 @@ from classify_images.coding.soft_assignment import (
 from classify_images.pipeline.build import build_feature_set
 from classify_images.pipeline.config import ConfigError, load_config, stage_hash, validate_config
 from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.pipeline.stages import encoder_name, implementation_versions
+from classify_images.coding.encoders import make_encoder
+from classify_images.pipeline.stages import implementation_versions
 
 from ._encoder_helpers import assert_new_images_match_rows, random_layout, small_config
 from .conftest import SMALL_CONFIG
@@ -180,8 +181,11 @@ def test_soft_build_end_to_end(tmp_path, small_dataset, monkeypatch):
     build_feature_set(small_dataset, tmp_path / "hard", hard, cache_dir=cache)
     config = small_config(SOFT, {"method": "average", "levels": [1, 2], "level_normalization": "l1"}, "l1")
     learnt = []
-    original_learn = stages.learn_kmeans_codebook
-    monkeypatch.setattr(stages, "learn_kmeans_codebook", lambda *a, **k: learnt.append(1) or original_learn(*a, **k))
+    from classify_images.coding import codebook as codebook_module
+
+    original_learn = codebook_module.learn_kmeans_codebook
+    monkeypatch.setattr(codebook_module, "learn_kmeans_codebook",
+                        lambda *a, **k: learnt.append(1) or original_learn(*a, **k))
     result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=cache)
     assert not learnt  # the hard build's codebook is reused: assignment does not change it
     fs, fs_hard = load_feature_set(tmp_path / "fs"), load_feature_set(tmp_path / "hard")
@@ -199,8 +203,10 @@ def test_soft_build_end_to_end(tmp_path, small_dataset, monkeypatch):
     assert_new_images_match_rows(fs, [str(small_dataset / p) for p in fs.test_paths[:3]])
     # sqrt pooling re-uses the cached statistics (one item serves average and sqrt)
     calls = []
-    original = stages.SoftAssignmentCoder.cell_statistics
-    monkeypatch.setattr(stages.SoftAssignmentCoder, "cell_statistics",
+    from classify_images.coding.soft_assignment import SoftAssignmentCoder
+
+    original = SoftAssignmentCoder.cell_statistics
+    monkeypatch.setattr(SoftAssignmentCoder, "cell_statistics",
                         lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
     build_feature_set(small_dataset, tmp_path / "fs3", small_config(SOFT, {"method": "sqrt", "levels": [1, 2]}, "l1"),
                       cache_dir=cache)
@@ -221,7 +227,7 @@ def test_soft_build_end_to_end(tmp_path, small_dataset, monkeypatch):
     ({"assignment": "soft", "soft_neighbors": 17}, "codebook.soft_neighbors = 17: expected at most codebook.size = 16"),
     ({"soft_beta": 2.0}, "codebook.soft_beta applies to codebook.assignment = 'soft' only"),
     ({"soft_neighbors": 4}, "codebook.soft_neighbors applies to codebook.assignment = 'soft' only"),
-    ({"kind": "llc", "assignment": "soft"}, "codebook.assignment = 'soft' applies to codebook.kind = 'kmeans' only"),
+    ({"kind": "llc", "assignment": "soft"}, "codebook.assignment applies to codebook.kind = 'kmeans' only"),
 ])
 def test_config_errors_are_one_line(codebook, message):
     raw = {table: dict(values) for table, values in SMALL_CONFIG.items()}
@@ -263,7 +269,7 @@ HASHES_BEFORE = {
 @pytest.mark.parametrize("name", sorted(HASHES_BEFORE))
 def test_existing_configs_keep_their_hashes_and_stage_keys(name):
     config = load_config(name)
-    versions = implementation_versions(encoder_name(config.codebook_params()))
+    versions = implementation_versions(make_encoder(config.codebook_params()))
     assert stage_hash(config, list(config.to_dict()), versions) == HASHES_BEFORE[name]
     # the cached stages receive the [codebook] table they received before (their cache keys)
     params = config.codebook_params()
@@ -281,6 +287,6 @@ def test_soft_keys_are_hashed_only_when_set():
     hashes = {stage_hash(c, ["codebook"]) for c in (hard, soft, explicit)}
     assert len(hashes) == 3  # unset parameters are the module's defaults, keyed by its version
     assert soft.codebook_params(learning=True) == hard.codebook_params(learning=True) == hard.codebook_params()
-    assert encoder_name(soft.codebook_params()) == "soft" and encoder_name(hard.codebook_params()) == "kmeans"
-    assert "soft_assignment" in implementation_versions("soft")
-    assert "soft_assignment" not in implementation_versions("kmeans")
+    assert make_encoder(soft.codebook_params()).soft and not make_encoder(hard.codebook_params()).soft
+    assert "soft_assignment" in implementation_versions(make_encoder(soft.codebook_params()))
+    assert "soft_assignment" not in implementation_versions(make_encoder(hard.codebook_params()))
