@@ -243,8 +243,8 @@ class HIKnSVM(OneVsRestClassifierBase):
     feature: faster than one problem at a time, with the same weights bit for bit.
 
     The successive-relaxation start of [1]_ §2.2 is not offered: in our study
-    (``scripts/study_hik_nsvm_relaxation.py``, with its kernels in
-    ``scripts/_hik_research.py``) it did not improve accuracy, and for the same number of
+    (``studies/study_hik_nsvm_relaxation.py``, with its kernels in
+    ``benchmarks/_hik_research.py``) it did not improve accuracy, and for the same number of
     epochs Algorithm 1 alone reached a lower objective.  Class weights (formerly
     ``balanced=True``: positives and negatives of each problem weighing the same; now
     ``class_weight``, LIBLINEAR's rule) and ``fit_intercept`` are off by default, as in the paper: neither changed the accuracy
