@@ -19,7 +19,7 @@ convex relaxation of Fig. 2).  The paper's Eq. 10 is only partly legible in our 
 is our reconstruction of a relaxation with the properties the text states (piecewise
 linear, odd, exact at ``t = x``, linear at ``t = 1``, ``t`` replaced by ``max(t, x_d)``).
 The study found no gain in accuracy or convergence from the relaxation start (see
-BENCHMARKS.md, section HIK nSVM), which is why the classifier runs ``t = 0`` only.
+docs/benchmarks/hik-nsvm.md), which is why the classifier runs ``t = 0`` only.
 
 The SGD shares the lazy l1 shrink, the dense-row gathering and the argument tuples of the
 production kernels (:mod:`classify_images.classifiers._hik_nsvm_kernels`).

@@ -13,7 +13,7 @@ not a per-image task); with ``--share-codebook`` the later modes start from a ca
 holds only the first mode's codebook entry, so that every per-image stage is cold in every
 mode and the codebook's minutes are spent once.
 
-Example (BENCHMARKS.md, "Dask cluster vs loky, and a 50 000-image simulated build")::
+Example (docs/benchmarks/cluster-and-scale.md, "Dask cluster vs loky, and a 50 000-image simulated build")::
 
     python benchmarks/bench_cluster.py --dataset ../shared/datasets/scene15 --config bof-spm \
         --work /work/cache/scale-sim/bench --modes loky:2 local:1 local:2 --share-codebook \

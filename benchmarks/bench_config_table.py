@@ -57,7 +57,7 @@ from classify_images.classifiers.pmsvm import PmSVM
 #: C values tried for PmSVM (it scales every dimension by its training maximum).
 PMSVM_C_GRID = [0.001, 0.01, 0.1, 1.0]
 #: The ``mbkl`` cell: the paper's Steps 0-1 with quantile thresholds, C's chosen by 3-fold CV on
-#: 15-Scenes BoF-SPM (BENCHMARKS.md, issue 11, MBKL) -- the setting of the table's recorded MBKL
+#: 15-Scenes BoF-SPM (docs/benchmarks/mbkl.md) -- the setting of the table's recorded MBKL
 #: column, pinned here because MBKL's defaults changed after it (section "MBKL: where the gap to
 #: PmSVM comes from"); ``mbkl-default`` is MBKL with its current defaults.
 MBKL_PARAMS = {"C": 1.0, "C_kernel": 10.0, "threshold_rule": "quantile", "init_rule": "table1", "theta_exponent": 1.0}

@@ -6,7 +6,7 @@ and prints the mean per-class accuracy on its test rows, side by side in one run
 
     python benchmarks/bench_defaults.py /work/features/scene15-bof-spm
 
-Results: BENCHMARKS.md, section "Scale-aware defaults".
+Results: docs/benchmarks/defaults.md, "Scale-aware defaults".
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ one k-means++ start, at most 100 Lloyd iterations, ``tol=1e-4``).  Subcommands:
 ``table``
     ``evaluate`` results as the Markdown table of BENCHMARKS.md.
 
-Usage (BENCHMARKS.md, "The HIK setting: VLFeat's k-means against scikit-learn's at step 3")::
+Usage (docs/benchmarks/hik-setting.md, "The HIK setting: VLFeat's k-means against scikit-learn's at step 3")::
 
     nice -n 5 python studies/ablate_codebook.py learn --reference scene15-hik5e5 \\
         --cache-dir hik5e5.cache --method vlfeat-phow --out work/vlfeat-phow-5e5

@@ -309,10 +309,10 @@ PAPER_CODEBOOK_SAMPLE = {"codebook": {"n_samples": 500_000}}
 #: Images at their original size: a cap above every image's longer side never shrinks one.
 ORIGINAL_IMAGE_SIZE = {"image": {"max_side": 100_000}}
 #: Dense SIFT as ``vl_phow`` computes it, as far as the ``[sift]`` options go (each option's
-#: match to VLFeat: BENCHMARKS.md, "Dense SIFT vs VLFeat dsift").  vl_phow zeroes descriptors
+#: match to VLFeat: docs/benchmarks/dense-sift.md, "Dense SIFT vs VLFeat dsift").  vl_phow zeroes descriptors
 #: whose VLFeat norm is below 0.005, a raw-norm threshold in our units that differs per patch
 #: size; ``contrast_threshold`` is one value for all sizes: the 24-px one (the choice is
-#: measured in BENCHMARKS.md, "Image size and VLFeat's dense-SIFT choices at step 3").
+#: measured in docs/benchmarks/hik-setting.md, "Image size and VLFeat's dense-SIFT choices at step 3").
 VL_PHOW_SIFT = {"sift": {"smoothing": "phow", "window_size": 1.5, "bin_centres": "integer",
                          "grid_alignment": "centre", "low_contrast": "zero", "contrast_threshold": 0.27}}
 #: The paper's pyramid (every level weighs the same): L1 per level.

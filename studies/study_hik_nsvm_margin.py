@@ -9,7 +9,7 @@ Protocol of ``bench_config_table.py`` (:func:`grid_study`): split ``r`` uses see
 (100 training images per class, the rest for testing), mean per-class accuracy on the test
 rows.  Every grid value is trained on every split (one column each); with ``--cv`` the value
 3-fold CV prefers on each split's training rows is reported too (the "CV" column: its test
-accuracy is that value's column on the split).  BENCHMARKS.md, "The nSVM drift since
+accuracy is that value's column on the split).  docs/benchmarks/merged-code-checks.md, "The nSVM drift since
 2026-11-21" and "Classifier defaults by cross-validation".
 
 Usage::

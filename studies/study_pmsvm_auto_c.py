@@ -5,7 +5,7 @@ Each grid value is a multiple ``k`` of the automatic C of the rows the model is 
 written for, SVMlight's ``1 / mean_i M_p(x_i, x_i)`` before it), for one power ``p`` (``-1``: chi-square, ``-8``: histogram
 intersection); with ``--cv``, ``k`` chosen by 3-fold CV on each split's training rows (the
 ceiling of a C picked from this grid).  Splits, score and CV: ``study_hik_nsvm_margin.grid_study``
-(the protocol of ``bench_config_table.py``).  BENCHMARKS.md, "Classifier defaults by
+(the protocol of ``bench_config_table.py``).  docs/benchmarks/defaults.md, "Classifier defaults by
 cross-validation".
 
 Usage::
