@@ -27,7 +27,7 @@ basis, so the diagonal scaling of
 ``diag(Z^T Z) = lambda``) turns it into the identity.  With ``d > n`` the
 classes are separable and most training vectors sit on the margin (active),
 so the approximation is close, and L-BFGS needs far fewer iterations than in
-the feature space (see BENCHMARKS.md, section QuadraticHingeSVC).
+the feature space (see docs/benchmarks/linear.md).
 """
 
 from __future__ import annotations

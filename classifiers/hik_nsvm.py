@@ -184,7 +184,7 @@ class HIKnSVM(OneVsRestClassifierBase):
         histograms (``sum_d x_d = 1``), and on the same relative scale for other
         features: a margin fixed in absolute units is reached by tiny weights on
         features of large values, whose intersection score ``min(x_d, |w_d|)`` then
-        no longer depends on ``x`` (BENCHMARKS.md, sections "Scale-aware defaults"
+        no longer depends on ``x`` (docs/benchmarks/defaults.md, sections "Scale-aware defaults"
         and "Classifier defaults by cross-validation", for the factor: the best factor
         differs between feature sets; no other factor studied was as good on all of
         them).  The value used is ``margin_``.
@@ -193,7 +193,7 @@ class HIKnSVM(OneVsRestClassifierBase):
         per update); divided by 10 after ``n_epochs // 2`` epochs.  The paper does not give
         its value.  ``"auto"``: ``r = median of the non-zero training values / 40``, which
         follows the scale of the features (a fixed rate right for one feature set is far off
-        on another); see BENCHMARKS.md, section HIK nSVM, for the grid it was chosen on.
+        on another); see docs/benchmarks/hik-nsvm.md for the grid it was chosen on.
     n_epochs : int, default=100
         Shuffled passes of Algorithm 1.
     fit_intercept : bool, default=False
@@ -243,13 +243,13 @@ class HIKnSVM(OneVsRestClassifierBase):
     feature: faster than one problem at a time, with the same weights bit for bit.
 
     The successive-relaxation start of [1]_ §2.2 is not offered: in our study
-    (``scripts/study_hik_nsvm_relaxation.py``, with its kernels in
-    ``scripts/_hik_research.py``) it did not improve accuracy, and for the same number of
+    (``studies/study_hik_nsvm_relaxation.py``, with its kernels in
+    ``benchmarks/_hik_research.py``) it did not improve accuracy, and for the same number of
     epochs Algorithm 1 alone reached a lower objective.  Class weights (formerly
     ``balanced=True``: positives and negatives of each problem weighing the same; now
     ``class_weight``, LIBLINEAR's rule) and ``fit_intercept`` are off by default, as in the paper: neither changed the accuracy
     beyond the split-to-split spread.  Accuracy, test time and model size against the
-    explicit feature map + linear SVM and the exact HIK kernel SVM: see BENCHMARKS.md,
+    explicit feature map + linear SVM and the exact HIK kernel SVM: see docs/benchmarks/hik-nsvm.md,
     section HIK nSVM.
 
     ``fit(X, y, sample_weight)``: ``c_i`` is multiplied by ``sample_weight[i]``, which

@@ -52,7 +52,7 @@ Step 2
     (``theta_k > 0``) with equal weights, i.e. the paper's ``theta = 1`` baseline
     on the stumps Step 1 selected.  The l1 solution of Eq. 10 concentrates its
     mass on few stumps, and with ``phi`` scaled by ``sqrt(theta)`` Step 2
-    penalises the others ``1 / theta_k`` times more (BENCHMARKS.md, "MBKL: where
+    penalises the others ``1 / theta_k`` times more (docs/benchmarks/mbkl.md, "MBKL: where
     the gap to PmSVM comes from").
 
 The kernel is additive over input dimensions: ``f`` is a sum of one step
@@ -71,7 +71,7 @@ Defaults, and the paper's setting
 The defaults are not the paper's: ``threshold_rule="distinct_quantile"``,
 ``init_rule="balanced"``, ``theta_exponent=0`` (Step 1 selects the stumps, Step 2
 weighs them equally), ``C = C_kernel = 100``, chosen by the measurements in
-BENCHMARKS.md, "MBKL: where the gap to PmSVM comes from" (15-Scenes BoF-SPM
+docs/benchmarks/mbkl.md, "MBKL: where the gap to PmSVM comes from" (15-Scenes BoF-SPM
 histograms and ScSPM codes, 3 splits, each setting against the paper's and against
 PmSVM on the same splits).  The paper's Algorithm 1 is ``MBKL(**PAPER_SETTING)``:
 ``threshold_rule="range"``, ``init_rule="table1"``, ``theta_exponent=1``, with
@@ -103,7 +103,7 @@ Deviations and choices, each for a stated reason
   than ``LinearSVC`` because it reads ``s`` on the fly from one byte per
   (stump, sample): ``LinearSVC`` needs the matrix as float64 plus LIBLINEAR's
   row and column copies (about 40 bytes per non-zero, i.e. 40 times more
-  memory; see BENCHMARKS.md, section MBKL).  The rows are grouped by
+  memory; see docs/benchmarks/mbkl.md).  The rows are grouped by
   problem, so a column skips the problems for which its Step-0 sign is 0.
   The test-suite checks that both solvers reach the same objective.
 * **Step 2 on half the columns.**  Because ``sigma + bar sigma = 1``, a linear
@@ -120,7 +120,7 @@ Deviations and choices, each for a stated reason
 * **Step-0 rule** ``init_rule="balanced"`` (not in the paper; the default):
   ``a = sign(p/t_p - n/t_n)``.  On sparse histograms few stumps fire for half
   of any class (a bin is zero in most images), and Table 1 drops nearly all of
-  them (see BENCHMARKS.md, sections "MBKL" and "MBKL: where the gap to PmSVM
+  them (see docs/benchmarks/mbkl.md, sections "MBKL" and "MBKL: where the gap to PmSVM
   comes from").
 * The paper's Step-2 paragraph writes ``theta_k sigma_k(x)``; Eq. 4 (and the
   kernel ``K``) need ``sqrt(theta_k)``, which we use.

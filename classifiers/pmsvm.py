@@ -93,7 +93,7 @@ _GROUP_PROBLEMS = 16
 """Most problems solved together.  One visit of an example serves the whole group and the
 inner loops run over the group's contiguous coefficients ``b[j, q, :]``, which the compiler
 vectorises; groups much smaller (sized for a core's cache) or much larger train slower
-(see BENCHMARKS.md, section PmSVM)."""
+(see docs/benchmarks/pmsvm.md)."""
 
 _SOLVER_DTYPE = np.float32
 """Type of the solver's working coefficients (:func:`._pmsvm_kernels.dcd_solve`); the model
@@ -104,7 +104,7 @@ _BLOCKS_PER_THREAD = 4
 
 _AUTO_C_FACTOR = 4.0
 """``C="auto"``: ``C = this / mean_i M_p(x_i, x_i)``, a multiple of SVMlight's default chosen in
-BENCHMARKS.md, section "Classifier defaults by cross-validation": the smallest multiple tied
+docs/benchmarks/defaults.md, "Classifier defaults by cross-validation": the smallest multiple tied
 with the most accurate one (a larger C costs solver iterations)."""
 
 ADHOC_NODES = (0.01, 0.06, 0.75)
@@ -259,7 +259,7 @@ class PmSVM(OneVsRestClassifierBase):
         kernel's diagonal, ``~ ||x_i||_1``), so that ``C Q_ii`` is the same whatever
         the number of non-zero dimensions.  The papers' ``C = 0.01`` (CVPR Sec. 5.1,
         LUT Sec. 6) is right for histograms of thousands of dimensions but fits
-        nothing on a few dimensions (BENCHMARKS.md, section "Scale-aware defaults").
+        nothing on a few dimensions (docs/benchmarks/defaults.md, "Scale-aware defaults").
         The factor is the smallest multiple of SVMlight's ``1 / mean K(x, x)`` that
         was at least as accurate as SVMlight's value on every feature set and kernel
         studied and tied (within the noise of the study) with the best on average,

@@ -53,7 +53,7 @@ products are ``n x r`` (``r <= min(n, d)``, so ``d / n`` times cheaper when
 iterations (:mod:`~classify_images.classifiers.eigenbasis`).  The objective, its
 gradient, the preconditioner and the L-BFGS driver are in
 :mod:`~classify_images.classifiers._quadratic_hinge_objective`.  Timings against
-``LinearSVC``: see BENCHMARKS.md, section QuadraticHingeSVC.
+``LinearSVC``: see docs/benchmarks/linear.md.
 
 References
 ----------
@@ -121,7 +121,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         follows the scale of the features: ``1`` for l2-normalised vectors, and
         large for l1-normalised histograms (``||x||_2^2 << 1``), on which a fixed
         ``C = 1`` regularises so strongly that most classes are never predicted
-        (BENCHMARKS.md, section "Scale-aware defaults").  The value used is ``C_``.
+        (docs/benchmarks/defaults.md, "Scale-aware defaults").  The value used is ``C_``.
     class_weight : dict, "balanced" or None, default=None
         Multiply ``C`` for the positive samples of each one-vs-rest problem by
         the weight of its class (LIBLINEAR's semantics, the negatives keep
@@ -153,7 +153,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
     tol : float, default=1e-4
         Stop when ``||grad f||_2 <= tol * ||grad f(0)||_2`` (relative gradient
         norm of the objective in ``(W, b)``, the same rule for both solvers).
-        How close to the optimum each ``tol`` ends: see BENCHMARKS.md, section
+        How close to the optimum each ``tol`` ends: see docs/benchmarks/linear.md, section
         QuadraticHingeSVC.
     max_iter : int, default=1000
         Maximum number of L-BFGS iterations; a :class:`ConvergenceWarning` is

@@ -126,7 +126,7 @@ def learn_kmeans_codebook(
     descriptors = _check_descriptors(descriptors, n_words, "k-means codebook")
     # One thread: k-means++ makes thousands of small BLAS calls whose worker
     # threads spin-wait; on a loaded machine that is several times slower than one
-    # thread (BENCHMARKS.md, "Feature building on 15-Scenes").
+    # thread (docs/benchmarks/build-and-cache.md).
     with threadpool_limits(limits=1):
         kmeans = KMeans(
             n_clusters=n_words, n_init=1, max_iter=max_iter, tol=1e-4, random_state=random_state

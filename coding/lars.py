@@ -191,7 +191,7 @@ def lasso_lars_codes(
         coefficients from the float64 Cholesky factor).  float32 makes the
         product faster and moves the codes slightly away from the float64
         solution, by much less than the uint8 quantisation of cached
-        descriptors; see BENCHMARKS.md, section "Sparse coding (ScSPM Eq. 3):
+        descriptors; see docs/benchmarks/sparse-coding.md, "Sparse coding (ScSPM Eq. 3):
         numba LARS-lasso vs spams.lasso" for both choices against
         ``spams.lasso``.
 

@@ -98,7 +98,7 @@ IMPLEMENTATION_VERSION = 1
 ASSIGNMENTS = ("hard", "soft")
 
 #: ``k``, the nearest codewords a descriptor is spread over (unset ``codebook.soft_neighbors``;
-#: chosen on training images only, BENCHMARKS.md "Soft assignment at the HIK setting").
+#: chosen on training images only, docs/benchmarks/hik-setting.md, "Soft assignment at the HIK setting").
 DEFAULT_N_NEIGHBORS = 3
 #: :math:`\\beta_{\\text{rel}}` (unset ``codebook.soft_beta``; chosen likewise).
 DEFAULT_BETA = 10.0

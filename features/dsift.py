@@ -109,7 +109,7 @@ Normalisation
     image in ``[0, 1]`` a textured 16 x 16 patch has ``r`` of a few units
     and a flat or nearly flat patch has ``r`` well below 1, so the default
     threshold 1.0 is meaningful on that scale (measured fractions of
-    low-contrast patches: see BENCHMARKS.md, section "Dense SIFT",
+    low-contrast patches: see docs/benchmarks/dense-sift.md, "Dense SIFT",
     paragraph "Low-contrast fraction").
 
 Quantisation
@@ -122,7 +122,7 @@ Deviations from VLFeat [2]_ and from the ScSPM reference code [3]_, [4]_
 From VLFeat's ``vl_dsift`` / ``vl_phow`` [2]_ (each of these has an option that
 removes it, below; with ``bin_centres="integer"`` and the same ``window_size`` our
 descriptors equal VLFeat's ``fast`` dsift up to its coarser ``atan`` approximation
-and the border handling: measured in BENCHMARKS.md, "Dense SIFT vs VLFeat dsift
+and the border handling: measured in docs/benchmarks/dense-sift.md, "Dense SIFT vs VLFeat dsift
 (issue 11)"; test ``tests/test_dsift_options.py``, marker ``vlfeat``):
 
 * *Bin centres.*  VLFeat puts every bin centre on an integer pixel, so its
@@ -147,7 +147,7 @@ and the border handling: measured in BENCHMARKS.md, "Dense SIFT vs VLFeat dsift
   here a low-contrast descriptor is kept raw, as in ScSPM's
   ``sp_normalize_sift`` [3]_ (option ``low_contrast``).  VLFeat's norm is on
   another scale, smaller by a factor that grows with the bin size (the ratio
-  per patch size is in BENCHMARKS.md), so ``vl_phow``'s threshold 0.005 is
+  per patch size is in docs/benchmarks/dense-sift.md), so ``vl_phow``'s threshold 0.005 is
   well below our default 1.0 in our units.
 * *Quantisation.*  VLFeat truncates ``512 v`` to uint8 (error ``< 1/512``);
   here it is rounded (error ``<= 1/1024`` below saturation).

@@ -128,7 +128,7 @@ class _Split:
 
 #: Images per Dask task of the cheap stages (fingerprint, check), in units of the batch size:
 #: reading or decoding an image costs a small fraction of sampling or encoding it, so their
-#: tasks hold more images for the same share of scheduler overhead (BENCHMARKS.md, "Dask
+#: tasks hold more images for the same share of scheduler overhead (docs/benchmarks/cluster-and-scale.md: "Dask
 #: scheduler overhead per task").
 _CHEAP_STAGE_BATCHES = 8
 

@@ -360,7 +360,7 @@ def iter_tasks(
         Names the tasks (their keys start with it).
     batch_size : int
         Calls per task: enough that the scheduler's cost per task is small against the
-        task's work (BENCHMARKS.md, "Dask scheduler overhead per task").
+        task's work (docs/benchmarks/cluster-and-scale.md, "Dask scheduler overhead per task").
     shared : dict, optional
         Objects every call needs as keyword arguments (the codebook, the extractor): sent to
         each worker once (:func:`share`), not with every task.

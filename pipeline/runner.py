@@ -22,7 +22,7 @@ __all__ = ["DEFAULT_BATCH_SIZE", "Progress", "Runner", "no_progress"]
 Progress = Callable[[Iterable, str, int], Iterable]
 
 #: Images per Dask task, and rows per shard of a sharded store: chosen from the scheduler's
-#: cost per task against the cost of an image (BENCHMARKS.md, "Dask scheduler overhead per task").
+#: cost per task against the cost of an image (docs/benchmarks/cluster-and-scale.md).
 DEFAULT_BATCH_SIZE = 64
 
 

@@ -18,7 +18,7 @@ What is cached per image is compact:
 * ``image_descriptors`` — dense SIFT as uint8 (VLFeat's 512·v convention [1]_) + grid
   positions (only when ``sift.cache_descriptors`` is true: ``n`` descriptors take
   ``128 n`` bytes, large for dense grids with several patch sizes, and recomputing
-  them is cheap; see BENCHMARKS.md, section "Feature building on 15-Scenes");
+  them is cheap; see docs/benchmarks/build-and-cache.md);
 * ``descriptor_sample`` — the few descriptors of a training image that feed the codebook;
 * ``image_encoding``    — what the image's encoder keeps
   (:meth:`~classify_images.coding.encoders.Encoder.cached_item`): VQ indices (int16) or

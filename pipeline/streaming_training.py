@@ -17,7 +17,7 @@ included, resolved exactly from the blocks first
 (:meth:`~classify_images.classifiers.HIKnSVM.auto_parameters`).  With ``shuffle=True``
 (the default) the examples are not shuffled across blocks, so the model differs from the
 in-memory ``fit`` (whose shuffle spans all rows) as another shuffle would; the accuracy of
-both is compared in BENCHMARKS.md.  SGD needs every block to mix the classes: a feature
+both is compared in docs/benchmarks/cluster-and-scale.md.  SGD needs every block to mix the classes: a feature
 set stores its training rows class by class, so contiguous blocks would show it one class
 at a time.  :class:`RowBlocks` therefore cuts the blocks from a fixed seeded permutation
 of the rows (each block read by index from the memory-mapped rows); with ``shuffle=False``

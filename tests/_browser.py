@@ -4,7 +4,7 @@ A small client of the Chrome DevTools protocol over its WebSocket (standard libr
 the protocol needs one text-frame client, written here, rather than a new dependency):
 start ``chromium --headless --remote-debugging-port=0``, attach to its page, navigate,
 collect console errors and uncaught exceptions, evaluate JavaScript, take a full-page
-screenshot.  Used by ``tests/test_report_browser.py`` and ``scripts/report_screenshots.py``.
+screenshot.  Used by ``tests/test_report_browser.py`` and ``studies/report_screenshots.py``.
 
 Chromium is Debian's ``chromium`` package (``apt-get install chromium``); :func:`chromium_binary`
 finds it or raises :class:`BrowserMissing` with that instruction.

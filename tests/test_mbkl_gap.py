@@ -1,5 +1,5 @@
 """MBKL's options from the gap study (issue 11): distinct-value quantile thresholds, the
-``theta_exponent`` of the learnt kernel weights, and the benchmark's Step-1 memo."""
+``theta_exponent`` of the learnt kernel weights (the benchmark's Step-1 memo: benchmarks/tests)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from classify_images.classifiers import MBKL
 from classify_images.classifiers.mbkl import PAPER_SETTING
 
 from .test_mbkl_thresholds import _sparse_histograms, _stumps_dense_and_sparse
-
-from ._scripts import import_script
 
 
 def test_distinct_quantile_thresholds_match_a_slow_reference_dense_and_sparse():
@@ -89,20 +87,6 @@ def test_negative_theta_exponent_is_refused(histograms):
     X, y = histograms
     with pytest.raises(ValueError, match="theta_exponent"):
         MBKL(theta_exponent=-1.0).fit(X, y)
-
-
-def test_bench_step1_memo_gives_the_plain_fit(histograms):
-    _Step1Memo = import_script("bench_mbkl")._Step1Memo
-
-    X, y = histograms
-    _Step1Memo._memo.clear()
-    _Step1Memo(n_stumps=600, C=1.0, C_kernel=10.0, theta_exponent=0.0, random_state=0).fit(X, y)  # fills the memo
-    memo = _Step1Memo(n_stumps=600, C=10.0, C_kernel=10.0, theta_exponent=0.0, random_state=0).fit(X, y)
-    assert len(_Step1Memo._memo) == 1  # the second fit reused Steps 0-1
-    plain = MBKL(n_stumps=600, C=10.0, C_kernel=10.0, theta_exponent=0.0, random_state=0).fit(X, y)
-    for name in MBKL._fitted_arrays:
-        np.testing.assert_array_equal(getattr(memo, name), getattr(plain, name))
-    _Step1Memo._memo.clear()
 
 
 @pytest.mark.parametrize("rule", ["quantile", "distinct_quantile"])

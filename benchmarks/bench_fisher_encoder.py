@@ -1,0 +1,116 @@
+#!/usr/bin/env python
+"""Fisher-vector encode speed: this checkout's encoder against another commit's, side by side.
+
+Data: dense SIFT of the ``fisher`` config (16/24/32/40-px patches every 4 px, longer
+side <= 300, uint8 round trip as the pipeline stores them) of ``--n-images`` random
+15-Scenes images; the PCA 64 + GMM 256 model is learnt from ``--n-train-images``
+*other* images (``--em-iter`` EM iterations: the model's quality does not matter for
+speed).  Both encoders get the same descriptors and pyramid (1×1 + 2×2 + 3×1), image
+by image, as the pipeline calls them; they run alternately ``--repeats`` times and the
+fastest pass is reported in thread CPU time (one BLAS thread).  The reference encoder
+is ``coding/fisher.py`` as of ``--reference`` (default ``main``), read with ``git show``
+and imported on its own.  Also reported: the largest entry difference between the two
+encoders' vectors and its relative L2 size.
+
+Example::
+
+    python benchmarks/bench_fisher_encoder.py --n-images 8 --reference main --out fisher-encoder.json
+"""
+
+from __future__ import annotations
+
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import random  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from _bench_utils import machine, pin_threads, write_json  # noqa: E402
+from bench_encoders import DEFAULT_DATA, REPO  # noqa: E402
+
+LEVELS = (1, 2, "3x1")
+
+
+def _reference_module(commit: str):
+    """``coding/fisher.py`` of ``commit``, imported as a module of the installed package."""
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:coding/fisher.py"], capture_output=True,
+                            text=True, check=True).stdout
+    folder = Path(tempfile.mkdtemp())
+    path = folder / "fisher_reference.py"
+    path.write_text(source.replace("from .vlad import", "from classify_images.coding.vlad import"))
+    spec = importlib.util.spec_from_file_location("fisher_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _images(paths):
+    from classify_images.features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
+    from classify_images.features.preprocess import load_grayscale
+
+    out = []
+    for path in paths:
+        image = load_grayscale(path, max_side=300)
+        result = dense_sift(image, (16, 24, 32, 40), 4)
+        out.append((dequantize_descriptors(quantize_descriptors(result.descriptors)), result.x, result.y, image.shape))
+    return out
+
+
+def main(argv=None) -> dict:
+    pin_threads()  # one thread (BLAS, OpenMP, numba), for this process and its children
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--n-images", type=int, default=8)
+    p.add_argument("--n-train-images", type=int, default=8)
+    p.add_argument("--em-iter", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--reference", default="main", help="git commit of the reference encoder")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+
+    from classify_images.coding import FisherEncoder, learn_fisher_model
+    from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
+
+    paths = sorted(args.data.glob("*/*.jpg"))
+    if not paths:
+        sys.exit(f"error: no images in {args.data} (pass --data or set CLASSIFY_IMAGES_DATASETS)")
+    random.Random(args.seed).shuffle(paths)
+    images = _images(paths[: args.n_images])
+    train = np.concatenate([d for d, *_ in _images(paths[args.n_images : args.n_images + args.n_train_images])])
+    n_descriptors = sum(d.shape[0] for d, *_ in images)
+    print(f"{n_descriptors} descriptors in {len(images)} images; {train.shape[0]} training descriptors", flush=True)
+    model = learn_fisher_model(train, 256, pca_dims=64, max_iter=args.em_iter, random_state=args.seed)
+    encoders = {f"reference ({args.reference})": _reference_module(args.reference).FisherEncoder(model),
+                "this checkout": FisherEncoder(model)}
+    layouts = [pyramid_cells(x, y, shape, LEVELS) for _, x, y, shape in images]
+    best, vectors = {name: np.inf for name in encoders}, {}
+    for _ in range(args.repeats):
+        for name, encoder in encoders.items():
+            start = time.thread_time()
+            vectors[name] = [encoder.encode(d, cells, n_pyramid_cells(LEVELS)) for (d, *_), cells in zip(images, layouts)]
+            best[name] = min(best[name], time.thread_time() - start)
+    reference, current = (np.concatenate(vectors[name]) for name in encoders)
+    rows = {name: {"cpu_seconds": round(s, 3), "descriptors_per_cpu_second": round(n_descriptors / s)} for name, s in best.items()}
+    names = list(encoders)
+    speedup = best[names[0]] / best[names[1]]
+    for name, row in rows.items():
+        print(f"{name:24s} {row['cpu_seconds']:8.3f} CPU-s  {row['descriptors_per_cpu_second']:>9d} descriptors/CPU-s", flush=True)
+    difference = {"max_abs": float(np.abs(current - reference).max()), "max_abs_entry": float(np.abs(reference).max()),
+                  "relative_l2": float(np.linalg.norm(current - reference) / np.linalg.norm(reference))}
+    print(f"this checkout is {speedup:.2f}x the reference; difference {difference}", flush=True)
+    result = {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}, "n_descriptors": n_descriptors,
+              "encoders": rows, "speedup": round(speedup, 2), "difference": difference}
+    if args.out:
+        write_json(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

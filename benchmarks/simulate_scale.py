@@ -1,0 +1,773 @@
+#!/usr/bin/env python
+"""Simulate a large dataset: synthetic images, a measured build, per-image costs, a projection.
+
+Sub-commands (run from the repository root)::
+
+    # N small synthetic textures (64-128 px, class-dependent statistics), deterministic:
+    python benchmarks/simulate_scale.py generate --out /work/cache/scale-sim/synth-1k --n 1000
+
+    # build features on them and record per-stage wall / CPU time per image, stage-cache and
+    # feature-store bytes per image, peak memory per process (and Dask counters on a cluster):
+    python benchmarks/simulate_scale.py build --images /work/cache/scale-sim/synth-1k \
+        --out /work/cache/scale-sim/fs-1k --cache-dir /work/cache/scale-sim/cold-1k \
+        --config bof-spm --codebook-size 256 --n-samples 20000 --train-per-class 50 \
+        [--n-jobs 2 | --cluster local:2 | --scheduler tcp://HOST:PORT] [--store sharded] \
+        [--no-cache] --json sim-1k.json
+
+    # per-image CPU cost of each stage on real images (decode, dense SIFT, encode, pool), and
+    # the bytes a stage caches per image, for the paper configs:
+    python benchmarks/simulate_scale.py stage-costs --dataset ../shared/datasets/scene15 \
+        --configs bof-spm scspm vlad --n-images 30 --json stage-costs.json
+
+    # single-threaded training time per one-vs-rest problem on a feature set:
+    python benchmarks/simulate_scale.py train-costs --features FEATURE_SET --json train-costs.json
+
+    # the projection of docs/scaling.md from those measurements (bench-cluster.json from
+    # benchmarks/bench_cluster.py), and the check of a small simulated run against a large one:
+    python benchmarks/simulate_scale.py project --build bench-cluster.json --build-mode local:2:sharded \
+        --codebook-mode loky:2 --stage-costs stage-costs.json --train-costs train-costs.json \
+        --check-small sim-1k.json --check-large sim-50k.json --json projection.json
+
+The synthetic images are oriented sinusoidal gratings under smoothed noise: class ``c``
+sets the orientation, the spatial frequency and the noise's smoothing, each image draws
+its size, phase and contrast from ``numpy.random.default_rng([seed, index])``, so the
+same arguments give the same files byte for byte.  They are small (64-128 px, no
+resizing by ``image.max_side``): a simulated run measures the per-image *overheads*
+(scheduling, cache entries, rows in the store) at a count of images this machine can
+hold, not the cost of dense SIFT on full-size photographs, which ``stage-costs``
+measures on real images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from bench_build_features import _cache_sizes, _du
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_STAMP = "synthetic.json"
+
+
+# ------------------------------------------------------------------ synthetic images
+
+
+def synthetic_image(index: int, n_classes: int, seed: int, min_side: int, max_side: int) -> tuple[int, np.ndarray]:
+    """Class and uint8 grayscale pixels of synthetic image ``index`` (deterministic)."""
+    import cv2
+
+    label = index % n_classes
+    rng = np.random.default_rng([seed, index])
+    height, width = (int(v) for v in rng.integers(min_side, max_side + 1, size=2))
+    theta = np.pi * label / n_classes + rng.normal(0.0, 0.08)
+    frequency = 0.05 + 0.15 * ((label * 7) % n_classes) / n_classes  # cycles per pixel
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    grating = np.sin(2 * np.pi * frequency * (xx * np.cos(theta) + yy * np.sin(theta)) + rng.uniform(0, 2 * np.pi))
+    noise = cv2.GaussianBlur(rng.standard_normal((height, width)).astype(np.float32), (0, 0), 0.5 + label % 4)
+    noise /= noise.std() + 1e-6
+    pixels = 128 + rng.uniform(30, 70) * grating + 35 * noise
+    return label, np.clip(pixels, 0, 255).astype(np.uint8)
+
+
+def generate(out: Path, n: int, n_classes: int, seed: int, min_side: int, max_side: int, quality: int) -> dict:
+    """Write ``n`` synthetic JPEGs as ``out/class_CC/img_NNNNNNN.jpg`` (skipped when already there)."""
+    import cv2
+
+    params = {"n": n, "n_classes": n_classes, "seed": seed, "min_side": min_side, "max_side": max_side,
+              "quality": quality}
+    stamp = out / _STAMP
+    if stamp.exists() and json.loads(stamp.read_text())["params"] == params:
+        print(f"{out}: {n} synthetic images already there")
+        return json.loads(stamp.read_text())
+    start, total_bytes = time.perf_counter(), 0
+    for c in range(n_classes):
+        (out / f"class_{c:02d}").mkdir(parents=True, exist_ok=True)
+    for index in range(n):
+        label, pixels = synthetic_image(index, n_classes, seed, min_side, max_side)
+        ok, encoded = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, quality])
+        assert ok
+        (out / f"class_{label:02d}" / f"img_{index:07d}.jpg").write_bytes(encoded.tobytes())
+        total_bytes += encoded.size
+    record = {"params": params, "bytes": total_bytes, "seconds": round(time.perf_counter() - start, 1)}
+    stamp.write_text(json.dumps(record, indent=2) + "\n")  # written last: the folder is complete
+    print(f"{out}: {n} images, {total_bytes / n / 1024:.1f} KiB each, {record['seconds']} s")
+    return record
+
+
+# ------------------------------------------------------------------ process-tree monitor
+
+
+def _proc_stat(pid: int) -> tuple[int, float, int] | None:
+    """``(parent pid, CPU seconds, resident bytes)`` of a process, from ``/proc/PID/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    # after the command: state ppid ... utime(12) stime(13) ... rss(22), counted from "state" = 0
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, int(fields[21]) * _PAGE
+
+
+class ProcessTreeMonitor:
+    """CPU seconds per stage and peak resident memory per process, of this process and its
+    descendants (joblib / loky workers, a ``LocalCluster``'s nannies and workers), sampled
+    every ``interval`` seconds from ``/proc``.
+
+    The stage is set by :meth:`progress` (the build's progress callback): a stage runs from
+    its progress bar's start to the next one's; the step after a progress bar is finished
+    (``split`` after ``check``, ``codebook`` after ``sample``, ``normalise+write`` after
+    ``encode + pool``) is named by :data:`AFTER`.  CPU of processes that exited is kept at
+    their last sample (work done in less than one interval before exiting is missed).
+    """
+
+    AFTER = {"check images": "split", "sample descriptors": "codebook", "encode + pool": "normalise+write"}
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.stage = "discover"
+        self.cpu: dict[int, float] = {}          # last CPU seconds seen per pid
+        self.peak_rss: dict[int, int] = {}       # peak resident bytes per pid
+        self.role: dict[int, str] = {}
+        self.stage_cpu: dict[str, float] = {}
+        self.stage_main_cpu: dict[str, float] = {}   # of this process alone (client; LocalCluster's scheduler)
+        self.peak_tree_rss = 0
+        self._stage_start_cpu = 0.0
+        self._stage_start_main_cpu = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _descendants(self) -> dict[int, tuple[float, int]]:
+        stats, children = {}, {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                stat = _proc_stat(int(entry))
+                if stat is not None:
+                    children.setdefault(stat[0], []).append(int(entry))
+                    stats[int(entry)] = stat[1:]
+        tree, stack = {}, [os.getpid()]
+        while stack:
+            pid = stack.pop()
+            if pid in stats:
+                tree[pid] = stats[pid]
+            stack.extend(children.get(pid, []))
+        return tree
+
+    def sample(self) -> None:
+        tree = self._descendants()
+        with self._lock:
+            for pid, (cpu, rss) in tree.items():
+                self.cpu[pid] = cpu
+                self.peak_rss[pid] = max(self.peak_rss.get(pid, 0), rss)
+                self.role.setdefault(pid, "main" if pid == os.getpid() else "worker")
+            self.peak_tree_rss = max(self.peak_tree_rss, sum(rss for _, rss in tree.values()))
+
+    def total_cpu(self) -> float:
+        return sum(self.cpu.values())
+
+    def mark(self, stage: str) -> None:
+        self.sample()
+        with self._lock:
+            total, main = self.total_cpu(), self.cpu.get(os.getpid(), 0.0)
+            self.stage_cpu[self.stage] = self.stage_cpu.get(self.stage, 0.0) + total - self._stage_start_cpu
+            self.stage_main_cpu[self.stage] = self.stage_main_cpu.get(self.stage, 0.0) + main - self._stage_start_main_cpu
+            self.stage, self._stage_start_cpu, self._stage_start_main_cpu = stage, total, main
+
+    def progress(self, iterable, description: str, total: int | None = None):
+        self.mark(description)
+        after = self.AFTER.get(description, f"after {description}")
+        for count, item in enumerate(iterable, start=1):
+            if count == total:  # the caller may stop pulling at the last item (zip)
+                self.mark(after)
+            yield item
+        if total is None or total == 0:
+            self.mark(after)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> "ProcessTreeMonitor":
+        self.sample()
+        self._stage_start_cpu, self._stage_start_main_cpu = self.total_cpu(), self.cpu.get(os.getpid(), 0.0)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.mark("done")
+
+    def memory(self) -> dict:
+        workers = [rss for pid, rss in self.peak_rss.items() if self.role[pid] == "worker"]
+        return {
+            "main_peak_mib": round(self.peak_rss.get(os.getpid(), 0) / 2**20, 1),
+            "worker_peak_mib": round(max(workers, default=0) / 2**20, 1),
+            "worker_processes_seen": len(workers),
+            "tree_peak_mib": round(self.peak_tree_rss / 2**20, 1),
+        }
+
+
+# ------------------------------------------------------------------ build
+
+
+def _cluster_options(args) -> dict:
+    """The build's cluster keywords that were given (none: the single-machine build)."""
+    options = {"scheduler": args.scheduler, "cluster": args.cluster, "store": args.store,
+               "batch_size": getattr(args, "batch_size", None)}
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def run_build(args) -> dict:
+    """One build with the stage cache in ``args.cache_dir`` (emptied first: a cold build)."""
+    import shutil
+
+    from classify_images.pipeline.build import build_feature_set
+    from classify_images.pipeline.config import load_config
+
+    overrides = {"codebook": {"size": args.codebook_size, "n_samples": args.n_samples},
+                 "dataset": {"train_per_class": args.train_per_class}}
+    config = load_config(args.config, overrides)
+    out, cache = Path(args.out), Path(args.cache_dir)
+    if not args.keep_cache:
+        shutil.rmtree(cache, ignore_errors=True)
+    cache_dir = None if getattr(args, "no_cache", False) else cache
+    shutil.rmtree(out, ignore_errors=True)
+    options = _cluster_options(args)
+    metrics_module = None
+    if "cluster" in options or "scheduler" in options:
+        import dask
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _cluster_metrics as metrics_module
+
+        dask.config.set({"distributed.scheduler.preload": ["_cluster_metrics"]})
+    with ProcessTreeMonitor() as monitor:
+        start = time.perf_counter()
+        result = build_feature_set(args.images, out, config, n_jobs=args.n_jobs, cache_dir=cache_dir,
+                                   progress=monitor.progress, **options)
+        wall = time.perf_counter() - start
+    manifest = json.loads((out / "manifest.json").read_text())
+    n_images, rows = result.n_images, result.n_train + result.n_test
+    cache_bytes = _cache_sizes(cache)
+    stage_wall = manifest["timings"]
+    report = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores, shared",
+        "images": str(args.images), "config": args.config,
+        "overrides": overrides, "options": options, "n_jobs": args.n_jobs,
+        "n_images": n_images, "rows": rows, "n_train": result.n_train, "n_features": result.n_features,
+        "wall_seconds": round(wall, 2),
+        "stage_wall_seconds": stage_wall,
+        "stage_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_cpu.items()},
+        "stage_main_process_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_main_cpu.items()},
+        "cpu_seconds": round(sum(monitor.stage_cpu.values()), 2),
+        "per_image_ms": {
+            "wall": round(1000 * wall / n_images, 3),
+            "cpu": round(1000 * sum(monitor.stage_cpu.values()) / n_images, 3),
+            "check_wall": round(1000 * stage_wall.get("check", 0) / n_images, 3),
+            "check_cpu": round(1000 * monitor.stage_cpu.get("check images", 0) / n_images, 3),
+            "sample_wall_per_train_image": round(1000 * stage_wall.get("sample", 0) / max(result.n_train, 1), 3),
+            "encode_pool_wall": round(1000 * stage_wall.get("encode+pool", 0) / rows, 3),
+            "encode_pool_cpu": round(1000 * monitor.stage_cpu.get("encode + pool", 0) / rows, 3),
+        },
+        "cache_bytes_per_image": {k: round(v / n_images) for k, v in cache_bytes.items()},
+        "cache_bytes_total": sum(cache_bytes.values()),
+        "store_bytes_per_row": round(_du(out) / rows),
+        "store_bytes_total": _du(out),
+        "memory": monitor.memory(),
+    }
+    if metrics_module is not None:
+        metrics = metrics_module.snapshot()
+        sent = metrics["graph_bytes"] + metrics["scheduler_to_worker_bytes"] + metrics["result_bytes"]
+        metrics["bytes_sent_per_image"] = round(sent / n_images)
+        metrics["scheduler_overhead_ms_per_task"] = _overhead_per_task(metrics, stage_wall, monitor, report)
+        report["dask"] = metrics
+    return report
+
+
+def _overhead_per_task(metrics: dict, stage_wall: dict, monitor, report: dict) -> float | None:
+    """Worker-seconds of the per-image stages not spent computing a task, per task:
+    ``(workers × wall of the per-image stages − Σ task compute seconds) / tasks``."""
+    if not metrics["tasks"] or not metrics["workers"]:
+        return None
+    per_image_wall = sum(stage_wall.get(k, 0.0) for k in ("check", "sample", "encode+pool"))
+    idle = metrics["workers"] * per_image_wall - metrics["compute_seconds"]
+    return round(1000 * idle / metrics["tasks"], 3)
+
+
+# ------------------------------------------------------------------ per-image stage costs
+
+
+def _codebook_for(config, descriptors: np.ndarray, seed: int = 0):
+    """A codebook of the config's kind and size, learnt quickly from ``descriptors`` (float32).
+
+    The encode cost depends on the codebook's size and kind, not on how long it was trained:
+    a short training stands in for the build's (``n_iter`` kept small)."""
+    from classify_images.coding.codebook import learn_kmeans_codebook, learn_sparse_dictionary
+
+    kind, size = config.codebook.kind, config.codebook.size
+    if kind == "sparse":
+        return learn_sparse_dictionary(descriptors, size, lambda1=config.codebook.lambda_, n_iter=100, random_state=seed)
+    return learn_kmeans_codebook(descriptors, size, max_iter=20, random_state=seed)
+
+
+def _imagenet_like_decode(paths: list[str], work: Path) -> dict:
+    """CPU milliseconds to fingerprint, decode and shrink (``max_side`` 300) a colour JPEG of
+    ImageNet's typical size (500 × 375, quality 90), made by enlarging each image of ``paths``
+    and copying its grey levels into three slightly different channels."""
+    import cv2
+
+    from classify_images.features.preprocess import load_grayscale
+    from classify_images.pipeline.dataset import file_fingerprint
+
+    work.mkdir(parents=True, exist_ok=True)
+    files, sizes = [], []
+    for index, path in enumerate(paths):
+        grey = cv2.resize(cv2.imread(path, cv2.IMREAD_GRAYSCALE), (500, 375), interpolation=cv2.INTER_CUBIC)
+        colour = np.dstack([grey, cv2.GaussianBlur(grey, (0, 0), 1.0), 255 - grey])
+        file = work / f"imagenet_like_{index:03d}.jpg"
+        cv2.imwrite(str(file), colour, [cv2.IMWRITE_JPEG_QUALITY, 90])
+        files.append(str(file))
+        sizes.append(file.stat().st_size)
+    times = []
+    for repeat in range(2):
+        for file in files:
+            start = time.process_time()
+            file_fingerprint(file)
+            load_grayscale(file, max_side=300)
+            if repeat:
+                times.append(time.process_time() - start)
+    return {"cpu_ms_per_image": round(1000 * float(np.mean(times)), 2), "file_bytes": round(float(np.mean(sizes)))}
+
+
+def stage_costs(args) -> dict:
+    """CPU milliseconds per image of decode, dense SIFT, encode, pool (one thread), and the
+    bytes each stage would cache per image, for each config, on ``n_images`` real images."""
+    import io
+
+    from classify_images.coding.pooling import spatial_pyramid_pool, pyramid_cells, n_pyramid_cells
+    from classify_images.features.dsift import dequantize_descriptors
+    from classify_images.pipeline.cache_store import encode_result
+    from classify_images.pipeline.config import load_config
+    from classify_images.pipeline.dataset import discover_dataset, file_fingerprint
+    from classify_images.pipeline.stages import _coder, codes_matrix, compute_descriptors, image_codes
+    from classify_images.coding.codebook import codebook_digest, codebook_size
+    from classify_images.features.preprocess import load_grayscale
+
+    dataset = discover_dataset(args.dataset)
+    rng = np.random.default_rng(args.seed)
+    pick = np.sort(rng.choice(len(dataset.paths), size=min(args.n_images, len(dataset.paths)), replace=False))
+    paths = [str(dataset.absolute(dataset.paths[i])) for i in pick]
+
+    def npz_bytes(result) -> int:
+        buffer = io.BytesIO()
+        np.savez(buffer, **encode_result(result))
+        return buffer.getbuffer().nbytes
+
+    def cpu(fn):
+        start = time.process_time()
+        value = fn()
+        return value, time.process_time() - start
+
+    report = {"dataset": args.dataset, "n_images": len(paths), "seed": args.seed, "configs": {},
+              "imagenet_like_decode": _imagenet_like_decode(paths, args.work)}
+    print("imagenet_like_decode", json.dumps(report["imagenet_like_decode"]), flush=True)
+    for name in args.configs:
+        config = load_config(name)
+        sift, max_side = config.sift_params(), config.image.max_side
+        # a codebook from the descriptors of the sampled images themselves (20 000 at most)
+        sample = np.concatenate([compute_descriptors(p, max_side, sift)["descriptors"] for p in paths[:10]])
+        sample = sample[rng.permutation(sample.shape[0])[:20000]]
+        codebook = _codebook_for(config, dequantize_descriptors(sample), seed=args.seed)
+        digest, kind = codebook_digest(codebook), config.codebook.kind
+        params = config.codebook_params()
+        rows = {k: [] for k in ("fingerprint", "decode", "dsift", "encode", "pool", "descriptors", "cached_descriptors",
+                                "cached_codes", "vector_nnz")}
+        for repeat in range(2):  # the first pass compiles numba and warms the page cache
+            for path in paths:
+                fingerprint, t_hash = cpu(lambda: file_fingerprint(path))
+                image, t_decode = cpu(lambda: load_grayscale(path, max_side=max_side))
+                data, t_total = cpu(lambda: compute_descriptors(path, max_side, sift))
+                descriptors = dequantize_descriptors(data["descriptors"])
+                if kind in ("vlad", "fisher"):
+                    cells = pyramid_cells(data["x"], data["y"], tuple(int(v) for v in data["shape"]), list(config.pooling.levels))
+                    encoder = _coder(params, digest, codebook)
+                    vector, t_encode = cpu(lambda: encoder.encode(descriptors, cells, n_pyramid_cells(list(config.pooling.levels))))
+                    cached, t_pool = vector, 0.0
+                else:
+                    cached, t_encode = cpu(lambda: image_codes(path, fingerprint, max_side, sift, params, digest, codebook,
+                                                              descriptors_fn=lambda *a: data))
+                    n_words = codebook_size(codebook)
+                    vector, t_pool = cpu(lambda: spatial_pyramid_pool(
+                        codes_matrix(cached, n_words), cached["x"], cached["y"], tuple(int(v) for v in cached["shape"]),
+                        n_words, levels=list(config.pooling.levels), method=config.pooling.method))
+                if repeat == 0:
+                    continue
+                rows["fingerprint"].append(t_hash)
+                rows["decode"].append(t_decode)
+                rows["dsift"].append(max(t_total - t_decode, 0.0))
+                rows["encode"].append(t_encode)
+                rows["pool"].append(t_pool)
+                rows["descriptors"].append(data["descriptors"].shape[0])
+                rows["cached_descriptors"].append(npz_bytes(data) if config.sift.cache_descriptors else 0)
+                rows["cached_codes"].append(npz_bytes(cached))
+                rows["vector_nnz"].append(int(np.count_nonzero(vector)))
+        n_features = int(np.asarray(vector).size)
+        summary = {
+            "n_features": n_features,
+            "descriptors_per_image": round(float(np.mean(rows["descriptors"])), 1),
+            "cpu_ms_per_image": {k: round(1000 * float(np.mean(rows[k])), 2)
+                                 for k in ("fingerprint", "decode", "dsift", "encode", "pool")},
+            "cache_bytes_per_image": {"descriptors": round(float(np.mean(rows["cached_descriptors"]))),
+                                      "codes_or_vector": round(float(np.mean(rows["cached_codes"])))},
+            "row_bytes_dense": 4 * n_features,
+            "row_nonzero_fraction": round(float(np.mean(rows["vector_nnz"])) / n_features, 4),
+        }
+        summary["cpu_ms_per_image"]["total"] = round(sum(summary["cpu_ms_per_image"].values()), 2)
+        report["configs"][name] = summary
+        print(name, json.dumps(summary), flush=True)
+    return report
+
+
+# ------------------------------------------------------------------ training cost per class
+
+
+def train_costs(args) -> dict:
+    """Single-threaded training time of each classifier on a feature set's training rows
+    (CSR float32), with all the rows and with half of them (does the cost grow with the
+    rows as the projection assumes?), per one-vs-rest problem and per stored non-zero."""
+    import scipy.sparse as sp
+
+    from classify_images import HIKnSVM, PmSVM, QuadraticHingeSVC
+    from classify_images.classifiers.base import warm_up
+    from classify_images.pipeline.feature_store import load_feature_set
+
+    fs = load_feature_set(args.features)
+    X_all, y_all = sp.csr_matrix(np.asarray(fs.X_train, dtype=np.float32)), np.asarray(fs.y_train)
+    estimators = {"nsvm": lambda: HIKnSVM(random_state=0, n_jobs=1),
+                  "linear": lambda: QuadraticHingeSVC(),
+                  "pmsvm": lambda: PmSVM(random_state=0)}
+    report = {"features": str(args.features), "n_features": fs.n_features, "classifiers": {}}
+    half = np.sort(np.concatenate([np.flatnonzero(y_all == c)[: (y_all == c).sum() // 2] for c in np.unique(y_all)]))
+    for name in args.classifiers:
+        runs = {}
+        for label, rows in (("all", np.arange(y_all.size)), ("half", half)):
+            X, y = X_all[rows], y_all[rows]
+            estimator = estimators[name]()
+            warm_up(estimator, X, y)
+            wall, cpu = time.perf_counter(), time.process_time()
+            estimator.fit(X, y)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            n_classes = len(np.unique(y))
+            runs[label] = {"rows": int(y.size), "nnz": int(X.nnz), "classes": n_classes,
+                           "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                           "cpu_s_per_class": round(cpu / n_classes, 4),
+                           "cpu_ns_per_class_per_nnz": round(1e9 * cpu / n_classes / X.nnz, 3)}
+        report["classifiers"][name] = runs
+        print(name, json.dumps(runs), flush=True)
+    return report
+
+
+# ------------------------------------------------------------------ projection
+
+#: The per-image stages of a build: (name in the manifest's timings, progress-bar name, what it counts).
+_PER_IMAGE_STAGES = (("check", "check images", "n_images"), ("sample", "sample descriptors", "n_train"),
+                     ("encode+pool", "encode + pool", "rows"))
+#: Stage-cache folders and what their entries count (the codebook is one entry).
+_CACHE_COUNTS = {"check_image": "n_images", "image_descriptors": "n_images", "image_codes": "n_images",
+                 "image_encoding": "n_images", "descriptor_sample": "n_train", "learn_codebook": None}
+
+
+def per_image_costs(report: dict) -> dict:
+    """Milliseconds per counted image of each per-image stage of a :func:`run_build` report:
+    wall, CPU of the workers (process tree minus this process) and of this process (the
+    client, and a ``LocalCluster``'s scheduler)."""
+    costs = {}
+    for wall_key, cpu_key, count_key in _PER_IMAGE_STAGES:
+        n = max(report[count_key], 1)
+        tree = report["stage_cpu_seconds"].get(cpu_key, 0.0)
+        main = report.get("stage_main_process_cpu_seconds", {}).get(cpu_key, 0.0)
+        costs[wall_key] = {"count": report[count_key], "wall_ms": 1000 * report["stage_wall_seconds"].get(wall_key, 0.0) / n,
+                           "worker_cpu_ms": 1000 * max(tree - main, 0.0) / n, "main_cpu_ms": 1000 * main / n}
+    return costs
+
+
+def _scaled(report: dict, count_key: str | None, target: dict) -> float:
+    return 1.0 if count_key is None else target[count_key] / max(report[count_key], 1)
+
+
+def _encode_split(sample: float, encode: float, train_share: float) -> tuple[float, float]:
+    """Encode cost of a training image (descriptors read from the cache) and of a test image
+    (descriptors computed and cached, as the sample step does: ``+ sample``), from the mean
+    ``encode`` cost over a set whose ``train_share`` are training images."""
+    cached = max(encode - (1.0 - train_share) * sample, 0.0)
+    return cached, cached + sample
+
+
+def check_projection(small: dict, large: dict) -> dict:
+    """``large`` projected from ``small`` (each stage's wall, the cache and the store grow with
+    what they count; the codebook is fixed) against what ``large`` measured."""
+    counts = {"check": "n_images", "sample": "n_train", "encode+pool": "rows", "discover": "n_images",
+              "split": "n_images", "codebook": None, "normalise+write": "rows"}
+    cpu_names = {"check": "check images", "sample": "sample descriptors", "encode+pool": "encode + pool"}
+    rows = {}
+    for stage, count_key in counts.items():
+        projected = small["stage_wall_seconds"].get(stage, 0.0) * _scaled(small, count_key, large)
+        cpu = cpu_names.get(stage, stage)
+        rows[stage] = {"projected_s": round(projected, 2), "measured_s": large["stage_wall_seconds"].get(stage, 0.0),
+                       "projected_cpu_s": round(small["stage_cpu_seconds"].get(cpu, 0.0) * _scaled(small, count_key, large), 2),
+                       "measured_cpu_s": large["stage_cpu_seconds"].get(cpu, 0.0)}
+    projected_total = sum(row["projected_s"] for row in rows.values())
+    # with cached descriptors, encoding a training image reads the descriptors the sample step
+    # cached, a test image computes them: split the small run's encode time into the two
+    aware = {}
+    for clock, key in (("stage_wall_seconds", "s"), ("stage_cpu_seconds", "cpu_s")):
+        sample = small[clock].get("sample" if key == "s" else "sample descriptors", 0.0)
+        encode = small[clock].get("encode+pool" if key == "s" else "encode + pool", 0.0)
+        cached, fresh = _encode_split(sample / max(small["n_train"], 1), encode / max(small["rows"], 1),
+                                      small["n_train"] / max(small["rows"], 1))
+        aware[f"projected_{key}"] = round(cached * large["n_train"] + fresh * (large["rows"] - large["n_train"]), 2)
+        aware[f"measured_{key}"] = rows["encode+pool"][f"measured_{key}"]
+    rows["encode+pool, train/test aware"] = aware
+    cache_small = {k: v * small["n_images"] for k, v in small["cache_bytes_per_image"].items()}
+    cache_projected = sum(v * _scaled(small, _CACHE_COUNTS.get(k, "n_images"), large) for k, v in cache_small.items())
+    return {
+        "images": [small["n_images"], large["n_images"]],
+        "stages": rows,
+        "stages_total": {"projected_s": round(projected_total, 1),
+                         "measured_s": round(sum(large["stage_wall_seconds"].values()), 1)},
+        "wall": {"projected_s": round(projected_total + small["wall_seconds"] - sum(small["stage_wall_seconds"].values()), 1),
+                 "measured_s": large["wall_seconds"]},
+        "cache_bytes": {"projected": round(cache_projected), "measured": large["cache_bytes_total"]},
+        "store_bytes": {"projected": round(small["store_bytes_total"] * large["rows"] / small["rows"]),
+                        "measured": large["store_bytes_total"]},
+        "peak_worker_mib": {"small": small["memory"]["worker_peak_mib"], "large": large["memory"]["worker_peak_mib"]},
+    }
+
+
+def project_imagenet(build: dict, stage_costs: dict | None, *, n_train: int, n_test: int, cores: list[int],
+                     image_bytes: int, config: str, codebook_seconds: float, task_seconds: float,
+                     batch_size: int, fs_bandwidth: list[float]) -> dict:
+    """Time, disk and network of a cold build of ``n_train + n_test`` images on ``cores``
+    single-threaded workers, from a measured cluster build (docs/scaling.md, "The model").
+
+    * worker CPU: the measured worker CPU per image of each per-image step (fingerprint,
+      check, descriptor sample, encode + pool + shard write), times the images it visits
+      at that scale (the sample step visits every training image), plus the extra decode
+      time of larger colour JPEGs (``stage_costs``' probe);
+    * scheduler: ``task_seconds`` of client + scheduler CPU per task (measured with no-op
+      tasks), ``batch_size`` images per task; the scheduler is one process, so
+      ``tasks × task_seconds`` bounds the build from below whatever the cores;
+    * the codebook (``codebook_seconds``, one thread on the client) does not grow with the
+      images (a fixed sample of descriptors);
+    * bytes over the network: every image read once by a worker, the stage cache written
+      (and the training images' descriptors read back by encode), the shards written, the
+      scheduler's messages and results; at ``fs_bandwidth`` GB/s of shared file system the
+      build cannot be faster than those bytes take.
+    """
+    n_all = n_train + n_test
+    costs = per_image_costs(build)
+    discover_worker_ms = 1000 * (build["stage_cpu_seconds"].get("discover", 0.0)
+                                 - build["stage_main_process_cpu_seconds"].get("discover", 0.0)) / build["n_images"]
+    sample_ms = costs["sample"]["worker_cpu_ms"]
+    encode_cached_ms, encode_fresh_ms = costs["encode+pool"]["worker_cpu_ms"], costs["encode+pool"]["worker_cpu_ms"]
+    if build["cache_bytes_per_image"].get("image_descriptors"):  # descriptors cached by the sample step
+        encode_cached_ms, encode_fresh_ms = _encode_split(sample_ms, costs["encode+pool"]["worker_cpu_ms"],
+                                                          build["n_train"] / build["rows"])
+    worker_cpu = ((discover_worker_ms + costs["check"]["worker_cpu_ms"]) * n_all
+                  + (sample_ms + encode_cached_ms) * n_train + encode_fresh_ms * n_test) / 1000
+    extra_decode_ms = 0.0
+    if stage_costs is not None and "imagenet_like_decode" in stage_costs:
+        scene = stage_costs["configs"][config]["cpu_ms_per_image"]
+        # the probe's JPEGs are smoother (fewer bytes) than photographs of that size: its decode
+        # time is scaled by image_bytes / its bytes (Huffman decoding grows with the bytes)
+        probe = stage_costs["imagenet_like_decode"]
+        decode_ms = probe["cpu_ms_per_image"] * max(1.0, image_bytes / probe["file_bytes"])
+        # an image is decoded twice on the workers (check, descriptors)
+        extra_decode_ms = 2 * max(decode_ms - scene["fingerprint"] - scene["decode"], 0.0)
+    worker_cpu += extra_decode_ms * n_all / 1000
+    # encode and sample: batch_size images per task; fingerprint and check: 8 × batch_size
+    n_tasks = (math.ceil(n_all / batch_size) + math.ceil(n_train / batch_size)
+               + 2 * math.ceil(n_all / (8 * batch_size)))
+    scheduler = n_tasks * task_seconds
+    per_image = dict(build["cache_bytes_per_image"])
+    # the descriptor sample of a training image holds ceil(n_samples / n_train) descriptors
+    # (128 bytes each) in an entry whose overhead is about a check entry's size
+    n_samples = build["overrides"]["codebook"]["n_samples"] or 200_000
+    sample_entry = per_image.get("check_image", 0) + 128 * math.ceil(n_samples / n_train)
+    per_image["descriptor_sample"] = sample_entry * n_train / n_all
+    cache_written = sum(v for v in per_image.values()) * n_all
+    cache_read = per_image.get("image_descriptors", 0) * n_train
+    store = build["store_bytes_per_row"] * n_all
+    messages = (build.get("dask") or {}).get("bytes_sent_per_image", 0) * n_all
+    network = image_bytes * n_all + cache_written + cache_read + store + messages
+    table = []
+    for p in cores:
+        cpu_seconds = codebook_seconds + max(worker_cpu / p, scheduler)
+        row = {"cores": p, "cpu_bound_hours": round(cpu_seconds / 3600, 3),
+               "bound": "workers" if worker_cpu / p >= scheduler else "scheduler",
+               "network_GB_per_s_needed": round(network / max(cpu_seconds - codebook_seconds, 1e-9) / 1e9, 2)}
+        for bandwidth in fs_bandwidth:
+            row[f"hours_at_{bandwidth:g}_GB_per_s"] = round(max(cpu_seconds, codebook_seconds + network / (bandwidth * 1e9)) / 3600, 3)
+        table.append(row)
+    return {
+        "images": n_all, "train_images": n_train, "tasks": n_tasks, "batch_size": batch_size,
+        "per_image_ms": costs, "discover_worker_ms": round(discover_worker_ms, 3),
+        "encode_ms": {"training_image": round(encode_cached_ms, 2), "test_image": round(encode_fresh_ms, 2)},
+        "extra_decode_ms_per_image": round(extra_decode_ms, 2),
+        "worker_cpu_ms_per_image": round(1000 * worker_cpu / n_all, 2),
+        "worker_cpu_hours": round(worker_cpu / 3600, 1), "scheduler_hours": round(scheduler / 3600, 3),
+        "codebook_hours": round(codebook_seconds / 3600, 3),
+        "disk_GB": {"images": round(image_bytes * n_all / 1e9), "stage_cache": round(cache_written / 1e9),
+                    "feature_store": round(store / 1e9)},
+        "network_GB": {"images": round(image_bytes * n_all / 1e9), "cache_written": round(cache_written / 1e9),
+                       "cache_read": round(cache_read / 1e9), "store": round(store / 1e9),
+                       "scheduler_and_results": round(messages / 1e9, 1), "total": round(network / 1e9)},
+        "table": table,
+    }
+
+
+def train_projection(train_costs: dict, *, n_train: int, nnz_per_row: float, n_classes: int, cores: list[int]) -> dict:
+    """CPU hours of one-vs-rest training over ``n_classes`` on ``n_train`` rows, from the
+    measured cost per class per stored non-zero (valid when a classifier's work grows with
+    the rows: fixed epochs of SGD for nSVM), spread over ``cores``."""
+    out = {}
+    nnz = n_train * nnz_per_row
+    for name, runs in train_costs["classifiers"].items():
+        per_nnz = runs["all"]["cpu_ns_per_class_per_nnz"] * 1e-9
+        growth = runs["all"]["cpu_ns_per_class_per_nnz"] / runs["half"]["cpu_ns_per_class_per_nnz"]
+        cpu = per_nnz * nnz * n_classes
+        out[name] = {"cpu_s_per_class": round(per_nnz * nnz), "cpu_hours": round(cpu / 3600, 1),
+                     "per_nnz_growth_when_rows_double": round(growth, 2),
+                     "hours": {p: round(cpu / min(p, n_classes) / 3600, 2) for p in cores}}
+    return out
+
+
+def project(args) -> dict:
+    load = lambda path: json.loads(Path(path).read_text()) if path else None  # noqa: E731
+    report = {}
+    if args.build:
+        runs = load(args.build)
+        build = runs[args.build_mode] if args.build_mode else runs
+        codebook = runs[args.codebook_mode] if args.codebook_mode else build
+        noop = {run["workers"]: run for run in runs.get("noop", [])} if args.build_mode else {}
+        if args.batch_size is None:
+            from classify_images.pipeline.build import DEFAULT_BATCH_SIZE
+
+            args.batch_size = DEFAULT_BATCH_SIZE
+        task_seconds = (args.task_ms if args.task_ms is not None
+                        else noop[max(noop)]["client_and_scheduler_cpu_ms_per_task"]) / 1000
+        report["imagenet_build"] = project_imagenet(
+            build, load(args.stage_costs), n_train=args.n_train, n_test=args.n_test, cores=args.cores,
+            image_bytes=args.image_bytes, config=args.config,
+            codebook_seconds=codebook["stage_cpu_seconds"]["codebook"], task_seconds=task_seconds,
+            batch_size=args.batch_size, fs_bandwidth=args.fs_gb_per_s)
+    if args.train_costs:
+        report["imagenet_training"] = train_projection(load(args.train_costs), n_train=args.n_train,
+                                                       nnz_per_row=args.nnz_per_row, n_classes=args.classes,
+                                                       cores=args.cores)
+    if args.check_small and args.check_large:
+        report["check"] = check_projection(load(args.check_small), load(args.check_large))
+    return report
+
+
+# ------------------------------------------------------------------ command line
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="write N synthetic images")
+    gen.add_argument("--out", required=True, type=Path)
+    gen.add_argument("--n", type=int, default=1000)
+    gen.add_argument("--classes", type=int, default=10)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--min-side", type=int, default=64)
+    gen.add_argument("--max-side", type=int, default=128)
+    gen.add_argument("--quality", type=int, default=90, help="JPEG quality")
+
+    build = commands.add_parser("build", help="build features on a folder and measure")
+    build.add_argument("--images", required=True)
+    build.add_argument("--out", required=True)
+    build.add_argument("--cache-dir", required=True, help="emptied first (a cold build) unless --keep-cache")
+    build.add_argument("--keep-cache", action="store_true")
+    build.add_argument("--no-cache", action="store_true", help="build without a stage cache (what the cache costs)")
+    build.add_argument("--config", default="bof-spm")
+    build.add_argument("--codebook-size", type=int)
+    build.add_argument("--n-samples", type=int)
+    build.add_argument("--train-per-class", type=int)
+    build.add_argument("--n-jobs", type=int, default=1)
+    build.add_argument("--scheduler")
+    build.add_argument("--cluster")
+    build.add_argument("--store")
+    build.add_argument("--batch-size", type=int, help="images per Dask task (default: the build's)")
+    build.add_argument("--json")
+
+    costs = commands.add_parser("stage-costs", help="per-image CPU cost of each stage on real images")
+    costs.add_argument("--dataset", required=True)
+    costs.add_argument("--configs", nargs="+", default=["bof-spm", "scspm", "vlad"])
+    costs.add_argument("--n-images", type=int, default=30)
+    costs.add_argument("--seed", type=int, default=0)
+    costs.add_argument("--work", type=Path, default=Path("/tmp/classify-images-stage-costs"),
+                       help="where the ImageNet-sized JPEGs are written")
+    costs.add_argument("--json")
+
+    train = commands.add_parser("train-costs", help="training time per one-vs-rest problem on a feature set")
+    train.add_argument("--features", required=True)
+    train.add_argument("--classifiers", nargs="+", default=["nsvm", "linear", "pmsvm"])
+    train.add_argument("--json")
+
+    proj = commands.add_parser("project", help="the projection of docs/scaling.md from the measurements")
+    proj.add_argument("--build", help="a build report (build --json), or bench_cluster.py's JSON with --build-mode")
+    proj.add_argument("--build-mode", help="the mode of bench_cluster.py's JSON to project from (e.g. local:2:sharded)")
+    proj.add_argument("--codebook-mode", help="the mode whose codebook CPU seconds to use (the one that learnt it)")
+    proj.add_argument("--task-ms", type=float, help="client + scheduler CPU ms per task (default: the no-op "
+                      "measurement in bench_cluster.py's JSON)")
+    proj.add_argument("--batch-size", type=int, help="images per encode task (default: the build's)")
+    proj.add_argument("--fs-gb-per-s", type=float, nargs="+", default=[1.0, 10.0],
+                      help="shared file system bandwidths to bound the build by")
+    proj.add_argument("--stage-costs", help="stage-costs --json (adds the larger images' extra decode time)")
+    proj.add_argument("--train-costs", help="train-costs --json")
+    proj.add_argument("--config", default="bof-spm")
+    proj.add_argument("--n-train", type=int, default=1_281_167, help="ImageNet-1k training images")
+    proj.add_argument("--n-test", type=int, default=50_000, help="ImageNet-1k validation images")
+    proj.add_argument("--classes", type=int, default=1000)
+    proj.add_argument("--cores", type=int, nargs="+", default=[10, 100, 1000])
+    proj.add_argument("--image-bytes", type=int, default=110_000, help="mean JPEG size (ImageNet-1k: ~110 KB)")
+    proj.add_argument("--nnz-per-row", type=float, default=1367.0, help="stored non-zeros per feature row")
+    proj.add_argument("--check-small", help="build report of the small simulated run")
+    proj.add_argument("--check-large", help="build report of the large simulated run")
+    proj.add_argument("--json")
+
+    args = parser.parse_args()
+    if args.command == "generate":
+        generate(args.out, args.n, args.classes, args.seed, args.min_side, args.max_side, args.quality)
+        return 0
+    if args.command in ("stage-costs", "train-costs"):  # one thread: CPU seconds of one core
+        os.environ["NUMBA_NUM_THREADS"] = "1"
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    commands_run = {"build": run_build, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
+    report = commands_run[args.command](args)
+    print(json.dumps(report, indent=2))
+    from _bench_utils import write_json
+
+    write_json(args.json, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Tests of the scaling scripts (benchmarks/simulate_scale.py, benchmarks/_cluster_metrics.py):
+the synthetic images, the process-tree monitor and the projection arithmetic."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import simulate_scale
+
+
+def test_synthetic_images_are_deterministic_and_differ_by_index():
+    label, pixels = simulate_scale.synthetic_image(7, n_classes=5, seed=3, min_side=64, max_side=128)
+    again = simulate_scale.synthetic_image(7, n_classes=5, seed=3, min_side=64, max_side=128)
+    other = simulate_scale.synthetic_image(8, n_classes=5, seed=3, min_side=64, max_side=128)
+    assert label == 7 % 5 and np.array_equal(pixels, again[1])
+    assert pixels.dtype == np.uint8 and 64 <= min(pixels.shape) and max(pixels.shape) <= 128
+    assert other[0] == 8 % 5 and (other[1].shape != pixels.shape or not np.array_equal(other[1], pixels))
+    assert pixels.std() > 10  # a texture, not a flat image
+
+
+def test_generate_writes_the_same_bytes_and_skips_a_complete_folder(tmp_path, capsys):
+    first, second = tmp_path / "a", tmp_path / "b"
+    simulate_scale.generate(first, 12, 3, 0, 64, 96, 90)
+    simulate_scale.generate(second, 12, 3, 0, 64, 96, 90)
+    files = sorted(p.relative_to(first) for p in first.rglob("*.jpg"))
+    assert len(files) == 12 and {p.parent.name for p in files} == {"class_00", "class_01", "class_02"}
+    assert all((first / p).read_bytes() == (second / p).read_bytes() for p in files)
+    capsys.readouterr()
+    simulate_scale.generate(first, 12, 3, 0, 64, 96, 90)
+    assert "already there" in capsys.readouterr().out
+
+
+def _burn_cpu_in_child(seconds: float) -> None:
+    code = ("import time\nstart = time.process_time()\nwhile time.process_time() - start < %r: pass\n"
+            "time.sleep(0.3)\n" % seconds)
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_monitor_counts_the_cpu_of_child_processes_per_stage():
+    def results():  # the work happens while the progress bar waits for a result, as in a build
+        _burn_cpu_in_child(0.4)
+        yield 1
+
+    with simulate_scale.ProcessTreeMonitor(interval=0.05) as monitor:
+        for _ in monitor.progress(results(), "check images", 1):
+            time.sleep(0.1)
+    assert monitor.stage_cpu["check images"] >= 0.3
+    assert monitor.stage_cpu.get("split", 0.0) < 0.2  # the stage after the progress bar
+    assert monitor.memory()["worker_processes_seen"] >= 1
+
+
+def _report(n_images, n_train, walls, cpus, cache_per_image, store_total):
+    return {"n_images": n_images, "rows": n_images, "n_train": n_train, "wall_seconds": sum(walls.values()) + 1.0,
+            "stage_wall_seconds": walls, "stage_cpu_seconds": cpus, "cache_bytes_per_image": cache_per_image,
+            "cache_bytes_total": sum(cache_per_image.values()) * n_images, "store_bytes_total": store_total,
+            "memory": {"worker_peak_mib": 200.0}}
+
+
+def test_check_projection_scales_each_step_by_what_it_counts():
+    walls = {"discover": 1.0, "check": 2.0, "sample": 4.0, "codebook": 10.0, "encode+pool": 6.0, "normalise+write": 0.5}
+    cpus = {"check images": 1.0, "sample descriptors": 2.0, "encode + pool": 3.0, "codebook": 5.0}
+    small = _report(100, 50, walls, cpus, {"check_image": 1000, "descriptor_sample": 200, "learn_codebook": 10},
+                    store_total=10_000)
+    large = _report(1000, 50, walls, cpus, {}, store_total=0)
+    check = simulate_scale.check_projection(small, large)
+    stages = check["stages"]
+    assert stages["check"]["projected_s"] == pytest.approx(20.0)        # per image: × 10
+    assert stages["sample"]["projected_s"] == pytest.approx(4.0)        # same training images
+    assert stages["codebook"]["projected_s"] == pytest.approx(10.0)     # fixed
+    assert stages["encode+pool"]["projected_cpu_s"] == pytest.approx(30.0)
+    # train/test aware: sample 0.08 s per training image; mean encode 0.06 s over half training
+    # images -> a training image 0.02 s, a test image 0.10 s; 50 + 950 of them
+    assert stages["encode+pool, train/test aware"]["projected_s"] == pytest.approx(50 * 0.02 + 950 * 0.10)
+    # cache: check entries grow with the images, the sample with the training images, the codebook is one
+    assert check["cache_bytes"]["projected"] == pytest.approx(1000 * 1000 + 200 * 100 + 10 * 100)
+    assert check["store_bytes"]["projected"] == pytest.approx(100_000)
+
+
+def test_encode_split_recovers_the_two_costs():
+    cached, fresh = simulate_scale._encode_split(sample=4.0, encode=1.0 / 3 * 2.0 + 2.0 / 3 * 6.0, train_share=1.0 / 3)
+    assert (cached, fresh) == pytest.approx((2.0, 6.0))
+
+
+def test_train_projection_scales_by_non_zeros_and_classes():
+    costs = {"classifiers": {"nsvm": {"all": {"cpu_ns_per_class_per_nnz": 100.0}, "half": {"cpu_ns_per_class_per_nnz": 100.0}}}}
+    projected = simulate_scale.train_projection(costs, n_train=1_000_000, nnz_per_row=1000, n_classes=1000, cores=[10, 2000])
+    nsvm = projected["nsvm"]
+    assert nsvm["cpu_s_per_class"] == 100  # 1e9 non-zeros × 100 ns
+    assert nsvm["hours"][10] == pytest.approx(100 * 1000 / 10 / 3600, abs=0.01)
+    assert nsvm["hours"][2000] == pytest.approx(100 / 3600, abs=0.01)  # never fewer than one class per core
+    assert nsvm["per_nnz_growth_when_rows_double"] == 1.0
+
+
+def test_cluster_metrics_task_names():
+    pytest.importorskip("distributed")
+    import _cluster_metrics
+
+    assert _cluster_metrics._prefix("encode-pool-1a2b3c4d-17") == "encode-pool"
+    assert _cluster_metrics._prefix(("check-images-deadbeef", 3)) == "check-images"
+    assert _cluster_metrics._prefix("f") == "f"
