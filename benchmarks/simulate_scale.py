@@ -314,12 +314,10 @@ def _codebook_for(config, descriptors: np.ndarray, seed: int = 0):
 
     The encode cost depends on the codebook's size and kind, not on how long it was trained:
     a short training stands in for the build's (``n_iter`` kept small)."""
-    from classify_images.coding.codebook import learn_kmeans_codebook, learn_sparse_dictionary
+    from classify_images.coding.encoders import make_encoder
 
-    kind, size = config.codebook.kind, config.codebook.size
-    if kind == "sparse":
-        return learn_sparse_dictionary(descriptors, size, lambda1=config.codebook.lambda_, n_iter=100, random_state=seed)
-    return learn_kmeans_codebook(descriptors, size, max_iter=20, random_state=seed)
+    n_iter = 100 if config.codebook.kind == "sparse" else 20
+    return make_encoder({**config.codebook_params(), "n_iter": n_iter, "seed": seed}).learn(descriptors)
 
 
 def _imagenet_like_decode(paths: list[str], work: Path) -> dict:
@@ -356,13 +354,13 @@ def stage_costs(args) -> dict:
     bytes each stage would cache per image, for each config, on ``n_images`` real images."""
     import io
 
-    from classify_images.coding.pooling import spatial_pyramid_pool, pyramid_cells, n_pyramid_cells
+    from classify_images.coding.encoders import Pyramid, make_encoder
     from classify_images.features.dsift import dequantize_descriptors
     from classify_images.pipeline.cache_store import encode_result
     from classify_images.pipeline.config import load_config
     from classify_images.pipeline.dataset import discover_dataset, file_fingerprint
-    from classify_images.pipeline.stages import _coder, codes_matrix, compute_descriptors, image_codes
-    from classify_images.coding.codebook import codebook_digest, codebook_size
+    from classify_images.pipeline.stages import compute_descriptors
+    from classify_images.coding.codebook import codebook_digest
     from classify_images.features.preprocess import load_grayscale
 
     dataset = discover_dataset(args.dataset)
@@ -390,8 +388,9 @@ def stage_costs(args) -> dict:
         sample = np.concatenate([compute_descriptors(p, max_side, sift)["descriptors"] for p in paths[:10]])
         sample = sample[rng.permutation(sample.shape[0])[:20000]]
         codebook = _codebook_for(config, dequantize_descriptors(sample), seed=args.seed)
-        digest, kind = codebook_digest(codebook), config.codebook.kind
-        params = config.codebook_params()
+        encoder = make_encoder(config.codebook_params())
+        pyramid = Pyramid(tuple(config.pooling.levels), config.pooling.method)
+        coder = encoder.prepared(codebook, codebook_digest(codebook))
         rows = {k: [] for k in ("fingerprint", "decode", "dsift", "encode", "pool", "descriptors", "cached_descriptors",
                                 "cached_codes", "vector_nnz")}
         for repeat in range(2):  # the first pass compiles numba and warms the page cache
@@ -400,18 +399,10 @@ def stage_costs(args) -> dict:
                 image, t_decode = cpu(lambda: load_grayscale(path, max_side=max_side))
                 data, t_total = cpu(lambda: compute_descriptors(path, max_side, sift))
                 descriptors = dequantize_descriptors(data["descriptors"])
-                if kind in ("vlad", "fisher"):
-                    cells = pyramid_cells(data["x"], data["y"], tuple(int(v) for v in data["shape"]), list(config.pooling.levels))
-                    encoder = _coder(params, digest, codebook)
-                    vector, t_encode = cpu(lambda: encoder.encode(descriptors, cells, n_pyramid_cells(list(config.pooling.levels))))
-                    cached, t_pool = vector, 0.0
-                else:
-                    cached, t_encode = cpu(lambda: image_codes(path, fingerprint, max_side, sift, params, digest, codebook,
-                                                              descriptors_fn=lambda *a: data))
-                    n_words = codebook_size(codebook)
-                    vector, t_pool = cpu(lambda: spatial_pyramid_pool(
-                        codes_matrix(cached, n_words), cached["x"], cached["y"], tuple(int(v) for v in cached["shape"]),
-                        n_words, levels=list(config.pooling.levels), method=config.pooling.method))
+                shape = tuple(int(v) for v in data["shape"])
+                cached, t_encode = cpu(lambda: encoder.cached_item(coder, descriptors, data["x"], data["y"], shape,
+                                                                   **encoder.cache_dependencies(pyramid)))
+                vector, t_pool = cpu(lambda: encoder.pool(coder, cached, pyramid))
                 if repeat == 0:
                     continue
                 rows["fingerprint"].append(t_hash)
@@ -485,8 +476,7 @@ def train_costs(args) -> dict:
 _PER_IMAGE_STAGES = (("check", "check images", "n_images"), ("sample", "sample descriptors", "n_train"),
                      ("encode+pool", "encode + pool", "rows"))
 #: Stage-cache folders and what their entries count (the codebook is one entry).
-_CACHE_COUNTS = {"check_image": "n_images", "image_descriptors": "n_images", "image_codes": "n_images",
-                 "image_encoding": "n_images", "descriptor_sample": "n_train", "learn_codebook": None}
+_CACHE_COUNTS = {"check_image": "n_images", "image_descriptors": "n_images", "image_encoding": "n_images", "descriptor_sample": "n_train", "learn_codebook": None}
 
 
 def per_image_costs(report: dict) -> dict:
