@@ -215,7 +215,9 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         dimension), ``P`` (one-vs-rest problems: 1 for two classes, else the class
         count), ``S`` (MBKL's selected stumps), ``2S`` and ``m+1`` (PmSVM's polynomial
         coefficients); ``()`` for a scalar.  Loading a model file checks every array
-        against it (:mod:`classify_images.pipeline.model_file`).
+        against it (:mod:`classify_images.pipeline.model_file`), with the values of the
+        classifier's own symbols from :meth:`_shape_symbols` and its value rules from
+        :meth:`_check_fitted_values`.
     _fitted_arrays : tuple of str
         The names of ``_fitted_shapes``, in order (derived, never set by hand).
     _problem_axes : dict of str to int, or None
@@ -240,6 +242,16 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._fitted_arrays = tuple(cls._fitted_shapes)
+
+    @classmethod
+    def _shape_symbols(cls, arrays: dict[str, np.ndarray], params: dict[str, Any]) -> dict[str, int]:
+        """Values of this classifier's own symbols of :attr:`_fitted_shapes` (beyond ``d`` and
+        ``P``), from the saved ``arrays`` and parameters ``params`` of a model file."""
+        return {}
+
+    @classmethod
+    def _check_fitted_values(cls, arrays: dict[str, np.ndarray], n_features: int) -> None:
+        """Value rules of the saved arrays beyond shapes and finiteness; raises ``ValueError``."""
 
     # ------------------------------------------------------------------ tags
     def __sklearn_tags__(self):

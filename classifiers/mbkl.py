@@ -403,6 +403,20 @@ class MBKL(OneVsRestClassifierBase):
         "stump_features_": ("S",), "stump_thresholds_": ("S",), "theta_": ("S",), "coef_": ("P", "2S"),
         "intercept_": ("P",), "n_stumps_": (), "n_stumps_step0_": (), "n_iter_kernel_": (), "n_iter_": (),
     }
+
+    @classmethod
+    def _shape_symbols(cls, arrays, params):
+        stumps = arrays.get("stump_features_")
+        if stumps is None or stumps.ndim != 1:
+            return {}
+        return {"S": stumps.shape[0], "2S": 2 * stumps.shape[0]}
+
+    @classmethod
+    def _check_fitted_values(cls, arrays, n_features):
+        features = arrays["stump_features_"]
+        if features.size and not (features.dtype.kind in "iu" and 0 <= int(features.min())
+                                  and int(features.max()) < n_features):
+            raise ValueError("stump_features_ index dimensions outside the features")
     _joint_reason = (
         "learns its stumps and their weights theta from all classes at once (Steps 0-1), and its Step 2 "
         "trains all classes in one L-BFGS run: it cannot be trained in groups of classes and give the same "

@@ -346,6 +346,10 @@ class PmSVM(OneVsRestClassifierBase):
     _requires_non_negative = True
     _accept_sparse = True
     _fitted_shapes = {"coef_": ("d", "m+1", "P"), "feature_max_": ("d",), "n_iter_": ("P",), "C_": ()}
+
+    @classmethod
+    def _shape_symbols(cls, arrays, params):
+        return {"m+1": int(params.get("m", 0)) + 1}
     _problem_axes = {"coef_": 2, "n_iter_": 0}  # each problem its own dual CD, one shared seed
 
     _parameter_constraints: dict = {

@@ -293,16 +293,6 @@ def _check_meta(meta: dict) -> None:
             "extractor header without a configuration")
 
 
-def _symbols(name: str, arrays: dict[str, np.ndarray], n_classes: int, n_features: int, params: dict) -> dict:
-    symbols = {"d": n_features, "P": 1 if n_classes == 2 else n_classes}
-    if name == "pmsvm":
-        symbols["m+1"] = int(params.get("m", 0)) + 1
-    if name == "mbkl" and "stump_features_" in arrays and arrays["stump_features_"].ndim == 1:
-        symbols["S"] = arrays["stump_features_"].shape[0]
-        symbols["2S"] = 2 * symbols["S"]
-    return symbols
-
-
 def _check_fitted_arrays(name: str, arrays: dict[str, np.ndarray], n_classes: int, params: dict) -> None:
     """The arrays the classifier restores (its ``_fitted_arrays``): present, shapes against the class
     count and dimension (the classifier's ``_fitted_shapes``), numeric dtypes, finite values."""
@@ -310,22 +300,21 @@ def _check_fitted_arrays(name: str, arrays: dict[str, np.ndarray], n_classes: in
             and arrays["n_features_in_"].dtype.kind in "iu", "no feature dimension")
     n_features = int(arrays["n_features_in_"])
     _expect(n_features > 0, "feature dimension is not positive")
-    shapes = classifier_class(name)._fitted_shapes
+    cls = classifier_class(name)
+    shapes = cls._fitted_shapes
     missing = [key for key in shapes if key not in arrays]
     _expect(not missing, f"fitted array {missing[0] if missing else ''} is missing")
-    symbols = _symbols(name, arrays, n_classes, n_features, params)
+    symbols = {"d": n_features, "P": 1 if n_classes == 2 else n_classes, **cls._shape_symbols(arrays, params)}
     for key, dims in shapes.items():
         array = arrays[key]
+        _expect(all(s in symbols for s in dims), f"fitted array {key} has an unreadable shape")
         shape = tuple(symbols[s] for s in dims)
         _expect(array.shape == shape, f"fitted array {key} has shape {array.shape}, expected {shape} "
                 f"for {n_classes} classes and {n_features} features")
         _expect(array.dtype.kind in "biuf", f"fitted array {key} is not numeric")
         if array.dtype.kind == "f":
             _expect(bool(np.isfinite(array).all()), f"fitted array {key} holds NaN or infinite values")
-    if name == "mbkl" and arrays["stump_features_"].size:
-        features = arrays["stump_features_"]
-        _expect(features.dtype.kind in "iu" and 0 <= int(features.min()) and int(features.max()) < n_features,
-                "stump_features_ index dimensions outside the features")
+    cls._check_fitted_values(arrays, n_features)
 
 
 def _restore_classifier(meta: dict, arrays: dict[str, np.ndarray]) -> Any:

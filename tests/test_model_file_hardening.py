@@ -128,7 +128,6 @@ def test_every_fitted_array_of_every_classifier_has_a_shape_rule(model_files):
     resolves, so that no array reaches the classifier unchecked."""
     from classify_images.classifiers.registry import CLASSIFIERS as REGISTERED
     from classify_images.classifiers.registry import classifier_class
-    from classify_images.pipeline.model_file import _symbols
 
     for name in REGISTERED:
         cls = classifier_class(name)
@@ -136,7 +135,7 @@ def test_every_fitted_array_of_every_classifier_has_a_shape_rule(model_files):
         assert cls._fitted_arrays == tuple(cls._fitted_shapes), name
         with np.load(model_files[name]) as archive:
             arrays = {key.split("/", 1)[1]: archive[key] for key in archive.files if key.startswith("model/")}
-        symbols = _symbols(name, arrays, 3, 8, {"m": 2})
+        symbols = {"d": 8, "P": 3, **cls._shape_symbols(arrays, {"m": 2})}
         for key, dims in cls._fitted_shapes.items():
             assert all(symbol in symbols for symbol in dims), (name, key, dims)
 
