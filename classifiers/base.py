@@ -51,6 +51,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
+from ..errors import ClassifyImagesError
 from ._compat import _fit_context
 
 __all__ = [
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 
-class NegativeFeaturesError(ValueError):
+class NegativeFeaturesError(ClassifyImagesError, ValueError):
     """Negative values given to a classifier that needs non-negative features (additive kernels)."""
 
 

@@ -11,9 +11,11 @@ import ast
 import importlib
 from typing import Any
 
+from ..errors import ClassifyImagesError
+
 __all__ = ["ClassifierParameterError", "CLASSIFIERS", "classifier_class", "classifier_name", "make_classifier", "parse_param"]
 
-class ClassifierParameterError(ValueError):
+class ClassifierParameterError(ClassifyImagesError, ValueError):
     """Unknown classifier name or parameter (a user error: one-line message)."""
 
 

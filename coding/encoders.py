@@ -67,6 +67,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import ClassifyImagesError
 from . import codebook as codebook_module
 from .pooling import n_pyramid_cells, pyramid_cells, spatial_pyramid_pool
 
@@ -117,7 +118,7 @@ class Pyramid:
 
 
 # ------------------------------------------------------------------------- parameters
-class EncoderParameterError(ValueError):
+class EncoderParameterError(ClassifyImagesError, ValueError):
     """An encoder parameter is invalid: ``key`` is the ``[codebook]`` key, the message is whole
     (``codebook.KEY = VALUE: expected …`` or a rule between keys)."""
 

@@ -66,6 +66,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from ..errors import ClassifyImagesError
+
 __all__ = [
     "IMPLEMENTATION_VERSION",
     "ImageReadError",
@@ -88,7 +90,7 @@ IMPLEMENTATION_VERSION = 1
 DEFAULT_MAX_PIXELS = 100_000_000
 
 
-class ImageReadError(ValueError):
+class ImageReadError(ClassifyImagesError, ValueError):
     """An image file cannot be used; ``str(err)`` is a short reason.
 
     Parameters

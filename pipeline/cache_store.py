@@ -70,6 +70,7 @@ import numpy as np
 from joblib import register_store_backend
 from joblib._store_backends import FileSystemStoreBackend
 
+from ..errors import ClassifyImagesError
 from .atomic import process_is_alive
 
 __all__ = [
@@ -143,7 +144,7 @@ def remove_stale_temporaries(folder: str | os.PathLike, *, max_age: float = STAL
     return removed
 
 
-class CacheFolderError(ValueError):
+class CacheFolderError(ClassifyImagesError, ValueError):
     """The cache folder cannot be trusted or used (one line, user-facing)."""
 
 

@@ -28,23 +28,22 @@ from typing import Any
 import numpy as np
 
 from ..classifiers.base import NegativeFeaturesError
-from ..classifiers.registry import CLASSIFIERS, ClassifierParameterError, parse_param
+from ..classifiers.registry import CLASSIFIERS, parse_param
+from ..errors import ClassifyImagesError
 from .atomic import DISK_FULL_ERRNOS
-from .cache_store import CacheFolderError
-from .cluster import ClusterError
-from .config import ConfigError, load_config, named_configs
-from .dataset import DatasetError
-from .feature_store import FeatureSetError, load_feature_set
-from .model_file import ModelFileError, check_model_matches, load_model, save_model
+from .config import load_config, named_configs
+from .feature_store import load_feature_set
+from .model_file import check_model_matches, load_model, save_model
 from .progress import tqdm_progress as _tqdm_progress
 
 __all__ = ["main", "build_parser"]
 
-USER_ERRORS = (ConfigError, DatasetError, FeatureSetError, ModelFileError, ClassifierParameterError, CacheFolderError,
-               ClusterError)
+#: Errors for the user to fix, printed as one line (exit status 2): every error classify-images
+#: raises derives from :class:`~classify_images.errors.ClassifyImagesError`.
+USER_ERRORS = (ClassifyImagesError,)
 
 
-class UsageError(ValueError):
+class UsageError(ClassifyImagesError, ValueError):
     """A bad command-line value (one-line error)."""
 
 
@@ -223,8 +222,6 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str 
 
     try:
         yield
-    except (*USER_ERRORS, UsageError):  # already one line naming what to fix (unknown parameter, lost cluster, …)
-        raise
     except InvalidParameterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     except NegativeFeaturesError:
@@ -239,6 +236,8 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str 
             f"classifier {name!r} needs non-negative features, but {featureset} has negative values: "
             "rebuild it with pooling method 'abs' or 'average', or use --classifier linear"
         ) from None
+    except USER_ERRORS:  # already one line naming what to fix (unknown parameter, lost cluster, …)
+        raise
     except ValueError as exc:  # a parameter the estimator refuses at fit time (n_jobs=0, class_weight, …)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"classifier {name!r}: {first}") from None
@@ -807,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _thread_limits(args.threads):
             return int(args.func(args) or 0)
-    except (*USER_ERRORS, UsageError) as exc:
+    except USER_ERRORS as exc:
         print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # the system's refusal (full disk, permissions, …): one line, no traceback
@@ -816,6 +815,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"classify-images {args.command}: interrupted (completed stages are cached; re-run to resume)", file=sys.stderr)
         return 130
+    except Exception:  # noqa: BLE001 - not an error for the user to fix: a bug, reported as one
+        import traceback
+
+        traceback.print_exc()
+        print(f"classify-images {args.command}: internal error: this is a bug in classify-images "
+              f"{_package_version()}; please report it with the traceback above", file=sys.stderr)
+        return 1
+
+
+def _package_version() -> str:
+    from .. import __version__
+
+    return __version__
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ClassifyImagesError
+
 __all__ = [
     "ClusterError",
     "ClusterSpec",
@@ -58,7 +60,7 @@ _SCHEDULER_PATTERN = re.compile(r"(?:(?P<scheme>tcp|tls)://)?(?P<host>\[[0-9A-Fa
 _CLUSTER_PATTERN = re.compile(r"local:(?P<n>\d+)")
 
 
-class ClusterError(ValueError):
+class ClusterError(ClassifyImagesError, ValueError):
     """The cluster cannot be used: bad option, Dask missing, scheduler unreachable or lost (one line)."""
 
 

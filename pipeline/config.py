@@ -47,6 +47,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..errors import ClassifyImagesError
 from ..coding.encoders import EncoderParameterError, encoder_class, encoder_kinds
 from ..coding.normalize import NORMALIZATIONS
 from ..coding.pooling import LEVEL_NORMALIZATIONS, POOLING_METHODS, validate_level_weights, validate_levels
@@ -79,7 +80,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(ClassifyImagesError, ValueError):
     """A configuration file or value is invalid (user error)."""
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ClassifyImagesError
+
 __all__ = [
     "IMAGE_EXTENSIONS",
     "BACKGROUND_CLASSES",
@@ -46,7 +48,7 @@ IMAGE_EXTENSIONS = frozenset(
 BACKGROUND_CLASSES = frozenset({"BACKGROUND_Google"})
 
 
-class DatasetError(ValueError):
+class DatasetError(ClassifyImagesError, ValueError):
     """The dataset folder or the split request is not usable (user error)."""
 
 

@@ -48,6 +48,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.utils import check_random_state
 
+from ..errors import ClassifyImagesError
 from ..classifiers._parallel import even_bounds
 from ..classifiers.base import merge_problem_groups, n_problems
 from .feature_store import FeatureSet, FeatureSetError, load_feature_set
@@ -55,7 +56,7 @@ from .feature_store import FeatureSet, FeatureSetError, load_feature_set
 __all__ = ["DistributedTrainingError", "FeatureSetRows", "check_distributable", "fit_distributed"]
 
 
-class DistributedTrainingError(ValueError):
+class DistributedTrainingError(ClassifyImagesError, ValueError):
     """The classifier cannot be trained in groups of classes (one line saying why)."""
 
 

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ClassifyImagesError
 from ..coding.normalize import Normalizer
 from .atomic import atomic_write_json, fsync_file, remove_stale_siblings, replace_folder
 from .config import ConfigError, PipelineConfig
@@ -95,7 +96,7 @@ FILE_NAMES = frozenset(
 _FINITE_CHECK_ROWS = 4096
 
 
-class FeatureSetError(ValueError):
+class FeatureSetError(ClassifyImagesError, ValueError):
     """A feature-set folder is missing, incomplete or corrupt (user-facing, one line)."""
 
 

@@ -37,6 +37,7 @@ from joblib import delayed
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ..errors import ClassifyImagesError
 from .config import PipelineConfig, load_config
 from .extractor import FeatureExtractor, check_image, readable_fingerprint
 from .stages import StageCache
@@ -47,7 +48,7 @@ __all__ = ["ImageFeatures", "UnreadableImagesError"]
 _NAMED_IN_ERRORS = 3
 
 
-class UnreadableImagesError(ValueError):
+class UnreadableImagesError(ClassifyImagesError, ValueError):
     """Some of the images given to :class:`ImageFeatures` cannot be read (one-line message)."""
 
 

@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import ClassifyImagesError
 from ..classifiers.registry import classifier_class, classifier_name
 from .atomic import atomic_write
 from .feature_store import NPY_READ_ERRORS
@@ -94,7 +95,7 @@ _NORMALIZER_KEY = "extractor/normalizer"
 
 
 
-class ModelFileError(ValueError):
+class ModelFileError(ClassifyImagesError, ValueError):
     """A model file cannot be read, or does not fit the data it is used with."""
 
 

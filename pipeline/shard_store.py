@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import ClassifyImagesError
 from .atomic import atomic_write
 
 __all__ = [
@@ -83,7 +84,7 @@ _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 _CSR_KEYS = ("data", "indices", "indptr", "shape")
 
 
-class ShardError(ValueError):
+class ShardError(ClassifyImagesError, ValueError):
     """A shard is missing, torn or disagrees with the manifest (the reader words the message)."""
 
 

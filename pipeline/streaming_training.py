@@ -36,10 +36,12 @@ from typing import Any
 import numpy as np
 from sklearn.base import clone
 
+from ..errors import ClassifyImagesError
+
 __all__ = ["RowBlocks", "ShardBlocks", "StreamingError", "fit_streaming"]
 
 
-class StreamingError(ValueError):
+class StreamingError(ClassifyImagesError, ValueError):
     """The estimator cannot learn from blocks, or the blocks changed between passes (one line)."""
 
 
