@@ -116,7 +116,7 @@ def test_the_codebook_is_learnt_on_a_worker_with_the_same_numbers(tmp_path, monk
     """On a cluster the codebook is learnt by a worker (learning it in this process fails
     here), from the sample the sampling tasks left on the cluster (it never comes to this
     process), and it is the one-machine codebook bit for bit."""
-    from classify_images.pipeline import stages
+    from classify_images.coding import codebook as codebook_module
 
     cluster, _ = local_cluster
     config = _config() if codebook is None else validate_config({**json.loads(json.dumps(SMALL_CONFIG)),
@@ -131,7 +131,7 @@ def test_the_codebook_is_learnt_on_a_worker_with_the_same_numbers(tmp_path, monk
         raise AssertionError("the codebook was learnt in the client process")
 
     for learner in ("learn_kmeans_codebook", "learn_sparse_dictionary", "learn_fisher_model"):
-        monkeypatch.setattr(stages, learner, not_here)  # in this process only, not in the workers
+        monkeypatch.setattr(codebook_module, learner, not_here)  # in this process only, not in the workers
     gathered = []
     iter_tasks = build_module.Runner.imap
 
