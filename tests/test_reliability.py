@@ -738,7 +738,7 @@ def test_kill_9_during_encoding_keeps_the_old_set_and_the_resumed_build_is_bit_i
     argv = ["build-features", str(small_dataset), "--out", str(out), "--config", str(other), "--cache-dir", str(cache), "-q"]
     script = (
         "import os, signal, sys\n"
-        "from classify_images.pipeline import extractor\n"
+        "from classify_images.coding import encoders as extractor\n"
         "from classify_images.pipeline.cli import main\n"
         "real, calls = extractor.spatial_pyramid_pool, [0]\n"
         "def dying(*a, **k):\n"
