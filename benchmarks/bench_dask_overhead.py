@@ -59,7 +59,7 @@ def _loky_seconds(n_jobs: int, n_calls: int) -> float:
 
 def _stage_seconds(dataset: Path, config_name: str, n_images: int) -> dict[str, float]:
     """Seconds per image of check, descriptor sample and encode + pool (no cache, one process)."""
-    from classify_images.pipeline.build import learn_codebook
+    from classify_images.pipeline.fitting import learn_codebook
     from classify_images.pipeline.config import load_config
     from classify_images.pipeline.dataset import discover_dataset, file_fingerprint
     from classify_images.pipeline.extractor import FeatureExtractor

@@ -76,7 +76,7 @@ def build_with_codebook_of(argv: list[str]) -> None:
     import sys
 
     import bench_build_features
-    from classify_images.pipeline import build
+    from classify_images.pipeline import fitting
     from classify_images.pipeline.config import load_config
     from classify_images.pipeline.feature_store import load_feature_set
     from classify_images.pipeline.stages import implementation_versions
@@ -100,7 +100,7 @@ def build_with_codebook_of(argv: list[str]) -> None:
         log(f"codebook of {args.codebook_of} (digest {hard.manifest['codebook']['digest'][:12]})")
         return codebook
 
-    build.learn_codebook = learn_codebook
+    fitting.learn_codebook = learn_codebook
     sys.argv = ["bench_build_features.py", *rest]
     bench_build_features.main()
 

@@ -5,10 +5,11 @@
 1. ``discover``  — list classes and images; fingerprint every file (SHA-1).
 2. ``check``     — decode every image once; unreadable ones are skipped and listed.
 3. ``split``     — seeded per-class train/test split of the readable images.
-4. ``sample``    — a seeded sample of dense-SIFT descriptors of the *training* images.
-5. ``codebook``  — k-means centres or sparse-coding dictionary from that sample.
+4. ``sample``    — a seeded sample of descriptors of the *training* images, and
+5. ``codebook``  — the encoder's codebook learnt from it: the fitted extractor
+   (:func:`~classify_images.pipeline.fitting.fit_extractor`, shared with ``ImageFeatures.fit``).
 6. ``encode+pool`` — per image, with the :class:`~classify_images.pipeline.extractor.FeatureExtractor`:
-   descriptors → codes → spatial pyramid (streamed image by image into memory-mapped
+   descriptors → the encoder's vector over the spatial pyramid (streamed image by image into memory-mapped
    arrays; the descriptors of all images are never in memory together).  A per-vector
    normalisation (``l1``, ``l2``, ``power``, ``none``) is applied here, image by image.
 7. ``normalise+write`` — a normalisation with training statistics (``minmax``) is fitted
@@ -22,8 +23,8 @@ reuses the cached codes.
 
 On a Dask cluster (``scheduler`` / ``cluster``, :mod:`~classify_images.pipeline.cluster`)
 the same calls run as tasks of ``batch_size`` images each; the descriptor sample stays on
-the workers and the codebook is learnt by one of them (:func:`codebook_from_sample`; the
-client receives only the codebook); the fitted extractor (its codebook) is sent to every
+the workers and the codebook is learnt by one of them
+(:func:`~classify_images.pipeline.fitting.codebook_from_sample`; the client receives only the codebook); the fitted extractor (its codebook) is sent to every
 worker once, the workers read and write the stage cache
 themselves (a folder they share), and the numbers are the same as on one machine: every
 row is computed by the same function of the image and the codebook, and per-image seeds
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -51,30 +51,20 @@ from ..coding.encoders import make_encoder
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
-from .cluster import ClusterError, iter_kept, iter_tasks, open_client, parse_cluster_option, scheduler_errors, submit_kept
+from .cache_folder import default_cache_dir
+from .cluster import ClusterError, iter_tasks, open_client, parse_cluster_option, scheduler_errors
 from .extractor import FeatureExtractor
+from .fitting import fit_extractor, image_row
 from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, load_feature_set
 from .provenance import library_versions
 from .runner import DEFAULT_BATCH_SIZE, Progress, Runner, no_progress
 from .shard_store import shard_format, write_shard
 from .stages import StageCache, implementation_versions
 
-__all__ = [
-    "BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row", "learn_codebook",
-    "sample_descriptors", "codebook_sample", "codebook_from_sample",
-]
+__all__ = ["BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row"]
 
 #: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
 _NORMALISE_CHUNK = 1024
-
-
-def default_cache_dir() -> Path:
-    """``$CLASSIFY_IMAGES_CACHE``, else ``$XDG_CACHE_HOME/classify-images``, else ``~/.cache/classify-images``."""
-    env = os.environ.get("CLASSIFY_IMAGES_CACHE")
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    # XDG Base Directory: a relative XDG_CACHE_HOME is invalid and ignored
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return Path(env) if env else base / "classify-images"
 
 
 @dataclass
@@ -233,122 +223,6 @@ def _split(images: _Images, readable: np.ndarray, skipped: list, config: Pipelin
         dataset.labels[readable], protocol.train_per_class, protocol.test_per_class, protocol.seed
     )
     return _Split(readable[train_local], readable[test_local], skipped)
-
-
-def sample_descriptors(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
-                       runner: Runner) -> np.ndarray:
-    """``codebook.n_samples`` descriptors (uint8) drawn evenly from the training images, seeded.
-
-    Parameters
-    ----------
-    paths, fingerprints : list of str
-        Every image's path and content fingerprint.
-    train : ndarray of int
-        Indices of the training images in ``paths``.
-    config : PipelineConfig
-    runner : Runner
-        Where the per-image sampling runs (and the stage cache it reads and fills).
-    """
-    samples = runner.map(_sample_calls(paths, fingerprints, train, config, runner), "sample descriptors")
-    return _combine_samples(samples, config.codebook.n_samples, config.codebook.seed)
-
-
-def _sample_calls(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
-                  runner: Runner) -> list:
-    """The per-image calls of :func:`sample_descriptors`: ``ceil(n_samples / n_train)`` descriptors of each image."""
-    per_image = max(1, math.ceil(config.codebook.n_samples / len(train)))
-    sift, max_side = config.sift_params(), config.image.max_side
-    sample_of = delayed(runner.cache.descriptor_sample)
-    return [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, config.codebook.seed) for i in train]
-
-
-def _combine_samples(samples: list[np.ndarray], n_samples: int, seed: int) -> np.ndarray:
-    """The per-image samples joined in image order, then ``n_samples`` of them kept (seeded) when more."""
-    sample = np.concatenate(samples)
-    if sample.shape[0] > n_samples:
-        rng = np.random.default_rng(seed)
-        sample = sample[np.sort(rng.choice(sample.shape[0], n_samples, replace=False))]
-    return sample
-
-
-def _combine_sample_batches(batches: list[list[np.ndarray]], n_samples: int, seed: int) -> np.ndarray:
-    """:func:`_combine_samples` of the results of the sampling tasks (a list per task, in order), on a worker."""
-    return _combine_samples([sample for batch in batches for sample in batch], n_samples, seed)
-
-
-def _sample_on_cluster(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
-                       runner: Runner):
-    """:func:`sample_descriptors` as Dask tasks whose result stays on the cluster: a future of
-    the same sample, which the codebook task reads without it passing through the client."""
-    client = runner.client
-    calls = _sample_calls(paths, fingerprints, train, config, runner)
-    submitted = submit_kept(client, calls, "sample descriptors", batch_size=runner.batch_size)
-    for _ in runner.progress_of(iter_kept(client, submitted), "sample descriptors", len(calls)):
-        pass
-    return client.submit(_combine_sample_batches, [future for _, future in submitted], config.codebook.n_samples,
-                         config.codebook.seed, pure=False)
-
-
-def _check_sample_size(n_descriptors: int, config: PipelineConfig, log: Callable[[str], None]) -> None:
-    kind, size = config.codebook.kind, config.codebook.size
-    log(f"learning a {kind} codebook of {size} words from {n_descriptors} training descriptors")
-    if n_descriptors < size:
-        raise DatasetError(
-            f"only {n_descriptors} training descriptors for a codebook of {size} words: "
-            "use a smaller codebook.size, a denser sift.step, or more training images"
-        )
-
-
-def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache,
-                   log: Callable[[str], None]) -> np.ndarray:
-    """The codebook of ``config.codebook`` learnt from ``sample`` (through the stage cache).
-
-    Raises :class:`DatasetError` (one line) when the sample holds fewer descriptors than words.
-    """
-    _check_sample_size(sample.shape[0], config, log)
-    return cache.learn_codebook(sample, config.codebook_params(learning=True))
-
-
-def _n_rows(array: np.ndarray) -> int:
-    return int(array.shape[0])
-
-
-def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner, log: Callable[[str], None]):
-    """``(n_descriptors, codebook)``: :func:`learn_codebook` run by a worker on the sample
-    :func:`_sample_on_cluster` left there (same function, same arguments, same stage-cache
-    entry: the same codebook bit for bit as on this machine)."""
-    client = runner.client
-    n_descriptors = client.submit(_n_rows, sample, pure=False).result()
-    _check_sample_size(n_descriptors, config, log)
-    codebook = client.submit(_learn_codebook_task, runner.cache, sample, config.codebook_params(learning=True), pure=False)
-    return n_descriptors, codebook.result()
-
-
-def _learn_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> Any:
-    return cache.learn_codebook(sample, codebook_params)
-
-
-def codebook_sample(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
-                    runner: Runner):
-    """The descriptor sample the codebook is learnt from: :func:`sample_descriptors` on this
-    machine; on a cluster (``runner.client``) a future of the same sample, left on the workers."""
-    if runner.client is None:
-        return sample_descriptors(paths, fingerprints, train, config, runner)
-    return _sample_on_cluster(paths, fingerprints, train, config, runner)
-
-
-def codebook_from_sample(sample, config: PipelineConfig, runner: Runner,
-                         log: Callable[[str], None]) -> tuple[int, Any]:
-    """``(n_descriptors, codebook)`` from :func:`codebook_sample`'s sample: learnt here
-    (:func:`learn_codebook`) or, on a cluster, by a worker (the same numbers bit for bit)."""
-    if runner.client is None:
-        return int(sample.shape[0]), learn_codebook(sample, config, runner.cache, log)
-    return _learn_codebook_on_cluster(sample, config, runner, log)
-
-
-def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
-    """The vector of one image: normalised (:meth:`FeatureExtractor.vector`) or only pooled."""
-    return extractor.vector(path, fingerprint) if normalized else extractor.pooled(path, fingerprint)
 
 
 def _encode_and_pool(
@@ -645,12 +519,9 @@ def _build(
     with timer("split"):
         split = _split(images, readable, skipped, config)
         split.warnings = warned
-    with timer("sample"), _image_errors_as_dataset_errors(images):
-        sample = codebook_sample(images.paths, images.fingerprints, split.train, config, runner)
-    with timer("codebook"):
-        n_descriptors, codebook = codebook_from_sample(sample, config, runner, log)
-        del sample
-        extractor = FeatureExtractor(config, codebook, cache=runner.cache)
+    with _image_errors_as_dataset_errors(images):
+        n_descriptors, extractor = fit_extractor(images.paths, images.fingerprints, split.train, config, runner, log,
+                                                 timer=timer)
     shards = None
     with FeatureSetWriter(out, dataset_dir) as writer:
         if store == "sharded":

@@ -2,7 +2,7 @@
 
 Where: ``$CLASSIFY_IMAGES_CACHE`` when set, else ``$XDG_CACHE_HOME/classify-images`` (the
 XDG Base Directory convention), else ``~/.cache/classify-images``
-(:func:`~classify_images.pipeline.build.default_cache_dir`).
+(:func:`default_cache_dir`).
 
 What this project writes there is joblib's store of the cached stages
 (:class:`~classify_images.pipeline.stages.StageCache`), under ``joblib/classify_images/``.
@@ -24,13 +24,22 @@ from pathlib import Path
 
 from .cache_store import STALE_AFTER_SECONDS, is_stale_temporary, remove_stale_temporaries
 
-__all__ = ["CacheUsage", "cache_usage", "clear_cache", "prune_cache", "format_bytes", "ENTRIES"]
+__all__ = ["default_cache_dir", "CacheUsage", "cache_usage", "clear_cache", "prune_cache", "format_bytes", "ENTRIES"]
 
 #: The part of the cache folder that this project's stage cache writes (joblib's layout:
 #: ``<location>/joblib/<module path>/<function>/<key>/``).
 ENTRIES = Path("joblib") / "classify_images"
 #: First line of the ``.gitignore`` that joblib writes in its cache folder.
 _JOBLIB_MARKER = "# Created by joblib automatically."
+
+
+def default_cache_dir() -> Path:
+    """``$CLASSIFY_IMAGES_CACHE``, else ``$XDG_CACHE_HOME/classify-images``, else ``~/.cache/classify-images``."""
+    env = os.environ.get("CLASSIFY_IMAGES_CACHE")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # XDG Base Directory: a relative XDG_CACHE_HOME is invalid and ignored
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return Path(env) if env else base / "classify-images"
 
 
 @dataclass(frozen=True)

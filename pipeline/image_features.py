@@ -142,7 +142,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         if self.cache_dir is False:
             folder = None
         elif self.cache_dir is None or self.cache_dir is True:
-            from .build import default_cache_dir
+            from .cache_folder import default_cache_dir
 
             folder = default_cache_dir()
         else:
@@ -200,7 +200,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         -------
         self : ImageFeatures
         """
-        from .build import codebook_from_sample, codebook_sample
+        from .fitting import fit_extractor
 
         self._validate_params()
         paths = _image_paths(X)
@@ -214,9 +214,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
 
         with self._runner(cache) as runner:
             fingerprints = self._readable(paths, check, runner)
-            sample = codebook_sample(paths, fingerprints, np.arange(len(paths)), config, runner)
-            _, codebook = codebook_from_sample(sample, config, runner, lambda message: None)
-            extractor = FeatureExtractor(config, codebook, cache=cache)
+            _, extractor = fit_extractor(paths, fingerprints, np.arange(len(paths)), config, runner)
             if not extractor.normalizer.is_fitted:
                 pooled = self._rows(runner, extractor, paths, fingerprints, normalized=False)
                 extractor.normalizer.fit(np.asarray(pooled, dtype=np.float32))
@@ -261,7 +259,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     @staticmethod
     def _rows(runner, extractor: FeatureExtractor, paths: list[str], fingerprints: list[str], *, normalized: bool):
         """The vectors of the images, the extractor sent to each worker once."""
-        from .build import image_row
+        from .fitting import image_row
 
         calls = [delayed(image_row)(p, f, normalized=normalized) for p, f in zip(paths, fingerprints)]
         return runner.map(calls, "encode + pool", shared={"extractor": extractor})

@@ -9,7 +9,7 @@ one k-means++ start, at most 100 Lloyd iterations, ``tol=1e-4``).  Subcommands:
 
 ``learn``
     Draws the pipeline's own descriptor sample of a reference feature set
-    (:func:`~classify_images.pipeline.build.sample_descriptors` on its config, its split and
+    (:func:`~classify_images.pipeline.fitting.sample_descriptors` on its config, its split and
     the stage cache ``--cache-dir``; ``--n-samples`` overrides the sample size) and learns a
     codebook from it by ``--method``:
 
@@ -84,7 +84,7 @@ from bench_build_features import _process_tree
 from classify_images.coding.codebook import codebook_digest
 from classify_images.coding.encode import vq_encode
 from classify_images.features.dsift import dequantize_descriptors
-from classify_images.pipeline.build import image_row, sample_descriptors
+from classify_images.pipeline.fitting import image_row, sample_descriptors
 from classify_images.pipeline.config import PipelineConfig
 from classify_images.pipeline.dataset import file_fingerprint
 from classify_images.pipeline.extractor import FeatureExtractor

@@ -1,0 +1,184 @@
+"""Fitting the front half of the pipeline: the descriptor sample, the encoder's codebook.
+
+What a :class:`~classify_images.pipeline.extractor.FeatureExtractor` learns from training
+images, shared by the feature-set build (:func:`~classify_images.pipeline.build.build_feature_set`)
+and the scikit-learn transformer (:class:`~classify_images.pipeline.image_features.ImageFeatures`):
+
+1. ``sample`` — ``codebook.n_samples`` dense-SIFT descriptors drawn evenly from the training
+   images, seeded per image by its content (:func:`sample_descriptors`);
+2. ``codebook`` — the encoder's fitted state learnt from that sample
+   (:meth:`~classify_images.coding.encoders.Encoder.learn`, through the stage cache:
+   :func:`learn_codebook`).
+
+On a Dask cluster (the :class:`~classify_images.pipeline.runner.Runner` holds a client) the
+sample stays on the workers and one of them learns the codebook (:func:`codebook_from_sample`),
+from the same stage-cache entry, so the client receives only the codebook.  A normaliser with
+training statistics (``minmax``) is fitted by the caller on the training rows, which it
+computes anyway.  Every row is then :func:`image_row` of the fitted extractor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from joblib import delayed
+
+from .cluster import iter_kept, submit_kept
+from .config import PipelineConfig
+from .dataset import DatasetError
+from .extractor import FeatureExtractor
+from .runner import Runner
+from .stages import StageCache
+
+__all__ = [
+    "fit_extractor", "sample_descriptors", "codebook_sample", "codebook_from_sample", "learn_codebook", "image_row",
+]
+
+
+def fit_extractor(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                  runner: Runner, log: Callable[[str], None] = lambda message: None,
+                  timer: Any = None) -> tuple[int, FeatureExtractor]:
+    """``(n_training_descriptors, extractor)``: the sample of the training images ``train``
+    (indices into ``paths``), the codebook learnt from it, and the extractor that applies it
+    through ``runner``'s stage cache (its normaliser not yet fitted when it needs training rows).
+
+    ``timer`` (``with timer("step"):``, optional) times the ``sample`` and ``codebook`` steps.
+    """
+    timed = timer if timer is not None else _untimed
+    with timed("sample"):
+        sample = codebook_sample(paths, fingerprints, train, config, runner)
+    with timed("codebook"):
+        n_descriptors, codebook = codebook_from_sample(sample, config, runner, log)
+    del sample
+    return n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)
+
+
+class _Untimed:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _untimed(step: str) -> _Untimed:
+    return _Untimed()
+
+
+def sample_descriptors(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                       runner: Runner) -> np.ndarray:
+    """``codebook.n_samples`` descriptors (uint8) drawn evenly from the training images, seeded.
+
+    Parameters
+    ----------
+    paths, fingerprints : list of str
+        Every image's path and content fingerprint.
+    train : ndarray of int
+        Indices of the training images in ``paths``.
+    config : PipelineConfig
+    runner : Runner
+        Where the per-image sampling runs (and the stage cache it reads and fills).
+    """
+    samples = runner.map(_sample_calls(paths, fingerprints, train, config, runner), "sample descriptors")
+    return _combine_samples(samples, config.codebook.n_samples, config.codebook.seed)
+
+
+def _sample_calls(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                  runner: Runner) -> list:
+    """The per-image calls of :func:`sample_descriptors`: ``ceil(n_samples / n_train)`` descriptors of each image."""
+    per_image = max(1, math.ceil(config.codebook.n_samples / len(train)))
+    sift, max_side = config.sift_params(), config.image.max_side
+    sample_of = delayed(runner.cache.descriptor_sample)
+    return [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, config.codebook.seed) for i in train]
+
+
+def _combine_samples(samples: list[np.ndarray], n_samples: int, seed: int) -> np.ndarray:
+    """The per-image samples joined in image order, then ``n_samples`` of them kept (seeded) when more."""
+    sample = np.concatenate(samples)
+    if sample.shape[0] > n_samples:
+        rng = np.random.default_rng(seed)
+        sample = sample[np.sort(rng.choice(sample.shape[0], n_samples, replace=False))]
+    return sample
+
+
+def _combine_sample_batches(batches: list[list[np.ndarray]], n_samples: int, seed: int) -> np.ndarray:
+    """:func:`_combine_samples` of the results of the sampling tasks (a list per task, in order), on a worker."""
+    return _combine_samples([sample for batch in batches for sample in batch], n_samples, seed)
+
+
+def _sample_on_cluster(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                       runner: Runner):
+    """:func:`sample_descriptors` as Dask tasks whose result stays on the cluster: a future of
+    the same sample, which the codebook task reads without it passing through the client."""
+    client = runner.client
+    calls = _sample_calls(paths, fingerprints, train, config, runner)
+    submitted = submit_kept(client, calls, "sample descriptors", batch_size=runner.batch_size)
+    for _ in runner.progress_of(iter_kept(client, submitted), "sample descriptors", len(calls)):
+        pass
+    return client.submit(_combine_sample_batches, [future for _, future in submitted], config.codebook.n_samples,
+                         config.codebook.seed, pure=False)
+
+
+def _check_sample_size(n_descriptors: int, config: PipelineConfig, log: Callable[[str], None]) -> None:
+    kind, size = config.codebook.kind, config.codebook.size
+    log(f"learning a {kind} codebook of {size} words from {n_descriptors} training descriptors")
+    if n_descriptors < size:
+        raise DatasetError(
+            f"only {n_descriptors} training descriptors for a codebook of {size} words: "
+            "use a smaller codebook.size, a denser sift.step, or more training images"
+        )
+
+
+def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache,
+                   log: Callable[[str], None]) -> np.ndarray:
+    """The codebook of ``config.codebook`` learnt from ``sample`` (through the stage cache).
+
+    Raises :class:`DatasetError` (one line) when the sample holds fewer descriptors than words.
+    """
+    _check_sample_size(sample.shape[0], config, log)
+    return cache.learn_codebook(sample, config.codebook_params(learning=True))
+
+
+def _n_rows(array: np.ndarray) -> int:
+    return int(array.shape[0])
+
+
+def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner, log: Callable[[str], None]):
+    """``(n_descriptors, codebook)``: :func:`learn_codebook` run by a worker on the sample
+    :func:`_sample_on_cluster` left there (same function, same arguments, same stage-cache
+    entry: the same codebook bit for bit as on this machine)."""
+    client = runner.client
+    n_descriptors = client.submit(_n_rows, sample, pure=False).result()
+    _check_sample_size(n_descriptors, config, log)
+    codebook = client.submit(_learn_codebook_task, runner.cache, sample, config.codebook_params(learning=True), pure=False)
+    return n_descriptors, codebook.result()
+
+
+def _learn_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> Any:
+    return cache.learn_codebook(sample, codebook_params)
+
+
+def codebook_sample(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
+                    runner: Runner):
+    """The descriptor sample the codebook is learnt from: :func:`sample_descriptors` on this
+    machine; on a cluster (``runner.client``) a future of the same sample, left on the workers."""
+    if runner.client is None:
+        return sample_descriptors(paths, fingerprints, train, config, runner)
+    return _sample_on_cluster(paths, fingerprints, train, config, runner)
+
+
+def codebook_from_sample(sample, config: PipelineConfig, runner: Runner,
+                         log: Callable[[str], None]) -> tuple[int, Any]:
+    """``(n_descriptors, codebook)`` from :func:`codebook_sample`'s sample: learnt here
+    (:func:`learn_codebook`) or, on a cluster, by a worker (the same numbers bit for bit)."""
+    if runner.client is None:
+        return int(sample.shape[0]), learn_codebook(sample, config, runner.cache, log)
+    return _learn_codebook_on_cluster(sample, config, runner, log)
+
+
+def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
+    """The vector of one image: normalised (:meth:`FeatureExtractor.vector`) or only pooled."""
+    return extractor.vector(path, fingerprint) if normalized else extractor.pooled(path, fingerprint)
