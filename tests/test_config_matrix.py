@@ -6,7 +6,8 @@ new config file or a newly registered classifier is covered without editing this
 
 1. ``classify-images run`` (in-process) writes a feature set, a model file and a report;
 2. ``classify-images predict``, in a subprocess whose current folder holds only the model
-   file, classifies a few images (exit 0, one result per image);
+   file, classifies a few images (exit 0, one result per image; it runs while this process
+   does steps 3 and 4);
 3. ``classify_images.load_model(model).predict(paths)`` gives the same classes;
 4. the model's ``ImageFeatures`` transforms the feature set's test images into its stored rows.
 
@@ -40,10 +41,16 @@ from classify_images.pipeline.config import CLASSIFIER_TABLE, named_configs
 
 from .conftest import FIXTURE_IMAGES
 
+#: The shrunk learners stop before converging (e.g. a GMM after 5 EM iterations): expected here.
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
 CONFIGS = sorted(named_configs())
 CLASSIFIERS = sorted(registry.CLASSIFIERS)
 
-#: Feature rows recomputed from a model file or by ``ImageFeatures`` against the stored ones.
+#: Feature rows recomputed from a model file or by ``ImageFeatures`` against the stored ones
+#: (and a refitted codebook against the stored one).  On one machine they are equal bit for bit
+#: today; the tolerance leaves room for the last-bit differences of another processor's BLAS
+#: or vector units (issue 22, "Any x86-64").
 RTOL, ATOL = 1e-5, 1e-6
 
 #: The fixture size: 4 classes x (4 training + 2 test) images of at most 64 px, few small
@@ -139,34 +146,35 @@ class Built:
 def built(tmp_path_factory):
     """``built(name)``: the config's :class:`Built`, made on first use and shared by its cells."""
     root = tmp_path_factory.mktemp("matrix")
-    done: dict[str, Built | BaseException] = {}
+    done: dict[str, Built | Exception] = {}
 
     def get(name: str) -> Built:
         if name not in done:
             try:
                 done[name] = Built(root / name, name)
-            except BaseException as exc:  # every cell of a config that cannot be built fails with its error
+            except Exception as exc:  # every cell of a config that cannot be built fails with its error
                 done[name] = exc
                 raise
-        if isinstance(done[name], BaseException):
+        if isinstance(done[name], Exception):
             raise done[name]
         return done[name]
 
     return get
 
 
-def _predict_in_empty_folder(model: Path, folder: Path, images: list[str]) -> tuple[subprocess.CompletedProcess, Path]:
-    """``classify-images predict`` run where only a copy of ``model`` is."""
+def _start_predict_in_empty_folder(model: Path, folder: Path, images: list[str]) -> tuple[subprocess.Popen, Path]:
+    """``classify-images predict`` started in a new process whose current folder holds only a copy
+    of ``model`` (it runs while the test does steps 3 and 4 in this process)."""
     folder.mkdir()
     alone = Path(shutil.copy(model, folder / "model.npz"))
     assert sorted(p.name for p in folder.iterdir()) == ["model.npz"]
     env = {**os.environ, "CLASSIFY_IMAGES_CACHE": str(folder.parent / "predict-cache")}
-    result = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-m", "classify_images.pipeline.cli", "predict", "model.npz", *images,
          "--top-k", "1", "--format", "json"],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=300,
+        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    return result, alone
+    return process, alone
 
 
 @pytest.mark.parametrize("classifier", CLASSIFIERS)
@@ -199,28 +207,36 @@ def test_run_predict_and_reload(config, classifier, built, tmp_path, capsys):
     assert report["classifier"] == classifier
     assert 0.0 <= report["mean_per_class_accuracy"] <= 1.0
 
-    # 2. predict from the model file alone, in an empty folder
+    # 2. predict from the model file alone, in an empty folder (checked below, once it has finished)
     images = b.predicted_images()
-    result, alone = _predict_in_empty_folder(model, tmp_path / "alone", images)
-    assert result.returncode == 0, result.stderr
-    predictions = json.loads(result.stdout)["predictions"]
-    assert len(predictions) == len(images), result.stdout
+    process, alone = _start_predict_in_empty_folder(model, tmp_path / "alone", images)
+    try:
+        # 3. the Python API on the same file
+        loaded = load_model(alone)
+        api_classes = [str(c) for c in loaded.predict(images)]
+
+        # 4. the model's ImageFeatures makes the feature set's rows
+        features = loaded[0]
+        assert isinstance(features, ImageFeatures)
+        assert features.n_features_out_ == b.feature_set.n_features
+        np.testing.assert_allclose(features.transform(b.test_paths), np.asarray(b.feature_set.X_test),
+                                   rtol=RTOL, atol=ATOL)
+    finally:
+        try:
+            stdout, stderr = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()  # ours, by its handle
+            stdout, stderr = process.communicate()
+
+    assert process.returncode == 0, stderr
+    predictions = json.loads(stdout)["predictions"]
+    assert len(predictions) == len(images), stdout
     for entry, image in zip(predictions, images):
-        assert Path(entry["path"]).name == Path(image).name and Path(entry["path"]).parent.name == Path(image).parent.name
+        assert Path(entry["path"]).parts[-2:] == Path(image).parts[-2:], (entry["path"], image)
         assert len(entry["top"]) == 1
     cli_classes = [entry["top"][0]["class"] for entry in predictions]
     assert set(cli_classes) <= set(b.feature_set.class_names)
-
-    # 3. the Python API gives the same classes
-    loaded = load_model(alone)
-    assert list(loaded.predict(images)) == cli_classes
-
-    # 4. the model's ImageFeatures makes the feature set's rows
-    features = loaded[0]
-    assert isinstance(features, ImageFeatures)
-    assert features.n_features_out_ == b.feature_set.n_features
-    np.testing.assert_allclose(features.transform(b.test_paths), np.asarray(b.feature_set.X_test),
-                               rtol=RTOL, atol=ATOL)
+    assert api_classes == cli_classes  # step 3 gives the classes of step 2
 
 
 @pytest.mark.parametrize("config", CONFIGS)
