@@ -38,7 +38,7 @@ _LAZY = {
     "HIKnSVM": "classify_images.classifiers.hik_nsvm:HIKnSVM",
     "MBKL": "classify_images.classifiers.mbkl:MBKL",
     "QuadraticHingeSVC": "classify_images.classifiers.quadratic_hinge:QuadraticHingeSVC",
-    "load_model": "classify_images.pipeline.model_file:load_image_model",
+    "load_model": "classify_images.pipeline.image_features:load_image_model",
     "build_feature_set": "classify_images.pipeline.build:build_feature_set",
 }
 

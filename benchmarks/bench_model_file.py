@@ -12,7 +12,7 @@ Fits each classifier on random non-negative data of the ScSPM dimension (21 504 
 * ``np.load`` of every member (``allow_pickle=False``): what reading costs with no checks;
 * :func:`~classify_images.pipeline.model_file.load_model`: the ``.npy`` header checks, the
   header and shape validation, finite-value scans and the estimator's restoration;
-* :func:`~classify_images.pipeline.model_file.load_image_model`: the same plus the extractor.
+* :func:`~classify_images.pipeline.image_features.load_image_model`: the same plus the extractor.
 
 Prints one line per classifier: file size, the three times and the ratio load_model / np.load.
 """
@@ -42,7 +42,8 @@ def main() -> None:
     from classify_images.classifiers.registry import make_classifier
     from classify_images.pipeline.config import load_config
     from classify_images.pipeline.extractor import FeatureExtractor
-    from classify_images.pipeline.model_file import load_image_model, load_model, save_model
+    from classify_images.pipeline.image_features import load_image_model
+    from classify_images.pipeline.model_file import load_model, save_model
 
     rng = np.random.default_rng(0)
     X = rng.random((args.samples, args.features), dtype=np.float32) ** 4

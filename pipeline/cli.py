@@ -519,7 +519,8 @@ def _transform_on_cluster(spec, extractor, files: list[str]) -> tuple[np.ndarray
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .model_file import load_image_model, read_model_meta
+    from .image_features import load_image_model
+    from .model_file import read_model_meta
 
     spec = _cluster_spec(args)
     model = load_image_model(args.model)

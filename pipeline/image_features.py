@@ -42,7 +42,7 @@ from .config import PipelineConfig, load_config
 from .extractor import FeatureExtractor, check_image, readable_fingerprint
 from .stages import StageCache
 
-__all__ = ["ImageFeatures", "UnreadableImagesError"]
+__all__ = ["ImageFeatures", "UnreadableImagesError", "load_image_model"]
 
 #: Unreadable images named in an error message (the rest are counted).
 _NAMED_IN_ERRORS = 3
@@ -275,3 +275,30 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         tags.input_tags.string = True
         tags.requires_fit = True
         return tags
+
+
+def load_image_model(path: str | os.PathLike):
+    """A model file as an estimator on image files: ``load_image_model(p).predict(["a.jpg"])``.
+
+    Returns
+    -------
+    model : sklearn.pipeline.Pipeline
+        ``make_pipeline(ImageFeatures, classifier)``, fitted: ``predict(paths)`` gives class
+        names (for models trained by the command line), ``decision_function(paths)`` the
+        one-vs-rest decision values, ``classes_`` the classes.  New images are not cached.
+
+    Raises
+    ------
+    ModelFileError
+        The file cannot be read (:func:`~classify_images.pipeline.model_file.load_model`), or
+        holds no feature extractor (saved from a classifier alone).
+    """
+    from sklearn.pipeline import Pipeline
+
+    from .model_file import ModelFileError, load_model_parts
+
+    estimator, extractor, _ = load_model_parts(path)
+    if extractor is None:
+        raise ModelFileError(f"model file {path} holds no feature extractor (it classifies feature vectors only): "
+                             "re-train it with classify-images train, or save it with save_model(..., extractor=...)")
+    return Pipeline([("features", ImageFeatures.from_extractor(extractor)), ("classifier", estimator)])

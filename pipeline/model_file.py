@@ -4,7 +4,7 @@ A model file holds everything needed to classify an image — the classifier, th
 feature extractor (configuration, codebook, normaliser statistics), the class names — and
 the provenance of the model (the training feature set's identity, the training time, the
 library versions).  Moved alone to another machine, it classifies images
-(:func:`load_image_model`, ``classify-images predict``).
+(:func:`~classify_images.pipeline.image_features.load_image_model`, ``classify-images predict``).
 
 Layout (a NumPy ``.npz`` zip archive, members stored uncompressed):
 
@@ -61,7 +61,7 @@ import os
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -71,14 +71,11 @@ from .atomic import atomic_write
 from .feature_store import NPY_READ_ERRORS
 from .provenance import library_versions
 
-if TYPE_CHECKING:
-    from sklearn.pipeline import Pipeline
-
 __all__ = [
     "ModelFileError",
     "save_model",
     "load_model",
-    "load_image_model",
+    "load_model_parts",
     "read_model_meta",
     "check_model_matches",
 ]
@@ -115,15 +112,14 @@ def _jsonable(value: Any) -> Any:
 
 # ------------------------------------------------------------------------- write
 def _split_pipeline(estimator: Any, extractor: Any) -> tuple[Any, Any]:
-    """``(classifier, extractor)`` from a fitted ``make_pipeline(ImageFeatures(...), classifier)``."""
+    """``(classifier, extractor)`` from a fitted ``make_pipeline(ImageFeatures(...), classifier)``
+    (its first step is recognised by the fitted extractor it holds, ``extractor_``)."""
     from sklearn.pipeline import Pipeline
 
     if not isinstance(estimator, Pipeline):
         return estimator, extractor
-    from .image_features import ImageFeatures
-
     steps = [step for _, step in estimator.steps if step not in (None, "passthrough")]
-    if len(steps) != 2 or not isinstance(steps[0], ImageFeatures):
+    if len(steps) != 2 or not hasattr(steps[0], "extractor_"):
         raise TypeError("save_model saves a classifier, or a pipeline of ImageFeatures followed by a classifier")
     return steps[1], steps[0].extractor_
 
@@ -334,7 +330,7 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
     """The :class:`FeatureExtractor` stored in the file, checked against the classifier's dimension."""
     from ..coding.encoders import make_encoder
     from ..coding.normalize import Normalizer
-    from ..features.dsift import DESCRIPTOR_SIZE
+    from ..features.descriptors import make_descriptor
     from .config import PipelineConfig
     from .extractor import FeatureExtractor
 
@@ -344,7 +340,7 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
     if meta["format_version"] == 2 and _LEGACY_CODEBOOK_KEY in arrays:
         state = {"codebook": arrays[_LEGACY_CODEBOOK_KEY]}
     _expect(bool(state), "the extractor's encoder state (codebook) is missing")
-    codebook = encoder.from_arrays(state, DESCRIPTOR_SIZE)
+    codebook = encoder.from_arrays(state, make_descriptor(config.sift_params()).length)
     normalizer = Normalizer(config.normalization.method)
     statistics = None
     if not normalizer.per_vector:
@@ -356,6 +352,13 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
     _expect(extractor.n_features == n_features, f"the extractor makes {extractor.n_features}-dimensional vectors "
             f"but the classifier takes {n_features}")
     return extractor
+
+
+def load_model_parts(path: str | os.PathLike) -> tuple[Any, Any, dict]:
+    """``(classifier, extractor, meta)`` of a model file: the classifier, its
+    :class:`~classify_images.pipeline.extractor.FeatureExtractor` (None when saved without
+    one) and the JSON header (errors: :func:`load_model`)."""
+    return _load(path)
 
 
 def _load(path: str | os.PathLike) -> tuple[Any, Any, dict]:
@@ -398,33 +401,6 @@ def load_model(path: str | os.PathLike) -> tuple[Any, dict]:
     """
     estimator, _, meta = _load(path)
     return estimator, meta
-
-
-def load_image_model(path: str | os.PathLike) -> "Pipeline":
-    """A model file as an estimator on image files: ``load_image_model(p).predict(["a.jpg"])``.
-
-    Returns
-    -------
-    model : sklearn.pipeline.Pipeline
-        ``make_pipeline(ImageFeatures, classifier)``, fitted: ``predict(paths)`` gives class
-        names (for models trained by the command line), ``decision_function(paths)`` the
-        one-vs-rest decision values, ``classes_`` the classes.  New images are not cached.
-
-    Raises
-    ------
-    ModelFileError
-        The file cannot be read (see :func:`load_model`), or holds no feature extractor
-        (saved from a classifier alone).
-    """
-    from sklearn.pipeline import Pipeline
-
-    from .image_features import ImageFeatures
-
-    estimator, extractor, _ = _load(path)
-    if extractor is None:
-        raise ModelFileError(f"model file {path} holds no feature extractor (it classifies feature vectors only): "
-                             "re-train it with classify-images train, or save it with save_model(..., extractor=...)")
-    return Pipeline([("features", ImageFeatures.from_extractor(extractor)), ("classifier", estimator)])
 
 
 def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source: str = "feature set") -> None:

@@ -56,7 +56,8 @@ from ..coding.codebook import sample_rows
 from ..coding.encoders import Encoder, make_encoder
 from ..features import dsift as dsift_module
 from ..features import preprocess as preprocess_module
-from ..features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
+from ..features.descriptors import make_descriptor
+from ..features.dsift import dequantize_descriptors, quantize_descriptors
 from ..features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, load_grayscale, load_grayscale_checked
 from .cache_store import BACKEND_NAME, secure_cache_folder
 
@@ -143,29 +144,17 @@ def check_image(
 def compute_descriptors(
     path: str, max_side: int, sift: dict[str, Any], fingerprint: str | None = None
 ) -> dict[str, np.ndarray]:
-    """Dense SIFT of one image: ``descriptors`` (uint8, n×128), ``x``, ``y`` (float32), ``shape``.
+    """The local descriptors of one image (:mod:`~classify_images.features.descriptors`: dense
+    SIFT with the ``[sift]`` table): ``descriptors`` (uint8, n×length), ``x``, ``y`` (float32), ``shape``.
 
     With ``fingerprint``, the bytes decoded must be the bytes fingerprinted.
     """
     image = load_grayscale(path, max_side=max_side, sha1=fingerprint)
-    result = dense_sift(
-        image,
-        patch_sizes=tuple(sift["patch_sizes"]),
-        step=sift["step"],
-        smooth=sift["smooth"],
-        contrast_threshold=sift["contrast_threshold"],
-        # the issue-11 options appear in ``sift`` only when they differ from their defaults
-        smoothing=sift.get("smoothing", "dsift"),
-        window_size=sift.get("window_size") or None,
-        bin_centres=sift.get("bin_centres", "patch"),
-        grid_alignment=sift.get("grid_alignment", "corner"),
-        low_contrast=sift.get("low_contrast", "keep"),
-        root=sift.get("root_sift", False),
-    )
+    result = make_descriptor(sift).compute(image)
     return {
         "descriptors": quantize_descriptors(result.descriptors),
-        "x": np.asarray(result.x, dtype=np.float32),
-        "y": np.asarray(result.y, dtype=np.float32),
+        "x": result.x,
+        "y": result.y,
         "shape": np.asarray(image.shape, dtype=np.int32),
     }
 

@@ -24,7 +24,7 @@ def test_public_names_import_from_the_top_level():
     )
     from classify_images.classifiers.pmsvm import PmSVM as PmSVMClass
     from classify_images.pipeline.build import build_feature_set as build
-    from classify_images.pipeline.model_file import load_image_model
+    from classify_images.pipeline.image_features import load_image_model
 
     assert PmSVM is PmSVMClass and build_feature_set is build and load_model is load_image_model
     assert set(classify_images.__all__) == {"__version__", "ImageFeatures", "PmSVM", "HIKnSVM", "MBKL",

@@ -5,7 +5,6 @@ pipeline names it."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,8 +27,9 @@ from classify_images.pipeline.build import build_feature_set
 from classify_images.pipeline.config import ConfigError, validate_config
 from classify_images.pipeline.extractor import FeatureExtractor
 from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.pipeline.model_file import load_image_model, load_model, save_model
-from classify_images.pipeline.stages import StageCache, compute_descriptors
+from classify_images.pipeline.image_features import load_image_model
+from classify_images.pipeline.model_file import load_model, save_model
+from classify_images.pipeline.stages import compute_descriptors
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG

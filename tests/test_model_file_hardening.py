@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from classify_images.pipeline.config import PipelineConfig
+from classify_images.pipeline.image_features import load_image_model
 from classify_images.pipeline.model_file import (
     ModelFileError,
     check_model_matches,
-    load_image_model,
     load_model,
     save_model,
 )
