@@ -52,12 +52,12 @@ from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
 from .cache_folder import default_cache_dir
-from .cluster import ClusterError, iter_tasks, open_client, parse_cluster_option, scheduler_errors
+from .cluster import ClusterError, iter_tasks, scheduler_errors
 from .extractor import FeatureExtractor
 from .fitting import fit_extractor, image_row
 from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, load_feature_set
 from .provenance import library_versions
-from .runner import DEFAULT_BATCH_SIZE, Progress, Runner, no_progress
+from .runner import DEFAULT_BATCH_SIZE, Execution, Progress, Runner, no_progress
 from .shard_store import shard_format, write_shard
 from .stages import StageCache, implementation_versions
 
@@ -417,6 +417,7 @@ def build_feature_set(
     cluster: str | None = None,
     store: str | None = None,
     batch_size: int | None = None,
+    execution: Execution | None = None,
 ) -> BuildResult:
     """Build (or reuse) the feature set of ``dataset_dir`` under ``config`` into ``out``.
 
@@ -451,6 +452,10 @@ def build_feature_set(
         receive and hold every row).
     batch_size : int, optional
         Images per Dask task and rows per shard (default :data:`DEFAULT_BATCH_SIZE`).
+    execution : Execution, optional
+        Where the per-image steps run, resolved once by the caller
+        (:class:`~classify_images.pipeline.runner.Execution`); when given, ``n_jobs``,
+        ``scheduler``, ``cluster`` and ``batch_size`` (its pieces, kept for convenience) are not used.
 
     Returns
     -------
@@ -462,10 +467,9 @@ def build_feature_set(
         Bad ``scheduler`` / ``cluster``, Dask not installed, the scheduler unreachable or
         lost during the build (finished work stays in the stage cache: the same call resumes).
     """
-    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    spec = parse_cluster_option(scheduler, cluster)
+    if execution is None:
+        execution = Execution.from_options(n_jobs=n_jobs, scheduler=scheduler, cluster=cluster, batch_size=batch_size)
+    n_jobs, spec, batch_size = execution.n_jobs, execution.cluster, execution.batch_size
     if store is None:
         store = "npy" if spec is None else "sharded"
     if store not in STORE_LAYOUTS:
@@ -476,7 +480,7 @@ def build_feature_set(
     # The workers do not share this process's current folder: they get absolute paths.
     dataset_dir = os.path.abspath(dataset_dir)
     cache_dir = None if cache_dir is None else os.path.abspath(os.path.expanduser(cache_dir))
-    with open_client(spec) as client, scheduler_errors(spec, cached=cache_dir is not None):
+    with execution.client() as client, scheduler_errors(spec, cached=cache_dir is not None):
         log(f"running the per-image steps on {spec}")
         if os.path.isdir(dataset_dir):  # (a missing one is the dataset step's one-line error)
             _check_workers_see(client, Path(dataset_dir), "the dataset")

@@ -25,15 +25,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, parse_param
 from ..errors import ClassifyImagesError
 from .atomic import DISK_FULL_ERRNOS
 from .config import load_config, named_configs
 from .feature_store import load_feature_set
-from .model_file import check_model_matches, load_model, save_model
+from .model_file import check_model_matches, load_model
 from .progress import tqdm_progress as _tqdm_progress
 
 __all__ = ["main", "build_parser"]
@@ -136,9 +134,11 @@ def _default_feature_out(dataset: Path, config_name: str) -> Path:
     return Path("feature-sets") / f"{dataset.resolve().name}-{config_name}"
 
 
-def cmd_build_features(args: argparse.Namespace) -> int:
-    from .build import build_feature_set, default_cache_dir
-    from .report import build_text
+def _build_options(args: argparse.Namespace, out: Path | None = None):
+    """``build-features``' (and ``run``'s) options, checked before any work: ``(config, out,
+    cache_dir, execution)``."""
+    from .cache_folder import default_cache_dir
+    from .runner import Execution
 
     overrides = {
         "dataset": {
@@ -153,19 +153,36 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1 image per task, not {args.batch_size}")
     _cluster_spec(args)
+    execution = Execution.from_options(n_jobs=args.n_jobs, scheduler=args.scheduler, cluster=args.cluster,
+                                       batch_size=args.batch_size)
     config = load_config(args.config, overrides)
     config_name = Path(args.config).stem if args.config else "default"
-    out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
+    if out is None:
+        out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
-    result = build_feature_set(
-        args.dataset, out, config, n_jobs=args.n_jobs, cache_dir=cache_dir,
-        progress=_tqdm_progress(not args.quiet), log=lambda m: print(m, file=sys.stderr) if not args.quiet else None,
-        scheduler=args.scheduler, cluster=args.cluster, store=args.store, batch_size=args.batch_size,
-    )
+    return config, out, cache_dir, execution
+
+
+def _build_log(args: argparse.Namespace):
+    return lambda m: print(m, file=sys.stderr) if not args.quiet else None
+
+
+def _print_build(result, cache_dir) -> None:
+    from .report import build_text
+
     manifest = load_feature_set(result.path).manifest
     print(build_text(result, manifest["skipped"], result.timings if result.reused else manifest["timings"]))
     if cache_dir is not None:
         print(_cache_text(cache_dir))
+
+
+def cmd_build_features(args: argparse.Namespace) -> int:
+    from .build import build_feature_set
+
+    config, out, cache_dir, execution = _build_options(args)
+    result = build_feature_set(args.dataset, out, config, cache_dir=cache_dir, progress=_tqdm_progress(not args.quiet),
+                               log=_build_log(args), store=args.store, execution=execution)
+    _print_build(result, cache_dir)
     return 0
 
 
@@ -280,9 +297,9 @@ def _training_mode(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .evaluation import train_classifier
-    from .extractor import FeatureExtractor
     from .report import training_text
+    from .runner import Execution
+    from .workflows import train_model
 
     _check_seeds(args.seed)
     spec = _training_mode(args)
@@ -290,59 +307,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_out_file(out, "model")
     feature_set = load_feature_set(args.featureset)
     params = getattr(args, "params", None) or _params(args.param)
-    with contextlib.ExitStack() as stack:
-        fit = None
-        if spec is not None:
-            fit = _cluster_fit(stack, spec, feature_set)
-        elif getattr(args, "streaming", False):
-            fit = _streaming_fit(feature_set, getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS, args.seed)
-        # on a cluster or streaming, a sharded set is never assembled here (the rows are read lazily)
-        X = feature_set.rows["train"] if fit is not None and feature_set.layout == "sharded" else np.asarray(feature_set.X_train)
-        with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
-            training = train_classifier(
-                args.classifier, params, X, feature_set.y_train, seed=args.seed,
-                class_names=feature_set.class_names, fit=fit,
-            )
-    with _writing("--out", out, "model file"):
-        path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
-                          feature_set=feature_set.identity(), train_seconds=training.train_seconds)
+    block_rows = (getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS) if getattr(args, "streaming", False) else None
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind), \
+            _writing("--out", out, "model file"):
+        training, path = train_model(feature_set, args.classifier, params, out=out, seed=args.seed,
+                                     execution=Execution(cluster=spec), block_rows=block_rows)
     print(training_text(training, path))
     return 0
-
-
-def _cluster_fit(stack: contextlib.ExitStack, spec, feature_set):
-    """``fit(estimator, X, y)`` on the cluster ``spec`` (opened on ``stack``): the workers read the
-    feature set's rows from its path (a shared filesystem), the client sends the labels."""
-    from .cluster import ClusterError, open_client, scheduler_errors
-    from .distributed_training import FeatureSetRows, fit_distributed
-
-    try:
-        client = stack.enter_context(open_client(spec))
-    except ClusterError as exc:
-        raise UsageError(str(exc)) from None
-    rows = FeatureSetRows.of(feature_set)
-
-    def fit(estimator, X, y):
-        try:
-            with scheduler_errors(spec):
-                return fit_distributed(client, estimator, rows, y)
-        except ClusterError as exc:
-            raise UsageError(str(exc)) from None
-
-    return fit
-
-
-def _streaming_fit(feature_set, block_rows: int, seed: int):
-    """``fit(estimator, X, y)`` by epochs of ``partial_fit`` over blocks of ``block_rows`` training rows,
-    cut from a permutation of the rows seeded by ``seed`` (the rows are stored class by class)."""
-    from .streaming_training import RowBlocks, ShardBlocks, fit_streaming
-
-    def fit(estimator, X, y):
-        if feature_set.layout == "sharded":  # whole shards, never the assembled matrix
-            return fit_streaming(estimator, ShardBlocks(feature_set.rows["train"], y, block_rows, seed=seed))
-        return fit_streaming(estimator, RowBlocks(feature_set.X_train, y, block_rows, seed=seed))
-
-    return fit
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -361,35 +332,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _experiment_repeat(featureset: str, name: str, params: dict[str, Any], seed: int):
-    """One repeat of an experiment, on a cluster worker: the worker reads the feature set itself."""
-    from .evaluation import run_experiment
-
-    return run_experiment(load_feature_set(featureset), name, params, 1, first_seed=seed)
-
-
-def _experiment_on_cluster(spec, feature_set, name: str, params: dict[str, Any], repeats: int, first_seed: int):
-    """The repeats of an experiment as cluster tasks, one per seed, gathered into one :class:`Experiment`
-    (the same runs, in seed order, as :func:`run_experiment` on this machine)."""
-    import dataclasses
-
-    from joblib import delayed
-
-    from .cluster import open_client, run_tasks, scheduler_errors
-    from .evaluation import Experiment
-
-    where = os.fspath(Path(feature_set.path).resolve())
-    calls = [delayed(_experiment_repeat)(where, name, params, seed) for seed in range(first_seed, first_seed + repeats)]
-    with open_client(spec) as client, scheduler_errors(spec):
-        parts = run_tasks(client, calls, "experiment", batch_size=1)
-    first = dataclasses.replace(parts[0].first, feature_set=str(feature_set.path))
-    return Experiment(name, params, str(feature_set.path), feature_set.config_hash,
-                      tuple(run for part in parts for run in part.runs), first)
-
-
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from .evaluation import run_experiment
     from .report import experiment_text, write_experiment, write_report
+    from .runner import Execution
+    from .workflows import run_experiment_on
 
     if not 1 <= args.repeats <= MAX_REPEATS:
         raise UsageError(f"--repeats must be from 1 to {MAX_REPEATS}, not {args.repeats}")
@@ -400,10 +346,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
-        if spec is None:
-            experiment = run_experiment(feature_set, args.classifier, params, args.repeats, first_seed=args.seed)
-        else:
-            experiment = _experiment_on_cluster(spec, feature_set, args.classifier, params, args.repeats, args.seed)
+        experiment = run_experiment_on(feature_set, args.classifier, params, args.repeats, args.seed,
+                                       Execution(cluster=spec))
     out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
     with _writing("--out", out, "report"):
         write_experiment(experiment, out)
@@ -418,49 +362,8 @@ def _display(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def _predict_inputs(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
-    """Image files named by ``arguments`` (files, and folders searched recursively for files with
-    an image extension, hidden ones excepted), and the arguments that cannot be images, with why."""
-    from .dataset import IMAGE_EXTENSIONS
-
-    extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
-    files, skipped = [], []
-    for argument in arguments:
-        if os.path.isdir(argument):
-            found = []
-            for folder, subfolders, names in os.walk(argument):
-                subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
-                for name in names:
-                    path = os.path.join(folder, name)
-                    if name.startswith(".") or os.path.splitext(name)[1].lower() not in IMAGE_EXTENSIONS:
-                        continue
-                    if os.path.isfile(path):
-                        found.append(path)
-                    else:
-                        skipped.append({"path": path, "reason": "dangling symbolic link or not a regular file"})
-            if not found:
-                skipped.append({"path": argument, "reason": f"folder holds no image file ({extensions})"})
-            files += sorted(found)
-        elif os.path.isfile(argument):
-            if os.path.splitext(argument)[1].lower() in IMAGE_EXTENSIONS:
-                files.append(argument)
-            else:
-                skipped.append({"path": argument, "reason": f"not an image file extension ({extensions})"})
-        elif os.path.islink(argument):
-            skipped.append({"path": argument, "reason": "dangling symbolic link"})
-        else:
-            skipped.append({"path": argument, "reason": "file or folder does not exist"})
-    return files, skipped
-
-
 #: Classes ``predict`` shows per image unless ``--top-k`` says otherwise (fewer when the model has fewer).
 DEFAULT_TOP_K = 3
-
-
-def _top_k(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
-    """The ``k`` classes of largest decision value of each row, with their values."""
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return [[(_display(str(classes[j])), float(row[j])) for j in ranks] for row, ranks in zip(scores, order)]
 
 
 def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str) -> None:
@@ -497,34 +400,15 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
         print(f"{_display(path)}: " + ", ".join(f"{name} ({value:+.3f})" for name, value in top))
 
 
-def _predict_image(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:
-    """The row and the status of one image (a cluster task's call)."""
-    X, status = extractor.transform_images([path])
-    return X, status[0]
-
-
-def _transform_on_cluster(spec, extractor, files: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """``extractor.transform_images(files)`` as cluster tasks (the extractor sent to each worker once)."""
-    from joblib import delayed
-
-    from .build import DEFAULT_BATCH_SIZE
-    from .cluster import open_client, run_tasks, scheduler_errors
-
-    with open_client(spec) as client, scheduler_errors(spec):
-        results = run_tasks(client, [delayed(_predict_image)(path) for path in files], "predict",
-                            batch_size=DEFAULT_BATCH_SIZE, shared={"extractor": extractor})
-    rows = [X for X, status in results if status["ok"]]
-    X = np.concatenate(rows) if rows else np.zeros((0, extractor.n_features), dtype=np.float32)
-    return X, [status for _, status in results]
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
     from .image_features import load_image_model
     from .model_file import read_model_meta
+    from .runner import Execution
+    from .workflows import find_images, predict_images
 
     spec = _cluster_spec(args)
     model = load_image_model(args.model)
-    classifier, extractor = model[-1], model[0].extractor_
+    classifier = model[-1]
     if args.feature_set:
         feature_set = load_feature_set(args.feature_set)
         check_model_matches(read_model_meta(args.model), config_hash=feature_set.config_hash,
@@ -534,18 +418,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         args.top_k = min(DEFAULT_TOP_K, n_classes)
     if not 1 <= args.top_k <= n_classes:
         raise UsageError(f"--top-k must be between 1 and the number of classes ({n_classes}), not {args.top_k}")
-    files, skipped = _predict_inputs(args.images)
-    X, status = extractor.transform_images(files) if spec is None else _transform_on_cluster(spec, extractor, files)
-    read = [entry["path"] for entry in status if entry["ok"]]
-    skipped += [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
-    if not read:
+    files, skipped = find_images(args.images)
+    rows, unread = predict_images(model, files, args.top_k, Execution(cluster=spec))
+    skipped += unread
+    if not rows:
         first = f" ({_display(skipped[0]['path'])}: {skipped[0]['reason']})" if skipped else ""
         raise UsageError(f"no readable image among the {len(args.images)} input(s){first}; "
                          f"{len(skipped)} skipped; give image files or folders of images")
-    scores = classifier.decision_function(X)
-    if scores.ndim == 1:  # two classes: one problem, positive for classes_[1]
-        scores = np.stack([-scores, scores], axis=1)
-    rows = list(zip(read, _top_k(scores, classifier.classes_, args.top_k)))
+    rows = [(path, [(_display(name), value) for name, value in top]) for path, top in rows]
     _print_predictions(rows, skipped, args.top_k, args.format)
     return 0
 
@@ -553,6 +433,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """build-features, train and evaluate in one command, into one folder."""
     from .config import classifier_table
+    from .report import evaluation_text, training_text
+    from .workflows import run_pipeline
 
     name, params = classifier_table(args.config)
     if args.classifier is not None and args.classifier != name:
@@ -565,18 +447,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}"
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
-    steps = {
-        "build-features": (cmd_build_features, {"out": str(out / "features")}),
-        "train": (cmd_train, {"featureset": str(out / "features"), "classifier": name, "params": params,
-                              "param": None, "seed": 0 if args.seed is None else args.seed,
-                              "out": str(out / "model.npz")}),
-        "evaluate": (cmd_evaluate, {"featureset": str(out / "features"), "model": str(out / "model.npz"),
-                                    "out": str(out / "report")}),
-    }
-    for step, (command, values) in steps.items():
+    config, _, cache_dir, execution = _build_options(args, out / "features")
+    _check_seeds(0 if args.seed is None else args.seed)
+
+    def step(name: str) -> None:
         if not args.quiet:
-            print(f"== {step}", flush=True)
-        command(argparse.Namespace(**{**vars(args), **values}))
+            print(f"== {name}", flush=True)
+
+    with _classifier_errors_as_usage_errors(name, str(out / "features"), config.codebook.kind), \
+            _writing("--out", out, "run folder"):
+        result = run_pipeline(args.dataset, out, config, name, params, seed=0 if args.seed is None else args.seed,
+                              execution=execution, cache_dir=cache_dir, store=args.store,
+                              progress=_tqdm_progress(not args.quiet), log=_build_log(args), step=step)
+    _print_build(result.build, cache_dir)
+    print(training_text(result.training, result.model))
+    print(evaluation_text(result.evaluation, result.report))
     print(f"run folder: {out} (features/, model.npz, report/)")
     return 0
 

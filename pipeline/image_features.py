@@ -152,17 +152,12 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     @contextlib.contextmanager
     def _runner(self, cache: StageCache):
         """The per-image runner: joblib workers, or a Dask client while the block runs."""
-        from .runner import Runner, no_progress
-        from .cluster import open_client, parse_cluster_option, scheduler_errors
+        from .runner import Execution
 
         if self.n_jobs == 0:
             raise ValueError("ImageFeatures: n_jobs must be a positive number of workers or -1 (all cores), not 0")
-        spec = parse_cluster_option(self.scheduler, self.cluster)
-        if spec is None:
-            yield Runner(self.n_jobs, cache, no_progress)
-            return
-        with open_client(spec) as client, scheduler_errors(spec):
-            yield Runner(self.n_jobs, cache, no_progress, client)
+        with Execution.from_options(n_jobs=self.n_jobs, scheduler=self.scheduler, cluster=self.cluster).runner(cache) as runner:
+            yield runner
 
     @staticmethod
     def _readable(paths: list[str], extractor_check, runner) -> list[str]:

@@ -1,22 +1,27 @@
-"""How the per-image work of a build runs: joblib workers here, or Dask tasks on a cluster.
+"""Where the work runs: joblib workers here, or Dask tasks on a cluster.
 
-:class:`Runner` is shared by the feature-set build (:mod:`.build`) and the scikit-learn
-transformer :class:`~.image_features.ImageFeatures`: both hand it :func:`joblib.delayed`
-calls and receive the results by index, with a progress bar that counts images.
+:class:`Execution` is the choice, resolved once from ``--n-jobs`` / ``--scheduler`` /
+``--cluster`` / ``--batch-size`` (:meth:`Execution.from_options`) and handed to whatever runs
+work: the feature-set build, :class:`~.image_features.ImageFeatures`, the training, experiment
+and prediction functions of :mod:`.workflows`.  :meth:`Execution.runner` opens it (a Dask
+client while the block runs) as a :class:`Runner`, to which the build and the transformer
+hand :func:`joblib.delayed` calls, receiving the results by index, with a progress bar that
+counts images.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from joblib import Parallel
 
-from .cluster import iter_tasks
+from .cluster import ClusterSpec, iter_tasks, open_client, parse_cluster_option, scheduler_errors
 from .stages import StageCache
 
-__all__ = ["DEFAULT_BATCH_SIZE", "Progress", "Runner", "no_progress"]
+__all__ = ["DEFAULT_BATCH_SIZE", "Execution", "Progress", "Runner", "no_progress"]
 
 #: A progress wrapper: ``progress(iterable, description, total)`` yields the items of ``iterable``.
 Progress = Callable[[Iterable, str, int], Iterable]
@@ -29,6 +34,61 @@ DEFAULT_BATCH_SIZE = 64
 def no_progress(iterable: Iterable, description: str, total: int) -> Iterable:
     """The :data:`Progress` that shows nothing."""
     return iterable
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where per-image work and training run: ``n_jobs`` joblib workers on this machine, or a
+    Dask cluster (``cluster``) in tasks of ``batch_size`` images.
+
+    The numbers do not depend on it (every row is the same function of its image and the
+    codebook; :mod:`~classify_images.pipeline.cluster`).
+    """
+
+    #: joblib workers on this machine (-1: all cores); not used on a cluster
+    n_jobs: int = 1
+    #: the Dask cluster, or None for this machine
+    cluster: ClusterSpec | None = None
+    #: images per Dask task, rows per shard of a sharded store
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    @classmethod
+    def from_options(cls, *, n_jobs: int = 1, scheduler: str | None = None, cluster: str | None = None,
+                     batch_size: int | None = None) -> "Execution":
+        """From the command line's options (``--scheduler tcp://HOST:PORT`` or ``--cluster local:N``).
+
+        Raises
+        ------
+        ClusterError
+            Both or a malformed one of ``scheduler`` / ``cluster``.
+        ValueError
+            ``batch_size`` below 1.
+        """
+        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        return cls(n_jobs, parse_cluster_option(scheduler, cluster), batch_size)
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        """The Dask client of :attr:`cluster` while the block runs (None on this machine)."""
+        if self.cluster is None:
+            yield None
+            return
+        with open_client(self.cluster) as client:
+            yield client
+
+    @contextlib.contextmanager
+    def runner(self, cache: StageCache, progress: "Progress | None" = None, *, cached: bool = True) -> Iterator["Runner"]:
+        """A :class:`Runner` on this execution while the block runs; on a cluster, losing the
+        scheduler is one :class:`~classify_images.pipeline.cluster.ClusterError` line
+        (``cached``: the message says a re-run resumes from the stage cache)."""
+        progress = progress or no_progress
+        if self.cluster is None:
+            yield Runner(self.n_jobs, cache, progress, None, self.batch_size)
+            return
+        with self.client() as client, scheduler_errors(self.cluster, cached=cached):
+            yield Runner(self.n_jobs, cache, progress, client, self.batch_size)
 
 
 @dataclass

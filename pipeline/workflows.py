@@ -1,0 +1,324 @@
+"""What the commands do, as library functions a Python user can call.
+
+The command line (:mod:`~classify_images.pipeline.cli`) parses options, calls one of these
+and prints what it returns; everything between — training on a cluster or from row blocks,
+experiments spread over a cluster, finding and classifying images, chaining build, train and
+evaluate — is here:
+
+* :func:`train_model` — ``classify-images train``: a classifier trained on a feature set,
+  here, from row blocks (``streaming``), or on a Dask cluster, saved with its extractor;
+* :func:`run_experiment_on` — ``classify-images experiment``: repeated splits, here or one
+  task per seed on a cluster;
+* :func:`find_images`, :func:`predict_images` — ``classify-images predict``;
+* :func:`run_pipeline` — ``classify-images run``: build-features, train and evaluate into
+  one folder.
+
+Where the per-image work or the training runs is one argument, ``execution``
+(:class:`~classify_images.pipeline.runner.Execution`: joblib workers on this machine, or a
+Dask cluster), resolved once by the caller.  Errors are
+:class:`~classify_images.errors.ClassifyImagesError` subclasses with one-line messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .feature_store import FeatureSet, load_feature_set
+from .runner import Execution
+
+__all__ = [
+    "train_model", "run_experiment_on", "find_images", "predict_images", "top_classes", "RunResult", "run_pipeline",
+]
+
+
+# ------------------------------------------------------------------------- training
+def _cluster_fit(stack: contextlib.ExitStack, execution: Execution, feature_set: FeatureSet) -> Callable:
+    """``fit(estimator, X, y)`` on ``execution``'s cluster (opened on ``stack``): the workers read the
+    feature set's rows from its path (a shared filesystem), the client sends the labels."""
+    from .cluster import scheduler_errors
+    from .distributed_training import FeatureSetRows, fit_distributed
+
+    client = stack.enter_context(execution.client())
+    rows = FeatureSetRows.of(feature_set)
+
+    def fit(estimator, X, y):
+        with scheduler_errors(execution.cluster):
+            return fit_distributed(client, estimator, rows, y)
+
+    return fit
+
+
+def _streaming_fit(feature_set: FeatureSet, block_rows: int, seed: int) -> Callable:
+    """``fit(estimator, X, y)`` by epochs of ``partial_fit`` over blocks of ``block_rows`` training rows,
+    cut from a permutation of the rows seeded by ``seed`` (the rows are stored class by class)."""
+    from .streaming_training import RowBlocks, ShardBlocks, fit_streaming
+
+    def fit(estimator, X, y):
+        if feature_set.layout == "sharded":  # whole shards, never the assembled matrix
+            return fit_streaming(estimator, ShardBlocks(feature_set.rows["train"], y, block_rows, seed=seed))
+        return fit_streaming(estimator, RowBlocks(feature_set.X_train, y, block_rows, seed=seed))
+
+    return fit
+
+
+def train_model(
+    feature_set: FeatureSet | str | os.PathLike,
+    classifier: str,
+    params: dict[str, Any] | None = None,
+    *,
+    out: str | os.PathLike,
+    seed: int = 0,
+    execution: Execution | None = None,
+    block_rows: int | None = None,
+) -> tuple[Any, Path]:
+    """Train ``classifier`` on the training rows of ``feature_set`` and save it, with the feature
+    extractor, as a self-contained model file.
+
+    Parameters
+    ----------
+    feature_set : FeatureSet or path-like
+    classifier : str
+        Registered name (``linear``, ``pmsvm``, ``mbkl``, ``nsvm``).
+    params : dict, optional
+        Estimator parameters.
+    out : path-like
+        Model file to write (``.npz``).
+    seed : int
+        ``random_state`` of a randomised classifier unless ``params`` gives one.
+    execution : Execution, optional
+        With a cluster, the one-vs-rest problems are trained on its workers
+        (:mod:`~classify_images.pipeline.distributed_training`); default: this machine.
+    block_rows : int, optional
+        Train by ``partial_fit`` over blocks of this many rows (:mod:`~classify_images.pipeline.streaming_training`;
+        the classifier must have ``partial_fit``), never holding the whole matrix.
+
+    Returns
+    -------
+    training : Training
+        The fitted estimator and its timings (:func:`~classify_images.pipeline.evaluation.train_classifier`).
+    path : Path
+        The model file written.
+    """
+    from .evaluation import train_classifier
+    from .extractor import FeatureExtractor
+    from .model_file import save_model
+
+    if not isinstance(feature_set, FeatureSet):
+        feature_set = load_feature_set(feature_set)
+    with contextlib.ExitStack() as stack:
+        fit = None
+        if execution is not None and execution.cluster is not None:
+            fit = _cluster_fit(stack, execution, feature_set)
+        elif block_rows is not None:
+            fit = _streaming_fit(feature_set, block_rows, seed)
+        # on a cluster or streaming, a sharded set is never assembled here (the rows are read lazily)
+        X = feature_set.rows["train"] if fit is not None and feature_set.layout == "sharded" else np.asarray(feature_set.X_train)
+        training = train_classifier(classifier, params or {}, X, feature_set.y_train, seed=seed,
+                                    class_names=feature_set.class_names, fit=fit)
+    path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
+                      feature_set=feature_set.identity(), train_seconds=training.train_seconds)
+    return training, path
+
+
+# ---------------------------------------------------------------------- experiments
+def _experiment_repeat(featureset: str, name: str, params: dict[str, Any], seed: int):
+    """One repeat of an experiment, on a cluster worker: the worker reads the feature set itself."""
+    from .evaluation import run_experiment
+
+    return run_experiment(load_feature_set(featureset), name, params, 1, first_seed=seed)
+
+
+def run_experiment_on(feature_set: FeatureSet, classifier: str, params: dict[str, Any], repeats: int,
+                      first_seed: int = 0, execution: Execution | None = None):
+    """:func:`~classify_images.pipeline.evaluation.run_experiment` here, or its repeats as cluster
+    tasks (one per seed), gathered into one ``Experiment`` (the same runs, in seed order)."""
+    from joblib import delayed
+
+    from .cluster import run_tasks, scheduler_errors
+    from .evaluation import Experiment, run_experiment
+
+    if execution is None or execution.cluster is None:
+        return run_experiment(feature_set, classifier, params, repeats, first_seed=first_seed)
+    where = os.fspath(Path(feature_set.path).resolve())
+    calls = [delayed(_experiment_repeat)(where, classifier, params, seed)
+             for seed in range(first_seed, first_seed + repeats)]
+    with execution.client() as client, scheduler_errors(execution.cluster):
+        parts = run_tasks(client, calls, "experiment", batch_size=1)
+    first = dataclasses.replace(parts[0].first, feature_set=str(feature_set.path))
+    return Experiment(classifier, params, str(feature_set.path), feature_set.config_hash,
+                      tuple(run for part in parts for run in part.runs), first)
+
+
+# ------------------------------------------------------------------------ prediction
+def find_images(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
+    """Image files named by ``arguments`` (files, and folders searched recursively for files with
+    an image extension, hidden ones excepted), and the arguments that cannot be images, with why."""
+    from .dataset import IMAGE_EXTENSIONS
+
+    extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
+    files, skipped = [], []
+    for argument in arguments:
+        if os.path.isdir(argument):
+            found = []
+            for folder, subfolders, names in os.walk(argument):
+                subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+                for name in names:
+                    path = os.path.join(folder, name)
+                    if name.startswith(".") or os.path.splitext(name)[1].lower() not in IMAGE_EXTENSIONS:
+                        continue
+                    if os.path.isfile(path):
+                        found.append(path)
+                    else:
+                        skipped.append({"path": path, "reason": "dangling symbolic link or not a regular file"})
+            if not found:
+                skipped.append({"path": argument, "reason": f"folder holds no image file ({extensions})"})
+            files += sorted(found)
+        elif os.path.isfile(argument):
+            if os.path.splitext(argument)[1].lower() in IMAGE_EXTENSIONS:
+                files.append(argument)
+            else:
+                skipped.append({"path": argument, "reason": f"not an image file extension ({extensions})"})
+        elif os.path.islink(argument):
+            skipped.append({"path": argument, "reason": "dangling symbolic link"})
+        else:
+            skipped.append({"path": argument, "reason": "file or folder does not exist"})
+    return files, skipped
+
+
+def _image_row(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:
+    """The row and the status of one image (a cluster task's call)."""
+    X, status = extractor.transform_images([path])
+    return X, status[0]
+
+
+def _transform_on_cluster(execution: Execution, extractor, files: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """``extractor.transform_images(files)`` as cluster tasks (the extractor sent to each worker once)."""
+    from joblib import delayed
+
+    from .cluster import run_tasks, scheduler_errors
+
+    with execution.client() as client, scheduler_errors(execution.cluster):
+        results = run_tasks(client, [delayed(_image_row)(path) for path in files], "predict",
+                            batch_size=execution.batch_size, shared={"extractor": extractor})
+    rows = [X for X, status in results if status["ok"]]
+    X = np.concatenate(rows) if rows else np.zeros((0, extractor.n_features), dtype=np.float32)
+    return X, [status for _, status in results]
+
+
+def top_classes(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+    """The ``k`` classes of largest decision value of each row of ``scores``, with their values."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return [[(str(classes[j]), float(row[j])) for j in ranks] for row, ranks in zip(scores, order)]
+
+
+def predict_images(model, files: list[str], top_k: int, execution: Execution | None = None
+                   ) -> tuple[list[tuple[str, list[tuple[str, float]]]], list[dict[str, str]]]:
+    """The ``top_k`` classes of every readable image of ``files`` under ``model``.
+
+    Parameters
+    ----------
+    model : Pipeline
+        A loaded image model (:func:`~classify_images.pipeline.image_features.load_image_model`).
+    files : list of str
+        Image files (:func:`find_images`).
+    top_k : int
+    execution : Execution, optional
+        With a cluster, the images are encoded by its workers.
+
+    Returns
+    -------
+    rows : list of (path, [(class, decision value), …])
+        The readable images, in input order.
+    skipped : list of dict
+        ``{"path", "reason"}`` of the images that could not be read.
+    """
+    classifier, extractor = model[-1], model[0].extractor_
+    if execution is None or execution.cluster is None:
+        X, status = extractor.transform_images(files)
+    else:
+        X, status = _transform_on_cluster(execution, extractor, files)
+    read = [entry["path"] for entry in status if entry["ok"]]
+    skipped = [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
+    if not read:
+        return [], skipped
+    scores = classifier.decision_function(X)
+    if scores.ndim == 1:  # two classes: one problem, positive for classes_[1]
+        scores = np.stack([-scores, scores], axis=1)
+    return list(zip(read, top_classes(scores, classifier.classes_, top_k))), skipped
+
+
+# ----------------------------------------------------------------------------- run
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run_pipeline` wrote: the feature set, the model file and the report folder."""
+
+    build: Any
+    training: Any
+    evaluation: Any
+    features: Path
+    model: Path
+    report: Path
+
+
+def run_pipeline(
+    dataset: str | os.PathLike,
+    out: str | os.PathLike,
+    config: Any,
+    classifier: str,
+    params: dict[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    execution: Execution | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    store: str | None = None,
+    progress: Callable | None = None,
+    log: Callable[[str], None] = lambda message: None,
+    step: Callable[[str], None] = lambda name: None,
+) -> RunResult:
+    """Build the feature set of ``dataset``, train ``classifier`` on it and evaluate it, into
+    ``out``: ``out/features/``, ``out/model.npz``, ``out/report/`` (VLFeat's ``phow_caltech101``
+    as one call).
+
+    Parameters
+    ----------
+    dataset : path-like
+        Folder of class folders.
+    out : path-like
+        The run's folder.
+    config : PipelineConfig
+    classifier, params, seed
+        As :func:`train_model`.
+    execution : Execution, optional
+        Where the per-image work and the training run (default: this machine, one process).
+    cache_dir, store, progress, log
+        As :func:`~classify_images.pipeline.build.build_feature_set`.
+    step : callable
+        Called with ``"build-features"``, ``"train"``, ``"evaluate"`` as each begins.
+    """
+    from .build import build_feature_set
+    from .evaluation import evaluate_model
+    from .model_file import load_model
+    from .report import write_report
+    from .runner import no_progress
+
+    out = Path(out)
+    step("build-features")
+    built = build_feature_set(dataset, out / "features", config, cache_dir=cache_dir, progress=progress or no_progress,
+                              log=log, store=store, execution=execution)
+    step("train")
+    feature_set = load_feature_set(built.path)
+    training, model_path = train_model(feature_set, classifier, params, out=out / "model.npz", seed=seed,
+                                       execution=execution)
+    step("evaluate")
+    model, meta = load_model(model_path)
+    evaluation = evaluate_model(model, meta, feature_set)
+    write_report(evaluation, out / "report")
+    return RunResult(built, training, evaluation, built.path, model_path, out / "report")
