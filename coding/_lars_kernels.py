@@ -18,6 +18,13 @@ form.
 Implementation choices (they fix the order of the floating-point operations,
 hence the codes bit for bit):
 
+* the correlations ``c = D x`` are computed by :func:`correlations`, not by
+  BLAS: each entry is summed over the ``d`` coordinates in increasing order,
+  one rounding per product and per sum (no fused multiply-add, no
+  reassociation), so a descriptor's correlations, hence its code, do not
+  depend on the other rows of its batch, their order or number, nor on the
+  processor's vector width (an optimised BLAS ``gemm`` picks its kernel and
+  summation order by the row's place in the block and by the CPU);
 * the feature-sign search gathers float64 Gram entries (its residuals and
   factors are float64); the KKT check over all atoms reads rows of the
   float32 copy of the Gram matrix, four active rows per pass;
@@ -45,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["encode_block"]
+__all__ = ["correlations", "encode_block"]
 
 # Per-atom state during one descriptor's path (``state`` array, int8).
 _FREE = 0
@@ -61,6 +68,75 @@ _BLOCK = 64
 _SCREEN_RATIO = 0.8
 #: Atoms per block of the screen's block maxima.
 _SCREEN_BLOCK = 16
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _correlations_one(x, DT, o):
+    """``o = DTᵀ x``, each entry summed over ``j = 0, 1, ..., d-1`` in turn (see :func:`correlations`)."""
+    d = x.shape[0]
+    K = DT.shape[1]
+    d4 = d - d % 4
+    for k in range(K):
+        o[k] = 0.0
+    for j in range(0, d4, 4):
+        x0, x1, x2, x3 = x[j], x[j + 1], x[j + 2], x[j + 3]
+        g0, g1, g2, g3 = DT[j], DT[j + 1], DT[j + 2], DT[j + 3]
+        for k in range(K):
+            o[k] = (((o[k] + x0 * g0[k]) + x1 * g1[k]) + x2 * g2[k]) + x3 * g3[k]
+    for j in range(d4, d):
+        xj = x[j]
+        g = DT[j]
+        for k in range(K):
+            o[k] += xj * g[k]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def correlations(X, DT, out):
+    """``out = X DT`` (``out[i, k] = sum_j X[i, j] DT[j, k]``), each entry in a fixed order.
+
+    Every entry is the sum over ``j = 0, 1, ..., d-1`` in turn, each product
+    and each partial sum rounded to the dtype (no fused multiply-add: numba
+    compiles without ``fastmath``), so row ``i`` of ``out`` depends on row
+    ``i`` of ``X`` only, bit for bit, whatever the other rows, their number
+    and order, and whatever the processor's vector width.  Two rows share
+    each pass over ``DT`` (the same operations for each), four coordinates
+    are added per pass.
+
+    Parameters
+    ----------
+    X : ndarray, shape (n, d)
+        Descriptors as rows (float32 or float64, C-contiguous).
+    DT : ndarray, shape (d, K)
+        Transposed dictionary, same dtype, C-contiguous.
+    out : ndarray, shape (n, K)
+        Written in place, same dtype.
+    """
+    n, d = X.shape
+    K = DT.shape[1]
+    d4 = d - d % 4
+    n2 = n - n % 2
+    for i in range(0, n2, 2):
+        x, y = X[i], X[i + 1]
+        o, p = out[i], out[i + 1]
+        for k in range(K):
+            o[k] = 0.0
+            p[k] = 0.0
+        for j in range(0, d4, 4):
+            x0, x1, x2, x3 = x[j], x[j + 1], x[j + 2], x[j + 3]
+            y0, y1, y2, y3 = y[j], y[j + 1], y[j + 2], y[j + 3]
+            g0, g1, g2, g3 = DT[j], DT[j + 1], DT[j + 2], DT[j + 3]
+            for k in range(K):
+                a, b, c, e = g0[k], g1[k], g2[k], g3[k]
+                o[k] = (((o[k] + x0 * a) + x1 * b) + x2 * c) + x3 * e
+                p[k] = (((p[k] + y0 * a) + y1 * b) + y2 * c) + y3 * e
+        for j in range(d4, d):
+            xj, yj = x[j], y[j]
+            g = DT[j]
+            for k in range(K):
+                o[k] += xj * g[k]
+                p[k] += yj * g[k]
+    if n2 < n:
+        _correlations_one(X[n2], DT, out[n2])
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

@@ -249,7 +249,9 @@ def learn_fisher_model(
     (:class:`~sklearn.decomposition.PCA`, full SVD, no whitening); a GMM with ``K``
     diagonal components, :math:`p(x) = \\sum_k \\pi_k \\mathcal N(x; \\mu_k, \\mathrm{diag}\\,\\sigma_k^2)`,
     is fitted to the projections by EM (:class:`~sklearn.mixture.GaussianMixture`,
-    ``covariance_type="diag"``, k-means initialisation, seeded).
+    ``covariance_type="diag"``, k-means initialisation, seeded).  Both run on one
+    BLAS / OpenMP thread, so the model is the same whichever process learns it (this
+    one or a cluster worker) on a given machine.
 
     Parameters
     ----------
@@ -272,6 +274,7 @@ def learn_fisher_model(
     """
     from sklearn.decomposition import PCA
     from sklearn.mixture import GaussianMixture
+    from threadpoolctl import threadpool_limits
 
     descriptors = _check_descriptors(descriptors, n_components, "Fisher-vector GMM")
     if not 1 <= pca_dims <= descriptors.shape[1]:
@@ -279,10 +282,14 @@ def learn_fisher_model(
             f"Fisher-vector GMM: pca_dims must be in [1, {descriptors.shape[1]}] (the descriptor length), got {pca_dims}"
         )
     X = descriptors.astype(np.float64)
-    pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)
-    gmm = GaussianMixture(
-        n_components=n_components, covariance_type="diag", max_iter=max_iter, random_state=random_state
-    ).fit(pca.transform(X))
+    # One BLAS / OpenMP thread: the SVD's, the k-means start's and EM's partial sums
+    # depend on the number of threads, which differs between this process and a Dask
+    # worker (one per worker thread); with one thread both learn the same numbers.
+    with threadpool_limits(limits=1):
+        pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)
+        gmm = GaussianMixture(
+            n_components=n_components, covariance_type="diag", max_iter=max_iter, random_state=random_state
+        ).fit(pca.transform(X))
     return {
         "pca_mean": np.asarray(pca.mean_, dtype=np.float64),
         "pca_components": np.asarray(pca.components_, dtype=np.float64),

@@ -12,9 +12,9 @@ Eq. (3) of ScSPM [1]_ with the dictionary :math:`V = D` fixed (its Eq. (10)),
 the problem that ``spams.lasso(..., mode=2)`` [3]_ solves.  The reference
 solver is the LARS-lasso homotopy of Efron et al. [2]_ (Section 3.1, "lasso
 modification"), written on the Gram matrix :math:`G = DD^\\top` (computed once per dictionary) and the
-correlations :math:`c = Dx` (one BLAS product per batch of descriptors), so
-the work per descriptor is independent of ``d`` and only touches the active
-set.  By default each descriptor is solved by feature-sign search [4]_ on a
+correlations :math:`c = Dx` (one compiled product per block of descriptors), so
+the rest of the work per descriptor is independent of ``d`` and only touches
+the active set.  By default each descriptor is solved by feature-sign search [4]_ on a
 small pool of atoms grown by the full KKT check (below), which gives the
 same codes faster.  The compiled kernels live in the private module
 :mod:`classify_images.coding._lars_kernels`.
@@ -94,6 +94,16 @@ the same codes up to rounding.  The homotopy on all atoms
 descriptor whose search meets a numerically dependent atom (codes with
 nearly ``d`` non-zeros) or runs past ``max_steps`` iterations.
 
+Determinism.  The correlations are not a BLAS ``gemm``: an optimised
+``gemm`` chooses its micro-kernel, hence the rounding of an entry, by the
+row's place in the block and by the processor (on an AVX2 CPU about half
+the rows of a block changed in the last bits when the rows were permuted).
+Each entry of :math:`XD^\\top` is summed over the coordinates in a fixed
+order instead (:func:`~classify_images.coding._lars_kernels.correlations`),
+and the solver treats every descriptor on its own, so a descriptor's code is
+the same, bit for bit, whatever batch it is coded in (other rows, their
+order and number), for a given dictionary and Gram matrix.
+
 Numerical safety.  Descriptors with :math:`\\max_k|c_k| \\le \\lambda` (zero or
 low-contrast) get an empty code.  In the homotopy, an atom whose Cholesky pivot is
 :math:`\\le 10^{-10} G_{kk}` (linearly dependent on the active atoms, e.g. a
@@ -123,13 +133,13 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import DTypeLike
 
-from ._lars_kernels import encode_block
+from ._lars_kernels import correlations, encode_block
 
 __all__ = ["lasso_lars_codes", "lasso_objective"]
 
 # A change to the solutions computed here must bump ``encode.IMPLEMENTATION_VERSION``.
 
-#: Rows of the correlation product ``X Dᵀ`` computed per BLAS call.
+#: Rows of the correlation product ``X Dᵀ`` computed (and coded) per block.
 _CHUNK = 4096
 
 #: An entering atom whose Cholesky pivot is <= _PIVOT_RTOL * G_kk is skipped.
@@ -164,8 +174,8 @@ def lasso_lars_codes(
     feature-sign search [4]_ on KKT-checked pools of atoms, or by the LARS of
     Efron et al. [2]_ with the lasso modification (a variable leaves the
     active set when its coefficient crosses zero), on the Gram matrix
-    :math:`G = DD^\\top` and the correlations :math:`XD^\\top` (one BLAS
-    product per 4096 rows).  The result satisfies the KKT conditions
+    :math:`G = DD^\\top` and the correlations :math:`XD^\\top` (computed
+    per 4096 rows, each entry summed in a fixed order).  The result satisfies the KKT conditions
     :math:`|D(x - D^\\top u)| \\le \\lambda`, with equality
     :math:`= \\lambda\\,\\mathrm{sign}(u_k)` on the support.  See the module
     docstring for the algorithm and its numerical safeguards.
@@ -186,7 +196,7 @@ def lasso_lars_codes(
         Cap on the homotopy steps per descriptor, and on the feature-sign
         iterations per pool (default ``4 * min(K, d) + 16``).
     correlation_dtype : {numpy.float32, numpy.float64}, default float32
-        Precision of the BLAS product :math:`XD^\\top` (the homotopy itself
+        Precision of the product :math:`XD^\\top` (the homotopy itself
         runs in float64, directions from a float32 copy of :math:`G`, final
         coefficients from the float64 Cholesky factor).  float32 makes the
         product faster and moves the codes slightly away from the float64
@@ -240,7 +250,7 @@ def lasso_lars_codes(
     cdtype = np.dtype(correlation_dtype)
     if cdtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"correlation_dtype must be float32 or float64, got {correlation_dtype!r}")
-    Dc = D.astype(cdtype)
+    DcT = np.ascontiguousarray(D.T, dtype=cdtype)
     steps = int(max_steps) if max_steps is not None else 4 * min(K, d) + 16
     if n_candidates is not None and (not isinstance(n_candidates, (int, np.integer)) or n_candidates < 1):
         raise ValueError(f"n_candidates must be a positive integer or None, got {n_candidates!r}")
@@ -251,8 +261,10 @@ def lasso_lars_codes(
     # the factor can hold at most rank(D) <= min(K, d) atoms (+ slack for rounding)
     parts_i, parts_d, parts_c = [], [], []
     for start in range(0, n, _CHUNK):
-        block = np.asarray(X[start : start + _CHUNK], dtype=cdtype)
-        C = np.ascontiguousarray(block @ Dc.T)  # float32 or float64; numba specialises
+        block = np.ascontiguousarray(X[start : start + _CHUNK], dtype=cdtype)
+        # not BLAS: a fixed summation order per entry, so a row's code is independent of its batch
+        C = np.empty((block.shape[0], K), dtype=cdtype)  # float32 or float64; numba specialises
+        correlations(block, DcT, C)
         idx, val, cnt, _, _ = encode_block(
             C, G, G32, lam, steps, _PIVOT_RTOL, min(K, d + 8), m, lam * (1.0 - _KKT_MARGIN)
         )

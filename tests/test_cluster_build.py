@@ -108,7 +108,9 @@ def test_local_cluster_build_is_bit_identical(tmp_path, local_cluster, reference
 
 @pytest.mark.parametrize("codebook", [
     None,  # the small config's k-means (the module's reference build), one thread by design
-    # PCA + GMM, whose LAPACK/BLAS calls may use several threads in this process, one in a worker
+    # PCA + GMM: their LAPACK/BLAS/OpenMP sums depend on the thread count (several threads in this
+    # process, one in a worker), so learn_fisher_model runs them on one thread (without it this
+    # failed on AVX2 processors, e.g. NUMBA_CPU_NAME=haswell OPENBLAS_CORETYPE=Haswell)
     {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30},
 ])
 def test_the_codebook_is_learnt_on_a_worker_with_the_same_numbers(tmp_path, monkeypatch, local_cluster, reference,

@@ -148,7 +148,18 @@ def test_sparse_coder_uses_lars_and_precomputed_gram():
     np.testing.assert_allclose(coder.gram, D @ D.T, atol=1e-12)
     U = coder.encode(X)
     assert sp.isspmatrix_csr(U) and U.dtype == np.float32 and U.shape == (50, 60)
-    np.testing.assert_allclose(U.toarray(), _spams_codes(X, D, LAM), atol=1e-4)
+    # the solver: spams.lasso on the same float32 correlations X Dᵀ (computed by the kernel) and Gram
+    from classify_images.coding._lars_kernels import correlations
+
+    C = np.empty((50, 60), np.float32)
+    correlations(X, np.ascontiguousarray(D.T, dtype=np.float32), C)
+    same_c = spams.lasso(np.asfortranarray(X.T, dtype=np.float64), Q=np.asfortranarray(D @ D.T),
+                         q=np.asfortranarray(C.T, dtype=np.float64), lambda1=LAM, mode=2, numThreads=1)
+    np.testing.assert_allclose(U.toarray(), np.asarray(same_c.T.todense()), atol=1e-6, rtol=0)
+    # against float64 correlations: with random (not SIFT) data some codes have up to d = 24
+    # non-zeros (G_AA ill-conditioned), and the ~1e-7 float32 rounding of c moves them by up to
+    # 1.4e-4 (measured; BLAS's float32 product: 8e-5)
+    np.testing.assert_allclose(U.toarray(), _spams_codes(X, D, LAM), atol=3e-4, rtol=0)
     assert coder.encode(np.zeros((0, 24), np.float32)).shape == (0, 60)
 
 
@@ -220,16 +231,51 @@ def test_feature_sign_matches_full_path_and_spams_float64(K, d, n_candidates):
     assert n_full <= (counts >= 0.8 * d).sum()
 
 
-def test_codes_are_deterministic_and_independent_of_the_batch(sift_data):
-    """Same input, same bytes; a descriptor's code does not depend on the other rows of its block."""
+def _same_bits(U, V):
+    return (np.array_equal(U.indptr, V.indptr) and np.array_equal(U.indices, V.indices)
+            and U.data.tobytes() == V.data.tobytes())
+
+
+@pytest.mark.parametrize("correlation_dtype", [np.float32, np.float64])
+def test_codes_are_deterministic_and_independent_of_the_batch(sift_data, correlation_dtype, monkeypatch):
+    """Same input, same bytes; a descriptor's code does not depend on the other rows of its block.
+
+    Other row order, other batch sizes (single rows, odd sizes), other block
+    boundaries: the same codes bit for bit (a BLAS ``gemm`` for ``X Dᵀ``
+    broke this on AVX2 processors).
+    """
+    from classify_images.coding import lars
+
     X, D = sift_data
-    U1 = lasso_lars_codes(X, D, LAM)
-    U2 = lasso_lars_codes(X, D, LAM)
-    assert np.array_equal(U1.indptr, U2.indptr) and np.array_equal(U1.indices, U2.indices)
-    assert U1.data.tobytes() == U2.data.tobytes()
+    code = lambda rows: lasso_lars_codes(rows, D, LAM, correlation_dtype=correlation_dtype)  # noqa: E731
+    U1 = code(X)
+    assert _same_bits(U1, code(X))
     order = np.random.default_rng(3).permutation(X.shape[0])
-    U3 = lasso_lars_codes(X[order], D, LAM)
-    assert (U3 != U1[order]).nnz == 0
+    assert _same_bits(code(X[order]), U1[order])
+    assert _same_bits(sp.vstack([code(X[i : i + 1]) for i in range(40)]).tocsr(), U1[:40])
+    edges = [0, 1, 8, 45, 378, 379, 1001, X.shape[0]]
+    assert _same_bits(sp.vstack([code(X[a:b]) for a, b in zip(edges, edges[1:])]).tocsr(), U1)
+    monkeypatch.setattr(lars, "_CHUNK", 37)
+    assert _same_bits(code(X), U1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n,d,K", [(1, 128, 512), (2, 128, 40), (7, 13, 33), (64, 3, 5)])
+def test_correlations_sum_in_a_fixed_order(dtype, n, d, K):
+    """The compiled product equals the slow sum over coordinates in turn, bit for bit, and X Dᵀ to rounding."""
+    from classify_images.coding._lars_kernels import correlations
+
+    rng = np.random.default_rng(n + d + K)
+    X = (rng.random((n, d)) * 100).astype(dtype)
+    DT = rng.normal(size=(d, K)).astype(dtype)
+    out = np.full((n, K), np.nan, dtype=dtype)
+    correlations(X, DT, out)
+    slow = np.zeros((n, K), dtype=dtype)
+    for j in range(d):  # one rounding per product and per sum, coordinates in increasing order
+        slow = slow + X[:, j : j + 1] * DT[j]
+    assert out.tobytes() == slow.tobytes()
+    exact = X.astype(np.float64) @ DT.astype(np.float64)
+    np.testing.assert_allclose(out, exact, rtol=0, atol=d * np.finfo(dtype).eps * np.abs(X).sum(1).max() * 4)
 
 
 def test_one_atom_and_two_atoms():
