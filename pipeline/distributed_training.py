@@ -53,7 +53,7 @@ from ..classifiers._parallel import even_bounds
 from ..classifiers.base import merge_problem_groups, n_problems
 from .feature_store import FeatureSet, FeatureSetError, load_feature_set
 
-__all__ = ["DistributedTrainingError", "FeatureSetRows", "check_distributable", "fit_distributed"]
+__all__ = ["DistributedTrainingError", "FeatureSetRows", "check_distributable", "fit_distributed", "ParallelProblems"]
 
 
 class DistributedTrainingError(ClassifyImagesError, ValueError):
@@ -201,3 +201,42 @@ def fit_distributed(
         warnings.warn(message, category, stacklevel=2)
     model = merge_problem_groups([group for group, _ in results])
     return model.set_params(random_state=random_state) if seeded else model
+
+
+class ParallelProblems:
+    """A classifier whose one-vs-rest problems are trained on a Dask cluster, as a wrapper
+    estimator (dask-ml's ``ParallelPostFit`` / ``Incremental`` pattern):
+    ``ParallelProblems(PmSVM(), client=client).fit(rows, y)`` runs :func:`fit_distributed`.
+
+    Parameters
+    ----------
+    estimator : classifier whose problems decompose (:func:`check_distributable`; left unchanged)
+    client : distributed.Client
+    rows : FeatureSetRows, optional
+        Where the workers read the training rows (a feature set on a shared file system);
+        default: the ``X`` given to :meth:`fit`, sent to each worker once.
+    n_groups : int, optional
+        Groups of problems (default: one per worker).
+
+    Attributes
+    ----------
+    estimator_ : the fitted estimator, equal to one fitted on one machine within solver tolerance
+    """
+
+    def __init__(self, estimator: Any, *, client: Any, rows: Any = None, n_groups: int | None = None) -> None:
+        self.estimator = estimator
+        self.client = client
+        self.rows = rows
+        self.n_groups = n_groups
+
+    def fit(self, X: Any, y: Any) -> "ParallelProblems":
+        """Train on ``rows`` when given (``X`` then only describes them), else on ``X``."""
+        rows = X if self.rows is None else self.rows
+        self.estimator_ = fit_distributed(self.client, self.estimator, rows, y, n_groups=self.n_groups)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        """``predict``, ``decision_function``, ``classes_``, … of the fitted estimator."""
+        if name.startswith("__") or "estimator_" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["estimator_"], name)

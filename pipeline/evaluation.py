@@ -268,7 +268,7 @@ def train_classifier(
     *,
     seed: int | None = None,
     class_names: list[str] | None = None,
-    fit: Callable[[Any, Any, np.ndarray], Any] | None = None,
+    wrapper: Callable[[Any], Any] | None = None,
 ) -> TrainingResult:
     """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
 
@@ -278,10 +278,10 @@ def train_classifier(
     :func:`named_class_weight`); the one-vs-rest problems keep the order of the indices when
     the names are sorted, as a dataset's class folders are. The numba kernels are compiled on
     a tiny problem first (:func:`~classify_images.classifiers.base.warm_up`), so that
-    ``train_seconds`` is the training alone, not numba's compilation.  ``fit(estimator, X, y)``,
-    if given, trains instead of ``estimator.fit(X, y)`` and returns the fitted estimator (on a
-    cluster: :func:`~classify_images.pipeline.distributed_training.fit_distributed`; from row
-    blocks: :func:`~classify_images.pipeline.streaming_training.fit_streaming`).
+    ``train_seconds`` is the training alone, not numba's compilation.  ``wrapper(estimator)``,
+    if given, is a wrapper estimator that trains it another way, its fitted ``estimator_`` kept
+    (on a cluster: :class:`~classify_images.pipeline.distributed_training.ParallelProblems`;
+    from row blocks: :class:`~classify_images.pipeline.streaming_training.Incremental`).
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
@@ -290,7 +290,7 @@ def train_classifier(
         y = np.asarray(class_names, dtype=str)[np.asarray(y)]
     warm_up(estimator, X, y)
     start = time.perf_counter()
-    estimator = estimator.fit(X, y) if fit is None else fit(estimator, X, y)
+    estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
     return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]))
 

@@ -38,7 +38,7 @@ from sklearn.base import clone
 
 from ..errors import ClassifyImagesError
 
-__all__ = ["RowBlocks", "ShardBlocks", "StreamingError", "fit_streaming"]
+__all__ = ["RowBlocks", "ShardBlocks", "StreamingError", "fit_streaming", "Incremental"]
 
 
 class StreamingError(ClassifyImagesError, ValueError):
@@ -213,3 +213,48 @@ def fit_streaming(
             raise StreamingError(f"the blocks changed between passes ({n_blocks} blocks, then {seen}): "
                                  "fit_streaming needs a re-iterable that yields the same blocks every time")
     return model.set_params(**{name: params[name] for name in resolved})
+
+
+class Incremental:
+    """A classifier trained from row blocks, as a wrapper estimator (dask-ml's ``Incremental``
+    pattern): ``Incremental(HIKnSVM(), block_rows=1024, seed=0).fit(X, y)`` runs
+    :func:`fit_streaming` over :class:`RowBlocks` of ``X`` (an ndarray, memory-mapped or not, or
+    a CSR matrix), or over :class:`ShardBlocks` of a sharded feature set's rows, never
+    assembling the matrix.
+
+    Parameters
+    ----------
+    estimator : classifier with ``partial_fit`` (left unchanged)
+    block_rows : int
+        Rows per block (shards per block are chosen to hold about as many).
+    seed : int
+        Seed of the blocks' permutation (the rows of a feature set are stored class by class).
+    n_epochs : int, optional
+        Passes; default the estimator's own.
+
+    Attributes
+    ----------
+    estimator_ : the fitted clone of ``estimator``
+    """
+
+    def __init__(self, estimator: Any, *, block_rows: int = 1024, seed: int = 0, n_epochs: int | None = None) -> None:
+        self.estimator = estimator
+        self.block_rows = block_rows
+        self.seed = seed
+        self.n_epochs = n_epochs
+
+    def fit(self, X: Any, y: Any) -> "Incremental":
+        from .shard_store import ShardedRows
+
+        if isinstance(X, ShardedRows):  # whole shards, never the assembled matrix
+            blocks = ShardBlocks(X, y, self.block_rows, seed=self.seed)
+        else:
+            blocks = RowBlocks(X, y, self.block_rows, seed=self.seed)
+        self.estimator_ = fit_streaming(self.estimator, blocks, n_epochs=self.n_epochs)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        """``predict``, ``decision_function``, ``classes_``, … of the fitted estimator."""
+        if name.startswith("__") or "estimator_" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["estimator_"], name)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,35 +41,6 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------- training
-def _cluster_fit(stack: contextlib.ExitStack, execution: Execution, feature_set: FeatureSet) -> Callable:
-    """``fit(estimator, X, y)`` on ``execution``'s cluster (opened on ``stack``): the workers read the
-    feature set's rows from its path (a shared filesystem), the client sends the labels."""
-    from .cluster import scheduler_errors
-    from .distributed_training import FeatureSetRows, fit_distributed
-
-    client = stack.enter_context(execution.client())
-    rows = FeatureSetRows.of(feature_set)
-
-    def fit(estimator, X, y):
-        with scheduler_errors(execution.cluster):
-            return fit_distributed(client, estimator, rows, y)
-
-    return fit
-
-
-def _streaming_fit(feature_set: FeatureSet, block_rows: int, seed: int) -> Callable:
-    """``fit(estimator, X, y)`` by epochs of ``partial_fit`` over blocks of ``block_rows`` training rows,
-    cut from a permutation of the rows seeded by ``seed`` (the rows are stored class by class)."""
-    from .streaming_training import RowBlocks, ShardBlocks, fit_streaming
-
-    def fit(estimator, X, y):
-        if feature_set.layout == "sharded":  # whole shards, never the assembled matrix
-            return fit_streaming(estimator, ShardBlocks(feature_set.rows["train"], y, block_rows, seed=seed))
-        return fit_streaming(estimator, RowBlocks(feature_set.X_train, y, block_rows, seed=seed))
-
-    return fit
-
-
 def train_model(
     feature_set: FeatureSet | str | os.PathLike,
     classifier: str,
@@ -114,15 +86,24 @@ def train_model(
     if not isinstance(feature_set, FeatureSet):
         feature_set = load_feature_set(feature_set)
     with contextlib.ExitStack() as stack:
-        fit = None
+        wrapper = None
         if execution is not None and execution.cluster is not None:
-            fit = _cluster_fit(stack, execution, feature_set)
+            from .cluster import scheduler_errors
+            from .distributed_training import FeatureSetRows, ParallelProblems
+
+            client = stack.enter_context(execution.client())
+            stack.enter_context(scheduler_errors(execution.cluster))
+            # the workers read the rows from the feature set's path (a shared file system)
+            wrapper = functools.partial(ParallelProblems, client=client, rows=FeatureSetRows.of(feature_set))
         elif block_rows is not None:
-            fit = _streaming_fit(feature_set, block_rows, seed)
+            from .streaming_training import Incremental
+
+            wrapper = functools.partial(Incremental, block_rows=block_rows, seed=seed)
         # on a cluster or streaming, a sharded set is never assembled here (the rows are read lazily)
-        X = feature_set.rows["train"] if fit is not None and feature_set.layout == "sharded" else np.asarray(feature_set.X_train)
+        X = feature_set.rows["train"] if wrapper is not None and feature_set.layout == "sharded" \
+            else np.asarray(feature_set.X_train)
         training = train_classifier(classifier, params or {}, X, feature_set.y_train, seed=seed,
-                                    class_names=feature_set.class_names, fit=fit)
+                                    class_names=feature_set.class_names, wrapper=wrapper)
     path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
                       feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     return training, path
