@@ -28,6 +28,18 @@ SHARED_DATASETS = Path(os.environ.get("CLASSIFY_IMAGES_DATASETS", REPO.parent / 
 CALTECH_MINI = SHARED_DATASETS / "caltech101-mini"
 SCENE15 = SHARED_DATASETS / "scene15"
 
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's ``addopts``): one pytest-xdist worker per processor this process
+    may run on (at most 4), not psutil's count of the host's cores, which ignores the CPU affinity
+    a container or ``taskset`` sets."""
+    try:
+        processors = len(os.sched_getaffinity(0))
+    except AttributeError:  # (no sched_getaffinity: macOS, Windows)
+        processors = os.cpu_count() or 1
+    return max(1, min(processors, 4))
+
 #: A small, fast pipeline for tests (same stages as the real configs).
 SMALL_CONFIG = {
     "dataset": {"train_per_class": 5, "test_per_class": 5, "seed": 0},

@@ -225,8 +225,11 @@ def test_cli_train_option_errors_are_one_line(feature_set_path, capsys, options,
     assert len(err.splitlines()) == 1 and message in err, err
 
 
-def test_cli_train_scheduler_unreachable_is_one_line(feature_set_path, capsys):
+def test_cli_train_scheduler_unreachable_is_one_line(feature_set_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
+    from classify_images.pipeline import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "DEFAULT_CONNECT_TIMEOUT", 1.0)  # nothing listens: no need to wait 10 s
     assert main(["train", str(feature_set_path), "--classifier", "pmsvm", "--scheduler", "tcp://127.0.0.1:1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err, err

@@ -8,7 +8,7 @@ and ``--write-real DATASETS``), saying so in its commit.  Labels must match exac
 arrays within a small relative tolerance of their norm (``tests/_digests.py``): the recorded
 values come from one machine's BLAS, numba and OpenCV, and a processor or library build that
 rounds differently changes the last bits, not the results.  Whether the arrays were also
-bit-identical is printed (``pytest -s``).
+bit-identical is printed (``pytest -s -n 0``: in this process, not in xdist workers).
 """
 
 from __future__ import annotations
