@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from sklearn.metrics import balanced_accuracy_score
 
 DATA = Path(__file__).resolve().parent / "data"
 GOLDEN = DATA / "golden_digests.json"
@@ -176,16 +177,35 @@ def compute_digests(dataset: Path, configs: dict, workdir: Path, classifiers: di
         fs = load_feature_set(out)
         new_images = [str(Path(fs.manifest["dataset"]["root"]) / p) for p in fs.test_paths[:4]]
         X_new, _ = FeatureExtractor.from_feature_set(fs).transform_images(new_images)
-        models = {}
+        models, accuracy = {}, {}
         for run, (classifier, params) in classifiers.items():
             estimator = make_classifier(classifier, params).fit(np.asarray(fs.X_train), fs.y_train)
             models[run] = model_sketch(estimator)
+            accuracy[run] = round(float(balanced_accuracy_score(fs.y_test, estimator.predict(np.asarray(fs.X_test)))), 6)
         result[name] = {
             "features": feature_set_sketch(fs),
             "new_images": {"X": array_sketch(X_new)},
             "models": models,
+            "accuracy": accuracy,
         }
     return result
+
+
+def processor_signature() -> str:
+    """What the real-data values depend on beyond the code: numba's code target (``NUMBA_CPU_NAME``,
+    else the host's LLVM CPU name) and OpenBLAS's kernel.  A codebook learnt by k-means or
+    dictionary learning from thousands of real descriptors is chaotic in their last bits: another
+    target rounds a few descriptors differently and the learner ends in another local optimum
+    (measured: caltech101-mini's codebooks differ between ``znver4`` and ``skylake-avx512`` by
+    0.1–0.3 % of their norm, far beyond rounding)."""
+    import os
+
+    from llvmlite import binding
+    from threadpoolctl import threadpool_info
+
+    cpu = os.environ.get("NUMBA_CPU_NAME") or binding.get_host_cpu_name()
+    blas = sorted({str(info.get("architecture")) for info in threadpool_info() if info.get("internal_api") == "openblas"})
+    return f"{cpu} / OpenBLAS {','.join(blas) or 'none'}"
 
 
 def real_configs() -> dict:
@@ -230,6 +250,7 @@ def main(argv: list[str]) -> int:
             golden["fixture"] = compute_digests(FIXTURE_IMAGES, FIXTURE_CONFIGS, Path(tmp))
         else:
             golden["caltech101-mini"] = compute_digests(Path(argv[1]) / "caltech101-mini", real_configs(), Path(tmp))
+            golden["caltech101-mini-processor"] = processor_signature()
     GOLDEN.write_text(json.dumps(golden, indent=2, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}")
     return 0

@@ -27,8 +27,13 @@ from ._digests import (
     compare_digests,
     compare_sketches,
     compute_digests,
+    processor_signature,
     real_configs,
 )
+
+#: Mean per-class accuracy a real-data classifier may move by on another processor, where its
+#: codebook is another local optimum (20 test images: one image is 5 points).
+ACCURACY_TOLERANCE = 0.15
 
 
 def _check(got: dict, expected: dict, name: str) -> None:
@@ -47,9 +52,26 @@ def test_fixture_digests_unchanged(tmp_path, name):
 @pytest.mark.realdata
 @pytest.mark.parametrize("name", ["scspm", "bof-spm"])
 def test_caltech_mini_digests_unchanged(tmp_path, caltech_mini, name):
-    expected = json.loads(GOLDEN.read_text())["caltech101-mini"][name]
+    """On the processor kind they were recorded on, every value within rounding.  Elsewhere the
+    learnt codebook is another local optimum (``processor_signature``), so only what does not
+    depend on it is compared — labels, shapes, accuracies within ``ACCURACY_TOLERANCE`` — and the
+    test then reports itself skipped, naming both processors, rather than passed."""
+    golden = json.loads(GOLDEN.read_text())
+    expected = golden["caltech101-mini"][name]
     got = compute_digests(caltech_mini, {name: real_configs()[name]}, tmp_path)[name]
-    _check(got, expected, name)
+    recorded_on, here = golden.get("caltech101-mini-processor"), processor_signature()
+    if here == recorded_on:
+        _check(got, expected, name)
+        return
+    for part in ("y_train", "y_test"):
+        assert got["features"][part] == expected["features"][part], f"{name}: {part} changed"
+    for part in ("X_train", "X_test", "codebook"):
+        assert got["features"][part]["shape"] == expected["features"][part]["shape"], f"{name}: {part} shape changed"
+    moved = {run: (got["accuracy"][run], accuracy) for run, accuracy in expected["accuracy"].items()
+             if abs(got["accuracy"][run] - accuracy) > ACCURACY_TOLERANCE}
+    assert not moved, f"{name}: accuracy (got, recorded) moved by more than {ACCURACY_TOLERANCE}: {moved}"
+    pytest.skip(f"{name}: values recorded on {recorded_on}, this is {here}: the codebook differs beyond rounding "
+                f"there, so only labels, shapes and accuracies (±{ACCURACY_TOLERANCE}) were compared")
 
 
 def test_sketch_comparison_sees_real_changes_and_tolerates_rounding():
