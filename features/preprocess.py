@@ -29,9 +29,16 @@ Broken files
 Decompression bombs
     A small file can announce a huge image (a 2.6 MB PNG of 30 000 × 30 000 pixels
     decodes to 900 MB).  :func:`image_size` reads the width and height from the header
-    of PNG, JPEG, GIF, BMP, TIFF, WebP and PNM files without decoding, and
+    with Pillow (``Image.open(...).size`` parses the header only; PNG, JPEG, GIF, BMP,
+    TIFF/BigTIFF, WebP, PNM, JPEG 2000, Sun raster, AVIF, ...), and
     :func:`decode_grayscale` refuses an image above ``max_pixels`` before decoding it ->
-    ``"image too large (W x H pixels > cap)"``.  (Decoding large JPEGs reduced,
+    ``"image too large (W x H pixels > cap)"``.  While a cap applies, nothing whose size
+    cannot be read is decoded: formats OpenCV decodes but Pillow cannot size (PAM, PFM,
+    Radiance HDR, OpenEXR) -> ``"cannot read the image size from the header (format not
+    supported for the size check: ...)"``; a known format whose header Pillow cannot parse
+    -> ``"truncated or corrupt image (... header could not be read)"``.  (OpenCV's own
+    ``OPENCV_IO_MAX_IMAGE_PIXELS`` is read once per process, at the first decode, so it
+    cannot carry a per-call cap.)  (Decoding large JPEGs reduced,
     ``IMREAD_REDUCED_GRAYSCALE_*``, would change the numbers — libjpeg's scaled IDCT is
     not ``INTER_AREA`` — so it is not done.)
 
@@ -54,11 +61,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import math
 import os
-import struct
 import tempfile
 import threading
+import warnings as _warnings
 from collections.abc import Iterable
 from numbers import Integral
 from typing import Any
@@ -119,7 +127,19 @@ _SIGNATURES: tuple[tuple[bytes, int, str], ...] = (
     (b"MM\x00*", 0, "TIFF"),
     (b"WEBP", 8, "WebP"),
     (b"\x00\x00\x00\x0cjP  ", 0, "JPEG 2000"),
+    (b"\xff\x4f\xff\x51", 0, "JPEG 2000"),
+    (b"\x59\xa6\x6a\x95", 0, "Sun raster"),
+    (b"ftypavi", 4, "AVIF"),
+    (b"P7", 0, "PAM"),
+    (b"PF", 0, "PFM"),
+    (b"Pf", 0, "PFM"),
+    (b"#?RADIANCE", 0, "Radiance HDR"),
+    (b"#?RGBE", 0, "Radiance HDR"),
+    (b"v/1\x01", 0, "OpenEXR"),
 )
+
+#: Formats OpenCV decodes whose size Pillow cannot read: refused while a pixel cap applies.
+_UNSIZED_FORMATS = frozenset({"PAM", "PFM", "Radiance HDR", "OpenEXR"})
 
 
 def _sniff_format(head: bytes) -> str | None:
@@ -145,118 +165,51 @@ def _jpeg_is_truncated(data: bytes) -> bool:
     return sos < 0 or eoi < sos
 
 
-def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from the first start-of-frame marker of a JPEG stream."""
-    pos, n = 2, len(data)
-    while pos + 4 <= n:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0x01, *range(0xD0, 0xD9)):  # markers without a length
-            pos += 2
-            continue
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if pos + 9 > n:
-                return None
-            height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
-            return width, height
-        if marker == 0xDA or length < 2:  # start of scan before any frame header
-            return None
-        pos += 2 + length
-    return None
-
-
-def _tiff_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from the first image file directory of a TIFF file."""
-    order = "<" if data[:2] == b"II" else ">"
-    (offset,) = struct.unpack(order + "I", data[4:8])
-    if offset + 2 > len(data):
-        return None
-    (count,) = struct.unpack(order + "H", data[offset : offset + 2])
-    found = {}
-    for i in range(count):
-        entry = data[offset + 2 + 12 * i : offset + 14 + 12 * i]
-        if len(entry) < 12:
-            break
-        tag, kind = struct.unpack(order + "HH", entry[:4])
-        if tag in (256, 257) and kind in (3, 4):
-            found[tag] = struct.unpack(order + ("H" if kind == 3 else "I"), entry[8 : 10 if kind == 3 else 12])[0]
-    return (found[256], found[257]) if len(found) == 2 else None
-
-
-def _webp_size(data: bytes) -> tuple[int, int] | None:
-    chunk = data[12:16]
-    if chunk == b"VP8 " and len(data) >= 30:
-        width, height = struct.unpack("<HH", data[26:30])
-        return width & 0x3FFF, height & 0x3FFF
-    if chunk == b"VP8L" and len(data) >= 25:
-        b0, b1, b2, b3 = data[21:25]
-        return 1 + (b0 | (b1 & 0x3F) << 8), 1 + (b1 >> 6 | b2 << 2 | (b3 & 0x0F) << 10)
-    if chunk == b"VP8X" and len(data) >= 30:
-        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
-    return None
-
-
-def _pnm_size(data: bytes) -> tuple[int, int] | None:
-    tokens, pos = [], 2
-    while len(tokens) < 2 and pos < min(len(data), 4096):
-        char = data[pos : pos + 1]
-        if char == b"#":
-            end = data.find(b"\n", pos)
-            pos = len(data) if end < 0 else end + 1
-        elif char.isspace():
-            pos += 1
-        else:
-            start = pos
-            while pos < len(data) and not data[pos : pos + 1].isspace() and data[pos : pos + 1] != b"#":
-                pos += 1
-            tokens.append(data[start:pos])
-    if len(tokens) < 2 or not all(t.isdigit() for t in tokens):
-        return None
-    return int(tokens[0]), int(tokens[1])
+#: Pillow's own decompression-bomb limit is a module global: it is lifted only while this
+#: module reads a header (our ``max_pixels`` is the check), one reader at a time.
+_PILLOW_LOCK = threading.Lock()
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) announced by an image file's header, read without decoding it.
 
-    PNG (``IHDR``), JPEG (first start-of-frame marker), GIF (logical screen), BMP (DIB
-    header), TIFF (first image directory), WebP (``VP8``/``VP8L``/``VP8X``) and PNM.
-    None when the format is another one or the header cannot be read.
+    Read by Pillow (``PIL.Image.open(...).size`` parses the header only): PNG, JPEG, GIF,
+    BMP, TIFF and BigTIFF, WebP, PNM, JPEG 2000, Sun raster, AVIF and the other formats
+    Pillow identifies.  Pillow's own decompression-bomb limit is lifted for the read (the
+    caller compares the size with its own cap), and its warnings are not shown.  None when
+    Pillow does not identify the format or cannot read the header.
     """
-    kind = _sniff_format(data[:16])
-    try:
-        if kind == "PNG" and data[12:16] == b"IHDR":
-            return struct.unpack(">II", data[16:24])
-        if kind == "JPEG":
-            return _jpeg_size(data)
-        if kind == "GIF":
-            return struct.unpack("<HH", data[6:10])
-        if kind == "BMP":
-            (header,) = struct.unpack("<I", data[14:18])
-            if header == 12:
-                return struct.unpack("<HH", data[18:22])
-            width, height = struct.unpack("<ii", data[18:26])
-            return abs(width), abs(height)
-        if kind == "TIFF":
-            return _tiff_size(data)
-        if kind == "WebP" and data[:4] == b"RIFF":
-            return _webp_size(data)
-        if kind == "PNM":
-            return _pnm_size(data)
-    except (struct.error, IndexError, ValueError):
-        return None
-    return None
+    from PIL import Image  # imported on first use: commands that decode no image skip it
+
+    with _PILLOW_LOCK, _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+        except Exception:  # noqa: BLE001 - any header Pillow cannot read means "size unknown"
+            return None
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+    return int(width), int(height)
 
 
-def _check_pixels(data: bytes, max_pixels: int | None) -> None:
+def _check_pixels(data: bytes, max_pixels: int | None, kind: str | None) -> None:
+    """Refuse, before decoding, an image above ``max_pixels`` or whose size cannot be read."""
     if max_pixels is None:
         return
     size = image_size(data)
-    if size is not None and size[0] * size[1] > max_pixels:
+    if size is None:
+        # nothing is decoded unless its size is known: OpenCV would allocate what the header says
+        if kind is None:
+            raise ImageReadError("not an image or unsupported format")
+        if kind in _UNSIZED_FORMATS:
+            raise ImageReadError(
+                f"cannot read the image size from the header (format not supported for the size check: {kind})"
+            )
+        raise ImageReadError(f"truncated or corrupt image ({kind} header could not be read)")
+    if size[0] * size[1] > max_pixels:
         raise ImageReadError(
             f"image too large ({size[0]} x {size[1]} pixels > image.max_pixels = {max_pixels}); "
             "raise image.max_pixels to read it"
@@ -365,7 +318,7 @@ def decode_grayscale_checked(
         raise ImageReadError("truncated or corrupt image (JPEG has no end-of-image marker)")
     if kind == "PNG" and _png_is_truncated(raw):
         raise ImageReadError("truncated or corrupt image (PNG has no IEND chunk)")
-    _check_pixels(raw, max_pixels)
+    _check_pixels(raw, max_pixels, kind)
     warnings: list[str] = []
     if kind == "JPEG":
         with _captured_stderr() as warnings:

@@ -15,6 +15,8 @@ from classify_images.features import (
     load_grayscale,
     resize_max_side,
 )
+from classify_images.features import preprocess
+from classify_images.features.preprocess import DEFAULT_MAX_PIXELS
 
 from .conftest import FIXTURE_PHOTO
 
@@ -160,3 +162,86 @@ def test_decode_grayscale_from_bytes():
     np.testing.assert_array_equal(decode_grayscale(data), load_grayscale(FIXTURE_PHOTO))
     with pytest.raises(ImageReadError, match="empty file"):
         decode_grayscale(b"")
+
+
+# ---------------------------------------------------------------------------
+# Pixel guard on every format (issue 26): sizes read by Pillow, unsized formats refused
+# ---------------------------------------------------------------------------
+def _gradient():
+    return (np.arange(150 * 200) % 251).astype(np.uint8).reshape(150, 200)
+
+
+def _encode(kind):
+    """A 200 x 150 image in ``kind``, written by OpenCV (BigTIFF and GIF by Pillow)."""
+    import io
+
+    from PIL import Image
+
+    image = _gradient()
+    if kind in ("bigtiff", "gif"):
+        out = io.BytesIO()
+        Image.fromarray(image).save(out, format="TIFF" if kind == "bigtiff" else "GIF", big_tiff=kind == "bigtiff")
+        return out.getvalue()
+    if kind == ".hdr":
+        image = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR).astype(np.float32) / 255
+    if kind == ".pfm":
+        image = image.astype(np.float32) / 255
+    ok, buf = cv2.imencode(kind, image)
+    assert ok
+    return buf.tobytes()
+
+
+# formats that loaded before the guard moved to Pillow (the first nine were guarded already)
+SIZED = [".png", ".jpg", ".bmp", ".tif", ".webp", ".pgm", ".pbm", ".pnm", "gif", "bigtiff", ".jp2", ".ras", ".avif",
+         ".pfm"]  # grayscale PFM ("Pf"); Pillow cannot size colour PFM ("PF"), which never decoded to grayscale
+UNSIZED = [".pam", ".hdr"]  # OpenCV decodes them, Pillow cannot read their size
+
+
+@pytest.mark.parametrize("kind", SIZED)
+def test_every_sized_format_still_loads_and_is_guarded(kind, monkeypatch):
+    data = _encode(kind)
+    image = decode_grayscale(data, max_side=None, max_pixels=DEFAULT_MAX_PIXELS)
+    assert image.shape == (150, 200)
+    calls, real = [], cv2.imdecode
+    monkeypatch.setattr(preprocess.cv2, "imdecode", lambda *a: calls.append(1) or real(*a))
+    with pytest.raises(ImageReadError, match=r"^image too large \(200 x 150 pixels > image.max_pixels = 1000\)"):
+        decode_grayscale(data, max_pixels=1000)
+    assert calls == []  # refused from the header, never decoded
+
+
+@pytest.mark.parametrize("kind", UNSIZED)
+def test_formats_whose_size_cannot_be_read_are_refused_under_a_cap(kind, monkeypatch):
+    data = _encode(kind)
+    calls, real = [], cv2.imdecode
+    monkeypatch.setattr(preprocess.cv2, "imdecode", lambda *a: calls.append(1) or real(*a))
+    with pytest.raises(ImageReadError, match=r"^cannot read the image size from the header \(format not supported"):
+        decode_grayscale(data, max_pixels=DEFAULT_MAX_PIXELS)
+    assert calls == []
+    # without a cap they decode as before
+    assert decode_grayscale(data, max_side=None, max_pixels=None).shape == (150, 200)
+
+
+def test_pillow_limit_is_neither_used_nor_changed():
+    """A 30 000² header is sized without Pillow's own bomb warning/error, and its limit is restored."""
+    import struct
+    import warnings
+
+    from PIL import Image
+
+    import zlib
+
+    data = bytearray(cv2.imencode(".png", np.zeros((20, 20), np.uint8))[1].tobytes())
+    data[16:24] = struct.pack(">II", 30000, 30000)
+    data[29:33] = struct.pack(">I", zlib.crc32(data[12:29]))  # a valid IHDR, as a crafted file has
+    before = Image.MAX_IMAGE_PIXELS
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert preprocess.image_size(bytes(data)) == (30000, 30000)
+    assert Image.MAX_IMAGE_PIXELS == before
+
+
+def test_corrupt_header_of_a_known_format_is_not_decoded():
+    data = bytearray(_encode(".png"))
+    data[12:16] = b"XXXX"  # the IHDR chunk's type: Pillow cannot read the size
+    with pytest.raises(ImageReadError, match=r"^truncated or corrupt image \(PNG"):
+        decode_grayscale(bytes(data), max_pixels=DEFAULT_MAX_PIXELS)

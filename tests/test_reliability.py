@@ -626,9 +626,11 @@ def test_image_size_reads_the_header_of_every_format(extension):
 def _png_announcing(width: int, height: int) -> bytes:
     import cv2
     import struct
+    import zlib
 
     data = bytearray(cv2.imencode(".png", np.zeros((20, 20), np.uint8))[1].tobytes())
     data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(data[12:29]))  # IHDR's checksum, as a crafted file has
     return bytes(data)
 
 
