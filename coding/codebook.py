@@ -24,6 +24,7 @@ sample (:func:`sample_rows`), so the codebook never sees test data.
 from __future__ import annotations
 
 import hashlib
+import warnings
 
 import numpy as np
 
@@ -273,6 +274,7 @@ def learn_fisher_model(
         ``variances`` (K, D) — :data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`.
     """
     from sklearn.decomposition import PCA
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.mixture import GaussianMixture
     from threadpoolctl import threadpool_limits
 
@@ -285,11 +287,21 @@ def learn_fisher_model(
     # One BLAS / OpenMP thread: the SVD's, the k-means start's and EM's partial sums
     # depend on the number of threads, which differs between this process and a Dask
     # worker (one per worker thread); with one thread both learn the same numbers.
-    with threadpool_limits(limits=1):
+    with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)
         gmm = GaussianMixture(
             n_components=n_components, covariance_type="diag", max_iter=max_iter, random_state=random_state
         ).fit(pca.transform(X))
+    for warning in caught:  # scikit-learn's own words name its internals: say it in ours, once
+        if issubclass(warning.category, ConvergenceWarning):
+            warnings.warn(f"Fisher-vector GMM: EM stopped at codebook.n_iter = {max_iter} iterations before its "
+                          f"change fell below {gmm.tol}; the model is used as it is (raise codebook.n_iter for "
+                          "a closer fit)", ConvergenceWarning, stacklevel=2)
+            break
+    for warning in caught:
+        if not issubclass(warning.category, ConvergenceWarning):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return {
         "pca_mean": np.asarray(pca.mean_, dtype=np.float64),
         "pca_components": np.asarray(pca.components_, dtype=np.float64),

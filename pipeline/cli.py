@@ -46,7 +46,14 @@ class UsageError(ClassifyImagesError, ValueError):
 
 
 def _params(pairs: list[str] | None) -> dict[str, Any]:
-    return dict(parse_param(pair) for pair in pairs or [])
+    """``--param key=value`` options as a dict; a key given twice is refused (not silently the last)."""
+    params: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, value = parse_param(pair)
+        if key in params:
+            raise UsageError(f"--param {key} is given twice ({params[key]!r} and {value!r}): give it once")
+        params[key] = value
+    return params
 
 
 #: Seeds go to NumPy's ``RandomState`` (scikit-learn's ``random_state``): 0 … 2³² − 1.
@@ -305,8 +312,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     spec = _training_mode(args)
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     _check_out_file(out, "model")
-    feature_set = load_feature_set(args.featureset)
     params = getattr(args, "params", None) or _params(args.param)
+    feature_set = load_feature_set(args.featureset)
     block_rows = (getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS) if getattr(args, "streaming", False) else None
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind), \
             _writing("--out", out, "model file"):
@@ -343,8 +350,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     spec = _cluster_spec(args)
     if args.out:
         _check_out_folder(Path(args.out), "experiment")
-    feature_set = load_feature_set(args.featureset)
     params = _params(args.param)
+    feature_set = load_feature_set(args.featureset)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         experiment = run_experiment_on(feature_set, args.classifier, params, args.repeats, args.seed,
                                        Execution(cluster=spec))
@@ -416,18 +423,23 @@ def cmd_predict(args: argparse.Namespace) -> int:
     n_classes = len(classifier.classes_)
     if args.top_k is None:  # the default: 3, or every class of a model with fewer
         args.top_k = min(DEFAULT_TOP_K, n_classes)
-    if not 1 <= args.top_k <= n_classes:
-        raise UsageError(f"--top-k must be between 1 and the number of classes ({n_classes}), not {args.top_k}")
+    if args.top_k < 1:
+        raise UsageError(f"--top-k must be at least 1, not {args.top_k}")
+    asked, args.top_k = args.top_k, min(args.top_k, n_classes)
+    _check_n_jobs(args.n_jobs)
     files, skipped = find_images(args.images)
-    rows, unread = predict_images(model, files, args.top_k, Execution(cluster=spec))
+    rows, unread = predict_images(model, files, args.top_k, Execution(n_jobs=args.n_jobs, cluster=spec))
     skipped += unread
     if not rows:
         first = f" ({_display(skipped[0]['path'])}: {skipped[0]['reason']})" if skipped else ""
         raise UsageError(f"no readable image among the {len(args.images)} input(s){first}; "
                          f"{len(skipped)} skipped; give image files or folders of images")
+    if asked > n_classes:
+        print(f"note: --top-k {asked} is more than the model's {n_classes} classes; showing all {n_classes}",
+              file=sys.stderr)
     rows = [(path, [(_display(name), value) for name, value in top]) for path, top in rows]
     _print_predictions(rows, skipped, args.top_k, args.format)
-    return 0
+    return 1 if skipped else 0  # something asked for was not classified (listed on stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -502,18 +514,21 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_build_features)
 
 
-def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--scheduler`` / ``--cluster``: run on a Dask cluster (needs classify-images[distributed])."""
+def _add_cluster_arguments(parser: argparse.ArgumentParser,
+                           shared: str = "the dataset, --out and the cache") -> None:
+    """``--scheduler`` / ``--cluster``: run on a Dask cluster (needs classify-images[distributed]);
+    ``shared``: what the workers must see on a shared file system."""
     parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
-                        help="run on the Dask cluster of this scheduler (pip install 'classify-images[distributed]'); "
-                        "the dataset, --out and the cache must be on a file system every worker shares")
+                        help="run on the Dask cluster of this scheduler (install the 'distributed' extra, e.g. "
+                        "pip install '.[distributed]' in a checkout); "
+                        f"{shared} must be on a file system every worker shares")
     parser.add_argument("--cluster", metavar="local:N",
                         help="start a Dask cluster of N worker processes on this machine for this command")
 
 
 def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
     """The feature set, the classifier and its parameters (``train``, ``experiment``)."""
-    parser.add_argument("featureset")
+    parser.add_argument("featureset", help="feature-set folder written by build-features")
     parser.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
 
@@ -542,8 +557,8 @@ def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("evaluate", help="mean per-class accuracy, confusion, timings",
                             description="Evaluate a model on the test rows of its feature set; writes report.html, "
                             "report.json, predictions.csv, report.md and confusion.png.")
-    parser.add_argument("featureset")
-    parser.add_argument("model")
+    parser.add_argument("featureset", help="feature-set folder written by build-features")
+    parser.add_argument("model", help="model file (.npz) written by train")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, report.md, "
                         "confusion.png (default: <model>-report)")
     parser.set_defaults(func=cmd_evaluate)
@@ -569,15 +584,19 @@ def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
                             description="Classify images with a model file alone (it holds the classifier, the "
                             "codebook, the normaliser and the pipeline config). Folders are searched recursively "
                             "for image files; unreadable inputs are skipped, and listed with the reason and counted on "
-                            "stderr (stdout holds the results only).")
-    parser.add_argument("model")
-    parser.add_argument("images", nargs="+", metavar="IMAGE_OR_FOLDER")
+                            "stderr (stdout holds the results only). Exit status 0 when every input was classified, "
+                            "1 when some could not be (the rest are printed), 2 on an error.")
+    parser.add_argument("model", help="model file (.npz) written by train or run")
+    parser.add_argument("images", nargs="+", metavar="IMAGE_OR_FOLDER",
+                        help="image files, or folders searched recursively for image files")
     parser.add_argument("--feature-set", help="also check that the model was trained on this feature set")
+    parser.add_argument("--n-jobs", type=int, default=1,
+                        help="processes for the images (-1: all cores; default 1)")
     parser.add_argument("--top-k", type=int, metavar="K",
                         help=f"classes shown per image (1 … n_classes; default {DEFAULT_TOP_K}, or n_classes when fewer)")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
                         help="table (default), csv (path,rank,class,decision_value) or json")
-    _add_cluster_arguments(parser)
+    _add_cluster_arguments(parser, shared="the model file and the images")
     parser.set_defaults(func=cmd_predict)
 
 
@@ -664,6 +683,20 @@ def _thread_limits(threads: int | None):
     return threadpool_limits(limits=threads)
 
 
+@contextlib.contextmanager
+def _one_line_warnings(command: str):
+    """Warnings printed as one line each, ``classify-images COMMAND: warning: …`` (no file path or
+    source line of a library's internals), while the command runs."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"classify-images {command}: warning: {_one_line(str(message))}", file=file or sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def _one_line(message: str) -> str:
     """``message`` with line breaks and other unprintable characters escaped (a value read
     from a file may hold any of them)."""
@@ -690,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"classify-images: error: --threads must be at least 1, not {args.threads}", file=sys.stderr)
         return 2
     try:
-        with _thread_limits(args.threads):
+        with _thread_limits(args.threads), _one_line_warnings(args.command):
             return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)

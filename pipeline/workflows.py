@@ -180,15 +180,16 @@ def _image_row(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:
     return X, status[0]
 
 
-def _transform_on_cluster(execution: Execution, extractor, files: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """``extractor.transform_images(files)`` as cluster tasks (the extractor sent to each worker once)."""
+def _transform_in_parallel(execution: Execution, extractor, files: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """``extractor.transform_images(files)`` as joblib calls or cluster tasks (the extractor sent to
+    each worker once), results in input order."""
     from joblib import delayed
 
-    from .cluster import run_tasks, scheduler_errors
-
-    with execution.client() as client, scheduler_errors(execution.cluster):
-        results = run_tasks(client, [delayed(_image_row)(path) for path in files], "predict",
-                            batch_size=execution.batch_size, shared={"extractor": extractor})
+    # Absolute paths: a cluster's workers do not share this process's current folder.
+    with execution.runner(extractor.cache, cached=False) as runner:
+        results = runner.map([delayed(_image_row)(os.path.abspath(path)) for path in files], "predict",
+                             shared={"extractor": extractor})
+    results = [(X, {**status, "path": path}) for (X, status), path in zip(results, files)]  # the paths as given
     rows = [X for X, status in results if status["ok"]]
     X = np.concatenate(rows) if rows else np.zeros((0, extractor.n_features), dtype=np.float32)
     return X, [status for _, status in results]
@@ -212,7 +213,8 @@ def predict_images(model, files: list[str], top_k: int, execution: Execution | N
         Image files (:func:`find_images`).
     top_k : int
     execution : Execution, optional
-        With a cluster, the images are encoded by its workers.
+        Where the images are encoded: joblib workers (``n_jobs``) or a cluster's workers;
+        default this process.
 
     Returns
     -------
@@ -222,10 +224,10 @@ def predict_images(model, files: list[str], top_k: int, execution: Execution | N
         ``{"path", "reason"}`` of the images that could not be read.
     """
     classifier, extractor = model[-1], model[0].extractor_
-    if execution is None or execution.cluster is None:
+    if execution is None or (execution.cluster is None and execution.n_jobs == 1):
         X, status = extractor.transform_images(files)
     else:
-        X, status = _transform_on_cluster(execution, extractor, files)
+        X, status = _transform_in_parallel(execution, extractor, files)
     read = [entry["path"] for entry in status if entry["ok"]]
     skipped = [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
     if not read:

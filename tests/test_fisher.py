@@ -161,3 +161,20 @@ def test_no_descriptors_give_zeros_and_one_descriptor_a_unit_vector():
     one = encoder.encode(np.ones((1, 6)), np.array([[0], [1], [5]]), 8)
     assert np.isclose(np.linalg.norm(one), 1.0)
     assert not one.reshape(8, -1)[[2, 3, 4, 6, 7]].any()  # only the cells of the descriptor
+
+
+def test_an_unconverged_gmm_is_one_line_of_ours(tmp_path, capsys):
+    """scikit-learn's ConvergenceWarning (a site-packages path and its internals' words) becomes one
+    line that names our key, printed once by the command line."""
+    from classify_images.pipeline.cli import main
+
+    from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
+
+    config = {**SMALL_CONFIG, "codebook": {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 2000, "n_iter": 1}}
+    toml = write_config_toml(tmp_path / "fisher.toml", config)
+    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(toml), "--out", str(tmp_path / "fs"),
+                 "--no-cache", "-q"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line.lower()]
+    assert warnings == ["classify-images build-features: warning: Fisher-vector GMM: EM stopped at codebook.n_iter = 1 "
+                        "iterations before its change fell below 0.001; the model is used as it is (raise "
+                        "codebook.n_iter for a closer fit)"], warnings

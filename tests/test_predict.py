@@ -167,7 +167,7 @@ def test_predict_folder_recursively_lists_skips_on_stderr(capsys, lone_model, in
     """In every format the skipped inputs, and their count, go to stderr: stdout holds the results only."""
     code, out, err = _run(capsys, ["predict", lone_model, inputs, inputs / "notes.txt", inputs / "nope.jpg",
                                    "--format", fmt])
-    assert code == 0, err
+    assert code == 1, err  # something asked for was not classified; the rest is printed
     expected = {str(inputs / "sub" / p) for p in ("broken.png", "empty.jpg", "dangling.jpg")} | {
         str(inputs / "notes.txt"), str(inputs / "nope.jpg")}
     skipped = _skips(err)
@@ -205,10 +205,19 @@ def test_nothing_readable_is_one_line(tmp_path, capsys, lone_model, inputs, case
     _one_line_error(capsys, ["predict", lone_model, argument], "no readable image")
 
 
-@pytest.mark.parametrize("k", ["0", "-1", "5", "99"])
-def test_top_k_outside_the_classes_is_one_line(capsys, lone_model, k):
+@pytest.mark.parametrize("k", ["0", "-1"])
+def test_top_k_below_one_is_one_line(capsys, lone_model, k):
     _one_line_error(capsys, ["predict", lone_model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", k],
-                    "--top-k must be between 1 and the number of classes (4)")
+                    f"--top-k must be at least 1, not {k}")
+
+
+@pytest.mark.parametrize("k", ["5", "99"])
+def test_top_k_above_the_classes_shows_every_class_with_a_note(capsys, lone_model, k):
+    code, out, err = _run(capsys, ["predict", lone_model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", k,
+                                   "--format", "csv"])
+    assert code == 0, err
+    assert f"note: --top-k {k} is more than the model's 4 classes; showing all 4" in err
+    assert [row["rank"] for row in csv.DictReader(io.StringIO(out))] == ["1", "2", "3", "4"]
 
 
 def test_default_top_k_on_a_two_class_model(tmp_path, capsys):
@@ -226,8 +235,8 @@ def test_default_top_k_on_a_two_class_model(tmp_path, capsys):
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["rank"] for r in rows] == ["1", "2"] and sorted(r["class"] for r in rows) == ["china", "flower"]
-    _one_line_error(capsys, ["predict", model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", "3"],
-                    "--top-k must be between 1 and the number of classes (2), not 3")
+    code, out, err = _run(capsys, ["predict", model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", "3"])
+    assert code == 0 and "showing all 2" in err, err
 
 
 def test_top_k_all_classes_and_formats(capsys, lone_model, inputs):
@@ -260,7 +269,7 @@ def test_file_that_cannot_be_opened_is_listed(capsys, lone_model, inputs, monkey
 
     monkeypatch.setattr(extractor, "file_fingerprint", fingerprint)
     code, out, err = _run(capsys, ["predict", lone_model, inputs / "a.jpg", inputs / "sub" / "deeper" / "b.JPG"])
-    assert code == 0, err
+    assert code == 1, err
     assert f"skipped {inputs / 'a.jpg'}: cannot read file (Permission denied)" in err
 
 
@@ -313,11 +322,12 @@ def test_fuzzed_predict_arguments_never_end_in_a_traceback(fuzz_inputs, names, t
     model, inputs = fuzz_inputs
     argv = ["predict", model, *[inputs / n if n else "" for n in names], "--top-k", top_k, "--format", fmt]
     code, out, err = run_cli(argv)
-    assert code in (0, 2) and "Traceback" not in err
+    assert code in (0, 1, 2) and "Traceback" not in err
     if code == 2:
         assert len(err.strip().splitlines()) == 1
     else:
-        assert 1 <= top_k <= 4
+        assert top_k >= 1 and ("showing all 4" in err) == (top_k > 4)
+        assert (code == 1) == ("skipped" in err)  # 1: some input was not classified
         if fmt == "json":
             json.loads(out)
 
@@ -374,7 +384,7 @@ def test_predict_uses_the_max_pixels_recorded_in_the_model(tmp_path, capsys, tra
     _with_image_table(model, guarded, lambda table: table.update(max_pixels=64 * 64))  # the digits' size
     large, small = FIXTURE_IMAGES / "china" / "11.jpg", FIXTURE_IMAGES / "digit_1" / "11.jpg"  # 120², 64² px
     code, out, err = _run(capsys, ["predict", guarded, large, small, "--format", "csv"])
-    assert code == 0, err
+    assert code == 1, err  # the large image is not classified
     assert {row["path"] for row in csv.DictReader(io.StringIO(out))} == {str(small)}
     assert _skips(err) == {str(large): "image too large (120 x 120 pixels > image.max_pixels = 4096); "
                                        "raise image.max_pixels to read it"}
@@ -413,3 +423,25 @@ def test_image_features_fit_uses_the_configs_max_pixels(tmp_path):
     paths = [str(p) for p in sorted((FIXTURE_IMAGES / "china").glob("*.jpg"))]
     with pytest.raises(UnreadableImagesError, match="image.max_pixels = 4096"):
         ImageFeatures(config, cache_dir=False).fit(paths)
+
+
+def test_predict_in_parallel_gives_the_same_results(capsys, lone_model, inputs):
+    """``--n-jobs 2`` classifies the same images the same way, in input order (relative paths too)."""
+    arguments = ["predict", lone_model, inputs, "--top-k", "2", "--format", "json"]
+    one = json.loads(_run(capsys, arguments)[1])
+    code, out, err = _run(capsys, [*arguments, "--n-jobs", "2"])
+    assert code == 1, err  # the fixture folder holds unreadable files: listed, and the status says so
+    two = json.loads(out)
+    assert [p["path"] for p in two["predictions"]] == [p["path"] for p in one["predictions"]]
+    for a, b in zip(one["predictions"], two["predictions"]):
+        assert [t["class"] for t in a["top"]] == [t["class"] for t in b["top"]]
+        assert [t["decision_value"] for t in a["top"]] == pytest.approx([t["decision_value"] for t in b["top"]], abs=1e-6)
+    assert two["skipped"] == one["skipped"]
+
+
+def test_a_repeated_param_is_refused(capsys, lone_model, tmp_path):
+    from classify_images.pipeline.cli import main as cli_main
+
+    assert cli_main(["experiment", str(tmp_path), "--classifier", "linear", "--param", "C=1", "--param", "C=2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--param C is given twice (1 and 2): give it once" in err[0]
