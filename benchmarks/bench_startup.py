@@ -102,7 +102,7 @@ def measure(label: str, env: dict[str, str], work: Path, repeats: int, classifie
         "--version": [*cli, "--version"],
         "--help": [*cli, "--help"],
         f"train ({classifier})": [*cli, "train", str(feature_set), "--classifier", classifier,
-                                  "--out", str(work / f"model-{label}.zip"), "-q"],
+                                  "--out", str(work / f"model-{label}.zip")],
     }
     times: dict[str, list[float]] = {}
     for name, cmd in commands.items():

@@ -39,3 +39,7 @@ __all__ = [
     "parse_param",
     *_LAZY,
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
