@@ -3,10 +3,10 @@
 Every classifier is a scikit-learn estimator built on
 :class:`~classify_images.classifiers.base.OneVsRestClassifierBase`; the command
 line knows them by the names of :data:`~classify_images.classifiers.registry.CLASSIFIERS`.
-Estimator classes are imported lazily: ``from classify_images.classifiers import PmSVM``.
+Estimator classes (and :class:`~.base.NegativeFeaturesError`, whose module loads
+scikit-learn) are imported lazily: ``from classify_images.classifiers import PmSVM``.
 """
 
-from .base import NegativeFeaturesError
 from .registry import (
     CLASSIFIERS,
     ClassifierParameterError,
@@ -22,6 +22,10 @@ _LAZY = {target.rpartition(":")[2]: name for name, target in CLASSIFIERS.items()
 def __getattr__(attribute: str):
     if attribute in _LAZY:
         return classifier_class(_LAZY[attribute])
+    if attribute == "NegativeFeaturesError":
+        from .base import NegativeFeaturesError
+
+        return NegativeFeaturesError
     raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
@@ -35,3 +39,7 @@ __all__ = [
     "parse_param",
     *_LAZY,
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

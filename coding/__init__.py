@@ -1,15 +1,41 @@
 """Codebooks (k-means, sparse-coding dictionaries, PCA + GMM), encoders (VQ, sparse coding,
 LLC, VLAD, Fisher vectors) as plug-in classes (:mod:`.encoders`), spatial-pyramid pooling,
-normalisation."""
+normalisation.
 
-from .codebook import learn_fisher_model, learn_kmeans_codebook, learn_sparse_dictionary, sample_rows
-from .encoders import Encoder, Pyramid, encoder_class, encoder_kinds, make_encoder, register_encoder
-from .encode import SparseCoder, sparse_encode, vq_encode
-from .fisher import FisherEncoder
-from .llc import LlcCoder, llc_codes
-from .vlad import VladEncoder
-from .normalize import NORMALIZATIONS, Normalizer
-from .pooling import POOLING_METHODS, pooled_dimension, pyramid_cells, spatial_pyramid_pool
+Names are imported on first use (PEP 562), so importing a submodule such as
+:mod:`.encoders` does not load numba, scikit-learn or the other encoders.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: Public name → the submodule it is imported from on first use.
+_LAZY = {
+    "learn_fisher_model": "codebook",
+    "learn_kmeans_codebook": "codebook",
+    "learn_sparse_dictionary": "codebook",
+    "sample_rows": "codebook",
+    "Encoder": "encoders",
+    "Pyramid": "encoders",
+    "encoder_class": "encoders",
+    "encoder_kinds": "encoders",
+    "make_encoder": "encoders",
+    "register_encoder": "encoders",
+    "SparseCoder": "encode",
+    "sparse_encode": "encode",
+    "vq_encode": "encode",
+    "FisherEncoder": "fisher",
+    "LlcCoder": "llc",
+    "llc_codes": "llc",
+    "VladEncoder": "vlad",
+    "NORMALIZATIONS": "normalize",
+    "Normalizer": "normalize",
+    "POOLING_METHODS": "pooling",
+    "pooled_dimension": "pooling",
+    "pyramid_cells": "pooling",
+    "spatial_pyramid_pool": "pooling",
+}
 
 __all__ = [
     "Encoder",
@@ -36,3 +62,15 @@ __all__ = [
     "pyramid_cells",
     "spatial_pyramid_pool",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -15,23 +15,29 @@ private :mod:`._dsift_kernels`).  The lower-level helpers of :mod:`.dsift`
 (``grid_frames``, ``normalize_sift``, ``smoothing_sigma``, ``smooth_image``,
 ``gaussian_kernel``, ``triangular_kernel``, ``grid_origins``) are imported
 from that module.
+
+Names are imported on first use (PEP 562), so importing one submodule such as
+:mod:`.preprocess` does not load the numba kernels of :mod:`.dsift`.
 """
 
-from .dsift import (
-    DESCRIPTOR_SIZE,
-    DenseSIFT,
-    dense_sift,
-    dequantize_descriptors,
-    opencv_keypoint_size,
-    quantize_descriptors,
-)
-from .preprocess import (
-    ImageReadError,
-    check_min_size,
-    decode_grayscale,
-    load_grayscale,
-    resize_max_side,
-)
+from __future__ import annotations
+
+import importlib
+
+#: Public name → the submodule it is imported from on first use.
+_LAZY = {
+    "DESCRIPTOR_SIZE": "dsift",
+    "DenseSIFT": "dsift",
+    "dense_sift": "dsift",
+    "dequantize_descriptors": "dsift",
+    "opencv_keypoint_size": "dsift",
+    "quantize_descriptors": "dsift",
+    "ImageReadError": "preprocess",
+    "check_min_size": "preprocess",
+    "decode_grayscale": "preprocess",
+    "load_grayscale": "preprocess",
+    "resize_max_side": "preprocess",
+}
 
 __all__ = [
     "DESCRIPTOR_SIZE",
@@ -46,3 +52,15 @@ __all__ = [
     "quantize_descriptors",
     "resize_max_side",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -25,13 +25,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..classifiers.base import NegativeFeaturesError
 from ..classifiers.registry import CLASSIFIERS, parse_param
 from ..errors import ClassifyImagesError
 from .atomic import DISK_FULL_ERRNOS
-from .config import load_config, named_configs
-from .feature_store import load_feature_set
-from .model_file import check_model_matches, load_model
+from .defaults import named_configs
 from .progress import tqdm_progress as _tqdm_progress
 
 __all__ = ["main", "build_parser"]
@@ -145,6 +142,7 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
     """``build-features``' (and ``run``'s) options, checked before any work: ``(config, out,
     cache_dir, execution)``."""
     from .cache_folder import default_cache_dir
+    from .config import load_config
     from .runner import Execution
 
     overrides = {
@@ -175,6 +173,7 @@ def _build_log(args: argparse.Namespace):
 
 
 def _print_build(result, cache_dir) -> None:
+    from .feature_store import load_feature_set
     from .report import build_text
 
     manifest = load_feature_set(result.path).manifest
@@ -243,6 +242,7 @@ def _classifier_errors_as_usage_errors(name: str, featureset: str, encoder: str 
     additive-kernel classifier (PmSVM, HIK nSVM; signed features come from max pooling of
     signed sparse codes, for example)."""
     from ..classifiers._compat import InvalidParameterError
+    from ..classifiers.base import NegativeFeaturesError
 
     try:
         yield
@@ -304,6 +304,7 @@ def _training_mode(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from .feature_store import load_feature_set
     from .report import training_text
     from .runner import Execution
     from .workflows import train_model
@@ -325,6 +326,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model
+    from .feature_store import load_feature_set
+    from .model_file import load_model
     from .report import evaluation_text, write_report
 
     out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
@@ -340,6 +343,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
+    from .feature_store import load_feature_set
     from .report import experiment_text, write_experiment, write_report
     from .runner import Execution
     from .workflows import run_experiment_on
@@ -408,8 +412,9 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from .feature_store import load_feature_set
     from .image_features import load_image_model
-    from .model_file import read_model_meta
+    from .model_file import check_model_matches, read_model_meta
     from .runner import Execution
     from .workflows import find_images, predict_images
 
@@ -487,7 +492,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
-    from .build import DEFAULT_BATCH_SIZE
+    from .defaults import DEFAULT_BATCH_SIZE
 
     parser = sub.add_parser("build-features", help="folder of class folders -> cached feature set",
                             description="Build a feature set (dense SIFT, codebook, spatial pyramid, normalisation) "

@@ -43,7 +43,6 @@ import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +59,7 @@ from ..features.dsift import (
     validate_step,
 )
 from ..features.preprocess import DEFAULT_MAX_PIXELS, validate_max_side
+from .defaults import named_configs
 
 __all__ = [
     "ConfigError",
@@ -475,16 +475,6 @@ TABLES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields
 def validate_config(config: dict[str, Any], *, source: str = "config") -> PipelineConfig:
     """Read ``{table: {key: value}}`` over the defaults (:meth:`PipelineConfig.from_dict`)."""
     return PipelineConfig.from_dict(config, source=source)
-
-
-def named_configs() -> dict[str, Path]:
-    """Ready-made configurations shipped in ``configs/``, by name."""
-    folder = resources.files("classify_images.configs")
-    return {
-        entry.name[: -len(".toml")]: Path(str(entry))
-        for entry in folder.iterdir()
-        if entry.name.endswith(".toml")
-    }
 
 
 def _read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from joblib import Parallel
 
+from .defaults import DEFAULT_BATCH_SIZE
 from .cluster import ClusterSpec, iter_tasks, open_client, parse_cluster_option, scheduler_errors
 from .stages import StageCache
 
@@ -26,9 +27,6 @@ __all__ = ["DEFAULT_BATCH_SIZE", "Execution", "Progress", "Runner", "no_progress
 #: A progress wrapper: ``progress(iterable, description, total)`` yields the items of ``iterable``.
 Progress = Callable[[Iterable, str, int], Iterable]
 
-#: Images per Dask task, and rows per shard of a sharded store: chosen from the scheduler's
-#: cost per task against the cost of an image (docs/benchmarks/cluster-and-scale.md).
-DEFAULT_BATCH_SIZE = 64
 
 
 def no_progress(iterable: Iterable, description: str, total: int) -> Iterable:
