@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import balanced_accuracy_score, confusion_matrix
+from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_accuracy_score
 
 from ..classifiers.base import warm_up
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
@@ -56,6 +56,8 @@ __all__ = [
     "Experiment",
     "per_class_accuracy",
     "mean_per_class_accuracy",
+    "top_k_accuracy",
+    "TOP_K",
     "train_classifier",
     "named_class_weight",
     "evaluate_model",
@@ -64,6 +66,9 @@ __all__ = [
 
 #: The per-image predictions next to ``report.json`` (its ``"predictions"`` entry names it).
 PREDICTIONS_FILE = "predictions.csv"
+
+#: The k of the top-k accuracies reported (top-1 and those below the number of classes).
+TOP_K = (1, 3, 5)
 
 #: What :func:`run_experiment` re-uses from the first split, stated in its JSON form.
 EXPERIMENT_NOTE = "re-splits of the stored rows; the codebook was learnt from the first split's training images only"
@@ -116,6 +121,36 @@ def mean_per_class_accuracy(y_true: np.ndarray, y_pred: np.ndarray, n_classes: i
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
         return balanced_accuracy_score(y_true, y_pred)
+
+
+def top_k_accuracy(y_true: np.ndarray, scores: np.ndarray, ks: Sequence[int] = TOP_K) -> dict[int, float]:
+    """Fraction of the images whose true class is among the ``k`` largest decision values, per ``k``.
+
+    :func:`sklearn.metrics.top_k_accuracy_score` on the decision values, for each ``k`` of
+    ``ks`` below the number of classes (columns of ``scores``; top-1 always: with ``k``
+    classes the top-``k`` accuracy is 1 whatever the classifier).  Every image counts
+    equally (top-1 is the overall accuracy, not the mean per-class accuracy).  A class the
+    classifier never saw (score ``-inf``) ranks last.
+
+    Parameters
+    ----------
+    y_true : array-like of int, shape (n_samples,)
+        Class index of each image.
+    scores : ndarray, shape (n_samples, n_classes)
+        Decision values, columns in class order.
+    """
+    y_true = np.asarray(y_true, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    n_classes = scores.shape[1] if scores.ndim == 2 else 0
+    if y_true.size == 0 or n_classes < 2:
+        return {}
+    finite = np.isfinite(scores)
+    low = scores[finite].min() - 1.0 if finite.any() else 0.0
+    scores = np.where(finite, scores, low)
+    # scikit-learn takes a single column for two classes: the score of the second one
+    y_score = scores[:, 1] - scores[:, 0] if n_classes == 2 else scores
+    return {k: float(top_k_accuracy_score(y_true, y_score, k=k, labels=np.arange(n_classes)))
+            for k in ks if k == 1 or k < n_classes}
 
 
 def _class_indices(labels: np.ndarray, class_names: Sequence[str]) -> np.ndarray:
@@ -354,13 +389,21 @@ class Evaluation:
         """Fraction of test images classified correctly (every image counts equally)."""
         return float(np.trace(self.confusion) / max(self.confusion.sum(), 1))
 
+    @property
+    def top_k_accuracy(self) -> dict[int, float]:
+        """:func:`top_k_accuracy` of the decision values, ``{k: fraction}`` (empty without predictions)."""
+        if self.predictions is None:
+            return {}
+        return top_k_accuracy(self.predictions.y_true, self.predictions.scores)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the content of ``report.json``)."""
         return _json_form(
             self,
             "classifier params feature_set config_hash n_train n_test n_features mean_per_class_accuracy "
-            "overall_accuracy per_class_accuracy class_names confusion train_seconds test_seconds "
+            "overall_accuracy top_k_accuracy per_class_accuracy class_names confusion train_seconds test_seconds "
             "most_confused misclassified predictions config versions date",
+            top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
             per_class_accuracy={name: float(rate) for name, rate in zip(self.class_names, self.per_class_accuracy)},
             confusion=self.confusion.tolist(),
             test_seconds=_seconds(self.test_seconds),
@@ -430,11 +473,22 @@ class ExperimentRun:
     test_seconds: float  #: wall-clock time of ``predict``
     #: the classifier's ``random_state`` in this run (None: the classifier is not randomised)
     random_state: int | None = None
+    #: recognition rate of each class on this split, in class order (NaN: no test image)
+    per_class_accuracy: tuple[float, ...] | None = None
+    #: :func:`top_k_accuracy` on this split
+    top_k_accuracy: dict[int, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return _json_form(self, "seed random_state mean_per_class_accuracy train_seconds test_seconds",
-                          train_seconds=_seconds(self.train_seconds), test_seconds=_seconds(self.test_seconds))
+    def to_dict(self, class_names: Sequence[str] | None = None) -> dict[str, Any]:
+        """JSON form (the per-class rates keyed by ``class_names`` when given, else a list)."""
+        rates = None
+        if self.per_class_accuracy is not None:
+            rates = ([float(r) for r in self.per_class_accuracy] if class_names is None
+                     else {name: float(r) for name, r in zip(class_names, self.per_class_accuracy)})
+        return _json_form(self, "seed random_state mean_per_class_accuracy top_k_accuracy per_class_accuracy "
+                          "train_seconds test_seconds",
+                          train_seconds=_seconds(self.train_seconds), test_seconds=_seconds(self.test_seconds),
+                          top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
+                          per_class_accuracy=rates)
 
 
 @dataclass(frozen=True)
@@ -463,10 +517,49 @@ class Experiment:
         """Sample standard deviation (``ddof=1``) of :attr:`accuracies`; 0 for a single run."""
         return float(self.accuracies.std(ddof=1)) if len(self.runs) > 1 else 0.0
 
+    @property
+    def class_names(self) -> list[str] | None:
+        """The classes (of :attr:`first`; None without it)."""
+        return None if self.first is None else list(self.first.class_names)
+
+    def per_class_statistics(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Mean and sample standard deviation (``ddof=1``; 0 for one run) of each class's rate over the runs.
+
+        Classes in class order; a split where a class has no test image does not count for it
+        (NaN if it has none in any split).  None when the runs do not record per-class rates.
+        """
+        if not self.runs or any(run.per_class_accuracy is None for run in self.runs):
+            return None
+        rates = np.array([run.per_class_accuracy for run in self.runs], dtype=np.float64)
+        counted = np.sum(~np.isnan(rates), axis=0)
+        with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(rates, axis=0)
+            std = np.where(counted > 1, np.nanstd(rates, axis=0, ddof=1), np.where(counted == 1, 0.0, np.nan))
+        return mean, std
+
+    def top_k_statistics(self) -> dict[int, tuple[float, float]]:
+        """``{k: (mean, std)}`` of the runs' top-k accuracies (the k every run has)."""
+        ks = set.intersection(*(set(run.top_k_accuracy) for run in self.runs)) if self.runs else set()
+        out = {}
+        for k in sorted(ks):
+            values = np.array([run.top_k_accuracy[k] for run in self.runs])
+            out[k] = (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the content of ``experiment.json``)."""
-        return _json_form(self, "classifier params feature_set config_hash repeats runs mean std note",
-                          repeats=len(self.runs), runs=[run.to_dict() for run in self.runs], note=EXPERIMENT_NOTE)
+        names = self.class_names
+        statistics = self.per_class_statistics()
+        per_class = None
+        if statistics is not None:
+            keys = names if names is not None else [str(k) for k in range(len(statistics[0]))]
+            per_class = {name: {"mean": float(m), "std": float(s)} for name, m, s in zip(keys, *statistics)}
+        return _json_form(self, "classifier params feature_set config_hash repeats runs mean std top_k_accuracy "
+                          "per_class_accuracy note",
+                          repeats=len(self.runs), runs=[run.to_dict(names) for run in self.runs],
+                          top_k_accuracy={str(k): {"mean": m, "std": s} for k, (m, s) in self.top_k_statistics().items()},
+                          per_class_accuracy=per_class, note=EXPERIMENT_NOTE)
 
 
 def run_experiment(
@@ -507,5 +600,7 @@ def run_experiment(
         first = first or evaluation
         random_state = training.estimator.get_params().get("random_state")
         runs.append(ExperimentRun(seed, evaluation.mean_per_class_accuracy, training.train_seconds,
-                                  evaluation.test_seconds, random_state=random_state))
+                                  evaluation.test_seconds, random_state=random_state,
+                                  per_class_accuracy=tuple(float(r) for r in evaluation.per_class_accuracy),
+                                  top_k_accuracy=evaluation.top_k_accuracy))
     return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first)

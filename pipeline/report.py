@@ -34,7 +34,7 @@ import numpy as np
 
 from .atomic import atomic_write, atomic_write_json
 from .evaluation import EXPERIMENT_NOTE, PREDICTIONS_FILE, Evaluation, Experiment, TrainingResult
-from .report_html import class_order, confusion_figure, render_html
+from .report_html import class_order, confusion_figure, params_text, render_html
 
 if TYPE_CHECKING:
     from .build import BuildResult
@@ -71,6 +71,10 @@ def markdown_report(evaluation: Evaluation, experiment: Experiment | None = None
             f"- mean per-class accuracy over {len(runs)} seeded splits: "
             f"**{100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} %**",
             "- per split: " + ", ".join(f"seed {run.seed}: {100 * run.mean_per_class_accuracy:.2f} %" for run in runs),
+        ]
+        lines += [f"- top-{k} accuracy over the splits: {100 * m:.2f} ± {100 * sd:.2f} %"
+                  for k, (m, sd) in experiment.top_k_statistics().items()]
+        lines += [
             "",
             f"## Details of the first split (seed {runs[0].seed})",
             "",
@@ -79,14 +83,21 @@ def markdown_report(evaluation: Evaluation, experiment: Experiment | None = None
     lines += [
         f"- mean per-class accuracy{which}: **{100 * report['mean_per_class_accuracy']:.2f} %**",
         f"- overall accuracy: {100 * report['overall_accuracy']:.2f} %",
+        *[f"- top-{k} accuracy: {100 * v:.2f} %" for k, v in evaluation.top_k_accuracy.items()],
         f"- training images: {report['n_train']}, test images: {report['n_test']}, dimensions: {report['n_features']}",
         f"- training time: {seconds['train_seconds']} s, testing time: {seconds['test_seconds']} s",
-        f"- parameters: `{json.dumps(report['params'], sort_keys=True)}`",
+        f"- parameters: {'`' + params_text(report['params']) + '`' if report['params'] else 'the defaults'}",
         "",
-        "| class | accuracy (%) |",
-        "|---|---:|",
     ]
-    lines += [f"| {name} | {100 * rate:.2f} |" for name, rate in report["per_class_accuracy"].items()]
+    statistics = None if experiment is None or len(experiment.runs) < 2 else experiment.per_class_statistics()
+    if statistics is None:
+        lines += ["| class | accuracy (%) |", "|---|---:|"]
+        lines += [f"| {name} | {100 * rate:.2f} |" for name, rate in report["per_class_accuracy"].items()]
+    else:
+        lines += [f"| class | accuracy, this split (%) | mean ± std over {len(experiment.runs)} splits (%) |",
+                  "|---|---:|---:|"]
+        lines += [f"| {name} | {100 * rate:.2f} | {100 * mean:.2f} ± {100 * std:.2f} |"
+                  for (name, rate), mean, std in zip(report["per_class_accuracy"].items(), *statistics)]
     lines += ["", "Confusion matrix: `confusion.png` (rows: true class, normalised, worst class first). "
               "The full report: `report.html`; every test image: `predictions.csv`.", ""]
     return "\n".join(lines)
@@ -139,7 +150,8 @@ def write_report(evaluation: Evaluation, out_dir: str | os.PathLike, *, experime
     with atomic_write(out_dir / "confusion.png", "wb") as handle:
         handle.write(figure.png)
     with atomic_write(out_dir / "report.html", "w") as handle:
-        handle.write(render_html(evaluation, figure, experiment=experiment, thumbnails=thumbnails))
+        handle.write(render_html(evaluation, figure, experiment=experiment, thumbnails=thumbnails,
+                                 out_dir=out_dir))
     return out_dir
 
 
@@ -177,6 +189,10 @@ def evaluation_text(evaluation: Evaluation, report_dir: str | os.PathLike) -> st
     lines = [f"{evaluation.classifier}: mean per-class accuracy {100 * evaluation.mean_per_class_accuracy:.2f} % "
              f"on {evaluation.n_test} test images ({len(evaluation.class_names)} classes)"]
     lines += [f"  {name:<{width}}  {100 * rate:6.2f} %" for name, rate in report["per_class_accuracy"].items()]
+    top = evaluation.top_k_accuracy
+    if top:
+        lines.append("  " + " / ".join(f"top-{k}" for k in top) + " accuracy: "
+                     + " / ".join(f"{100 * v:.2f}" for v in top.values()) + " % (of all test images)")
     lines.append(f"  training {report['train_seconds']} s, testing {report['test_seconds']} s; "
                  f"report: {report_dir}/report.html")
     return "\n".join(lines)
@@ -188,4 +204,8 @@ def experiment_text(experiment: Experiment) -> str:
              f"(train {run.train_seconds:.2f} s, test {run.test_seconds:.2f} s)" for run in experiment.runs]
     lines.append(f"{experiment.classifier}: {100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} % "
                  f"mean per-class accuracy over {len(experiment.runs)} splits ({EXPERIMENT_NOTE})")
+    top = experiment.top_k_statistics()
+    if top:
+        lines.append("  " + ", ".join(f"top-{k} {100 * m:.2f} ± {100 * sd:.2f} %" for k, (m, sd) in top.items())
+                     + " (of all test images)")
     return "\n".join(lines)

@@ -26,14 +26,18 @@ import base64
 import html
 import io
 import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
 from .evaluation import PREDICTIONS_FILE, Evaluation, Experiment
 
-__all__ = ["ConfusionFigure", "confusion_figure", "class_order", "thumbnail_data_uri", "render_html"]
+__all__ = ["ConfusionFigure", "confusion_figure", "class_order", "thumbnail_data_uri", "image_href", "params_text",
+           "config_tables", "render_html"]
 
 #: Largest side of the confusion figure, inches (at 100 dpi: pixels / 100).
 MAX_FIGURE_INCHES = 10.0
@@ -138,7 +142,7 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 a
 h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .headline{font-size:2.6em;font-weight:600;margin:.1em 0}.muted{color:#666}.small{font-size:.85em}
 table{border-collapse:collapse;font-size:.9em}td,th{padding:2px 8px;text-align:left;vertical-align:middle}
-th{border-bottom:1px solid #bbb}tr:nth-child(even) td{background:#f7f7f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{border-bottom:1px solid #bbb}tr:nth-child(even) td{background:#f7f7f7}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .bar{height:12px;background:#3b75af;border-radius:2px}.barbox{width:320px;background:#e8e8e8;border-radius:2px}
 .bar.low{background:#c8553d}.bar.mid{background:#e0a030}
 .confusion{position:relative;display:inline-block;max-width:100%}.confusion img{display:block;max-width:100%;height:auto}
@@ -149,6 +153,8 @@ th{border-bottom:1px solid #bbb}tr:nth-child(even) td{background:#f7f7f7}td.num{
 .scroll{max-height:560px;overflow-y:auto;display:inline-block;border:1px solid #ddd}
 .scroll thead th{position:sticky;top:0;background:#fff}
 pre{background:#f4f4f4;padding:8px;overflow:auto;font-size:.8em;max-height:360px}
+.config{display:flex;flex-wrap:wrap;gap:8px 24px;align-items:flex-start}.config caption{text-align:left;font-weight:600}
+.config td.changed{font-weight:600}
 """
 
 
@@ -158,6 +164,10 @@ def _e(value: Any) -> str:
 
 def _pct(rate: float) -> str:
     return "–" if rate is None or np.isnan(rate) else f"{100 * rate:.1f} %"
+
+
+def _pct_std(mean: float, std: float) -> str:
+    return "–" if mean is None or np.isnan(mean) else f"{100 * mean:.1f} ± {100 * std:.1f} %"
 
 
 def _changed_params(classifier: str, params: dict) -> dict:
@@ -171,6 +181,22 @@ def _changed_params(classifier: str, params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in defaults or defaults[k] != v}
 
 
+def _all_params(classifier: str, params: dict) -> dict:
+    """Every parameter of the classifier: its defaults, overridden by ``params`` (``params`` alone if unknown)."""
+    from ..classifiers.registry import ClassifierParameterError, classifier_class
+
+    try:
+        defaults = classifier_class(classifier)().get_params()
+    except ClassifierParameterError:
+        defaults = {}
+    return {**defaults, **params}
+
+
+def params_text(params: dict) -> str:
+    """``key=value`` pairs (values as JSON), sorted, comma-separated; empty for no parameters."""
+    return ", ".join(f"{key}={json.dumps(value, sort_keys=True)}" for key, value in sorted(params.items()))
+
+
 def _headline(evaluation: Evaluation, experiment: Experiment | None) -> str:
     n_classes = len(evaluation.class_names)
     if experiment is not None and len(experiment.runs) > 1:
@@ -182,32 +208,51 @@ def _headline(evaluation: Evaluation, experiment: Experiment | None) -> str:
         headline = f"{100 * evaluation.mean_per_class_accuracy:.2f} %"
         sub = "mean per-class accuracy"
     train = "–" if evaluation.train_seconds is None else f"{evaluation.train_seconds:.2f} s"
+    changed = params_text(_changed_params(evaluation.classifier, evaluation.params))
+    params = (f" <code>{_e(changed)}</code> (other parameters at their defaults;" if changed
+              else " (every parameter at its default;")
     return (
         f'<p class="headline" id="headline">{_e(headline)}</p><p>{_e(sub)}; overall accuracy '
-        f"{100 * evaluation.overall_accuracy:.2f} %.</p>"
+        f"{100 * evaluation.overall_accuracy:.2f} %{_top_k_text(evaluation, experiment)}.</p>"
         f'<p class="muted">{n_classes} classes · {evaluation.n_train} training and {evaluation.n_test} test images · '
-        f"{evaluation.n_features} dimensions · classifier <b>{_e(evaluation.classifier)}</b> "
-        f"<code>{_e(json.dumps(_changed_params(evaluation.classifier, evaluation.params), sort_keys=True))}</code> "
-        f"(other parameters at their defaults; all in Provenance) · training {train}, "
+        f'{evaluation.n_features} dimensions · classifier <b id="classifier">{_e(evaluation.classifier)}</b>'
+        f'{params} all in <a href="#classifier-parameters">Provenance</a>) · training {train}, '
         f"testing {evaluation.test_seconds:.2f} s</p>"
     )
+
+
+def _top_k_text(evaluation: Evaluation, experiment: Experiment | None) -> str:
+    """``; top-1 / top-3 / top-5 accuracy a / b / c %`` (mean ± std over the splits of an experiment)."""
+    if experiment is not None and len(experiment.runs) > 1 and experiment.top_k_statistics():
+        stats = experiment.top_k_statistics()
+        return ('; <span id="top-k">' + ", ".join(f"top-{k} accuracy {100 * m:.2f} ± {100 * sd:.2f} %"
+                                                  for k, (m, sd) in stats.items()) + "</span>")
+    top = evaluation.top_k_accuracy
+    if not top:
+        return ""
+    return ('; <span id="top-k">' + " / ".join(f"top-{k}" for k in top) + " accuracy "
+            + " / ".join(f"{100 * v:.2f}" for v in top.values()) + " %</span>")
 
 
 def _runs_table(experiment: Experiment | None) -> str:
     if experiment is None:
         return ""
+    ks = sorted(experiment.top_k_statistics())
     rows = "".join(
         f'<tr><td class="num">{run.seed}</td><td class="num">{100 * run.mean_per_class_accuracy:.2f} %</td>'
-        f'<td class="num">{run.train_seconds:.2f}</td><td class="num">{run.test_seconds:.2f}</td></tr>'
+        + "".join(f'<td class="num">{100 * run.top_k_accuracy[k]:.2f} %</td>' for k in ks)
+        + f'<td class="num">{run.train_seconds:.2f}</td><td class="num">{run.test_seconds:.2f}</td></tr>'
         for run in experiment.runs
     )
+    top_k = "".join(f"<th>top-{k} accuracy</th>" for k in ks)
     return ('<h2>Splits</h2><table id="runs"><thead><tr><th>seed</th><th>mean per-class accuracy</th>'
-            f"<th>train s</th><th>test s</th></tr></thead><tbody>{rows}</tbody></table>"
+            f"{top_k}<th>train s</th><th>test s</th></tr></thead><tbody>{rows}</tbody></table>"
             f'<p class="small muted">{_e(experiment.to_dict()["note"])}</p>')
 
 
-def _per_class_table(evaluation: Evaluation, order: np.ndarray) -> str:
+def _per_class_table(evaluation: Evaluation, order: np.ndarray, experiment: Experiment | None = None) -> str:
     rates = evaluation.per_class_accuracy
+    statistics = None if experiment is None or len(experiment.runs) < 2 else experiment.per_class_statistics()
     confusion = evaluation.confusion
     totals = confusion.sum(axis=1)
     rows = []
@@ -222,13 +267,22 @@ def _per_class_table(evaluation: Evaluation, order: np.ndarray) -> str:
         rows.append(
             f'<tr><td class="num">{rank}</td><td>{_e(evaluation.class_names[k])}</td>'
             f'<td><div class="barbox"><div class="bar {level}" style="width:{width:.1f}%"></div></div></td>'
-            f'<td class="num">{_pct(rate)}</td><td class="num">{int(totals[k])}</td><td>{mistaken}</td></tr>'
+            f'<td class="num">{_pct(rate)}</td>'
+            + ("" if statistics is None else f'<td class="num">{_pct_std(statistics[0][k], statistics[1][k])}</td>')
+            + f'<td class="num">{int(totals[k])}</td><td>{mistaken}</td></tr>'
         )
     scroll = len(order) > SCROLL_ROWS
     note = (f'<p class="small muted">{len(order)} classes: the table scrolls (worst first).</p>' if scroll else "")
+    if statistics is not None:
+        first = experiment.runs[0].seed
+        note += (f'<p class="small muted">Bars, order, test images and mistakes: the split of seed {first}; '
+                 f"mean ± std: over the {len(experiment.runs)} splits (sample standard deviation).</p>")
+        header = f"<th>seed {first}</th><th></th><th>mean ± std, {len(experiment.runs)} splits</th>"
+    else:
+        header = "<th>accuracy</th><th></th>"
     return (f'<h2>Per-class accuracy, worst first</h2>{note}<div class="{"scroll" if scroll else ""}">'
-            '<table id="per-class"><thead><tr><th>#</th><th>class</th>'
-            '<th>accuracy</th><th></th><th>test images</th><th>most often predicted instead</th></tr></thead>'
+            f'<table id="per-class"><thead><tr><th>#</th><th>class</th>{header}'
+            '<th>test images</th><th>most often predicted instead</th></tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 
@@ -268,7 +322,21 @@ def _confusion_block(evaluation: Evaluation, order: np.ndarray, figure: Confusio
     )
 
 
-def _gallery(evaluation: Evaluation, limit: int, thumbnails: bool) -> str:
+def image_href(path: str, out_dir: str | os.PathLike | None = None) -> str:
+    """A link to the image ``path`` from a page in ``out_dir``: relative when both are local
+    paths on one drive, else a ``file:`` URI (or the path itself, if relative and no ``out_dir``)."""
+    image = Path(path)
+    if out_dir is not None:
+        try:
+            relative = os.path.relpath(image.resolve(), Path(out_dir).resolve())
+        except ValueError:  # another drive (Windows)
+            relative = None
+        if relative is not None:
+            return quote(Path(relative).as_posix())
+    return image.resolve().as_uri() if image.is_absolute() else quote(image.as_posix())
+
+
+def _gallery(evaluation: Evaluation, limit: int, thumbnails: bool, out_dir: str | os.PathLike | None = None) -> str:
     wrong = evaluation.misclassified(limit)
     total = 0 if evaluation.predictions is None else int(np.sum(evaluation.predictions.y_true != evaluation.predictions.y_pred))
     if not wrong:
@@ -276,35 +344,98 @@ def _gallery(evaluation: Evaluation, limit: int, thumbnails: bool) -> str:
     cards = []
     for row in wrong:
         uri = thumbnail_data_uri(row["path"]) if thumbnails else None
-        picture = (f'<img src="{uri}" alt="{_e(row["path"])}" title="{_e(row["path"])}">' if uri
-                   else f'<p class="muted">(image not readable: {_e(row["path"])})</p>')
+        href = _e(image_href(row["path"], out_dir))
+        picture = (f'<a href="{href}"><img src="{uri}" alt="{_e(row["path"])}" title="{_e(row["path"])}"></a>' if uri
+                   else f'<p class="muted">(image not readable: <a href="{href}">{_e(row["path"])}</a>)</p>')
         cards.append(
             f'<div class="card">{picture}<span class="true">true: {_e(row["true"])}</span><br>'
             f'<span class="pred">predicted: {_e(row["predicted"])}</span><br>'
             f'<span class="muted">score {row["score_predicted"]:+.3f} (true class {row["score_true"]:+.3f})</span></div>'
         )
     return (f"<h2>Misclassified test images</h2><p class=\"small muted\">The {len(wrong)} most confident mistakes "
-            f"of {total} (largest decision value of the predicted class first). Scores are decision values, not "
+            f"of {total} (largest decision value of the predicted class first); click a thumbnail for the image. Scores are decision values, not "
             f"probabilities. Every test image: <a href=\"{PREDICTIONS_FILE}\">{PREDICTIONS_FILE}</a>.</p>"
             f'<div class="gallery" id="gallery">{"".join(cards)}</div>')
+
+
+def config_tables(config: dict | None) -> list[tuple[str, list[tuple[str, Any, Any]]]]:
+    """The keys of a pipeline config that apply, per table: ``[(table, [(key, value, default), …]), …]``.
+
+    :meth:`PipelineConfig.to_dict(semantic_only=True)
+    <classify_images.pipeline.config.PipelineConfig.to_dict>` (no other encoder's keys, no
+    option that changes no number); ``default`` is the value the key takes when not set (None
+    if unknown).  A config that does not read as a pipeline config is shown as recorded.
+    """
+    if not config:
+        return []
+    from .config import ConfigError, PipelineConfig
+
+    try:
+        values = PipelineConfig.from_dict(config, source="report").to_dict(semantic_only=True)
+        defaults = PipelineConfig().to_dict(semantic_only=True)
+    except (ConfigError, TypeError, ValueError):
+        values, defaults = config, {}
+    tables = []
+    for name, table in values.items():
+        if not isinstance(table, dict):
+            table = {"": table}
+        known = defaults.get(name, {})
+        tables.append((name, [(key, value, known.get(key)) for key, value in table.items() if value is not None]))
+    return tables
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_value(v) for v in value)
+    return "true" if value is True else "false" if value is False else str(value)
+
+
+def _config_block(config: dict | None) -> str:
+    tables = config_tables(config)
+    if not tables:
+        return '<h3 id="pipeline-config">Pipeline config</h3><p id="config">(not recorded)</p>'
+    blocks = []
+    for name, rows in tables:
+        cells = "".join(
+            f'<tr><td>{_e(key)}</td><td class="{"changed" if default is not None and value != default else ""}">'
+            f"{_e(_value(value))}</td><td class=\"muted\">"
+            f"{'' if default is None or value == default else _e(_value(default))}</td></tr>"
+            for key, value, default in rows
+        )
+        blocks.append(f'<table id="config-{_e(name)}"><caption>[{_e(name)}]</caption><thead><tr><th>key</th>'
+                      f"<th>value</th><th>default</th></tr></thead><tbody>{cells}</tbody></table>")
+    return ('<h3 id="pipeline-config">Pipeline config</h3><p class="small muted">The keys that apply to this '
+            "feature set, one table per config table; values in bold differ from the default shown next to them.</p>"
+            f'<div class="config" id="config">{"".join(blocks)}</div>')
 
 
 def _provenance(evaluation: Evaluation) -> str:
     versions = evaluation.versions or {}
     rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in versions.items())
-    config = json.dumps(evaluation.config, indent=2, sort_keys=True) if evaluation.config else "(not recorded)"
+    changed = _changed_params(evaluation.classifier, evaluation.params)
+    params = "".join(f'<tr><td>{_e(k)}</td><td class="{"changed" if k in changed else ""}">'
+                     f"{_e(json.dumps(v, sort_keys=True, default=str))}</td></tr>"
+                     for k, v in sorted(_all_params(evaluation.classifier, evaluation.params).items()))
+    params_table = (f'<p class="small muted">Values in bold are set; the others are the defaults.</p>'
+                    f'<table id="params"><thead><tr><th>parameter</th><th>value</th></tr></thead><tbody>{params}'
+                    "</tbody></table>" if params else '<p id="params">(no parameters)</p>')
     return (
-        f'<h2>Provenance</h2><p>Date: <span id="date">{_e(evaluation.date or "not recorded")}</span> · feature set '
-        f"<code>{_e(evaluation.feature_set)}</code> (config hash <code>{_e(evaluation.config_hash[:12])}</code>)</p>"
+        f'<h2 id="provenance">Provenance</h2><p>Date: <span id="date">{_e(evaluation.date or "not recorded")}</span> '
+        f"· feature set <code>{_e(evaluation.feature_set)}</code> (config hash "
+        f"<code>{_e(evaluation.config_hash[:12])}</code>)</p>"
         f'<table id="versions"><thead><tr><th>component</th><th>version</th></tr></thead><tbody>{rows}</tbody></table>'
-        f"<h3>Classifier parameters</h3><pre id=\"params\">{_e(json.dumps(evaluation.params, indent=2, sort_keys=True))}</pre>"
-        f"<h3>Pipeline config</h3><pre id=\"config\">{_e(config)}</pre>"
+        f'<h3 id="classifier-parameters">Classifier parameters</h3>{params_table}'
+        + _config_block(evaluation.config)
     )
 
 
 def render_html(evaluation: Evaluation, figure: ConfusionFigure, *, experiment: Experiment | None = None,
-                max_pairs: int = 20, max_gallery: int = 48, thumbnails: bool = True) -> str:
-    """The whole page (a string); ``figure`` is :func:`confusion_figure` in :func:`class_order`."""
+                max_pairs: int = 20, max_gallery: int = 48, thumbnails: bool = True,
+                out_dir: str | os.PathLike | None = None) -> str:
+    """The whole page (a string); ``figure`` is :func:`confusion_figure` in :func:`class_order`.
+
+    ``out_dir``, the folder the page goes to, makes the gallery's links to the full images
+    relative to it (:func:`image_href`)."""
     order = class_order(evaluation)
     title = f"{evaluation.classifier} on {evaluation.feature_set}"
     return (
@@ -315,10 +446,10 @@ def render_html(evaluation: Evaluation, figure: ConfusionFigure, *, experiment: 
         f"<h1>{_e(title)}</h1>"
         + _headline(evaluation, experiment)
         + _runs_table(experiment)
-        + _per_class_table(evaluation, order)
+        + _per_class_table(evaluation, order, experiment)
         + _confused_table(evaluation, max_pairs)
         + _confusion_block(evaluation, order, figure)
-        + _gallery(evaluation, max_gallery, thumbnails)
+        + _gallery(evaluation, max_gallery, thumbnails, out_dir)
         + _provenance(evaluation)
         + "</body></html>\n"
     )

@@ -140,11 +140,15 @@ def test_evaluation_numbers(feature_set, evaluation):
     np.testing.assert_array_equal(result.confusion, confusion)
     report = result.to_dict()
     assert list(report) == ["classifier", "params", "feature_set", "config_hash", "n_train", "n_test", "n_features",
-                            "mean_per_class_accuracy", "overall_accuracy", "per_class_accuracy", "class_names",
+                            "mean_per_class_accuracy", "overall_accuracy", "top_k_accuracy", "per_class_accuracy",
+                            "class_names",
                             "confusion", "train_seconds", "test_seconds", "most_confused", "misclassified",
                             "predictions", "config", "versions", "date"]
     assert report["mean_per_class_accuracy"] == reference_mean_per_class_accuracy(feature_set.y_test, predicted, 3)
     assert report["overall_accuracy"] == np.trace(confusion) / confusion.sum()
+    # top-k accuracy: only k below the 3 classes (top-3 of 3 classes is always 1); top-1 is the overall accuracy
+    assert list(report["top_k_accuracy"]) == ["1"]
+    assert report["top_k_accuracy"]["1"] == pytest.approx(report["overall_accuracy"])
     assert report["per_class_accuracy"] == {name: confusion[k, k] / 6 for k, name in enumerate(CLASS_NAMES)}
     assert (report["n_train"], report["n_test"], report["n_features"], report["train_seconds"]) == (24, 18, 6, 0.5)
     assert report["confusion"] == confusion.tolist() and report["class_names"] == CLASS_NAMES
@@ -170,7 +174,8 @@ def test_write_report(tmp_path, evaluation):
     assert sorted(p.name for p in out.iterdir()) == [
         "confusion.png", "predictions.csv", "report.html", "report.json", "report.md"]  # no temporaries
     text = evaluation_text(result, out).splitlines()
-    assert text[0].startswith("linear: mean per-class accuracy") and len(text) == 2 + len(CLASS_NAMES)
+    assert text[0].startswith("linear: mean per-class accuracy") and len(text) == 3 + len(CLASS_NAMES)
+    assert text[-2].startswith("  top-1 accuracy: ")  # 3 classes: only top-1 (top-3 of 3 is always 100 %)
 
 
 def test_evaluation_of_a_class_without_test_images_in_the_report(tmp_path):
@@ -189,7 +194,10 @@ def test_run_experiment(tmp_path, feature_set):
     assert experiment.mean == np.mean(accuracies) and experiment.std == np.std(accuracies, ddof=1)
     path = write_experiment(experiment, tmp_path / "x")
     saved = json.loads(Path(path).read_text())
-    assert list(saved) == ["classifier", "params", "feature_set", "config_hash", "repeats", "runs", "mean", "std", "note"]
+    assert list(saved) == ["classifier", "params", "feature_set", "config_hash", "repeats", "runs", "mean", "std",
+                           "top_k_accuracy", "per_class_accuracy", "note"]
+    assert list(saved["per_class_accuracy"]) == CLASS_NAMES and list(saved["top_k_accuracy"]) == ["1"]
+    assert list(saved["runs"][0]["per_class_accuracy"]) == CLASS_NAMES
     assert saved["repeats"] == 3 and saved["note"] == EXPERIMENT_NOTE and saved["runs"][0]["seed"] == 4
     assert "±" in experiment_text(experiment).splitlines()[-1]
     single = run_experiment(feature_set, "linear", {}, 1)
@@ -220,3 +228,21 @@ def test_testing_time_excludes_the_first_call_compilation():
     spy.calls.clear()
     module._timed_decisions(spy, X[:0], ["a", "b", "c"])
     assert spy.calls == [0]  # nothing to warm up on an empty matrix
+
+
+def test_top_k_accuracy_by_hand():
+    """Top-k from the decision values: the true class among the k largest, every image counts."""
+    from classify_images.pipeline.evaluation import top_k_accuracy
+
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(40, 7))
+    y = rng.integers(0, 7, 40)
+    scores[:, 6] = -np.inf  # a class the classifier never saw ranks last
+    ranks = np.sum(scores > scores[np.arange(40), y][:, None], axis=1)  # classes scored above the true one
+    top = top_k_accuracy(y, scores)
+    assert list(top) == [1, 3, 5]
+    for k in (1, 3, 5):
+        assert top[k] == pytest.approx(np.mean(ranks < k))
+    assert list(top_k_accuracy(y % 4, scores[:, :4])) == [1, 3]  # k below the number of classes only
+    two = top_k_accuracy(np.array([0, 1, 1]), np.array([[1.0, -1.0], [0.5, -0.5], [-2.0, 2.0]]))
+    assert two == {1: pytest.approx(2 / 3)}

@@ -194,6 +194,25 @@ def test_experiment_report(tmp_path, capsys):
     assert f"{100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} %" in headline
     assert all(f"seed {run.seed}: {100 * run.mean_per_class_accuracy:.2f} %" in headline for run in experiment.runs)
     assert f"training time: {round(experiment.runs[0].train_seconds, 4)} s" in markdown
+    # every split's per-class rates, and their mean ± std per class (page, report.md, report.json)
+    rates = np.array([run.per_class_accuracy for run in experiment.runs])
+    assert rates.shape == (3, 3)
+    np.testing.assert_array_equal(rates[0], experiment.first.per_class_accuracy)
+    mean, std = rates.mean(axis=0), rates.std(axis=0, ddof=1)
+    per_class = report["experiment"]["per_class_accuracy"]
+    assert list(per_class) == ["a", "b", "c"]
+    for k, name in enumerate("abc"):
+        assert per_class[name] == {"mean": pytest.approx(mean[k]), "std": pytest.approx(std[k])}
+        assert [r["per_class_accuracy"][name] for r in report["experiment"]["runs"]] == list(rates[:, k])
+        assert f"| {name} | {100 * rates[0, k]:.2f} | {100 * mean[k]:.2f} ± {100 * std[k]:.2f} |" in markdown
+    text = (tmp_path / "out" / "report.html").read_text()
+    assert "<th>mean ± std, 3 splits</th>" in text
+    for k in range(3):
+        assert f'<td class="num">{100 * mean[k]:.1f} ± {100 * std[k]:.1f} %</td>' in text
+    for run in experiment.runs:  # every split's accuracy and top-1 accuracy in the runs table
+        assert (f'<td class="num">{run.seed}</td><td class="num">{100 * run.mean_per_class_accuracy:.2f} %</td>'
+                f'<td class="num">{100 * run.top_k_accuracy[1]:.2f} %</td>') in text
+    assert json.loads((tmp_path / "out" / "experiment.json").read_text())["per_class_accuracy"] == per_class
 
 
 def test_missing_browser_says_what_to_install(monkeypatch, tmp_path):
@@ -213,3 +232,114 @@ def test_evaluate_help_names_every_report_file(tmp_path):
     written = sorted(path.name for path in write_report(synthetic_evaluation(), tmp_path).iterdir())
     description = build_parser()._subparsers._group_actions[0].choices["evaluate"].description
     assert written and all(name in description for name in written), (written, description)
+
+
+# ------------------------------------------------------------------ report polish (issue 25, point 10)
+def _with(evaluation: Evaluation, **changes) -> Evaluation:
+    return Evaluation(**{**evaluation.__dict__, **changes})
+
+
+def _ids(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r'\sid="([^"]+)"', text))
+
+
+def test_header_names_the_classifier_without_empty_params(tmp_path):
+    """``linear`` alone when every parameter is at its default; ``key=value`` for those set."""
+    plain = _with(synthetic_evaluation(), classifier="linear", params={})
+    text = (write_report(plain, tmp_path / "a") / "report.html").read_text()
+    header = text[text.index('id="headline"'):text.index("Per-class accuracy")]
+    assert "{}" not in header and "<code>" not in header
+    assert '<b id="classifier">linear</b> (every parameter at its default;' in header
+    tuned = _with(synthetic_evaluation(), classifier="linear", params={"C": 10.0, "loss": "hinge"})
+    text = (write_report(tuned, tmp_path / "b") / "report.html").read_text()
+    header = text[text.index('id="headline"'):text.index("Per-class accuracy")]
+    assert "<code>C=10.0, loss=&quot;hinge&quot;</code>" in header and "{" not in header
+    markdown = (tmp_path / "b" / "report.md").read_text()
+    assert '- parameters: `C=10.0, loss="hinge"`' in markdown
+
+
+def test_provenance_link_points_to_the_classifier_parameters(tmp_path):
+    evaluation = _with(synthetic_evaluation(), classifier="linear", params={"C": 10.0})
+    text = (write_report(evaluation, tmp_path) / "report.html").read_text()
+    assert 'all in <a href="#classifier-parameters">Provenance</a>' in text
+    assert "classifier-parameters" in _ids(text)
+    target = text.index('id="classifier-parameters"')
+    assert text.index('id="provenance"') < target < text.index('id="params"')  # inside Provenance, before the table
+    params = text[text.index('id="params"'):text.index('id="pipeline-config"')]
+    assert '<td>C</td><td class="changed">10.0</td>' in params  # every parameter, the set ones marked
+    assert "<td>max_iter</td>" in params
+
+
+def test_percent_cells_do_not_wrap(tmp_path):
+    import re
+
+    from classify_images.pipeline.report_html import _CSS
+
+    rule = re.search(r"td\.num\{([^}]*)\}", _CSS).group(1)
+    assert "white-space:nowrap" in rule
+    text = (write_report(synthetic_evaluation(), tmp_path) / "report.html").read_text()
+    percents = re.findall(r"<td([^>]*)>[^<]*\d %</td>", text)
+    assert percents and all('class="num"' in attrs for attrs in percents)
+
+
+def test_config_is_shown_as_tables_of_the_keys_that_apply(tmp_path):
+    from classify_images.pipeline.config import PipelineConfig
+
+    config = PipelineConfig.from_dict({"codebook": {"kind": "kmeans", "size": 16}}).to_dict()  # as a manifest records it
+    assert "soft_beta" in config["codebook"] and "cache_descriptors" in config["sift"]
+    evaluation = _with(synthetic_evaluation(), config=config)
+    text = (write_report(evaluation, tmp_path) / "report.html").read_text()
+    assert '<pre id="config">' not in text and "&quot;codebook&quot;" not in text
+    block = text[text.index('id="pipeline-config"'):]
+    page = _parse(tmp_path / "report.html")
+    semantic = PipelineConfig.from_dict(config).to_dict(semantic_only=True)
+    for table, values in semantic.items():
+        assert f'<caption>[{table}]</caption>' in block
+        assert page.rows[f"config-{table}"] == sum(value is not None for value in values.values())
+    assert "soft_beta" not in block and "cache_descriptors" not in block  # keys that do not apply
+    assert '<td>size</td><td class="changed">16</td><td class="muted">1024</td>' in block  # differs from the default
+    assert "<td>levels</td><td class=\"\">1, 2, 4</td>" in block  # readable lists
+
+
+def test_gallery_thumbnails_link_to_the_full_image(tmp_path):
+    from urllib.parse import unquote
+
+    evaluation = synthetic_evaluation()
+    out = write_report(evaluation, tmp_path / "deep" / "report")
+    text = (out / "report.html").read_text()
+    gallery = text[text.index('id="gallery"'):]
+    import re
+
+    links = re.findall(r'<a href="([^"]+)"><img src="data:image/jpeg;base64,', gallery)
+    n_wrong = evaluation.n_test - int(np.trace(evaluation.confusion))
+    assert len(links) == min(n_wrong, 48) > 0
+    for href in links:
+        assert not href.startswith(("/", "file:"))  # relative to the report
+        assert (out / unquote(href)).resolve().is_file()
+    assert "http://" not in text and "https://" not in text
+
+
+def test_top_k_accuracy_in_report_and_console(tmp_path):
+    from classify_images.pipeline.report import evaluation_text
+
+    evaluation = synthetic_evaluation(n_classes=7)
+    top = evaluation.top_k_accuracy
+    assert list(top) == [1, 3, 5] and top[1] == pytest.approx(evaluation.overall_accuracy)
+    assert top[1] <= top[3] <= top[5]
+    out = write_report(evaluation, tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    assert report["top_k_accuracy"] == {str(k): v for k, v in top.items()}
+    numbers = " / ".join(f"{100 * v:.2f}" for v in top.values())
+    assert f'<span id="top-k">top-1 / top-3 / top-5 accuracy {numbers} %</span>' in (out / "report.html").read_text()
+    assert f"- top-5 accuracy: {100 * top[5]:.2f} %" in (out / "report.md").read_text()
+    assert f"top-1 / top-3 / top-5 accuracy: {numbers} %" in evaluation_text(evaluation, out)
+
+
+def test_class_names_stay_escaped(tmp_path):
+    evaluation = synthetic_evaluation()
+    names = ["<b>bold</b>", 'say "hi"', "a&b", "x", "y"]
+    evaluation = _with(evaluation, class_names=names)
+    text = (write_report(evaluation, tmp_path) / "report.html").read_text()
+    assert "<b>bold</b>" not in text and "&lt;b&gt;bold&lt;/b&gt;" in text and "a&amp;b" in text
