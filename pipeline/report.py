@@ -25,7 +25,6 @@ the lines the command line (and the demo) print, :func:`build_text` included.
 from __future__ import annotations
 
 import csv
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
