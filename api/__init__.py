@@ -23,8 +23,9 @@ OpenCV or scikit-learn until they are needed).  This file lives in the repositor
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
+
+from ._lazy import lazy_names
 
 try:
     __version__: str = importlib.metadata.version("classify-images")
@@ -45,14 +46,4 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        module_name, _, attribute = _LAZY[name].partition(":")
-        value = getattr(importlib.import_module(module_name), attribute)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)

@@ -22,7 +22,7 @@ Names are imported on first use (PEP 562), so importing one submodule such as
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_names
 
 #: Public name → the submodule it is imported from on first use.
 _LAZY = {
@@ -54,13 +54,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, globals(), {name: f".{module}" for name, module in _LAZY.items()})
