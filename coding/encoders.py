@@ -86,6 +86,7 @@ __all__ = [
     "encoder_class",
     "encoder_kinds",
     "make_encoder",
+    "DEFAULT_KIND",
 ]
 
 
@@ -206,6 +207,9 @@ class Encoder:
     signed: ClassVar[bool] = False
     #: Rows are sparse enough to be stored as CSR shards.
     sparse_rows: ClassVar[bool] = False
+    #: Own keys that change how descriptors are coded but not what :meth:`learn` learns: left out
+    #: of the learning stage's cache key, so that configurations differing only in them share a codebook.
+    coding_only_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, table: Mapping[str, Any]) -> None:
         self.table = dict(table)
@@ -412,6 +416,7 @@ class VectorQuantization(PooledCodes):
     kind = "kmeans"
     Params = VectorQuantizationParams
     sparse_rows = True
+    coding_only_keys = ("assignment", "soft_neighbors", "soft_beta")
 
     @classmethod
     def check_rules(cls, params, size):
@@ -627,6 +632,9 @@ class FisherVectors(_AggregatesCells):
 
 
 # --------------------------------------------------------------------------- registry
+#: The encoder of a configuration that names none: hard k-means VQ (BoF / SPM).
+DEFAULT_KIND = VectorQuantization.kind
+
 _REGISTERED: dict[str, type[Encoder]] = {}
 _DISCOVERED: dict[str, type[Encoder]] | None = None
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClassifyImagesError
-from ..coding.encoders import EncoderParameterError, encoder_class, encoder_kinds
+from ..coding.encoders import DEFAULT_KIND, EncoderParameterError, encoder_class, encoder_kinds
 from ..coding.normalize import NORMALIZATIONS
 from ..coding.pooling import LEVEL_NORMALIZATIONS, POOLING_METHODS, validate_level_weights, validate_levels
 from ..features.dsift import (
@@ -276,7 +276,7 @@ class CodebookConfig:
     """
 
     #: the encoder (:mod:`~classify_images.coding.encoders`): k-means VQ, sparse coding, LLC, VLAD, Fisher vectors, …
-    kind: str = _setting("kmeans", _encoder_kind)
+    kind: str = _setting(DEFAULT_KIND, _encoder_kind)
     #: number of words K (codewords, atoms, Gaussians)
     size: int = _setting(1024, _int(2))
     #: training descriptors sampled to learn it
@@ -305,12 +305,6 @@ class CodebookConfig:
         """The encoder's own keys and values; ``semantic_only``: those not at their default."""
         return {f.name: getattr(self.options, f.name) for f in dataclasses.fields(self.options)
                 if not semantic_only or getattr(self.options, f.name) != f.default}
-
-
-#: The ``[codebook]`` keys a codebook's learner does not read (they change how descriptors are
-#: coded, not the codebook), left out of the learning stage's key so that configurations that
-#: differ only in them share one codebook.
-_CODING_ONLY_KEYS = ("assignment", "soft_neighbors", "soft_beta")
 
 
 @dataclass(frozen=True)
@@ -447,12 +441,13 @@ class PipelineConfig:
         """The ``[codebook]`` table as the encoder and the cached stages take it: the common
         keys, and the encoder's own keys that are not at their defaults.
 
-        With ``learning`` (the codebook learner's key), the keys that change the coding but not
-        the codebook are left out, so that hard and soft assignment share a codebook.
+        With ``learning`` (the codebook learner's key), the keys the encoder declares as changing
+        the coding but not the codebook (``coding_only_keys``) are left out, so that, for
+        example, hard and soft assignment share a codebook.
         """
-        params = {key: value for key, value in _table_dict(self.codebook, semantic_only=True).items()
-                  if not (learning and key in _CODING_ONLY_KEYS)}
-        return params
+        dropped = encoder_class(self.codebook.kind).coding_only_keys if learning else ()
+        return {key: value for key, value in _table_dict(self.codebook, semantic_only=True).items()
+                if key not in dropped}
 
     def sift_params(self) -> dict[str, Any]:
         """The ``[sift]`` table as the dense-SIFT stages take it (semantic keys only)."""
