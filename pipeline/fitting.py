@@ -19,6 +19,7 @@ computes anyway.  Every row is then :func:`image_row` of the fitted extractor.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -47,25 +48,13 @@ def fit_extractor(paths: list[str], fingerprints: list[str], train: np.ndarray, 
 
     ``timer`` (``with timer("step"):``, optional) times the ``sample`` and ``codebook`` steps.
     """
-    timed = timer if timer is not None else _untimed
+    timed = timer if timer is not None else (lambda step: contextlib.nullcontext())
     with timed("sample"):
         sample = codebook_sample(paths, fingerprints, train, config, runner)
     with timed("codebook"):
         n_descriptors, codebook = codebook_from_sample(sample, config, runner, log)
     del sample
     return n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)
-
-
-class _Untimed:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _untimed(step: str) -> _Untimed:
-    return _Untimed()
 
 
 def sample_descriptors(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
