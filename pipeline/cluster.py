@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import logging
 import re
 import uuid
@@ -49,6 +50,7 @@ __all__ = [
     "submit_kept",
     "iter_kept",
     "INSTALL_HINT",
+    "dashboard_text",
 ]
 
 #: What to run to get the optional dependency.
@@ -58,6 +60,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 
 _SCHEDULER_PATTERN = re.compile(r"(?:(?P<scheme>tcp|tls)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(?P<port>\d+)/?")
 _CLUSTER_PATTERN = re.compile(r"local:(?P<n>\d+)")
+_log = logging.getLogger(__name__)
 
 
 class ClusterError(ClassifyImagesError, ValueError):
@@ -190,7 +193,21 @@ def open_client(spec: ClusterSpec, *, timeout: float | None = None) -> Iterator[
                     f"the Dask scheduler at {spec.address} has no worker after {timeout:g} s: start some "
                     f"('dask worker {spec.address}' on each machine)"
                 ) from None
+        _log.info(dashboard_text(client))
         yield client
+
+
+def dashboard_text(client: "distributed.Client") -> str:  # noqa: F821
+    """One line telling where the cluster's Dask dashboard is (or why there is none).
+
+    The dashboard (task stream, worker memory, progress) is served by the scheduler with
+    Bokeh, which the ``distributed`` extra installs; a local cluster's dashboard listens on a
+    free port of the loopback interface, so its address is only known once it started.
+    """
+    if importlib.util.find_spec("bokeh") is None:
+        return ("Dask dashboard: not available (Bokeh is not installed; "
+                "it comes with the 'distributed' extra, or 'pip install bokeh')")
+    return f"Dask dashboard: {client.dashboard_link}"
 
 
 @contextlib.contextmanager

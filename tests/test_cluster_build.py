@@ -8,6 +8,7 @@ with a few images per task so that each stage is several tasks.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -501,3 +502,25 @@ def test_a_local_cluster_runs_its_workers_without_the_profiler():
         assert client.submit(sum, [1, 2]).result() == 3
         time.sleep(1.5)  # more than one profile cycle (1 s)
         assert list(client.run(profile_state).values()) == [(False, 0)]
+
+
+def test_a_local_cluster_logs_where_its_dashboard_answers(caplog):
+    """The local cluster's dashboard listens on a free port: its address is logged (the CLI shows
+    it at the default level), and it answers there (Bokeh comes with the ``distributed`` extra)."""
+    import urllib.request
+
+    with caplog.at_level(logging.INFO, logger="classify_images.pipeline.cluster"):
+        with cluster_module.open_client(cluster_module.ClusterSpec(n_workers=1)) as client:
+            lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Dask dashboard")]
+            assert lines == [f"Dask dashboard: {client.dashboard_link}"]
+            assert client.dashboard_link.startswith("http://127.0.0.1:")
+            with urllib.request.urlopen(client.dashboard_link, timeout=30) as answer:
+                assert answer.status == 200
+
+
+def test_without_bokeh_the_dashboard_line_says_what_to_install(monkeypatch):
+    real_find_spec = cluster_module.importlib.util.find_spec
+    monkeypatch.setattr(cluster_module.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bokeh" else real_find_spec(name, *a))
+    text = cluster_module.dashboard_text(client=None)
+    assert "Bokeh is not installed" in text and "distributed" in text
