@@ -702,6 +702,26 @@ def _one_line_warnings(command: str):
         yield
 
 
+@contextlib.contextmanager
+def _status_lines(quiet: bool):
+    """The package's INFO log lines (e.g. ``Dask dashboard: http://…``, logged when a cluster
+    opens) printed to stderr while the command runs, unless ``--quiet`` (then warnings only)."""
+    import logging
+
+    logger = logging.getLogger("classify_images")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setLevel(logging.WARNING if quiet else logging.INFO)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(min(logger.getEffectiveLevel(), handler.level))
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def _one_line(message: str) -> str:
     """``message`` with line breaks and other unprintable characters escaped (a value read
     from a file may hold any of them)."""
@@ -728,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"classify-images: error: --threads must be at least 1, not {args.threads}", file=sys.stderr)
         return 2
     try:
-        with _thread_limits(args.threads), _one_line_warnings(args.command):
+        with _thread_limits(args.threads), _one_line_warnings(args.command), _status_lines(getattr(args, "quiet", False)):
             return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
