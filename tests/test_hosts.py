@@ -41,7 +41,7 @@ SCHEDULER = f"tcp://{SCHEDULER_HOST}:{SCHEDULER_PORT}"
 #: Images per task and rows per shard.
 BATCH = 2
 #: Seconds any one step (a build, a host starting) may take before the test fails.
-LIMIT = 150
+LIMIT = 300
 #: Key prefix of the encode tasks (pipeline.cluster names task keys after their description).
 ENCODE = "encode-pool-"
 
@@ -103,8 +103,8 @@ class Cluster:
     """The hosts: ``scheduler`` (10.213.0.1), ``client`` (.2), workers ``w1``, ``w2`` (.11, .12)
     started with it and ``w3`` (.13), whose worker starts only when a test adds it."""
 
-    def __init__(self, network: Network, root: Path) -> None:
-        self.network, self.root = network, root
+    def __init__(self, network: Network, root: Path, dataset: Path) -> None:
+        self.network, self.root, self.dataset = network, root, dataset
         self.task_logs = root / "task-logs"
         self.task_logs.mkdir()
         self.env = {**os.environ, "CLASSIFY_IMAGES_TASK_LOG": str(self.task_logs)}
@@ -188,8 +188,7 @@ def cluster(tmp_path_factory, dataset):
     require_network_namespaces()
     root = tmp_path_factory.mktemp("hosts")
     with Network(root) as network:
-        hosts = Cluster(network, root)
-        hosts.dataset = dataset
+        hosts = Cluster(network, root, dataset)
         hosts.start()
         yield hosts
 
