@@ -33,6 +33,7 @@ from .dataset import DatasetError
 from .extractor import FeatureExtractor
 from .runner import Runner
 from .stages import StageCache
+from .warm_up import warm_descriptors
 
 __all__ = [
     "fit_extractor", "sample_descriptors", "codebook_sample", "codebook_from_sample", "learn_codebook", "image_row",
@@ -71,6 +72,8 @@ def sample_descriptors(paths: list[str], fingerprints: list[str], train: np.ndar
     runner : Runner
         Where the per-image sampling runs (and the stage cache it reads and fills).
     """
+    if runner.n_jobs != 1:  # the workers load the kernels the parent compiled (pipeline/warm_up.py)
+        warm_descriptors(config.sift_params())
     samples = runner.map(_sample_calls(paths, fingerprints, train, config, runner), "sample descriptors")
     return _combine_samples(samples, config.codebook.n_samples, config.codebook.seed)
 
