@@ -17,12 +17,19 @@ cache and nothing is returned: the results are not used.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
 import numpy as np
 
+from ..coding.encoders import Encoder, Pyramid, make_encoder
 from ..features.descriptors import make_descriptor
 from ..features.dsift import dequantize_descriptors, quantize_descriptors
 
-__all__ = ["warm_descriptors", "warm_encoding"]
+__all__ = ["warm_descriptors", "warm_encoding", "encoder_compiled_aside"]
 
 
 def synthetic_image(largest_patch: int, seed: int = 0) -> np.ndarray:
@@ -42,11 +49,62 @@ def warm_encoding(extractor) -> None:
     """Compile the kernels of :meth:`FeatureExtractor.pooled
     <classify_images.pipeline.extractor.FeatureExtractor.pooled>`: descriptors, the encoder
     with the extractor's codebook, pooling."""
-    sift = extractor.config.sift_params()
+    coder = extractor.encoder.prepared(extractor.codebook, extractor.codebook_digest)
+    _encode_synthetic(extractor.config.sift_params(), extractor.encoder, coder, extractor.pyramid)
+
+
+def _encode_synthetic(sift: dict, encoder: Encoder, coder, pyramid) -> None:
     image = synthetic_image(max(sift["patch_sizes"]))
     result = make_descriptor(sift).compute(image)
-    encoder = extractor.encoder
-    coder = encoder.prepared(extractor.codebook, extractor.codebook_digest)
     item = encoder.cached_item(coder, dequantize_descriptors(quantize_descriptors(result.descriptors)),
-                               result.x, result.y, image.shape, **encoder.cache_dependencies(extractor.pyramid))
-    encoder.pool(coder, item, extractor.pyramid)
+                               result.x, result.y, image.shape, **encoder.cache_dependencies(pyramid))
+    encoder.pool(coder, item, pyramid)
+
+
+def synthetic_state(encoder: Encoder, descriptor_length: int, seed: int = 0):
+    """A fitted state of ``encoder``'s shapes and types (:meth:`~classify_images.coding.encoders.Encoder.state_spec`)
+    with seeded positive values: enough to compile its kernels before the real codebook is learnt."""
+    rng = np.random.default_rng(seed)
+    arrays = {name: (rng.random(shape) + 0.1).astype(dtype)
+              for name, (shape, dtype) in encoder.state_spec(descriptor_length).items()}
+    return encoder.from_arrays(arrays, descriptor_length)
+
+
+def _compile_encoder(sift: dict, codebook_params: dict, levels: list, pooling: str) -> None:
+    """:func:`warm_encoding` with a synthetic state (what :func:`encoder_compiled_aside` runs)."""
+    encoder = make_encoder(codebook_params)
+    state = synthetic_state(encoder, make_descriptor(sift).length)
+    _encode_synthetic(sift, encoder, encoder.prepare(state), Pyramid(tuple(levels), pooling))
+
+
+@contextlib.contextmanager
+def encoder_compiled_aside(config) -> Iterator[None]:
+    """Compile the encoder's kernels in a separate process while the block runs (the sample
+    and the codebook, which leave a core idle), waiting for it at the end of the block.
+
+    The process compiles on a synthetic state (:func:`synthetic_state`) and writes the
+    kernels to numba's cache, from which this process and the workers then load them.  It is
+    a plain ``python -c`` (no ``multiprocessing``: the caller's main module is not imported
+    again) whose output is discarded; if it fails, the kernels are compiled as before, by
+    :func:`warm_encoding`.  An error in the block kills it.
+    """
+    arguments = [config.sift_params(), config.codebook_params(), list(config.pooling.levels), config.pooling.method]
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys, json; from classify_images.pipeline.warm_up import _compile_encoder; "
+             "_compile_encoder(*json.load(sys.stdin))"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        process.stdin.write(json.dumps(arguments).encode())
+        process.stdin.close()
+    except (OSError, TypeError, ValueError):  # cannot start it, or parameters JSON cannot hold: compile later
+        process = None
+    try:
+        yield
+    except BaseException:
+        if process is not None:
+            process.kill()
+        raise
+    finally:
+        if process is not None:
+            process.wait()

@@ -12,7 +12,9 @@ from classify_images.pipeline.config import load_config
 from classify_images.pipeline.dataset import file_fingerprint
 from classify_images.pipeline.extractor import FeatureExtractor
 from classify_images.pipeline.stages import compute_descriptors
-from classify_images.pipeline.warm_up import synthetic_image, warm_descriptors, warm_encoding
+from classify_images.pipeline.warm_up import (
+    _compile_encoder, encoder_compiled_aside, synthetic_image, warm_descriptors, warm_encoding,
+)
 
 from .conftest import FIXTURE_PHOTO
 
@@ -71,3 +73,29 @@ def test_warm_descriptors_covers_the_sampling_stage():
     warmed = _compiled_signatures()
     compute_descriptors(str(FIXTURE_PHOTO), 300, sift)
     assert _compiled_signatures() == warmed
+
+
+@pytest.mark.filterwarnings("ignore:Fisher-vector GMM")
+@pytest.mark.parametrize("name", sorted(CODEBOOKS))
+def test_a_synthetic_state_compiles_what_the_learnt_one_does(name):
+    extractor = _extractor(CODEBOOKS[name], max_side=200)
+    config = extractor.config
+    _compile_encoder(config.sift_params(), config.codebook_params(), list(config.pooling.levels),
+                     config.pooling.method)
+    warmed = _compiled_signatures()
+    warm_encoding(extractor)
+    assert _compiled_signatures() == warmed
+
+
+def test_the_kernels_compiled_aside_land_in_numba_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    with encoder_compiled_aside(load_config(None)):
+        pass  # the block waits for the process at its end
+    assert list((tmp_path / "numba").rglob("_dsift_kernels.*.nbi"))
+
+
+def test_an_error_in_the_block_stops_the_process_and_propagates(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    with pytest.raises(KeyboardInterrupt):
+        with encoder_compiled_aside(load_config("scspm")):
+            raise KeyboardInterrupt
