@@ -89,16 +89,20 @@ def encoder_compiled_aside(config) -> Iterator[None]:
     :func:`warm_encoding`.  An error in the block kills it.
     """
     arguments = [config.sift_params(), config.codebook_params(), list(config.pooling.levels), config.pooling.method]
+    process = None
     try:
+        payload = json.dumps(arguments).encode()
         process = subprocess.Popen(
             [sys.executable, "-c", "import sys, json; from classify_images.pipeline.warm_up import _compile_encoder; "
              "_compile_encoder(*json.load(sys.stdin))"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        process.stdin.write(json.dumps(arguments).encode())
-        process.stdin.close()
-    except (OSError, TypeError, ValueError):  # cannot start it, or parameters JSON cannot hold: compile later
-        process = None
+    except (OSError, TypeError, ValueError):  # parameters JSON cannot hold, or no process: compile later
+        pass
+    if process is not None:
+        with contextlib.suppress(OSError):  # (it exited already)
+            process.stdin.write(payload)
+            process.stdin.close()
     try:
         yield
     except BaseException:

@@ -99,3 +99,14 @@ def test_an_error_in_the_block_stops_the_process_and_propagates(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         with encoder_compiled_aside(load_config("scspm")):
             raise KeyboardInterrupt
+
+
+def test_parameters_json_cannot_hold_start_no_process_and_the_block_runs(monkeypatch):
+    config = load_config(None)
+    monkeypatch.setattr(type(config), "sift_params", lambda self: {"patch_sizes": [16], "odd": object()})
+    started = []
+    monkeypatch.setattr("subprocess.Popen", lambda *a, **k: started.append(a))
+    ran = []
+    with encoder_compiled_aside(config):
+        ran.append(True)
+    assert ran == [True] and started == []
