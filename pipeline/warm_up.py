@@ -31,6 +31,11 @@ from ..features.dsift import dequantize_descriptors, quantize_descriptors
 
 __all__ = ["warm_descriptors", "warm_encoding", "encoder_compiled_aside"]
 
+#: How long the end of :func:`encoder_compiled_aside`'s block waits for the compiling process at
+#: most (compiling the sparse coder takes about 20 CPU seconds; a killed process leaves no torn
+#: entry: numba writes each under a temporary name and renames it).
+_WAIT_SECONDS = 600.0
+
 
 def synthetic_image(largest_patch: int, seed: int = 0) -> np.ndarray:
     """A textured float32 image in [0, 1] of side ``2 · largest_patch + 8`` px: a few patches per side."""
@@ -86,7 +91,8 @@ def encoder_compiled_aside(config) -> Iterator[None]:
     kernels to numba's cache, from which this process and the workers then load them.  It is
     a plain ``python -c`` (no ``multiprocessing``: the caller's main module is not imported
     again) whose output is discarded; if it fails, the kernels are compiled as before, by
-    :func:`warm_encoding`.  An error in the block kills it.
+    :func:`warm_encoding`.  An error in the block kills it, and so does a wait longer than
+    :data:`_WAIT_SECONDS`.
     """
     arguments = [config.sift_params(), config.codebook_params(), list(config.pooling.levels), config.pooling.method]
     process = None
@@ -111,4 +117,8 @@ def encoder_compiled_aside(config) -> Iterator[None]:
         raise
     finally:
         if process is not None:
-            process.wait()
+            try:
+                process.wait(timeout=_WAIT_SECONDS)
+            except subprocess.TimeoutExpired:  # stuck: the parent compiles what is missing itself
+                process.kill()
+                process.wait()
