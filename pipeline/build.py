@@ -60,6 +60,7 @@ from .provenance import library_versions
 from .runner import DEFAULT_BATCH_SIZE, Execution, Progress, Runner, no_progress
 from .shard_store import shard_format, write_shard
 from .stages import StageCache, implementation_versions
+from .warm_up import warm_encoding
 
 __all__ = ["BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row"]
 
@@ -236,6 +237,8 @@ def _encode_and_pool(
     rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
     order = np.concatenate([split.train, split.test])
     tasks = [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
+    if runner.client is None and runner.n_jobs != 1:  # the workers load the kernels the parent compiled
+        warm_encoding(extractor)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
