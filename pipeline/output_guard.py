@@ -150,10 +150,8 @@ class OutputFolder:
         path = self.path
         try:
             info = os.lstat(path)
-        except FileNotFoundError:
+        except OSError:  # nothing there (or nothing reachable): the write reports its own error
             return path
-        except OSError as exc:
-            raise self._refuse(f"cannot look at it ({exc.strerror})", force=False) from None
         if stat.S_ISLNK(info.st_mode):
             raise self._refuse("it is a symbolic link; give the folder itself (links are not followed)", force=False)
         if not stat.S_ISDIR(info.st_mode):
@@ -243,10 +241,8 @@ def check_output_file(path: str | os.PathLike, what: str, *, force: bool = False
         raise _refusal(option, path, f"{parent} is a feature set's folder; write the {what} beside it", force=False)
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
+    except OSError:  # nothing there (or nothing reachable): the write reports its own error
         return path
-    except OSError as exc:
-        raise _refusal(option, path, f"cannot look at it ({exc.strerror})", force=False) from None
     if stat.S_ISDIR(info.st_mode):
         raise _refusal(option, path, f"it is a folder; give the name of the {what} to write", force=False)
     if force or is_model_file(path):
