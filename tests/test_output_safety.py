@@ -253,11 +253,6 @@ def test_params_suffix_is_short_and_safe():
     assert params_suffix({"x": "../../etc"}).startswith("-p")  # never a path separator
 
 
-def test_repeated_param_is_refused(built, capsys):
-    assert main(["experiment", str(built / "fs"), "--classifier", "linear", "--param", "C=1", "--param", "C=2"]) == 2
-    assert "given twice" in capsys.readouterr().err
-
-
 # --- demo, cache ---------------------------------------------------------------------------
 
 
