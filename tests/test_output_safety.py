@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from classify_images.pipeline.cli import main
@@ -24,6 +23,7 @@ from classify_images.pipeline.feature_store import FILE_NAMES, is_feature_set_fo
 from classify_images.pipeline.output_guard import MARKER, is_model_file, params_suffix
 from classify_images.pipeline.report import EXPERIMENT_FILE, REPORT_FILES
 
+from ._fuzz import fuzz_settings
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, build_fixture_feature_set, write_config_toml
 
 
@@ -299,13 +299,13 @@ OUR_NAMES = sorted({*REPORT_FILES, EXPERIMENT_FILE, *FILE_NAMES, "model.npz", "f
 OTHER_NAMES = ["notes.txt", "data.csv", ".hidden", "README.md"]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz_settings(12)
 @given(names=st.sets(st.sampled_from(OUR_NAMES + OTHER_NAMES), max_size=5),
        command=st.sampled_from(["build-features", "evaluate", "train"]), seed=st.integers(0, 2**16))
-def test_generated_user_folders_are_never_changed(built, tmp_path, names, command, seed):
+def test_generated_user_folders_are_never_changed(built, tmp_path_factory, names, command, seed):
     """Whatever a user's folder holds, a command either leaves it byte-identical (exit 2), or the
     folder held none of the user's files (empty: exit 0)."""
-    out = Path(tempfile.mkdtemp(dir=tmp_path)) / "out"
+    out = tmp_path_factory.mktemp("generated") / "out"
     decoys = _decoys(out, sorted(names), seed=seed)
     target = out / "model.npz" if command == "train" else out
     argv = {
