@@ -421,6 +421,7 @@ def build_feature_set(
     store: str | None = None,
     batch_size: int | None = None,
     execution: Execution | None = None,
+    force: bool = False,
 ) -> BuildResult:
     """Build (or reuse) the feature set of ``dataset_dir`` under ``config`` into ``out``.
 
@@ -459,6 +460,9 @@ def build_feature_set(
         Where the per-image steps run, resolved once by the caller
         (:class:`~classify_images.pipeline.runner.Execution`); when given, ``n_jobs``,
         ``scheduler``, ``cluster`` and ``batch_size`` (its pieces, kept for convenience) are not used.
+    force : bool
+        Also replace a folder holding nothing but files of a feature set's names that no manifest
+        of ours lists (``--force``; files of other names are refused all the same).
 
     Returns
     -------
@@ -477,9 +481,9 @@ def build_feature_set(
         store = "npy" if spec is None else "sharded"
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
-    out = check_destination(out, dataset_dir)
+    out = check_destination(out, dataset_dir, force=force)
     if spec is None:
-        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, None, store, batch_size)
+        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, None, store, batch_size, force)
     # The workers do not share this process's current folder: they get absolute paths.
     dataset_dir = os.path.abspath(dataset_dir)
     cache_dir = None if cache_dir is None else os.path.abspath(os.path.expanduser(cache_dir))
@@ -487,7 +491,7 @@ def build_feature_set(
         log(f"running the per-image steps on {spec}")
         if os.path.isdir(dataset_dir):  # (a missing one is the dataset step's one-line error)
             _check_workers_see(client, Path(dataset_dir), "the dataset")
-        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, client, store, batch_size)
+        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, client, store, batch_size, force)
 
 
 def _check_workers_see(client, folder: Path, what: str) -> None:
@@ -506,7 +510,7 @@ def _check_workers_see(client, folder: Path, what: str) -> None:
 
 def _build(
     dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir, progress: Progress, log, client,
-    store: str, batch_size: int,
+    store: str, batch_size: int, force: bool = False,
 ) -> BuildResult:
     timer = StageTimer()
     with timer("discover"):
@@ -530,7 +534,7 @@ def _build(
         n_descriptors, extractor = fit_extractor(images.paths, images.fingerprints, split.train, config, runner, log,
                                                  timer=timer)
     shards = None
-    with FeatureSetWriter(out, dataset_dir) as writer:
+    with FeatureSetWriter(out, dataset_dir, force=force) as writer:
         if store == "sharded":
             if client is not None:
                 _check_workers_see(client, writer.shard_folder, "the feature set (--out)")

@@ -187,7 +187,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
 
     config, out, cache_dir, execution = _build_options(args)
     result = build_feature_set(args.dataset, out, config, cache_dir=cache_dir, progress=_tqdm_progress(not args.quiet),
-                               log=_build_log(args), store=args.store, execution=execution)
+                               log=_build_log(args), store=args.store, execution=execution, force=args.force)
     _print_build(result, cache_dir)
     return 0
 
@@ -227,12 +227,17 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_model_out(feature_set: Path, classifier: str) -> Path:
-    return feature_set.parent / f"{feature_set.name}-{classifier}.npz"
+def _default_model_out(feature_set: Path, classifier: str, params: dict[str, Any]) -> Path:
+    """``<featureset>-<classifier>[-<params>].npz`` beside the feature set: another ``--param`` is another file."""
+    from .output_guard import params_suffix
+
+    return feature_set.parent / f"{feature_set.name}-{classifier}{params_suffix(params)}.npz"
 
 
-def _default_experiment_out(feature_set: Path, classifier: str) -> Path:
-    return feature_set.parent / f"{feature_set.name}-{classifier}-experiment"
+def _default_experiment_out(feature_set: Path, classifier: str, params: dict[str, Any]) -> Path:
+    from .output_guard import params_suffix
+
+    return feature_set.parent / f"{feature_set.name}-{classifier}{params_suffix(params)}-experiment"
 
 
 @contextlib.contextmanager
@@ -309,11 +314,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .runner import Execution
     from .workflows import train_model
 
+    from .output_guard import check_output_file
+
     _check_seeds(args.seed)
     spec = _training_mode(args)
-    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
-    _check_out_file(out, "model")
     params = getattr(args, "params", None) or _params(args.param)
+    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier, params)
+    _check_out_file(out, "model")
+    check_output_file(out, "model file", force=args.force)
     feature_set = load_feature_set(args.featureset)
     block_rows = (getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS) if getattr(args, "streaming", False) else None
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind), \
@@ -328,15 +336,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model
     from .feature_store import load_feature_set
     from .model_file import load_model
-    from .report import evaluation_text, write_report
+    from .report import evaluation_text, report_folder, write_report
 
     out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
     _check_out_folder(out, "report")
+    guard = report_folder(out, run={"command": "evaluate", "featureset": os.path.abspath(args.featureset),
+                                    "model": os.path.abspath(args.model)})
+    guard.check(args.force)
     feature_set = load_feature_set(args.featureset)
     model, meta = load_model(args.model)
     with _classifier_errors_as_usage_errors(meta.get("classifier", "model"), args.featureset):
         evaluation = evaluate_model(model, meta, feature_set)
     with _writing("--out", out, "report"):
+        guard.check(args.force)
+        guard.claim()
         write_report(evaluation, out)
     print(evaluation_text(evaluation, out))
     return 0
@@ -344,7 +357,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from .feature_store import load_feature_set
-    from .report import experiment_text, write_experiment, write_report
+    from .report import experiment_text, report_folder, write_experiment, write_report
     from .runner import Execution
     from .workflows import run_experiment_on
 
@@ -352,15 +365,20 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         raise UsageError(f"--repeats must be from 1 to {MAX_REPEATS}, not {args.repeats}")
     _check_seeds(args.seed, args.repeats)
     spec = _cluster_spec(args)
-    if args.out:
-        _check_out_folder(Path(args.out), "experiment")
     params = _params(args.param)
+    out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier, params)
+    _check_out_folder(out, "experiment")
+    guard = report_folder(out, experiment=True, run={
+        "command": "experiment", "featureset": os.path.abspath(args.featureset), "classifier": args.classifier,
+        "params": params, "seed": args.seed, "repeats": args.repeats})
+    guard.check(args.force)
     feature_set = load_feature_set(args.featureset)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         experiment = run_experiment_on(feature_set, args.classifier, params, args.repeats, args.seed,
                                        Execution(cluster=spec))
-    out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
     with _writing("--out", out, "report"):
+        guard.check(args.force)
+        guard.claim()
         write_experiment(experiment, out)
         write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))
@@ -461,7 +479,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "(name = \"pmsvm\", params = { ... })")
     params = {**params, **_params(args.param)}
     config_name = Path(args.config).stem if args.config else "default"
-    out = Path(args.out) if args.out else Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}"
+    from .output_guard import params_suffix
+
+    out = Path(args.out) if args.out else \
+        Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}{params_suffix(params)}"
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     config, _, cache_dir, execution = _build_options(args, out / "features")
@@ -475,7 +496,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             _writing("--out", out, "run folder"):
         result = run_pipeline(args.dataset, out, config, name, params, seed=0 if args.seed is None else args.seed,
                               execution=execution, cache_dir=cache_dir, store=args.store,
-                              progress=_tqdm_progress(not args.quiet), log=_build_log(args), step=step)
+                              progress=_tqdm_progress(not args.quiet), log=_build_log(args), step=step,
+                              force=args.force)
     _print_build(result.build, cache_dir)
     print(training_text(result.training, result.model))
     print(evaluation_text(result.evaluation, result.report))
@@ -488,7 +510,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     _check_n_jobs(args.n_jobs)
     workdir = _check_folder_option("--workdir", Path(args.workdir), "demo's images, features, model and report")
-    return run_demo(workdir, n_jobs=args.n_jobs, quiet=args.quiet)
+    return run_demo(workdir, n_jobs=args.n_jobs, quiet=args.quiet, force=args.force)
 
 
 def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
@@ -516,7 +538,16 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, metavar="B",
                         help=f"images per cluster task and rows per shard (default: {DEFAULT_BATCH_SIZE})")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    _add_force_argument(parser)
     parser.set_defaults(func=cmd_build_features)
+
+
+def _add_force_argument(parser: argparse.ArgumentParser, what: str = "--out") -> None:
+    """``--force``: what the output guard (:mod:`.output_guard`) may replace beyond what it can prove is ours."""
+    parser.add_argument("--force", action="store_true",
+                        help=f"replace files at {what} that classify-images cannot prove it wrote, but only those of "
+                        "the names this command writes: other files are never deleted, links never followed "
+                        "(docs/reliability.md, 'What a command may write over')")
 
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser,
@@ -545,7 +576,8 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
     _add_classifier_arguments(parser)
     parser.add_argument("--seed", type=int, default=0,
                         help="random_state of a randomised classifier (pmsvm, mbkl, nsvm) unless --param sets it")
-    parser.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
+    parser.add_argument("--out", help="model file (default: <featureset>-<classifier>[-<params>].npz beside the "
+                        "feature set); an existing file is replaced only if it is a model file of ours (else --force)")
     where = parser.add_argument_group("where to train (default: this machine, all rows in memory)")
     where.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                        help="train the one-vs-rest problems in groups on a running Dask cluster (pmsvm, nsvm); the "
@@ -555,6 +587,7 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="learn from blocks of training rows, one block in memory at a time (nsvm only)")
     where.add_argument("--block-rows", type=int, metavar="N",
                        help=f"rows per block with --streaming (default {DEFAULT_BLOCK_ROWS})")
+    _add_force_argument(parser)
     parser.set_defaults(func=cmd_train)
 
 
@@ -566,6 +599,7 @@ def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="model file (.npz) written by train")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, report.md, "
                         "confusion.png (default: <model>-report)")
+    _add_force_argument(parser)
     parser.set_defaults(func=cmd_evaluate)
 
 
@@ -579,8 +613,9 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="first split seed; each run's seed is also the classifier's random_state unless --param sets it")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, experiment.json "
-                        "(default: <featureset>-<classifier>-experiment beside the feature set)")
+                        "(default: <featureset>-<classifier>[-<params>]-experiment beside the feature set)")
     _add_cluster_arguments(parser)
+    _add_force_argument(parser)
     parser.set_defaults(func=cmd_experiment)
 
 
@@ -619,7 +654,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable")
     parser.add_argument("--seed", type=int, help="seed of the split (default: the config's) and of a randomised "
                         "classifier (default: 0)")
-    parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>)")
+    parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>[-<params>])")
     parser.set_defaults(func=cmd_run)
 
 
@@ -641,6 +676,7 @@ def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--workdir", default="classify-images-demo", help="where to write images, features, model, report")
     parser.add_argument("--n-jobs", type=int, default=2)
     parser.add_argument("-q", "--quiet", action="store_true")
+    _add_force_argument(parser, "--workdir")
     parser.set_defaults(func=cmd_demo)
 
 

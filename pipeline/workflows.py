@@ -265,6 +265,7 @@ def run_pipeline(
     progress: Callable | None = None,
     log: Callable[[str], None] = lambda message: None,
     step: Callable[[str], None] = lambda name: None,
+    force: bool = False,
 ) -> RunResult:
     """Build the feature set of ``dataset``, train ``classifier`` on it and evaluate it, into
     ``out``: ``out/features/``, ``out/model.npz``, ``out/report/`` (VLFeat's ``phow_caltech101``
@@ -285,17 +286,41 @@ def run_pipeline(
         As :func:`~classify_images.pipeline.build.build_feature_set`.
     step : callable
         Called with ``"build-features"``, ``"train"``, ``"evaluate"`` as each begins.
+    force : bool
+        Replace outputs in ``out`` that cannot be proven ours, by their names only
+        (:mod:`~classify_images.pipeline.output_guard`).
+
+    Raises
+    ------
+    OutputRefusedError, FeatureSetError
+        Before any work, when ``out`` (or its ``features/``, ``model.npz``, ``report/``) holds what
+        classify-images did not write, or another run's outputs (without ``force``).
     """
+    import hashlib
+    import json
+
     from .build import build_feature_set
     from .evaluation import evaluate_model
+    from .feature_store import check_destination
     from .model_file import load_model
-    from .report import write_report
+    from .output_guard import OutputFolder, check_output_file
+    from .report import report_folder, write_report
     from .runner import no_progress
 
     out = Path(out)
+    config_digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
+    run = {"command": "run", "dataset": os.path.abspath(dataset), "config": config_digest[:16],
+           "classifier": classifier, "params": params or {}, "seed": seed}
+    folder = OutputFolder(out, ("features", "model.npz", "report"), "run", run=run)
+    report = report_folder(out / "report", run=run)
+    folder.check(force)  # every output checked before any work
+    check_destination(out / "features", dataset, force=force)
+    check_output_file(out / "model.npz", "model file", force=force)
+    report.check(force)
+    folder.claim()
     step("build-features")
     built = build_feature_set(dataset, out / "features", config, cache_dir=cache_dir, progress=progress or no_progress,
-                              log=log, store=store, execution=execution)
+                              log=log, store=store, execution=execution, force=force)
     step("train")
     feature_set = load_feature_set(built.path)
     training, model_path = train_model(feature_set, classifier, params, out=out / "model.npz", seed=seed,
@@ -303,5 +328,7 @@ def run_pipeline(
     step("evaluate")
     model, meta = load_model(model_path)
     evaluation = evaluate_model(model, meta, feature_set)
+    report.check(force)
+    report.claim()
     write_report(evaluation, out / "report")
     return RunResult(built, training, evaluation, built.path, model_path, out / "report")
