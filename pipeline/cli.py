@@ -153,6 +153,7 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
             "keep_background": True if args.keep_background else None,
         }
     }
+    _apply_protocol(args, overrides["dataset"])
     _check_n_jobs(args.n_jobs)
     _check_split_options(args)
     if args.batch_size is not None and args.batch_size < 1:
@@ -166,6 +167,27 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
         out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     return config, out, cache_dir, execution
+
+
+def _apply_protocol(args: argparse.Namespace, split: dict[str, Any]) -> None:
+    """``--protocol NAME``: its training and test counts per class in ``split`` where
+    ``--train-per-class`` / ``--test-per-class`` do not set them (``half`` counts the dataset's classes)."""
+    name = getattr(args, "protocol", None)
+    if name is None:
+        return
+    from .dataset import discover_dataset
+    from .protocols import PROTOCOLS, protocol_split
+
+    counts = [1]
+    if PROTOCOLS[name].train_per_class is None and split["train_per_class"] is None:
+        dataset = discover_dataset(args.dataset, keep_background=bool(args.keep_background))
+        labels = dataset.labels.tolist()
+        counts = [labels.count(c) for c in range(len(dataset.class_names))]
+    train, test = protocol_split(name, counts)
+    if split["train_per_class"] is None:
+        split["train_per_class"] = train
+    if split["test_per_class"] is None:
+        split["test_per_class"] = 0 if test is None else test  # 0: all the rest
 
 
 def _build_log(args: argparse.Namespace):
@@ -529,6 +551,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     from .defaults import DEFAULT_BATCH_SIZE
+    from .protocols import PROTOCOLS
 
     parser = sub.add_parser("build-features", help="folder of class folders -> cached feature set",
                             description="Build a feature set (dense SIFT, codebook, spatial pyramid, normalisation) "
@@ -537,6 +560,10 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("dataset", help="folder with one sub-folder of images per class")
     parser.add_argument("--config", help="TOML config file, or a ready-made one by name: " + ", ".join(sorted(named_configs())))
     parser.add_argument("--out", help="feature-set folder (default: feature-sets/<dataset>-<config>)")
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS),
+                        help="train/test split by name (overrides the config's; --train-per-class and "
+                        "--test-per-class override it): " + "; ".join(f"{name}: {p.description}"
+                                                                     for name, p in PROTOCOLS.items()))
     parser.add_argument("--train-per-class", type=int, metavar="N", help="training images per class (overrides the config)")
     parser.add_argument("--test-per-class", type=int, metavar="M", help="cap on test images per class (0: all the rest)")
     parser.add_argument("--seed", type=int, help="seed of the train/test split")
