@@ -148,6 +148,12 @@ def test_train_probability_then_predict_proba(tmp_path, feature_set, capsys):
         assert abs(sum(values) - 1) < 1e-5  # all four classes shown
     assert main(["predict", str(model), str(images[0]), "--proba", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "path,rank,class,probability"
+    from classify_images import load_model  # the Python API: the loaded pipeline has predict_proba
+
+    loaded = load_model(model)
+    proba = loaded.predict_proba([str(p) for p in images])
+    first = document["predictions"][0]["top"][0]
+    assert abs(proba[0, list(loaded.classes_).index(first["class"])] - first["probability"]) < 1e-6
 
 
 def test_probability_errors_are_one_line(tmp_path, feature_set, capsys):
