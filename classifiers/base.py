@@ -457,7 +457,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         """The fitted state as a dict of plain (non-object) NumPy arrays."""
         check_is_fitted(self, "classes_")
         arrays = {"n_features_in_": np.asarray(self.n_features_in_)}
-        for name in self._fitted_arrays + _CALIBRATION_ARRAYS * self._is_calibrated():
+        for name in self._fitted_arrays + (_CALIBRATION_ARRAYS if self._is_calibrated() else ()):
             arrays[name] = np.asarray(getattr(self, name))
         return arrays
 
