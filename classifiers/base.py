@@ -28,7 +28,10 @@ labels.  A subclass implements
 
 and lists in ``_fitted_arrays`` the fitted attributes that make up the model
 (:meth:`~OneVsRestClassifierBase._model_arrays`), which a model file saves as
-plain arrays and restores without pickle.
+plain arrays and restores without pickle.  An estimator whose probabilities were
+calibrated (:func:`~classify_images.classifiers.calibration.calibrate`: Platt's sigmoids
+in ``platt_``) also has ``predict_proba``, and its model arrays include the calibration;
+a new ``fit`` drops it.
 
 A subclass whose problems are solved independently of each other, sharing their random
 draws (PmSVM, HIK nSVM), lists in ``_problem_axes`` its per-problem fitted arrays and the
