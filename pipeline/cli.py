@@ -428,7 +428,7 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
     """The top-``k`` classes of each image on stdout in format ``fmt`` with their decision values
     (or calibrated ``probability``); the skipped inputs, and their count, on stderr in every
     format (the JSON document lists them too)."""
-    value = "probability" if probability else "decision_value"
+    column = "probability" if probability else "decision_value"
     import csv
     import json
 
@@ -442,7 +442,7 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
             "scores": "calibrated probabilities (Platt scaling, normalised over the classes)" if probability
             else "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
             "top_k": k,
-            "predictions": [{"path": _display(path), "top": [{"class": c, value: round(v, 6)} for c, v in top]}
+            "predictions": [{"path": _display(path), "top": [{"class": c, column: round(v, 6)} for c, v in top]}
                             for path, top in rows],
             "skipped": [{"path": _display(s["path"]), "reason": s["reason"]} for s in skipped],
         }
@@ -450,7 +450,7 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
         return
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(["path", "rank", "class", value])
+        writer.writerow(["path", "rank", "class", column])
         for path, top in rows:
             for rank, (name, value) in enumerate(top, 1):
                 writer.writerow([_display(path), rank, name, f"{value:.6f}"])
@@ -486,10 +486,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-k must be at least 1, not {args.top_k}")
     asked, args.top_k = args.top_k, min(args.top_k, n_classes)
     _check_n_jobs(args.n_jobs)
-    files, skipped = find_images(args.images)
     if args.proba and not hasattr(classifier, "predict_proba"):
         raise UsageError(f"--proba: model {args.model} holds no calibrated probabilities; re-train it with "
                          "classify-images train --probability (or drop --proba for decision values)")
+    files, skipped = find_images(args.images)
     rows, unread = predict_images(model, files, args.top_k, Execution(n_jobs=args.n_jobs, cluster=spec),
                                   probability=args.proba)
     skipped += unread
