@@ -52,7 +52,7 @@ from ..coding.encoders import make_encoder
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
-from .protocols import ProtocolWarning, short_classes
+from .protocols import short_classes
 from .cache_folder import default_cache_dir
 from .cluster import ClusterError, iter_tasks, scheduler_errors
 from .extractor import FeatureExtractor
@@ -223,7 +223,7 @@ def _split(images: _Images, readable: np.ndarray, skipped: list, config: Pipelin
         )
     warning = short_classes(dataset.class_names, readable_per_class, protocol.train_per_class, protocol.test_per_class)
     if warning is not None:
-        warnings.warn(warning, ProtocolWarning, stacklevel=2)
+        warnings.warn(warning, UserWarning, stacklevel=2)
     train_local, test_local = split_indices(
         dataset.labels[readable], protocol.train_per_class, protocol.test_per_class, protocol.seed
     )

@@ -14,7 +14,7 @@ here, with one for a small folder of a user's own photos:
     so that no class is favoured by a larger training set), all the rest for testing.
 
 A class with fewer images than a protocol asks for testing is kept with a smaller test set,
-with one warning line (:func:`short_classes`, :class:`ProtocolWarning`); a class without the
+with one warning line (:func:`short_classes`, a ``UserWarning`` of the build); a class without the
 training images plus one test image is an error of the split.  This module imports nothing
 heavy (the command line reads :data:`PROTOCOLS` to build its help).
 
@@ -36,15 +36,11 @@ from dataclasses import dataclass
 
 from ..errors import ClassifyImagesError
 
-__all__ = ["Protocol", "PROTOCOLS", "ProtocolError", "ProtocolWarning", "protocol_split", "short_classes"]
+__all__ = ["Protocol", "PROTOCOLS", "ProtocolError", "protocol_split", "short_classes"]
 
 
 class ProtocolError(ClassifyImagesError, ValueError):
     """An unknown protocol name."""
-
-
-class ProtocolWarning(UserWarning):
-    """Some classes have fewer images than the protocol asks (their test sets are smaller)."""
 
 
 @dataclass(frozen=True)
