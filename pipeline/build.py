@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ from ..coding.encoders import make_encoder
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
+from .protocols import short_classes
 from .cache_folder import default_cache_dir
 from .cluster import ClusterError, iter_tasks, scheduler_errors
 from .extractor import FeatureExtractor
@@ -220,6 +222,9 @@ def _split(images: _Images, readable: np.ndarray, skipped: list, config: Pipelin
             f"{classes} have fewer than {protocol.train_per_class + 1} readable images (smallest: {smallest}); "
             f"lower --train-per-class to at most {smallest - 1}"
         )
+    warning = short_classes(dataset.class_names, readable_per_class, protocol.train_per_class, protocol.test_per_class)
+    if warning is not None:
+        warnings.warn(warning, UserWarning, stacklevel=2)
     train_local, test_local = split_indices(
         dataset.labels[readable], protocol.train_per_class, protocol.test_per_class, protocol.seed
     )

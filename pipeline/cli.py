@@ -153,6 +153,7 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
             "keep_background": True if args.keep_background else None,
         }
     }
+    _apply_protocol(args, overrides["dataset"])
     _check_n_jobs(args.n_jobs)
     _check_split_options(args)
     if args.batch_size is not None and args.batch_size < 1:
@@ -166,6 +167,27 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
         out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     return config, out, cache_dir, execution
+
+
+def _apply_protocol(args: argparse.Namespace, split: dict[str, Any]) -> None:
+    """``--protocol NAME``: its training and test counts per class in ``split`` where
+    ``--train-per-class`` / ``--test-per-class`` do not set them (``half`` counts the dataset's classes)."""
+    name = getattr(args, "protocol", None)
+    if name is None:
+        return
+    from .dataset import discover_dataset
+    from .protocols import PROTOCOLS, protocol_split
+
+    counts = [1]
+    if PROTOCOLS[name].train_per_class is None and split["train_per_class"] is None:
+        dataset = discover_dataset(args.dataset, keep_background=bool(args.keep_background))
+        labels = dataset.labels.tolist()
+        counts = [labels.count(c) for c in range(len(dataset.class_names))]
+    train, test = protocol_split(name, counts)
+    if split["train_per_class"] is None:
+        split["train_per_class"] = train
+    if split["test_per_class"] is None:
+        split["test_per_class"] = 0 if test is None else test  # 0: all the rest
 
 
 def _build_log(args: argparse.Namespace):
@@ -324,12 +346,36 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_output_file(out, "model file", force=args.force)
     feature_set = load_feature_set(args.featureset)
     block_rows = (getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS) if getattr(args, "streaming", False) else None
+    folds = _probability_folds(args, spec)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind), \
             _writing("--out", out, "model file"):
         training, path = train_model(feature_set, args.classifier, params, out=out, seed=args.seed,
-                                     execution=Execution(cluster=spec), block_rows=block_rows)
+                                     execution=Execution(cluster=spec), block_rows=block_rows,
+                                     probability_folds=folds)
     print(training_text(training, path))
+    if folds is not None:
+        print(f"  calibrated probabilities: Platt scaling on the decision values of {folds} held-out folds "
+              "(predict --proba)")
     return 0
+
+
+def _probability_folds(args: argparse.Namespace, spec) -> int | None:
+    """``train --probability [--calibration-folds K]``: the folds of the calibration (None: none), checked."""
+    folds = getattr(args, "calibration_folds", None)
+    if not getattr(args, "probability", False):
+        if folds is not None:
+            raise UsageError("--calibration-folds sets the folds of --probability; add --probability or drop it")
+        return None
+    from ..classifiers.calibration import DEFAULT_FOLDS
+
+    folds = DEFAULT_FOLDS if folds is None else folds
+    if folds < 2:
+        raise UsageError(f"--calibration-folds must be at least 2, not {folds}")
+    if spec is not None or getattr(args, "streaming", False):
+        where = spec.option if spec is not None else "--streaming"
+        raise UsageError(f"--probability calibrates on this machine with all rows in memory; drop {where} "
+                         "(or --probability)")
+    return folds
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -395,9 +441,12 @@ def _display(path: str) -> str:
 DEFAULT_TOP_K = 3
 
 
-def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str) -> None:
-    """The top-``k`` classes of each image on stdout in format ``fmt``; the skipped inputs, and
-    their count, on stderr in every format (the JSON document lists them too)."""
+def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str,
+                       probability: bool = False) -> None:
+    """The top-``k`` classes of each image on stdout in format ``fmt`` with their decision values
+    (or calibrated ``probability``); the skipped inputs, and their count, on stderr in every
+    format (the JSON document lists them too)."""
+    column = "probability" if probability else "decision_value"
     import csv
     import json
 
@@ -408,9 +457,10 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
               f"{len(rows)} image{'s' if len(rows) > 1 else ''} classified", file=sys.stderr)
     if fmt == "json":
         document = {
-            "scores": "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
+            "scores": "calibrated probabilities (Platt scaling, normalised over the classes)" if probability
+            else "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
             "top_k": k,
-            "predictions": [{"path": _display(path), "top": [{"class": c, "decision_value": round(v, 6)} for c, v in top]}
+            "predictions": [{"path": _display(path), "top": [{"class": c, column: round(v, 6)} for c, v in top]}
                             for path, top in rows],
             "skipped": [{"path": _display(s["path"]), "reason": s["reason"]} for s in skipped],
         }
@@ -418,15 +468,19 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
         return
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(["path", "rank", "class", "decision_value"])
+        writer.writerow(["path", "rank", "class", column])
         for path, top in rows:
             for rank, (name, value) in enumerate(top, 1):
                 writer.writerow([_display(path), rank, name, f"{value:.6f}"])
         return
-    print(f"# top {k} classes per image with their decision values "
-          "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
+    if probability:
+        print(f"# top {k} classes per image with their calibrated probabilities (Platt scaling)")
+    else:
+        print(f"# top {k} classes per image with their decision values "
+              "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
+    shown = "{:.3f}" if probability else "{:+.3f}"
     for path, top in rows:
-        print(f"{_display(path)}: " + ", ".join(f"{name} ({value:+.3f})" for name, value in top))
+        print(f"{_display(path)}: " + ", ".join(f"{name} ({shown.format(score)})" for name, score in top))
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -450,8 +504,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-k must be at least 1, not {args.top_k}")
     asked, args.top_k = args.top_k, min(args.top_k, n_classes)
     _check_n_jobs(args.n_jobs)
+    if args.proba and not hasattr(classifier, "predict_proba"):
+        raise UsageError(f"--proba: model {args.model} holds no calibrated probabilities; re-train it with "
+                         "classify-images train --probability (or drop --proba for decision values)")
     files, skipped = find_images(args.images)
-    rows, unread = predict_images(model, files, args.top_k, Execution(n_jobs=args.n_jobs, cluster=spec))
+    rows, unread = predict_images(model, files, args.top_k, Execution(n_jobs=args.n_jobs, cluster=spec),
+                                  probability=args.proba)
     skipped += unread
     if not rows:
         first = f" ({_display(skipped[0]['path'])}: {skipped[0]['reason']})" if skipped else ""
@@ -461,7 +519,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"note: --top-k {asked} is more than the model's {n_classes} classes; showing all {n_classes}",
               file=sys.stderr)
     rows = [(path, [(_display(name), value) for name, value in top]) for path, top in rows]
-    _print_predictions(rows, skipped, args.top_k, args.format)
+    _print_predictions(rows, skipped, args.top_k, args.format, probability=args.proba)
     return 1 if skipped else 0  # something asked for was not classified (listed on stderr)
 
 
@@ -515,6 +573,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     from .defaults import DEFAULT_BATCH_SIZE
+    from .protocols import PROTOCOLS
 
     parser = sub.add_parser("build-features", help="folder of class folders -> cached feature set",
                             description="Build a feature set (dense SIFT, codebook, spatial pyramid, normalisation) "
@@ -523,6 +582,10 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("dataset", help="folder with one sub-folder of images per class")
     parser.add_argument("--config", help="TOML config file, or a ready-made one by name: " + ", ".join(sorted(named_configs())))
     parser.add_argument("--out", help="feature-set folder (default: feature-sets/<dataset>-<config>)")
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS),
+                        help="train/test split by name (overrides the config's; --train-per-class and "
+                        "--test-per-class override it): " + "; ".join(f"{name}: {p.description}"
+                                                                     for name, p in PROTOCOLS.items()))
     parser.add_argument("--train-per-class", type=int, metavar="N", help="training images per class (overrides the config)")
     parser.add_argument("--test-per-class", type=int, metavar="M", help="cap on test images per class (0: all the rest)")
     parser.add_argument("--seed", type=int, help="seed of the train/test split")
@@ -588,6 +651,13 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
     where.add_argument("--block-rows", type=int, metavar="N",
                        help=f"rows per block with --streaming (default {DEFAULT_BLOCK_ROWS})")
     _add_force_argument(parser)
+    proba = parser.add_argument_group("calibrated probabilities")
+    proba.add_argument("--probability", action="store_true",
+                       help="also fit Platt's sigmoids on held-out decision values (as LIBSVM's -b 1 and "
+                       "scikit-learn's CalibratedClassifierCV) and store them in the model: predict --proba, "
+                       "predict_proba; costs K more fits on (K-1)/K of the rows")
+    proba.add_argument("--calibration-folds", type=int, metavar="K",
+                       help="folds of the held-out decision values (default 5; each class needs K training images)")
     parser.set_defaults(func=cmd_train)
 
 
@@ -635,7 +705,10 @@ def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-k", type=int, metavar="K",
                         help=f"classes shown per image (1 … n_classes; default {DEFAULT_TOP_K}, or n_classes when fewer)")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                        help="table (default), csv (path,rank,class,decision_value) or json")
+                        help="table (default), csv (path,rank,class,decision_value or probability) or json")
+    parser.add_argument("--proba", action="store_true",
+                        help="rank by calibrated probabilities instead of decision values (a model trained "
+                        "with train --probability)")
     _add_cluster_arguments(parser, shared="the model file and the images")
     parser.set_defaults(func=cmd_predict)
 
