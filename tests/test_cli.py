@@ -218,7 +218,7 @@ def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, caps
     X[0, 0] = -0.5
     np.save(signed / "X_train.npy", X)
     for classifier in ("pmsvm", "nsvm"):
-        assert main([command, str(signed), "--classifier", classifier, "--out", str(tmp_path / "out")]) == 2
+        assert main([command, str(signed), "--classifier", classifier, "--out", str(tmp_path / "out"), "-q"]) == 2
         err = capsys.readouterr().err.strip()
         assert "needs non-negative features" in err and str(signed) in err and len(err.splitlines()) == 1
     assert main([command, str(signed), "--classifier", "linear", "--out", str(tmp_path / "out2")]) == 0
