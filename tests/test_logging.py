@@ -241,10 +241,16 @@ def test_cli_verbose_shows_details_with_times(tmp_path, config_file, capsys):
     assert any("encode + pool: 40 images in" in line for line in lines)
 
 
-def test_cli_errors_stay_one_line_after_the_steps(tmp_path, config_file, capsys):
+def test_cli_experiment_steps_and_errors_after_the_steps(tmp_path, config_file, capsys):
     fs = tmp_path / "fs"
     assert _build(tmp_path, config_file, "fs", "-q") == 0
     capsys.readouterr()
+    assert main(["experiment", str(fs), "--classifier", "linear", "--repeats", "2", "--seed", "3",
+                 "--out", str(tmp_path / "experiment")]) == 0
+    out, err = capsys.readouterr()
+    assert [line for line in err.splitlines() if line.startswith("experiment:")] == [
+        "experiment: split 1 of 2 (seed 3)", "experiment: split 2 of 2 (seed 4)"]
+    assert "experiment:" not in out
     assert main(["train", str(fs), "--classifier", "pmsvm", "--param", "C=-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("classify-images train: error: ") and not any("Traceback" in line for line in err)
