@@ -10,11 +10,10 @@ number of threads changes any number: each problem's arithmetic is its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
@@ -68,7 +67,7 @@ def map_tasks(solve: Callable[[int], Any], n_tasks: int, threads: int,
 
 def log_problem_groups(name: str, bounds: np.ndarray) -> Callable[[int], None] | None:
     """A ``done`` of :func:`map_tasks` over the problem groups ``bounds``: one INFO line per
-    trained group ("PmSVM: problems 1–16 of 102 trained, 12.3 s"); None for a single group."""
+    trained group ("PmSVM: problems 1-16 of 102 trained, 12.3 s"); None for a single group."""
     if len(bounds) <= 2:
         return None
     start, total = time.perf_counter(), int(bounds[-1])

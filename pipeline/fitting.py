@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from joblib import delayed
 
+from .._log import step_progress
 from .cluster import iter_kept, submit_kept
 from .config import PipelineConfig
 from .dataset import DatasetError
@@ -158,8 +159,9 @@ def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner):
     if _log.isEnabledFor(logging.INFO):
         _announce(n_descriptors, config, client.submit(_has_codebook_task, runner.cache, sample, params,
                                                        pure=False).result())
-    codebook = client.submit(_learn_codebook_task, runner.cache, sample, config.codebook_params(learning=True), pure=False)
-    return n_descriptors, codebook.result()
+    codebook = client.submit(_learn_codebook_task, runner.cache, sample, params, pure=False)
+    with step_progress(_log, f"{config.codebook.kind} codebook on a worker"):  # (the worker's own lines stay there)
+        return n_descriptors, codebook.result()
 
 
 def _has_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> bool:
