@@ -130,6 +130,19 @@ def test_training_logs_its_problems_and_groups(caplog):
         "PmSVM: problems 1-10 of 20 trained", "PmSVM: problems 11-20 of 20 trained"]
 
 
+def test_streaming_training_logs_each_epoch(caplog):
+    from classify_images.classifiers.hik_nsvm import HIKnSVM
+    from classify_images.pipeline.streaming_training import RowBlocks, fit_streaming
+
+    rng = np.random.default_rng(6)
+    X, y = rng.random((40, 6)), np.repeat([0, 1], 20)
+    with caplog.at_level(logging.INFO, logger=PACKAGE):
+        fit_streaming(HIKnSVM(n_epochs=3, random_state=0), RowBlocks(X, y, 16))
+    info = [m.rpartition(",")[0] or m for m in _messages(caplog, "classify_images.pipeline", logging.INFO)]
+    assert info == ["HIKnSVM: 3 epochs of partial_fit over 3 blocks (40 rows)", "HIKnSVM: epoch 1 of 3 done",
+                    "HIKnSVM: epoch 2 of 3 done", "HIKnSVM: epoch 3 of 3 done"]
+
+
 def test_warm_up_is_not_a_step_to_report(caplog):
     from classify_images.classifiers.base import warm_up
     from classify_images.classifiers.pmsvm import PmSVM
