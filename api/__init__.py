@@ -47,3 +47,9 @@ __all__ = ["__version__", *_LAZY]
 
 
 __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
+
+# A library's logging stays silent until its user (or the command line) configures handlers
+# (the logging HOWTO, "Configuring Logging for a Library"; classify_images._log).
+import logging as _logging  # noqa: E402
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -83,7 +83,7 @@ def _stage_seconds(dataset: Path, config_name: str, n_images: int) -> dict[str, 
     size = min(config.codebook.size, sample.shape[0] // 4)
     small = type(config).from_dict({**config.to_dict(), "codebook": {**config.to_dict()["codebook"], "size": size,
                                                                       "n_iter": 5}})
-    extractor = FeatureExtractor(small, learn_codebook(sample, small, cache, lambda message: None), cache=cache)
+    extractor = FeatureExtractor(small, learn_codebook(sample, small, cache), cache=cache)
     extractor.pooled(paths[0], fingerprints[0])  # compile the numba kernels outside the timing
     seconds["encode+pool"] = U.best_time(lambda: [extractor.pooled(p, f) for p, f in zip(paths, fingerprints)],
                                          repeats=3) / n_images

@@ -96,8 +96,8 @@ def build_with_codebook_of(argv: list[str]) -> None:
         raise SystemExit(f"error: {args.codebook_of} was not built with the same descriptors and k-means: {same}")
     codebook = hard.codebook()
 
-    def learn_codebook(sample, config, cache, log):
-        log(f"codebook of {args.codebook_of} (digest {hard.manifest['codebook']['digest'][:12]})")
+    def learn_codebook(sample, config, cache):
+        print(f"codebook of {args.codebook_of} (digest {hard.manifest['codebook']['digest'][:12]})", file=sys.stderr)
         return codebook
 
     fitting.learn_codebook = learn_codebook

@@ -49,6 +49,7 @@ References
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -56,7 +57,11 @@ import scipy.sparse as sp
 from scipy.optimize import OptimizeResult, minimize
 from threadpoolctl import ThreadpoolController
 
+from .._log import HEARTBEAT_SECONDS
+
 __all__ = ["QuadraticHingeObjective", "column_squared_norms", "jacobi_scale", "minimize_lbfgs"]
+
+_log = logging.getLogger(__name__)
 
 #: Within a block of rows, multiply only the rows with an active margin when
 #: they are fewer than this fraction (copying rows costs about as much as
@@ -263,6 +268,7 @@ class _Stop:
         self.converged = False
         self.iteration = 0
         self.start = time.perf_counter()
+        self.next_report = self.start + HEARTBEAT_SECONDS
 
     def fun(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         value, grad = self.problem.flat(theta)
@@ -280,16 +286,27 @@ class _Stop:
         if self.last[0] != intermediate_result.fun:  # not the accepted point: re-evaluate
             self.fun(intermediate_result.x)
         relative = self.relative_norm()
-        if self.verbose >= 2 or (self.verbose and self.iteration % 10 == 0):
-            precision = "float64" if self.problem.exact else "float32"
-            print(
-                f"[QuadraticHingeSVC] iter {self.iteration:5d}  objective {self.last[0]:.10g}  "
-                f"|grad|/|grad0| {relative:.3e}  ({precision} products, "
-                f"{time.perf_counter() - self.start:.2f} s)"
-            )
+        self._report(relative)
         if relative <= self.tol:
             self.converged = True
             raise StopIteration
+
+    def _report(self, relative: float) -> None:
+        """Progress: every iteration with ``verbose >= 2``, every 10th with ``verbose`` (INFO);
+        otherwise every 10th as DEBUG, and as INFO at most every :data:`HEARTBEAT_SECONDS`."""
+        now = time.perf_counter()
+        if self.verbose >= 2 or (self.verbose and self.iteration % 10 == 0):
+            level = logging.INFO
+        elif now >= self.next_report:
+            level, self.next_report = logging.INFO, now + HEARTBEAT_SECONDS
+        elif self.iteration % 10 == 0:
+            level = logging.DEBUG
+        else:
+            return
+        if _log.isEnabledFor(level):
+            precision = "float64" if self.problem.exact else "float32"
+            _log.log(level, "QuadraticHingeSVC: L-BFGS iteration %d, objective %.10g, |grad|/|grad0| %.3e "
+                     "(%s products, %.2f s)", self.iteration, self.last[0], relative, precision, now - self.start)
 
 
 def minimize_lbfgs(

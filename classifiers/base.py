@@ -43,6 +43,8 @@ solve) say why in ``_joint_reason``.
 
 from __future__ import annotations
 
+import logging
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +57,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
+from .._log import verbose_output
 from ..errors import ClassifyImagesError
 from ._compat import _fit_context
 
@@ -62,6 +65,8 @@ __all__ = [
     "NegativeFeaturesError", "OneVsRestClassifierBase", "auto_scale_mean", "loss_weights", "merge_problem_groups",
     "n_problems", "ovr_targets", "warm_up",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 class NegativeFeaturesError(ClassifyImagesError, ValueError):
@@ -189,13 +194,19 @@ def warm_up(estimator: Any, X: Any, y: Any) -> None:
     rows = np.concatenate([np.flatnonzero(y == label)[:2] for label in labels])
     small = clone(estimator)
     params = small.get_params()
-    for name, value in (("max_iter", 5), ("n_epochs", 2), ("n_stumps", 8), ("max_iter_kernel", 5)):
+    for name, value in (("max_iter", 5), ("n_epochs", 2), ("n_stumps", 8), ("max_iter_kernel", 5), ("verbose", 0)):
         if name in params and params[name] is not None:
             small.set_params(**{name: value})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        small.fit(X[rows], y[rows])
-        small.predict(X[rows])
+    classifiers_log = logging.getLogger(__package__)  # the tiny fit is not a step to report
+    level = classifiers_log.level
+    classifiers_log.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            small.fit(X[rows], y[rows])
+            small.predict(X[rows])
+    finally:
+        classifiers_log.setLevel(level)
 
 
 class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
@@ -330,10 +341,20 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             If the classifier needs non-negative features and ``X`` has a
             negative value.
         """
-        X, Y, weights, sample_weight = self._training_problems(X, y, sample_weight)
-        self._fit_ovr(X, Y, weights, sample_weight)
+        with verbose_output(getattr(self, "verbose", 0)):
+            X, Y, weights, sample_weight = self._training_problems(X, y, sample_weight)
+            self._logged_fit(X, Y, weights, sample_weight)
         self.__dict__.pop("fitted_problems_", None)  # every problem, now
         return self
+
+    def _logged_fit(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
+        """:meth:`_fit_ovr`, logged: the problems (INFO) and the time they took (DEBUG)."""
+        name = type(self).__name__
+        _log.info("%s: training %d one-vs-rest problem%s on %d rows of %d features", name, Y.shape[1],
+                  "s" if Y.shape[1] > 1 else "", X.shape[0], X.shape[1])
+        start = time.perf_counter()
+        self._fit_ovr(X, Y, weights, sample_weight)
+        _log.debug("%s: trained in %.2f s", name, time.perf_counter() - start)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit_problem_group(self, X: Any, y: Any, start: int, stop: int, sample_weight: Any = None) -> "OneVsRestClassifierBase":

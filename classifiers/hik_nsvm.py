@@ -37,7 +37,7 @@ from sklearn.utils.validation import check_array
 
 from . import _hik_nsvm_kernels as K
 from ._compat import N_JOBS_CONSTRAINT, Interval, StrOptions, _check_partial_fit_first_call, _fit_context
-from ._parallel import map_tasks, n_threads, problem_groups
+from ._parallel import log_problem_groups, map_tasks, n_threads, problem_groups
 from ._random import kernel_seed
 from ._rows import matrix_arrays
 from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
@@ -405,7 +405,7 @@ class HIKnSVM(OneVsRestClassifierBase):
             b[lo:hi] = b_group
             return result
 
-        return map_tasks(solve, len(bounds) - 1, threads)
+        return map_tasks(solve, len(bounds) - 1, threads, log_problem_groups(type(self).__name__, bounds))
 
     # -------------------------------------------------------- partial fit
     @_fit_context(prefer_skip_nested_validation=True)

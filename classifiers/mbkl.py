@@ -140,6 +140,7 @@ References
 
 from __future__ import annotations
 
+import logging
 import time
 from numbers import Integral, Real
 from typing import Any
@@ -156,6 +157,8 @@ from ._random import kernel_seed
 from ._rows import matrix_arrays
 from .base import OneVsRestClassifierBase
 from .quadratic_hinge import QuadraticHingeSVC
+
+_logger = logging.getLogger(__name__)
 
 __all__ = [
     "MBKL",
@@ -358,7 +361,8 @@ class MBKL(OneVsRestClassifierBase):
     random_state : int, RandomState instance or None, default=None
         Seeds the stumps, the Step-1 subsample and the Step-1 coordinate order.
     verbose : int, default=0
-        Print the stages and their times.
+        Show the stages and their times on stderr while ``fit`` runs (they are logged to
+        ``classify_images.classifiers.mbkl`` as DEBUG records otherwise).
 
     Attributes
     ----------
@@ -481,8 +485,8 @@ class MBKL(OneVsRestClassifierBase):
 
     # ------------------------------------------------------------------ fit
     def _log(self, message: str) -> None:
-        if self.verbose:
-            print(f"[MBKL] {message}", flush=True)
+        """A step of the fit: INFO with ``verbose`` (shown on stderr by :meth:`fit`), else DEBUG."""
+        _logger.log(logging.INFO if self.verbose else logging.DEBUG, "MBKL: %s", message)
 
     def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         rng = check_random_state(self.random_state)

@@ -75,7 +75,7 @@ from sklearn.utils.validation import check_array, check_non_negative
 
 from . import _pmsvm_kernels as _k
 from ._compat import N_JOBS_CONSTRAINT, Interval, InvalidParameterError, Options, StrOptions
-from ._parallel import even_bounds, map_tasks, n_threads, padded_width, problem_groups
+from ._parallel import even_bounds, log_problem_groups, map_tasks, n_threads, padded_width, problem_groups
 from ._random import kernel_seed
 from ._rows import RowArrays, matrix_arrays
 from .base import OneVsRestClassifierBase, auto_scale_mean
@@ -459,7 +459,7 @@ class PmSVM(OneVsRestClassifierBase):
             coef = _k.dual_coefficients(entries, alpha, b, approx.v0, d)
             return _k.drop_padding(coef, hi - lo)  # in place: no second copy of the coefficients
 
-        groups = map_tasks(solve, len(bounds) - 1, threads)
+        groups = map_tasks(solve, len(bounds) - 1, threads, log_problem_groups("PmSVM", bounds))
         self.coef_ = groups[0] if len(groups) == 1 else np.concatenate(groups, axis=2)
         self.n_iter_ = n_iter
         if np.any(self.n_iter_ >= self.max_iter):

@@ -65,6 +65,7 @@ References
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from numbers import Integral, Real
@@ -78,6 +79,8 @@ from ._compat import Interval, StrOptions
 from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
 from .eigenbasis import EigenBasis
 from ._quadratic_hinge_objective import QuadraticHingeObjective, column_squared_norms, jacobi_scale, minimize_lbfgs
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["QuadraticHingeSVC", "paper_lambda_to_C"]
 
@@ -159,7 +162,9 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         Maximum number of L-BFGS iterations; a :class:`ConvergenceWarning` is
         raised when ``tol`` is not reached.
     verbose : int, default=0
-        Print the objective every 10 iterations (1) or every iteration (>= 2).
+        Show the objective on stderr while ``fit`` runs, every 10 iterations (1) or every
+        iteration (>= 2); without it, logged (``classify_images.classifiers``) every 10
+        iterations as DEBUG and every 10 s as INFO.
 
     Attributes
     ----------
@@ -288,13 +293,11 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         self.intercept_ = np.array(b, dtype=np.float64)
         self.n_iter_ = int(result.nit)
         self.objective_ = float(result.fun)
-        if self.verbose:
+        level = logging.INFO if self.verbose else logging.DEBUG
+        if _log.isEnabledFor(level):
             space = f"preconditioned eigenbasis (rank {basis.rank})" if basis else "feature space"
-            print(
-                f"[QuadraticHingeSVC] L-BFGS in the {space}: {result.nit} iterations, "
-                f"{problem.n_evaluations} evaluations, objective {self.objective_:.10g}, "
-                f"{time.perf_counter() - start:.2f} s"
-            )
+            _log.log(level, "QuadraticHingeSVC: L-BFGS in the %s: %d iterations, %d evaluations, objective %.10g, %.2f s",
+                     space, result.nit, problem.n_evaluations, self.objective_, time.perf_counter() - start)
         if not converged:
             warnings.warn(
                 f"QuadraticHingeSVC did not reach tol={self.tol} in {result.nit} L-BFGS "

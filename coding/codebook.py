@@ -24,9 +24,12 @@ sample (:func:`sample_rows`), so the codebook never sees test data.
 from __future__ import annotations
 
 import hashlib
+import logging
 import warnings
 
 import numpy as np
+
+from .._log import step_progress
 
 __all__ = [
     "IMPLEMENTATION_VERSION",
@@ -40,6 +43,8 @@ __all__ = [
     "learn_fisher_model",
     "sample_rows",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
@@ -128,9 +133,11 @@ def learn_kmeans_codebook(
     # One thread: k-means++ makes thousands of small BLAS calls whose worker
     # threads spin-wait; on a loaded machine that is several times slower than one
     # thread (docs/benchmarks/build-and-cache.md).
-    with threadpool_limits(limits=1):
+    # Progress: scikit-learn's verbose lines ("Iteration i, inertia …"), which change no number.
+    with step_progress(_log, f"k-means codebook ({n_words} words, at most {max_iter} iterations)",
+                       capture_stdout=True) as verbose, threadpool_limits(limits=1):
         kmeans = KMeans(
-            n_clusters=n_words, n_init=1, max_iter=max_iter, tol=1e-4, random_state=random_state
+            n_clusters=n_words, n_init=1, max_iter=max_iter, tol=1e-4, random_state=random_state, verbose=int(verbose)
         ).fit(descriptors)
     return np.ascontiguousarray(kmeans.cluster_centers_, dtype=np.float32)
 
@@ -178,16 +185,19 @@ def learn_sparse_dictionary(
 
     descriptors = _check_descriptors(descriptors, n_atoms, "sparse-coding dictionary")
     X = np.asfortranarray(descriptors.T, dtype=np.float64)
-    D = spams.trainDL(
-        X,
-        D=initial_atoms(X, n_atoms, random_state),
-        lambda1=float(lambda1),
-        mode=2,
-        iter=int(n_iter),
-        batchsize=int(batch_size),
-        numThreads=1,
-        verbose=False,
-    )
+    # SPAMS prints from C++ (not through sys.stdout) and learns in one call: progress is the
+    # time so far (its mini-batches cannot be counted from here without changing its draws).
+    with step_progress(_log, f"sparse-coding dictionary ({n_atoms} atoms, {n_iter} mini-batches of {batch_size})"):
+        D = spams.trainDL(
+            X,
+            D=initial_atoms(X, n_atoms, random_state),
+            lambda1=float(lambda1),
+            mode=2,
+            iter=int(n_iter),
+            batchsize=int(batch_size),
+            numThreads=1,
+            verbose=False,
+        )
     return np.ascontiguousarray(np.asarray(D).T, dtype=np.float32)
 
 
@@ -287,11 +297,15 @@ def learn_fisher_model(
     # One BLAS / OpenMP thread: the SVD's, the k-means start's and EM's partial sums
     # depend on the number of threads, which differs between this process and a Dask
     # worker (one per worker thread); with one thread both learn the same numbers.
-    with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught:
+    # Progress: scikit-learn's verbose lines ("Iteration i … ll change …"), which change no number.
+    with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught, \
+            step_progress(_log, f"Fisher-vector GMM ({n_components} components, at most {max_iter} EM iterations)",
+                          capture_stdout=True) as verbose:
         warnings.simplefilter("always")
         pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)
         gmm = GaussianMixture(
-            n_components=n_components, covariance_type="diag", max_iter=max_iter, random_state=random_state
+            n_components=n_components, covariance_type="diag", max_iter=max_iter, random_state=random_state,
+            verbose=2 if verbose else 0, verbose_interval=1,
         ).fit(pca.transform(X))
     for warning in caught:  # scikit-learn's own words name its internals: say it in ours, once
         if issubclass(warning.category, ConvergenceWarning):

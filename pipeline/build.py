@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
+from .._log import verbose_output
 from ..coding.encoders import make_encoder
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
@@ -59,12 +61,15 @@ from .extractor import FeatureExtractor
 from .fitting import fit_extractor, image_row
 from .feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination, load_feature_set
 from .provenance import library_versions
-from .runner import DEFAULT_BATCH_SIZE, Execution, Progress, Runner, no_progress
+from .progress import tqdm_progress
+from .runner import DEFAULT_BATCH_SIZE, Execution, Progress, Runner
 from .shard_store import shard_format, write_shard
 from .stages import StageCache, implementation_versions
 from .warm_up import warm_encoding
 
 __all__ = ["BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row"]
+
+_log = logging.getLogger(__name__)
 
 #: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
 _NORMALISE_CHUNK = 1024
@@ -156,7 +161,7 @@ def _fingerprint_or_reason(path: str) -> tuple[str | None, str | None]:
         return None, f"cannot read file ({exc.strerror or exc})"
 
 
-def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict, log,
+def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict,
                          store: str = "npy") -> BuildResult | None:
     """The existing feature set at ``out`` when it was built with ``config_hash`` into the ``store`` layout.
 
@@ -169,7 +174,7 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
         return None
     if existing.config_hash != config_hash or existing.layout != store:
         return None
-    log(f"feature set {out} is up to date (config hash {config_hash[:12]}); nothing to do")
+    _log.info("feature set %s is up to date (config hash %s); nothing to do", out, config_hash[:12])
     return BuildResult(
         path=out, n_images=n_images, n_train=existing.rows["train"].shape[0], n_test=existing.rows["test"].shape[0],
         n_skipped=len(existing.manifest["skipped"]), n_features=existing.n_features,
@@ -419,8 +424,8 @@ def build_feature_set(
     *,
     n_jobs: int = 1,
     cache_dir: str | os.PathLike | None = None,
-    progress: Progress = no_progress,
-    log: Callable[[str], None] = lambda message: None,
+    progress: Progress | None = None,
+    verbose: int | bool = False,
     scheduler: str | None = None,
     cluster: str | None = None,
     store: str | None = None,
@@ -446,10 +451,13 @@ def build_feature_set(
         joblib cache folder (None: no cache).  On a cluster, a folder every worker can
         read and write at the same path (docs/reliability.md, "The stage cache on a shared
         file system").
-    progress : callable
-        ``progress(iterable, description, total)`` wrapper (e.g. tqdm).
-    log : callable
-        Receives one-line status messages.
+    progress : callable, optional
+        ``progress(iterable, description, total)`` wrapper of the per-image steps
+        (default: tqdm bars on a terminal's stderr with ``verbose``, else none).
+    verbose : bool or int, default=False
+        Show the steps on stderr while the build runs (``2``: with details and their times),
+        as scikit-learn's ``verbose`` (:func:`classify_images._log.verbose_output`); the steps
+        are logged to the ``classify_images`` loggers whatever its value.
     scheduler : str, optional
         ``tcp://HOST:PORT`` of a running Dask scheduler: the per-image steps run there.
     cluster : str, optional
@@ -487,16 +495,26 @@ def build_feature_set(
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
     out = check_destination(out, dataset_dir, force=force)
-    if spec is None:
-        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, None, store, batch_size, force)
+    with verbose_output(verbose) as bars:
+        progress = progress or tqdm_progress(bars)
+        if spec is None:
+            return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, None, store, batch_size, force)
+        return _build_on_cluster(execution, dataset_dir, out, config, n_jobs, cache_dir, progress, store, batch_size,
+                                 force)
+
+
+def _build_on_cluster(execution: Execution, dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir,
+                      progress: Progress, store: str, batch_size: int, force: bool) -> BuildResult:
+    """:func:`_build` with a Dask client of ``execution`` (the per-image steps run on its workers)."""
+    spec = execution.cluster
     # The workers do not share this process's current folder: they get absolute paths.
     dataset_dir = os.path.abspath(dataset_dir)
     cache_dir = None if cache_dir is None else os.path.abspath(os.path.expanduser(cache_dir))
     with execution.client() as client, scheduler_errors(spec, cached=cache_dir is not None):
-        log(f"running the per-image steps on {spec}")
+        _log.info("running the per-image steps on %s", spec)
         if os.path.isdir(dataset_dir):  # (a missing one is the dataset step's one-line error)
             _check_workers_see(client, Path(dataset_dir), "the dataset")
-        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, client, store, batch_size, force)
+        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, client, store, batch_size, force)
 
 
 def _check_workers_see(client, folder: Path, what: str) -> None:
@@ -514,7 +532,7 @@ def _check_workers_see(client, folder: Path, what: str) -> None:
 
 
 def _build(
-    dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir, progress: Progress, log, client,
+    dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir, progress: Progress, client,
     store: str, batch_size: int, force: bool = False,
 ) -> BuildResult:
     timer = StageTimer()
@@ -522,7 +540,7 @@ def _build(
         images = _discover(dataset_dir, config, n_jobs, client, batch_size)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest,
                                  implementation_versions(make_encoder(config.codebook_params())))
-    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, log, store)
+    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, store)
     if reused is not None:
         return reused
 
@@ -531,12 +549,13 @@ def _build(
     with timer("check"):
         readable, skipped, warned = _check(images, config, runner)
     for entry in warned[:3]:
-        log(f"warning: {entry['path']} is damaged but decodable ({entry['warning']}); kept, listed in the manifest")
+        # INFO, not a warning: the image is kept and listed in the manifest (-q shows only what went wrong)
+        _log.info("%s is damaged but decodable (%s); kept, listed in the manifest", entry["path"], entry["warning"])
     with timer("split"):
         split = _split(images, readable, skipped, config)
         split.warnings = warned
     with _image_errors_as_dataset_errors(images):
-        n_descriptors, extractor = fit_extractor(images.paths, images.fingerprints, split.train, config, runner, log,
+        n_descriptors, extractor = fit_extractor(images.paths, images.fingerprints, split.train, config, runner,
                                                  timer=timer)
     shards = None
     with FeatureSetWriter(out, dataset_dir, force=force) as writer:

@@ -190,10 +190,6 @@ def _apply_protocol(args: argparse.Namespace, split: dict[str, Any]) -> None:
         split["test_per_class"] = 0 if test is None else test  # 0: all the rest
 
 
-def _build_log(args: argparse.Namespace):
-    return lambda m: print(m, file=sys.stderr) if not args.quiet else None
-
-
 def _print_build(result, cache_dir) -> None:
     from .feature_store import load_feature_set
     from .report import build_text
@@ -209,7 +205,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
 
     config, out, cache_dir, execution = _build_options(args)
     result = build_feature_set(args.dataset, out, config, cache_dir=cache_dir, progress=_tqdm_progress(not args.quiet),
-                               log=_build_log(args), store=args.store, execution=execution, force=args.force)
+                               store=args.store, execution=execution, force=args.force)
     _print_build(result, cache_dir)
     return 0
 
@@ -509,7 +505,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                          "classify-images train --probability (or drop --proba for decision values)")
     files, skipped = find_images(args.images)
     rows, unread = predict_images(model, files, args.top_k, Execution(n_jobs=args.n_jobs, cluster=spec),
-                                  probability=args.proba)
+                                  probability=args.proba, progress=_tqdm_progress(not args.quiet))
     skipped += unread
     if not rows:
         first = f" ({_display(skipped[0]['path'])}: {skipped[0]['reason']})" if skipped else ""
@@ -545,17 +541,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     config, _, cache_dir, execution = _build_options(args, out / "features")
     _check_seeds(0 if args.seed is None else args.seed)
-
-    def step(name: str) -> None:
-        if not args.quiet:
-            print(f"== {name}", flush=True)
-
     with _classifier_errors_as_usage_errors(name, str(out / "features"), config.codebook.kind), \
             _writing("--out", out, "run folder"):
         result = run_pipeline(args.dataset, out, config, name, params, seed=0 if args.seed is None else args.seed,
                               execution=execution, cache_dir=cache_dir, store=args.store,
-                              progress=_tqdm_progress(not args.quiet), log=_build_log(args), step=step,
-                              force=args.force)
+                              progress=_tqdm_progress(not args.quiet), force=args.force)
     _print_build(result.build, cache_dir)
     print(training_text(result.training, result.model))
     print(evaluation_text(result.evaluation, result.report))
@@ -600,7 +590,6 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
                         "sharded (row blocks the workers write themselves; the default with --scheduler/--cluster)")
     parser.add_argument("--batch-size", type=int, metavar="B",
                         help=f"images per cluster task and rows per shard (default: {DEFAULT_BATCH_SIZE})")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     _add_force_argument(parser)
     parser.set_defaults(func=cmd_build_features)
 
@@ -748,11 +737,13 @@ def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
                             "build-features -> train -> evaluate on it (about a minute).")
     parser.add_argument("--workdir", default="classify-images-demo", help="where to write images, features, model, report")
     parser.add_argument("--n-jobs", type=int, default=2)
-    parser.add_argument("-q", "--quiet", action="store_true")
     _add_force_argument(parser, "--workdir")
     parser.set_defaults(func=cmd_demo)
 
 
+_QUIET_HELP = "warnings and errors only on stderr: no steps, no progress bars"
+_VERBOSE_HELP = ("details on stderr too (iterations, timings); the steps and progress bars (on a terminal) "
+                 "are shown by default")
 _THREADS_HELP = ("threads of the BLAS / OpenMP pools of this process (default: the libraries' own; "
                  "1 is often fastest on a machine busy with other jobs). Parallel workers: --n-jobs, --param n_jobs=")
 
@@ -772,6 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"classify-images {_version()}")
     parser.add_argument("--threads", type=int, metavar="T", help=_THREADS_HELP)
+    parser.add_argument("-q", "--quiet", action="store_true", help=_QUIET_HELP)
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -783,8 +776,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     _add_cache_parser(sub)
     _add_demo_parser(sub)
-    for command in sub.choices.values():  # --threads before or after the command
+    for command in sub.choices.values():  # --threads, -q, -v before or after the command
         command.add_argument("--threads", type=int, metavar="T", default=argparse.SUPPRESS, help=_THREADS_HELP)
+        command.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET_HELP)
+        command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     return parser
 
 
@@ -809,26 +804,6 @@ def _one_line_warnings(command: str):
     with warnings.catch_warnings():
         warnings.showwarning = show
         yield
-
-
-@contextlib.contextmanager
-def _status_lines(quiet: bool):
-    """The package's INFO log lines (e.g. ``Dask dashboard: http://…``, logged when a cluster
-    opens) printed to stderr while the command runs, unless ``--quiet`` (then warnings only)."""
-    import logging
-
-    logger = logging.getLogger("classify_images")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    handler.setLevel(logging.WARNING if quiet else logging.INFO)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(min(logger.getEffectiveLevel(), handler.level))
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def _one_line(message: str) -> str:
@@ -856,8 +831,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"classify-images: error: --threads must be at least 1, not {args.threads}", file=sys.stderr)
         return 2
+    from .._log import cli_logging
+
     try:
-        with _thread_limits(args.threads), _one_line_warnings(args.command), _status_lines(getattr(args, "quiet", False)):
+        with _thread_limits(args.threads), _one_line_warnings(args.command), \
+                cli_logging(-1 if args.quiet else args.verbose, args.command):
             return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)

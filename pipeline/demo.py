@@ -16,7 +16,6 @@ References
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -104,8 +103,7 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False, force
     _print_command(build)
     built = build_feature_set(
         workdir / "digits", workdir / "features", load_config(DEMO_CONFIG), n_jobs=n_jobs, cache_dir=workdir / "cache",
-        progress=tqdm_progress(not quiet), log=lambda message: None if quiet else print(message, file=sys.stderr),
-        force=force,
+        progress=tqdm_progress(not quiet), force=force,
     )
     feature_set = load_feature_set(built.path)
     print(build_text(built, feature_set.manifest["skipped"], built.timings))

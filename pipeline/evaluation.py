@@ -30,6 +30,7 @@ References
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -63,6 +64,8 @@ __all__ = [
     "evaluate_model",
     "run_experiment",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: The per-image predictions next to ``report.json`` (its ``"predictions"`` entry names it).
 PREDICTIONS_FILE = "predictions.csv"
@@ -590,6 +593,7 @@ def run_experiment(
     first = None
     seeds = range(first_seed, first_seed + repeats)
     for seed in progress(seeds) if progress else seeds:
+        _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
         training = train_classifier(name, params, X_all[train], y_all[train], seed=seed,
                                     class_names=feature_set.class_names)

@@ -20,13 +20,14 @@ computes anyway.  Every row is then :func:`image_row` of the fitted extractor.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from joblib import delayed
 
+from .._log import step_progress
 from .cluster import iter_kept, submit_kept
 from .config import PipelineConfig
 from .dataset import DatasetError
@@ -39,10 +40,11 @@ __all__ = [
     "fit_extractor", "sample_descriptors", "codebook_sample", "codebook_from_sample", "learn_codebook", "image_row",
 ]
 
+_log = logging.getLogger(__name__)
+
 
 def fit_extractor(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
-                  runner: Runner, log: Callable[[str], None] = lambda message: None,
-                  timer: Any = None) -> tuple[int, FeatureExtractor]:
+                  runner: Runner, timer: Any = None) -> tuple[int, FeatureExtractor]:
     """``(n_training_descriptors, extractor)``: the sample of the training images ``train``
     (indices into ``paths``), the codebook learnt from it, and the extractor that applies it
     through ``runner``'s stage cache (its normaliser not yet fitted when it needs training rows).
@@ -56,7 +58,7 @@ def fit_extractor(paths: list[str], fingerprints: list[str], train: np.ndarray, 
         with timed("sample"):
             sample = codebook_sample(paths, fingerprints, train, config, runner)
         with timed("codebook"):
-            n_descriptors, codebook = codebook_from_sample(sample, config, runner, log)
+            n_descriptors, codebook = codebook_from_sample(sample, config, runner)
     del sample
     return n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)
 
@@ -117,9 +119,8 @@ def _sample_on_cluster(paths: list[str], fingerprints: list[str], train: np.ndar
                          config.codebook.seed, pure=False)
 
 
-def _check_sample_size(n_descriptors: int, config: PipelineConfig, log: Callable[[str], None]) -> None:
-    kind, size = config.codebook.kind, config.codebook.size
-    log(f"learning a {kind} codebook of {size} words from {n_descriptors} training descriptors")
+def _check_sample_size(n_descriptors: int, config: PipelineConfig) -> None:
+    size = config.codebook.size
     if n_descriptors < size:
         raise DatasetError(
             f"only {n_descriptors} training descriptors for a codebook of {size} words: "
@@ -127,29 +128,50 @@ def _check_sample_size(n_descriptors: int, config: PipelineConfig, log: Callable
         )
 
 
-def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache,
-                   log: Callable[[str], None]) -> np.ndarray:
+def _announce(n_descriptors: int, config: PipelineConfig, cached: bool) -> None:
+    """The codebook step's INFO line: reused from the stage cache, or learnt (the long step)."""
+    kind, size = config.codebook.kind, config.codebook.size
+    if cached:
+        _log.info("reusing the cached %s codebook of %d words (learnt from the same %d training descriptors)",
+                  kind, size, n_descriptors)
+    else:
+        _log.info("learning a %s codebook of %d words from %d training descriptors", kind, size, n_descriptors)
+
+
+def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache) -> np.ndarray:
     """The codebook of ``config.codebook`` learnt from ``sample`` (through the stage cache).
 
     Raises :class:`DatasetError` (one line) when the sample holds fewer descriptors than words.
     """
-    _check_sample_size(sample.shape[0], config, log)
-    return cache.learn_codebook(sample, config.codebook_params(learning=True))
+    _check_sample_size(sample.shape[0], config)
+    params = config.codebook_params(learning=True)
+    if _log.isEnabledFor(logging.INFO):  # (hashing the sample once more costs a few ms per MB)
+        _announce(sample.shape[0], config, cache.has_codebook(sample, params))
+    return cache.learn_codebook(sample, params)
 
 
 def _n_rows(array: np.ndarray) -> int:
     return int(array.shape[0])
 
 
-def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner, log: Callable[[str], None]):
+def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner):
     """``(n_descriptors, codebook)``: :func:`learn_codebook` run by a worker on the sample
     :func:`_sample_on_cluster` left there (same function, same arguments, same stage-cache
     entry: the same codebook bit for bit as on this machine)."""
     client = runner.client
     n_descriptors = client.submit(_n_rows, sample, pure=False).result()
-    _check_sample_size(n_descriptors, config, log)
-    codebook = client.submit(_learn_codebook_task, runner.cache, sample, config.codebook_params(learning=True), pure=False)
-    return n_descriptors, codebook.result()
+    _check_sample_size(n_descriptors, config)
+    params = config.codebook_params(learning=True)
+    if _log.isEnabledFor(logging.INFO):
+        _announce(n_descriptors, config, client.submit(_has_codebook_task, runner.cache, sample, params,
+                                                       pure=False).result())
+    codebook = client.submit(_learn_codebook_task, runner.cache, sample, params, pure=False)
+    with step_progress(_log, f"{config.codebook.kind} codebook on a worker"):  # (the worker's own lines stay there)
+        return n_descriptors, codebook.result()
+
+
+def _has_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> bool:
+    return cache.has_codebook(sample, codebook_params)
 
 
 def _learn_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> Any:
@@ -165,13 +187,12 @@ def codebook_sample(paths: list[str], fingerprints: list[str], train: np.ndarray
     return _sample_on_cluster(paths, fingerprints, train, config, runner)
 
 
-def codebook_from_sample(sample, config: PipelineConfig, runner: Runner,
-                         log: Callable[[str], None]) -> tuple[int, Any]:
+def codebook_from_sample(sample, config: PipelineConfig, runner: Runner) -> tuple[int, Any]:
     """``(n_descriptors, codebook)`` from :func:`codebook_sample`'s sample: learnt here
     (:func:`learn_codebook`) or, on a cluster, by a worker (the same numbers bit for bit)."""
     if runner.client is None:
-        return int(sample.shape[0]), learn_codebook(sample, config, runner.cache, log)
-    return _learn_codebook_on_cluster(sample, config, runner, log)
+        return int(sample.shape[0]), learn_codebook(sample, config, runner.cache)
+    return _learn_codebook_on_cluster(sample, config, runner)
 
 
 def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:

@@ -37,6 +37,7 @@ from joblib import delayed
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .._log import verbose_output
 from ..errors import ClassifyImagesError
 from .config import PipelineConfig, load_config
 from .extractor import FeatureExtractor, check_image, readable_fingerprint
@@ -86,6 +87,11 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     cluster : str or None, default=None
         ``local:N``: a Dask ``LocalCluster`` of N worker processes, started for each
         ``fit`` / ``transform`` call (:mod:`~classify_images.pipeline.cluster`).
+    verbose : bool or int, default=False
+        Show the steps of ``fit`` / ``transform`` on stderr while they run, with progress bars
+        on a terminal (``2``: with details and their times); as scikit-learn's ``verbose``
+        (:func:`classify_images._log.verbose_output`).  The steps are logged to the
+        ``classify_images`` loggers whatever its value.
 
     Attributes
     ----------
@@ -117,6 +123,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         "n_jobs": [int],
         "scheduler": [str, None],
         "cluster": [str, None],
+        "verbose": ["verbose"],
     }
 
     def __init__(
@@ -127,12 +134,14 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         n_jobs: int = 1,
         scheduler: str | None = None,
         cluster: str | None = None,
+        verbose: int | bool = False,
     ) -> None:
         self.config = config
         self.cache_dir = cache_dir
         self.n_jobs = n_jobs
         self.scheduler = scheduler
         self.cluster = cluster
+        self.verbose = verbose
 
     # ------------------------------------------------------------ helpers
     def _read_config(self) -> PipelineConfig:
@@ -151,12 +160,15 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
 
     @contextlib.contextmanager
     def _runner(self, cache: StageCache):
-        """The per-image runner: joblib workers, or a Dask client while the block runs."""
+        """The per-image runner: joblib workers, or a Dask client while the block runs (its steps
+        shown on stderr with ``verbose``)."""
+        from .progress import tqdm_progress
         from .runner import Execution
 
         if self.n_jobs == 0:
             raise ValueError("ImageFeatures: n_jobs must be a positive number of workers or -1 (all cores), not 0")
-        with Execution.from_options(n_jobs=self.n_jobs, scheduler=self.scheduler, cluster=self.cluster).runner(cache) as runner:
+        execution = Execution.from_options(n_jobs=self.n_jobs, scheduler=self.scheduler, cluster=self.cluster)
+        with verbose_output(self.verbose) as bars, execution.runner(cache, tqdm_progress(bars)) as runner:
             yield runner
 
     @staticmethod

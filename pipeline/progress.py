@@ -1,4 +1,9 @@
-"""Progress bars for long per-image stages (tqdm), or none."""
+"""Progress bars for long per-image stages (tqdm), or none.
+
+The bars go to stderr, and only to a terminal (tqdm's ``disable=None``): a log file or a pipe
+gets the steps' log lines (:meth:`~classify_images.pipeline.runner.Runner.progress_of`), not
+the bars' carriage returns.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,14 @@ Progress = Callable[..., Iterable[Any]]
 
 
 def tqdm_progress(enabled: bool) -> Progress:
-    """A ``progress(iterable, desc, total=None)`` callable: a tqdm bar if ``enabled``, else the iterable itself."""
+    """A ``progress(iterable, desc, total=None)`` callable: a tqdm bar on stderr if ``enabled`` and
+    stderr is a terminal, else the iterable itself."""
 
     def progress(iterable: Iterable[Any], desc: str, total: int | None = None) -> Iterable[Any]:
         if not enabled:
             return iterable
         from tqdm import tqdm
 
-        return tqdm(iterable, desc=desc, total=total, unit="img", dynamic_ncols=True, leave=False)
+        return tqdm(iterable, desc=desc, total=total, unit="img", dynamic_ncols=True, leave=False, disable=None)
 
     return progress

@@ -12,6 +12,8 @@ counts images.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,7 @@ __all__ = ["DEFAULT_BATCH_SIZE", "Execution", "Progress", "Runner", "no_progress
 #: A progress wrapper: ``progress(iterable, description, total)`` yields the items of ``iterable``.
 Progress = Callable[[Iterable, str, int], Iterable]
 
+_log = logging.getLogger(__name__)
 
 
 def no_progress(iterable: Iterable, description: str, total: int) -> Iterable:
@@ -122,7 +125,15 @@ class Runner:
         return results
 
     def progress_of(self, pairs: Iterable[tuple[int, Any]], description: str, sizes: list[int] | int) -> Iterator:
-        """``pairs`` through the progress bar, which advances by ``sizes[index]`` images per pair."""
+        """``pairs`` through the progress bar, which advances by ``sizes[index]`` images per pair;
+        the step logged at its start (INFO) and end (DEBUG, with its time)."""
+        total = sizes if isinstance(sizes, int) else sum(sizes)
+        _log.info("%s: %d images", description, total)
+        start = time.perf_counter()
+        yield from self._progress_of(pairs, description, sizes)
+        _log.debug("%s: %d images in %.1f s", description, total, time.perf_counter() - start)
+
+    def _progress_of(self, pairs: Iterable[tuple[int, Any]], description: str, sizes: list[int] | int) -> Iterator:
         if isinstance(sizes, int):
             yield from self.progress(pairs, description, sizes)
             return

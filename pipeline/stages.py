@@ -257,6 +257,11 @@ class StageCache:
         """``stage`` memoised, with its modules' implementation versions bound (and keyed)."""
         return functools.partial(self.memory.cache(stage, ignore=ignore), implementation=_stage_versions(stage.__name__))
 
+    def has_codebook(self, sample: np.ndarray, codebook_params: dict[str, Any]) -> bool:
+        """Whether :meth:`learn_codebook` of these arguments comes from the cache (hashes the
+        sample, learns nothing)."""
+        return self.learn_codebook.func.check_call_in_cache(sample, codebook_params, **self.learn_codebook.keywords)
+
     def descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
         return self._sample(path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors)
 

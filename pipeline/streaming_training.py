@@ -30,6 +30,8 @@ classes of the shards it joins while each shard is read once per pass.
 from __future__ import annotations
 
 import inspect
+import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,6 +41,8 @@ from sklearn.base import clone
 from ..errors import ClassifyImagesError
 
 __all__ = ["RowBlocks", "ShardBlocks", "StreamingError", "fit_streaming", "Incremental"]
+
+_log = logging.getLogger(__name__)
 
 
 class StreamingError(ClassifyImagesError, ValueError):
@@ -199,7 +203,10 @@ def fit_streaming(
     resolved = model.auto_parameters(blocks) if hasattr(model, "auto_parameters") else {}
     model.set_params(**resolved)
     ends_epochs = "end_epoch" in inspect.signature(model.partial_fit).parameters
-    for _ in range(int(n_epochs)):
+    _log.info("%s: %d epochs of partial_fit over %d blocks (%d rows)", type(model).__name__, int(n_epochs), n_blocks,
+              n_rows)
+    start = time.perf_counter()
+    for epoch in range(int(n_epochs)):
         seen = 0
         for X_block, y_block in blocks:
             seen += 1
@@ -212,6 +219,8 @@ def fit_streaming(
         if seen != n_blocks:
             raise StreamingError(f"the blocks changed between passes ({n_blocks} blocks, then {seen}): "
                                  "fit_streaming needs a re-iterable that yields the same blocks every time")
+        _log.info("%s: epoch %d of %d done, %.1f s", type(model).__name__, epoch + 1, int(n_epochs),
+                  time.perf_counter() - start)
     return model.set_params(**{name: params[name] for name in resolved})
 
 

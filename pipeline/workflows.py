@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,11 +34,13 @@ from typing import Any
 import numpy as np
 
 from .feature_store import FeatureSet, load_feature_set
-from .runner import Execution
+from .runner import Execution, Progress
 
 __all__ = [
     "train_model", "run_experiment_on", "find_images", "predict_images", "top_classes", "RunResult", "run_pipeline",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------- training
@@ -190,13 +193,14 @@ def _image_row(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:
     return X, status[0]
 
 
-def _transform_in_parallel(execution: Execution, extractor, files: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
+def _transform_in_parallel(execution: Execution, extractor, files: list[str],
+                           progress: Progress | None = None) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """``extractor.transform_images(files)`` as joblib calls or cluster tasks (the extractor sent to
     each worker once), results in input order."""
     from joblib import delayed
 
     # Absolute paths: a cluster's workers do not share this process's current folder.
-    with execution.runner(extractor.cache, cached=False) as runner:
+    with execution.runner(extractor.cache, progress, cached=False) as runner:
         results = runner.map([delayed(_image_row)(os.path.abspath(path)) for path in files], "predict",
                              shared={"extractor": extractor})
     results = [(X, {**status, "path": path}) for (X, status), path in zip(results, files)]  # the paths as given
@@ -212,7 +216,8 @@ def top_classes(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tu
 
 
 def predict_images(model, files: list[str], top_k: int, execution: Execution | None = None, *,
-                   probability: bool = False) -> tuple[list[tuple[str, list[tuple[str, float]]]], list[dict[str, str]]]:
+                   probability: bool = False, progress: Progress | None = None
+                   ) -> tuple[list[tuple[str, list[tuple[str, float]]]], list[dict[str, str]]]:
     """The ``top_k`` classes of every readable image of ``files`` under ``model``.
 
     Parameters
@@ -228,6 +233,9 @@ def predict_images(model, files: list[str], top_k: int, execution: Execution | N
     probability : bool
         Rank by the calibrated probabilities (the model must hold them: ``predict_proba``)
         instead of the decision values.
+    progress : callable, optional
+        ``progress(iterable, description, total)`` wrapper over the images (a tqdm bar, say);
+        the step is logged (INFO) whatever it is.
 
     Returns
     -------
@@ -238,9 +246,11 @@ def predict_images(model, files: list[str], top_k: int, execution: Execution | N
     """
     classifier, extractor = model[-1], model[0].extractor_
     if execution is None or (execution.cluster is None and execution.n_jobs == 1):
-        X, status = extractor.transform_images(files)
+        if files:
+            _log.info("predict: %d images", len(files))
+        X, status = extractor.transform_images(files if progress is None else progress(files, "predict", len(files)))
     else:
-        X, status = _transform_in_parallel(execution, extractor, files)
+        X, status = _transform_in_parallel(execution, extractor, files, progress)
     read = [entry["path"] for entry in status if entry["ok"]]
     skipped = [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
     if not read:
@@ -276,7 +286,7 @@ def run_pipeline(
     cache_dir: str | os.PathLike | None = None,
     store: str | None = None,
     progress: Callable | None = None,
-    log: Callable[[str], None] = lambda message: None,
+    verbose: int | bool = False,
     step: Callable[[str], None] = lambda name: None,
     force: bool = False,
 ) -> RunResult:
@@ -295,10 +305,12 @@ def run_pipeline(
         As :func:`train_model`.
     execution : Execution, optional
         Where the per-image work and the training run (default: this machine, one process).
-    cache_dir, store, progress, log
-        As :func:`~classify_images.pipeline.build.build_feature_set`.
+    cache_dir, store, progress, verbose
+        As :func:`~classify_images.pipeline.build.build_feature_set` (``verbose`` covers the
+        three steps).
     step : callable
-        Called with ``"build-features"``, ``"train"``, ``"evaluate"`` as each begins.
+        Called with ``"build-features"``, ``"train"``, ``"evaluate"`` as each begins (each
+        is logged too, INFO).
     force : bool
         Replace outputs in ``out`` that cannot be proven ours, by their names only
         (:mod:`~classify_images.pipeline.output_guard`).
@@ -318,7 +330,11 @@ def run_pipeline(
     from .model_file import load_model
     from .output_guard import OutputFolder, check_output_file
     from .report import report_folder, write_report
-    from .runner import no_progress
+    from .._log import verbose_output
+
+    def begin(name: str) -> None:
+        _log.info("== %s", name)
+        step(name)
 
     out = Path(out)
     config_digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
@@ -331,17 +347,18 @@ def run_pipeline(
     check_output_file(out / "model.npz", "model file", force=force)
     report.check(force)
     folder.claim()
-    step("build-features")
-    built = build_feature_set(dataset, out / "features", config, cache_dir=cache_dir, progress=progress or no_progress,
-                              log=log, store=store, execution=execution, force=force)
-    step("train")
-    feature_set = load_feature_set(built.path)
-    training, model_path = train_model(feature_set, classifier, params, out=out / "model.npz", seed=seed,
-                                       execution=execution)
-    step("evaluate")
-    model, meta = load_model(model_path)
-    evaluation = evaluate_model(model, meta, feature_set)
-    report.check(force)
-    report.claim()
-    write_report(evaluation, out / "report")
+    with verbose_output(verbose):
+        begin("build-features")
+        built = build_feature_set(dataset, out / "features", config, cache_dir=cache_dir, progress=progress,
+                                  verbose=verbose, store=store, execution=execution, force=force)
+        begin("train")
+        feature_set = load_feature_set(built.path)
+        training, model_path = train_model(feature_set, classifier, params, out=out / "model.npz", seed=seed,
+                                           execution=execution)
+        begin("evaluate")
+        model, meta = load_model(model_path)
+        evaluation = evaluate_model(model, meta, feature_set)
+        report.check(force)
+        report.claim()
+        write_report(evaluation, out / "report")
     return RunResult(built, training, evaluation, built.path, model_path, out / "report")

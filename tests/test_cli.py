@@ -132,7 +132,7 @@ def test_threads_option_limits_blas_during_the_command(tmp_path, feature_set, mo
 )
 def test_user_errors_one_line(feature_set, capsys, argv, message):
     argv = [a.replace("{fs}", str(feature_set)) for a in argv]
-    assert main(argv) == 2
+    assert main([*argv, "-q"]) == 2  # -q: the error alone (an experiment logs its first split before it)
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 
@@ -169,7 +169,7 @@ def test_negative_experiment_seed_names_only_the_seed(feature_set, capsys):
                                   ["experiment", "{fs}", "--classifier", "mbkl", "--param", "nonsense=1"]])
 def test_classifier_errors_are_not_prefixed_twice(feature_set, capsys, argv):
     """A one-line user error raised while training keeps its own wording (not "classifier 'x': classifier 'x': ...")."""
-    assert main([a.replace("{fs}", str(feature_set)) for a in argv]) == 2
+    assert main([*(a.replace("{fs}", str(feature_set)) for a in argv), "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.count("classifier '") == 1, err
 
@@ -218,7 +218,7 @@ def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, caps
     X[0, 0] = -0.5
     np.save(signed / "X_train.npy", X)
     for classifier in ("pmsvm", "nsvm"):
-        assert main([command, str(signed), "--classifier", classifier, "--out", str(tmp_path / "out")]) == 2
+        assert main([command, str(signed), "--classifier", classifier, "--out", str(tmp_path / "out"), "-q"]) == 2
         err = capsys.readouterr().err.strip()
         assert "needs non-negative features" in err and str(signed) in err and len(err.splitlines()) == 1
     assert main([command, str(signed), "--classifier", "linear", "--out", str(tmp_path / "out2")]) == 0
@@ -233,7 +233,7 @@ def test_additive_kernels_on_vlad_vectors_do_not_suggest_another_pooling(tmp_pat
                  "--out", str(fs), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
     capsys.readouterr()
     for command in ("train", "experiment"):
-        assert main([command, str(fs), "--classifier", "pmsvm", "--out", str(tmp_path / "out")]) == 2
+        assert main([command, str(fs), "--classifier", "pmsvm", "--out", str(tmp_path / "out"), "-q"]) == 2
         err = capsys.readouterr().err.strip()
         assert "vlad vectors, which are signed by construction" in err and "pooling" not in err, err
         assert len(err.splitlines()) == 1

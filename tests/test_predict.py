@@ -48,7 +48,7 @@ def _run(capsys, argv):
 
 
 def _one_line_error(capsys, argv, message):
-    code, _, err = _run(capsys, argv)
+    code, _, err = _run(capsys, [*argv, "-q"])  # -q: the error alone on stderr (no steps before it)
     assert code == 2, err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
@@ -320,7 +320,7 @@ def fuzz_inputs(tmp_path_factory, trained):
        top_k=st.integers(-3, 6) | st.just(2**70), fmt=st.sampled_from(["table", "csv", "json"]))
 def test_fuzzed_predict_arguments_never_end_in_a_traceback(fuzz_inputs, names, top_k, fmt):
     model, inputs = fuzz_inputs
-    argv = ["predict", model, *[inputs / n if n else "" for n in names], "--top-k", top_k, "--format", fmt]
+    argv = ["predict", model, *[inputs / n if n else "" for n in names], "--top-k", top_k, "--format", fmt, "-q"]
     code, out, err = run_cli(argv)
     assert code in (0, 1, 2) and "Traceback" not in err
     if code == 2:

@@ -323,9 +323,9 @@ def test_disk_full_while_writing_a_report_or_model_is_one_line(tmp_path, small_d
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", _enospc)
     capsys.readouterr()
-    assert main(["evaluate", str(out), str(model), "--out", str(tmp_path / "report")]) == 2
+    assert main(["evaluate", str(out), str(model), "--out", str(tmp_path / "report"), "-q"]) == 2
     _one_line_error(capsys, "No space left on device")
-    assert main(["train", str(out), "--classifier", "linear", "--out", str(tmp_path / "model2.npz")]) == 2
+    assert main(["train", str(out), "--classifier", "linear", "--out", str(tmp_path / "model2.npz"), "-q"]) == 2
     _one_line_error(capsys, "No space left on device")
     monkeypatch.setattr(os, "fsync", real_fsync)
     leftovers = [p.name for p in tmp_path.rglob(".*.tmp")]
@@ -531,7 +531,7 @@ def test_unwritable_model_destination_names_the_given_path(built, capsys, destin
     if destination.startswith("/proc") and not os.path.isdir("/proc"):
         pytest.fail("this case needs Linux's /proc")
     destination = destination.replace("{root}", str(built))
-    assert main(["train", str(built / "fs"), "--classifier", "linear", "--out", destination]) == 2
+    assert main(["train", str(built / "fs"), "--classifier", "linear", "--out", destination, "-q"]) == 2
     err = _one_line_error(capsys, f"--out {destination}:", "cannot write the model file")
     assert ".tmp" not in err, err
     assert not any(name.endswith(".tmp") for name in os.listdir(built)), "a temporary file was left behind"
