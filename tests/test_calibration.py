@@ -173,6 +173,7 @@ def test_probability_errors_are_one_line(tmp_path, feature_set, capsys):
           "--out", str(tmp_path / "d.npz")], "drop --streaming"),
     ]
     for argv, message in cases:
+        argv = [*argv, "-q"]  # (without -q the steps done before the error print first, on their own lines)
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
