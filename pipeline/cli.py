@@ -187,7 +187,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
 
     config, out, cache_dir, execution = _build_options(args)
     result = build_feature_set(args.dataset, out, config, cache_dir=cache_dir, progress=_tqdm_progress(not args.quiet),
-                               log=_build_log(args), store=args.store, execution=execution)
+                               log=_build_log(args), store=args.store, execution=execution, rows=args.rows)
     _print_build(result, cache_dir)
     return 0
 
@@ -513,6 +513,10 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", choices=("npy", "sharded"), default=None,
                         help="row layout: npy (one memory-mapped file per split; the default on this machine) or "
                         "sharded (row blocks the workers write themselves; the default with --scheduler/--cluster)")
+    parser.add_argument("--rows", choices=("float32", "float16", "pq8", "pq16"), default="float32",
+                        help="how dense rows (Fisher vectors, VLAD, ...) are stored, in shards: float32 (exact), float16 "
+                        "(half the bytes) or product-quantised with 8 or 16 dimensions per byte (32x / 64x smaller); "
+                        "decoded to float32 on reading")
     parser.add_argument("--batch-size", type=int, metavar="B",
                         help=f"images per cluster task and rows per shard (default: {DEFAULT_BATCH_SIZE})")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
