@@ -227,6 +227,12 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         when every problem is solved independently of the others with shared random
         draws; then :meth:`fit_problem_group` fits any group of them.  ``None`` (the
         default): the problems are solved jointly, and ``_joint_reason`` says how.
+    _group_reductions : dict of str to callable
+        Scalar fitted attributes that differ between groups of problems (an iteration
+        count, an objective summed over the problems) and how :func:`merge_problem_groups`
+        combines them (``max``, ``sum``); a classifier that lists any gives the model of
+        :meth:`fit` within solver tolerance, not bit for bit (QuadraticHingeSVC: each
+        group's L-BFGS stops by its own gradient norm).
     _parameter_constraints : dict
         scikit-learn's description of the allowed value of every constructor
         parameter, checked by :meth:`fit` before anything else.
@@ -238,6 +244,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _fitted_shapes: dict[str, tuple[str, ...]] = {}
     _fitted_arrays: tuple[str, ...] = ()
     _problem_axes: dict[str, int] | None = None
+    _group_reductions: dict[str, Any] = {}
     _joint_reason: str = "learns its one-vs-rest problems jointly, so they cannot be fitted in groups"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -463,7 +470,8 @@ def merge_problem_groups(groups: Sequence[OneVsRestClassifierBase]) -> OneVsRest
 
     ``groups`` are fitted by :meth:`~OneVsRestClassifierBase.fit_problem_group` with the same
     parameters on the same data, and together cover every problem once (in any order).  The
-    per-problem attributes (``_problem_axes``) are concatenated in the order of the problems;
+    per-problem attributes (``_problem_axes``) are concatenated in the order of the problems,
+    those of ``_group_reductions`` combined by their function;
     every other fitted attribute must be identical in all groups (it is computed from the
     data alone) and is kept.  The result is an unfitted clone of the first group holding
     them: the model :meth:`~OneVsRestClassifierBase.fit` learns.
@@ -502,6 +510,8 @@ def merge_problem_groups(groups: Sequence[OneVsRestClassifierBase]) -> OneVsRest
         values = [vars(group).get(name) for group in groups]
         if name in axes:
             setattr(merged, name, np.concatenate(values, axis=axes[name]))
+        elif name in type(first)._group_reductions:
+            setattr(merged, name, type(first)._group_reductions[name](values))
         elif all(_same_value(values[0], value) for value in values[1:]):
             setattr(merged, name, values[0])
         else:

@@ -74,6 +74,8 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 import scipy.sparse as sp
 
+from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
+
 from ._compat import Interval, StrOptions
 from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
 from .eigenbasis import EigenBasis
@@ -86,6 +88,15 @@ __all__ = ["QuadraticHingeSVC", "paper_lambda_to_C"]
 EIGEN_MAX_RANK = 6000
 #: ... and the coordinates ``Z`` (``n x min(n, d)`` float64) take at most this.
 EIGEN_MAX_BYTES = 1 << 30
+#: Rows per step of the streaming solver (:meth:`QuadraticHingeSVC.partial_fit`).
+SGD_BATCH_ROWS = 32
+
+
+def _squared_norms(X) -> np.ndarray:
+    """``||x_i||^2`` of every row, float64 (dense or CSR ``X``)."""
+    if sp.issparse(X):
+        return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    return np.einsum("ij,ij->i", X, X, dtype=np.float64)
 
 
 def paper_lambda_to_C(lam: float) -> float:
@@ -160,6 +171,9 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         raised when ``tol`` is not reached.
     verbose : int, default=0
         Print the objective every 10 iterations (1) or every iteration (>= 2).
+    n_epochs : int, default=10
+        Passes over the row blocks of the streaming solver (:meth:`partial_fit` driven by
+        :func:`~classify_images.pipeline.streaming_training.fit_streaming`); not used by :meth:`fit`.
 
     Attributes
     ----------
@@ -199,11 +213,11 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
     _requires_non_negative = False
     _accept_sparse = True
     _fitted_shapes = {"coef_": ("P", "d"), "intercept_": ("P",), "n_iter_": (), "objective_": (), "C_": ()}
-    _joint_reason = (
-        "trains all its one-vs-rest problems in one L-BFGS run (one line search and one curvature "
-        "history for all classes), so a class's weights depend on the others: it cannot be trained in "
-        "groups of classes and give the same model; train it on one machine"
-    )
+    # The one-vs-rest problems are separable sums: per class, L-BFGS on (w_c, b_c) alone
+    # reaches the same minimiser (within the solver's tolerance); on one machine ``fit``
+    # solves them jointly, a cluster solves groups of classes (fit_problem_group).
+    _problem_axes = {"coef_": 0, "intercept_": 0}
+    _group_reductions = {"n_iter_": max, "objective_": sum}
 
     _parameter_constraints: dict = {
         "C": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
@@ -215,6 +229,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "verbose": ["verbose"],
+        "n_epochs": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(
@@ -229,6 +244,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         tol: float = 1e-4,
         max_iter: int = 1000,
         verbose: int = 0,
+        n_epochs: int = 10,
     ) -> None:
         self.C = C
         self.class_weight = class_weight
@@ -239,14 +255,14 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         self.tol = tol
         self.max_iter = max_iter
         self.verbose = verbose
+        self.n_epochs = n_epochs
 
     # ------------------------------------------------------------------ fit
     def _resolve_C(self, X, sample_weight: np.ndarray | None = None) -> float:
         """``C``, or for ``C="auto"`` SVMlight's default ``1 / mean_i ||x_i||^2`` [3]_ (weighted by ``sample_weight``)."""
         if self.C != "auto":
             return float(self.C)
-        squared = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else np.einsum("ij,ij->i", X, X, dtype=np.float64)
-        mean = auto_scale_mean(squared, sample_weight)
+        mean = auto_scale_mean(_squared_norms(X), sample_weight)
         return 1.0 / mean if mean > 0 else 1.0
 
     def _problem(
@@ -275,6 +291,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
 
     def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         start = time.perf_counter()
+        self.__dict__.pop("_sgd_state", None)  # partial_fit starts again after fit
         self.C_ = self._resolve_C(X, sample_weight)
         basis = EigenBasis(X) if self._use_eigenbasis(X) else None
         problem = self._problem(X, Y, self.C_, weights, basis)
@@ -302,6 +319,141 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
                 ConvergenceWarning,
                 stacklevel=3,
             )
+
+    # ------------------------------------------------------------ streaming
+    def auto_parameters(self, blocks) -> dict[str, float]:
+        """``C`` as :meth:`fit` resolves it on the concatenated blocks (one pass for ``"auto"``).
+
+        Give the result to :meth:`set_params` before streaming the blocks through
+        :meth:`partial_fit` (:func:`~classify_images.pipeline.streaming_training.fit_streaming` does).
+        """
+        if self.C != "auto":
+            return {"C": float(self.C)}
+        total, count = 0.0, 0
+        for X_block, _ in blocks:
+            total += float(np.sum(_squared_norms(self._validate_X(X_block, reset=True))))
+            count += X_block.shape[0]
+        mean = total / max(count, 1)
+        return {"C": 1.0 / mean if mean > 0 else 1.0}
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None, *,
+                    n_samples: int | None = None) -> "QuadraticHingeSVC":
+        """Averaged stochastic gradient steps over a block of rows (the streaming solver).
+
+        The objective of :meth:`fit`, divided by ``C n`` (``n`` rows per epoch), is
+        ``f(W, b) = lambda/2 ||W||^2 + 1/n sum_i l_i(W, b)`` with ``lambda = 1 / (C n)``
+        and ``l_i = sum_c s_ic max(0, 1 - y_ic (x_i^T w_c + b_c))^2``.  Each step takes
+        :data:`SGD_BATCH_ROWS` rows ``B`` of the block, in order:
+
+        .. math::
+
+            W \\leftarrow (1 - \\eta_t \\lambda) W - \\frac{\\eta_t}{|B|} X_B^\\top G_B, \\qquad
+            b \\leftarrow b - \\frac{\\eta_t}{|B|} G_B^\\top 1, \\qquad
+            G = -2\\, s * Y * \\max(0, 1 - Y * (X W + 1 b^\\top)),
+
+        with ``eta_t = eta_0 / (1 + lambda eta_0 t)^{3/4}`` (``t`` rows seen;
+        ``eta_0 = 1 / (2 max_c s_c mean_i ||x_i||^2)``, the inverse smoothness of the
+        loss of the first block) [4]_, and the averaged iterate
+        ``W_bar <- W_bar + (W - W_bar) / (t - n + 1)`` from the second epoch on
+        (Polyak-Ruppert averaging, the model ``coef_`` / ``intercept_``) [4]_ [5]_.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_block, n_features)
+        y : array-like of shape (n_block,), labels among ``classes``
+        classes : array-like, default=None
+            Every label; required on the first call.
+        sample_weight : array-like of shape (n_block,), default=None
+            Multiplies each row's loss term (``class_weight="balanced"`` is refused: it
+            needs the class counts of all the data; give a dict).
+        n_samples : int
+            Rows per epoch ``n`` (sets ``lambda``); required on the first call.
+
+        Returns
+        -------
+        self : object
+
+        Notes
+        -----
+        ``C="auto"`` is resolved from the first block alone; :meth:`auto_parameters`
+        resolves it on all the blocks.  ``objective_`` is the mean of the mini-batch
+        objectives ``f`` of the last epoch (an estimate), ``n_iter_`` the steps taken.
+
+        References
+        ----------
+        .. [4] W. Xu, "Towards optimal one pass large scale learning with averaged
+           stochastic gradient descent", arXiv:1107.2490, 2011; L. Bottou, "Stochastic
+           gradient descent tricks", Neural Networks: Tricks of the Trade, 2012.
+        .. [5] Y. Lin, F. Lv, S. Zhu, M. Yang, T. Cour, K. Yu, L. Cao and T. Huang,
+           "Large-scale image classification: fast feature extraction and SVM training", CVPR 2011.
+        """
+        if self.class_weight == "balanced":
+            raise ValueError("class_weight='balanced' is not supported by partial_fit: it needs the class counts of "
+                             "all the data; give class_weight as a dict of weights")
+        first = getattr(self, "_sgd_state", None) is None
+        if first and classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        if first and (n_samples is None or n_samples < 1):
+            raise ValueError("n_samples (rows per epoch, which sets the regularisation 1 / (C n)) must be passed on "
+                             "the first call to partial_fit")
+        if first:
+            self._check_params()
+            self.__dict__.pop("classes_", None)
+        X, y = self._validate_X(X, reset=first, y=y)
+        check_classification_targets(y)
+        _check_partial_fit_first_call(self, classes)
+        if len(self.classes_) < 2:
+            given = self.classes_.tolist()
+            del self.classes_
+            raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={given!r}")
+        unknown = np.setdiff1d(y, self.classes_)
+        if unknown.size:
+            raise ValueError(f"y has labels {unknown[:5].tolist()!r} that are not in classes {self.classes_[:10].tolist()!r}")
+        X, y, sample_weight = self._drop_unweighted_rows(X, y, sample_weight)
+        Y = ovr_targets(np.searchsorted(self.classes_, y), len(self.classes_))
+        weights = loss_weights(Y, self.classes_, self.class_weight, sample_weight)
+        cost = np.ones_like(Y, dtype=np.float64) if weights is None else weights
+        if first:
+            self.C_ = self._resolve_C(X, sample_weight)
+            squared = float(np.mean(_squared_norms(X))) if X.shape[0] else 1.0
+            step = 1.0 / (2.0 * float(cost.max(initial=1.0)) * max(squared, 1e-12))
+            P = Y.shape[1]
+            self._sgd_state = {"W": np.zeros((X.shape[1], P)), "b": np.zeros(P), "W_bar": np.zeros((X.shape[1], P)),
+                               "b_bar": np.zeros(P), "t": 0, "n": int(n_samples), "eta0": step, "steps": 0,
+                               "losses": []}
+        state = self._sgd_state
+        lam = 1.0 / (self.C_ * state["n"])
+        penalty = float(self.intercept_scaling) ** -2 * lam if self.penalize_intercept else 0.0
+        W, b, W_bar, b_bar = state["W"], state["b"], state["W_bar"], state["b_bar"]
+        for start in range(0, X.shape[0], SGD_BATCH_ROWS):
+            rows = X[start:start + SGD_BATCH_ROWS]
+            rows = rows.astype(np.float64) if sp.issparse(rows) else np.asarray(rows, dtype=np.float64)
+            targets, costs = Y[start:start + SGD_BATCH_ROWS], cost[start:start + SGD_BATCH_ROWS]
+            margins = np.maximum(0.0, 1.0 - targets * (np.asarray(rows @ W) + (b if self.fit_intercept else 0.0)))
+            epoch_t = state["t"] % state["n"]
+            if epoch_t < rows.shape[0]:
+                state["losses"] = []
+            state["losses"].append(lam / 2 * float(np.sum(W * W)) + float(np.sum(costs * margins ** 2)) / rows.shape[0])
+            G = -2.0 * costs * targets * margins
+            eta = state["eta0"] / (1.0 + lam * state["eta0"] * state["t"]) ** 0.75
+            W *= 1.0 - eta * lam
+            W -= (eta / rows.shape[0]) * np.asarray(rows.T @ G)
+            if self.fit_intercept:
+                b -= eta * (G.sum(axis=0) / rows.shape[0] + penalty * b)
+            state["t"] += rows.shape[0]
+            state["steps"] += 1
+            averaged = state["t"] - state["n"]
+            if averaged <= 0:
+                W_bar[...], b_bar[...] = W, b
+            else:
+                mu = rows.shape[0] / (averaged + rows.shape[0])
+                W_bar += mu * (W - W_bar)
+                b_bar += mu * (b - b_bar)
+        self.coef_ = np.ascontiguousarray(W_bar.T)
+        self.intercept_ = b_bar.copy()
+        self.n_iter_ = int(state["steps"])
+        self.objective_ = float(np.mean(state["losses"])) * self.C_ * state["n"] if state["losses"] else 0.0
+        return self
 
     def objective(self, X: Any, y: Any) -> float:
         """Value of the training objective of the fitted model on ``(X, y)``.

@@ -291,7 +291,7 @@ def _training_mode(args: argparse.Namespace):
         raise UsageError(f"--streaming trains on this machine from row blocks; drop {spec.option} (or --streaming)")
     estimator_class = classifier_class(args.classifier)
     if streaming and not hasattr(estimator_class, "partial_fit"):
-        raise UsageError(f"--streaming needs a classifier that learns from row blocks (partial_fit): only nsvm does, "
+        raise UsageError(f"--streaming needs a classifier that learns from row blocks (partial_fit): only nsvm and linear do, "
                          f"not {args.classifier}; train {args.classifier} without --streaming")
     if spec is not None:
         from .distributed_training import DistributedTrainingError, check_distributable

@@ -161,11 +161,13 @@ def fit_streaming(
 
     Parameters
     ----------
-    estimator : HIKnSVM (or any classifier with ``partial_fit``)
+    estimator : HIKnSVM, QuadraticHingeSVC (or any classifier with ``partial_fit``)
         Left unchanged.  For HIK nSVM, ``"auto"`` ``learning_rate`` and ``margin`` are first
         resolved over the blocks as ``fit`` resolves them on all the rows, and every block
         but the last of a pass continues the epoch (``end_epoch=False``); an estimator
-        without ``end_epoch`` makes one ``partial_fit`` call per block.
+        without ``end_epoch`` makes one ``partial_fit`` call per block, given the rows per
+        epoch as ``n_samples`` when it takes it (QuadraticHingeSVC's averaged SGD, its
+        ``"auto"`` ``C`` resolved over the blocks first).
     blocks : re-iterable of ``(X_block, y_block)``
         Iterated ``n_epochs`` + 1 times, in the same order (a first pass counts the blocks
         and collects the labels), plus up to 5 passes (float32; 9 for float64) to resolve
@@ -198,7 +200,9 @@ def fit_streaming(
     model = clone(estimator)
     resolved = model.auto_parameters(blocks) if hasattr(model, "auto_parameters") else {}
     model.set_params(**resolved)
-    ends_epochs = "end_epoch" in inspect.signature(model.partial_fit).parameters
+    accepted = inspect.signature(model.partial_fit).parameters
+    ends_epochs = "end_epoch" in accepted
+    sized = {"n_samples": n_rows} if "n_samples" in accepted else {}
     for _ in range(int(n_epochs)):
         seen = 0
         for X_block, y_block in blocks:
@@ -208,7 +212,7 @@ def fit_streaming(
             if ends_epochs:
                 model.partial_fit(X_block, y_block, classes=classes, end_epoch=seen == n_blocks)
             else:
-                model.partial_fit(X_block, y_block, classes=classes)
+                model.partial_fit(X_block, y_block, classes=classes, **sized)
         if seen != n_blocks:
             raise StreamingError(f"the blocks changed between passes ({n_blocks} blocks, then {seen}): "
                                  "fit_streaming needs a re-iterable that yields the same blocks every time")
