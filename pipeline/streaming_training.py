@@ -25,6 +25,12 @@ the model is then ``fit`` on the permuted rows, bit for bit.  A sharded feature 
 (``build-features --store sharded``) is not read row by row: :class:`ShardBlocks` visits
 its shards in a seeded permutation, several shards per block, so that a block mixes the
 classes of the shards it joins while each shard is read once per pass.
+
+The linear SVM (:meth:`~classify_images.classifiers.QuadraticHingeSVC.partial_fit`) learns
+from the same blocks by averaged SGD: ``fit_streaming`` resolves its ``"auto"`` ``C`` over the
+blocks and gives it the rows per epoch; shards stored compressed (``build-features --rows``)
+are decoded one block at a time.  Its model approaches the L-BFGS optimum of ``fit`` with the
+epochs (docs/benchmarks/compressed-rows.md), it does not equal it.
 """
 
 from __future__ import annotations
