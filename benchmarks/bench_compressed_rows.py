@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_utils import machine, mean_per_class_accuracy, pin_threads, write_json  # noqa: E402
+from bench_startup import processor as processor_model  # noqa: E402  (the model name in /proc/cpuinfo)
 
 from classify_images.classifiers import QuadraticHingeSVC  # noqa: E402
 from classify_images.coding.product_quantizer import ProductQuantizer, pq_sub_dim  # noqa: E402
@@ -34,16 +35,6 @@ from classify_images.pipeline.feature_store import load_feature_set  # noqa: E40
 from classify_images.pipeline.streaming_training import fit_streaming  # noqa: E402
 
 ENCODINGS = ("float32", "float16", "pq16", "pq8")
-
-
-def processor_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return machine()["processor"]
 
 
 class CodeBlocks:

@@ -52,7 +52,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
 from ..errors import ClassifyImagesError
-from ._compat import _fit_context
+from ._compat import _check_partial_fit_first_call, _fit_context
 
 __all__ = [
     "NegativeFeaturesError", "OneVsRestClassifierBase", "auto_scale_mean", "loss_weights", "merge_problem_groups",
@@ -392,6 +392,33 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
                 f"got 1 class ({self.classes_[0]!r})."
             )
         Y = ovr_targets(y_index, self.classes_.shape[0])
+        weights = loss_weights(Y, self.classes_, getattr(self, "class_weight", None), sample_weight)
+        return X, Y, weights, sample_weight
+
+    def _partial_fit_problems(self, X: Any, y: Any, classes: Any, sample_weight: Any, *,
+                              first: bool) -> tuple[Any, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """What ``partial_fit`` checks and prepares for one block, as :meth:`_training_problems`
+        for ``fit``: ``classes_`` set on the ``first`` call (required then), labels among them,
+        ``class_weight="balanced"`` refused (it needs the class counts of all the data)."""
+        if first and classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        if getattr(self, "class_weight", None) == "balanced":
+            raise ValueError(
+                "class_weight='balanced' is not supported by partial_fit: it needs the class counts of all "
+                "the data; give class_weight as a dict of weights"
+            )
+        X, y = self._validate_X(X, reset=first, y=y, training=True)
+        check_classification_targets(y)
+        _check_partial_fit_first_call(self, classes)
+        if len(self.classes_) < 2:
+            given = self.classes_.tolist()
+            del self.classes_
+            raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={given!r}")
+        unknown = np.setdiff1d(y, self.classes_)
+        if unknown.size:
+            raise ValueError(f"y has labels {unknown[:5].tolist()!r} that are not in classes {self.classes_[:10].tolist()!r}")
+        X, y, sample_weight = self._drop_unweighted_rows(X, y, sample_weight)
+        Y = ovr_targets(np.searchsorted(self.classes_, y), len(self.classes_))
         weights = loss_weights(Y, self.classes_, getattr(self, "class_weight", None), sample_weight)
         return X, Y, weights, sample_weight
 

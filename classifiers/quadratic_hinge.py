@@ -74,8 +74,6 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 import scipy.sparse as sp
 
-from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
-
 from ._compat import Interval, StrOptions
 from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
 from .eigenbasis import EigenBasis
@@ -378,6 +376,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         ``C="auto"`` is resolved from the first block alone; :meth:`auto_parameters`
         resolves it on all the blocks.  ``objective_`` is the mean of the mini-batch
         objectives ``f`` of the last epoch (an estimate), ``n_iter_`` the steps taken.
+        After :meth:`fit`, a first ``partial_fit`` starts again from zero weights.
 
         References
         ----------
@@ -387,31 +386,14 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         .. [5] Y. Lin, F. Lv, S. Zhu, M. Yang, T. Cour, K. Yu, L. Cao and T. Huang,
            "Large-scale image classification: fast feature extraction and SVM training", CVPR 2011.
         """
-        if self.class_weight == "balanced":
-            raise ValueError("class_weight='balanced' is not supported by partial_fit: it needs the class counts of "
-                             "all the data; give class_weight as a dict of weights")
         first = getattr(self, "_sgd_state", None) is None
-        if first and classes is None:
-            raise ValueError("classes must be passed on the first call to partial_fit.")
-        if first and (n_samples is None or n_samples < 1):
+        if first and classes is not None and (n_samples is None or n_samples < 1):
             raise ValueError("n_samples (rows per epoch, which sets the regularisation 1 / (C n)) must be passed on "
                              "the first call to partial_fit")
         if first:
             self._check_params()
             self.__dict__.pop("classes_", None)
-        X, y = self._validate_X(X, reset=first, y=y)
-        check_classification_targets(y)
-        _check_partial_fit_first_call(self, classes)
-        if len(self.classes_) < 2:
-            given = self.classes_.tolist()
-            del self.classes_
-            raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={given!r}")
-        unknown = np.setdiff1d(y, self.classes_)
-        if unknown.size:
-            raise ValueError(f"y has labels {unknown[:5].tolist()!r} that are not in classes {self.classes_[:10].tolist()!r}")
-        X, y, sample_weight = self._drop_unweighted_rows(X, y, sample_weight)
-        Y = ovr_targets(np.searchsorted(self.classes_, y), len(self.classes_))
-        weights = loss_weights(Y, self.classes_, self.class_weight, sample_weight)
+        X, Y, weights, sample_weight = self._partial_fit_problems(X, y, classes, sample_weight, first=first)
         cost = np.ones_like(Y, dtype=np.float64) if weights is None else weights
         if first:
             self.C_ = self._resolve_C(X, sample_weight)
