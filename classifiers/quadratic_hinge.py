@@ -97,6 +97,24 @@ def _squared_norms(X) -> np.ndarray:
     return np.einsum("ij,ij->i", X, X, dtype=np.float64)
 
 
+def penalty_of(model) -> float:
+    """The intercept's penalty ``1 / intercept_scaling^2`` relative to the loss weight (0: unpenalised)."""
+    return float(model.intercept_scaling) ** -2 if model.penalize_intercept else 0.0
+
+
+def _batch_curvature(X, n_batches: int = 8) -> float:
+    """The largest eigenvalue of ``X_B^T X_B / |B|`` over the first ``n_batches`` steps' rows ``B``
+    (from the ``|B| x |B|`` Gram matrix): the loss's curvature along a step, ``||x||^2`` for
+    identical rows, ``||x||^2 / |B|`` for orthogonal ones."""
+    largest = 0.0
+    for start in range(0, min(X.shape[0], n_batches * SGD_BATCH_ROWS), SGD_BATCH_ROWS):
+        rows = X[start:start + SGD_BATCH_ROWS]
+        gram = rows @ rows.T
+        gram = np.asarray(gram.todense() if sp.issparse(gram) else gram, dtype=np.float64)
+        largest = max(largest, float(np.linalg.eigvalsh(gram)[-1]) / rows.shape[0])
+    return largest
+
+
 def paper_lambda_to_C(lam: float) -> float:
     """``C`` of this module equivalent to the ScSPM reference code's ``lambda``.
 
@@ -350,8 +368,10 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             G = -2\\, s * Y * \\max(0, 1 - Y * (X W + 1 b^\\top)),
 
         with ``eta_t = eta_0 / (1 + lambda eta_0 t)^{3/4}`` (``t`` rows seen;
-        ``eta_0 = 1 / (2 max_c s_c mean_i ||x_i||^2)``, the inverse smoothness of the
-        loss of the first block) [4]_, and the averaged iterate
+        ``eta_0 = 1 / (4 max s L)``: ``L`` the largest eigenvalue of ``X_B^T X_B / |B|`` over
+        the first block's first 8 steps, the curvature of a step's loss in ``W`` up to the
+        factor ``2 s``) [4]_; the bias, whose curvature is that of a constant feature
+        (``L = 1``), takes steps ``eta_t L`` (a block-diagonal preconditioner), and the averaged iterate
         ``W_bar <- W_bar + (W - W_bar) / (t - n + 1)`` from the second epoch on
         (Polyak-Ruppert averaging, the model ``coef_`` / ``intercept_``) [4]_ [5]_.
 
@@ -397,11 +417,14 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         cost = np.ones_like(Y, dtype=np.float64) if weights is None else weights
         if first:
             self.C_ = self._resolve_C(X, sample_weight)
-            squared = float(np.mean(_squared_norms(X))) if X.shape[0] else 1.0
-            step = 1.0 / (2.0 * float(cost.max(initial=1.0)) * max(squared, 1e-12))
+            # one step size per block of unknowns (W, then b), each half the inverse of its
+            # curvature, so that together they stay below the step's inverse smoothness
+            largest_cost = float(cost.max(initial=1.0))
+            step = 1.0 / (4.0 * largest_cost * max(_batch_curvature(X), 1e-12))
+            step_b = 1.0 / (4.0 * largest_cost * (1.0 + penalty_of(self)))
             P = Y.shape[1]
             self._sgd_state = {"W": np.zeros((X.shape[1], P)), "b": np.zeros(P), "W_bar": np.zeros((X.shape[1], P)),
-                               "b_bar": np.zeros(P), "t": 0, "n": int(n_samples), "eta0": step, "steps": 0,
+                               "b_bar": np.zeros(P), "t": 0, "n": int(n_samples), "eta0": step, "eta0_b": step_b, "steps": 0,
                                "losses": []}
         state = self._sgd_state
         lam = 1.0 / (self.C_ * state["n"])
@@ -421,7 +444,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             W *= 1.0 - eta * lam
             W -= (eta / rows.shape[0]) * np.asarray(rows.T @ G)
             if self.fit_intercept:
-                b -= eta * (G.sum(axis=0) / rows.shape[0] + penalty * b)
+                b -= eta * state["eta0_b"] / state["eta0"] * (G.sum(axis=0) / rows.shape[0] + penalty * b)
             state["t"] += rows.shape[0]
             state["steps"] += 1
             averaged = state["t"] - state["n"]

@@ -34,9 +34,9 @@ only each shard's name, size and checksum, and commits them with the manifest.
 
 Compressed rows (``rows="float16"``, ``"pq8"``, ``"pq16"``, sharded store, dense rows only):
 the workers write each shard compressed.  Product quantisation first needs its codebooks:
-a pass over the training shards returns a sample of at most :data:`PQ_SAMPLE_ROWS` training
-rows (spread evenly over the shards; their pooled codes come from the stage cache when it
-is on), the client learns the codebooks from it
+a pass over at most :data:`PQ_SAMPLE_SHARDS` training shards (evenly spaced) returns a sample
+of at most :data:`PQ_SAMPLE_ROWS` training rows (spread evenly over those shards; their
+vectors come from the stage cache when it is on, else these images are encoded twice), the client learns the codebooks from it
 (:class:`~classify_images.coding.product_quantizer.ProductQuantizer`) and sends them to every
 worker once, and every shard is then computed again from the stage cache and written as codes.
 """
@@ -77,6 +77,9 @@ _NORMALISE_CHUNK = 1024
 #: Training rows the product-quantisation codebooks are learnt from, at most (sent to the client:
 #: 1 GiB of 262 144-dimensional Fisher vectors).
 PQ_SAMPLE_ROWS = 1024
+#: Training shards the sample is drawn from, at most (evenly spaced): without a stage cache they
+#: are the images encoded twice (ImageNet-1k: 256 of ~20 000 training shards of 64 images).
+PQ_SAMPLE_SHARDS = 256
 
 
 @dataclass
@@ -345,8 +348,11 @@ def _write_shards(
     quantizer = None
     if shards.fmt == "pq":
         training = [step for step in shards.plan if step[0] == "X_train"]
-        per_shard = -(-PQ_SAMPLE_ROWS // len(training))
-        samples = run(training, "pool (codebook sample)", extractor, normalized=True, sample_rows=per_shard)
+        # at most PQ_SAMPLE_SHARDS evenly spaced shards (the shards hold the classes in turn)
+        picked = np.unique(np.linspace(0, len(training) - 1, min(len(training), PQ_SAMPLE_SHARDS)).astype(int))
+        per_shard = -(-PQ_SAMPLE_ROWS // len(picked))
+        samples = run([training[k] for k in picked], "pool (codebook sample)", extractor, normalized=True,
+                      sample_rows=per_shard)
         quantizer = ProductQuantizer(pq_sub_dim(encoding)).fit(np.concatenate([result["sample"] for result in samples]))
         shards.codebooks = writer.save_quantizer(quantizer)
     results = run(shards.plan, "encode + pool", extractor, normalized=True, quantizer=quantizer)

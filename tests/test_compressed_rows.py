@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from classify_images.coding import product_quantizer
 from classify_images.coding.product_quantizer import ProductQuantizer, RowCodecError, to_float16
 from classify_images.pipeline.build import build_feature_set
 from classify_images.pipeline.cli import main
@@ -24,13 +25,13 @@ def _reference_nearest(sub: np.ndarray, centroids: np.ndarray) -> int:
     return int(np.argmin(distances))
 
 
-def _reference_fit(rows: np.ndarray, sub_dim: int, n_iter: int, seed: int) -> np.ndarray:
+def _reference_fit(rows: np.ndarray, sub_dim: int, n_iter: int, seed: int, n_centroids: int) -> np.ndarray:
     """Lloyd's k-means position by position, with loops (the same start rows as the quantiser)."""
     n, d = rows.shape
     m = -(-d // sub_dim)
     padded = np.zeros((n, m * sub_dim))
     padded[:, :d] = rows
-    k = min(256, n)
+    k = min(n_centroids, n)
     start = np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
     codebooks = np.zeros((m, k, sub_dim))
     for j in range(m):
@@ -47,11 +48,14 @@ def _reference_fit(rows: np.ndarray, sub_dim: int, n_iter: int, seed: int) -> np
 
 
 @pytest.mark.parametrize("sub_dim", [4, 5])
-def test_product_quantizer_matches_slow_loops(sub_dim):
+def test_product_quantizer_matches_slow_loops(sub_dim, monkeypatch):
     rng = np.random.default_rng(sub_dim)
-    rows = rng.normal(size=(300, 22)).astype(np.float32)  # 22 = not a multiple of 4 or 5: padding
-    quantizer = ProductQuantizer(sub_dim, n_iter=3, seed=1).fit(rows)
-    np.testing.assert_allclose(quantizer.codebooks_, _reference_fit(rows, sub_dim, 3, 1), rtol=1e-4, atol=1e-5)
+    rows = rng.normal(size=(60, 22)).astype(np.float32)  # 22 = not a multiple of 4 or 5: padding
+    quantizer = ProductQuantizer(sub_dim, n_iter=3, seed=1)
+    with monkeypatch.context() as patch:  # 20 centroids: the k-means moves them (with 256, every row is one)
+        patch.setattr(product_quantizer, "N_CENTROIDS", 20)
+        quantizer.fit(rows)
+        np.testing.assert_allclose(quantizer.codebooks_, _reference_fit(rows, sub_dim, 3, 1, 20), rtol=1e-4, atol=1e-5)
     fresh = rng.normal(size=(40, 22)).astype(np.float32)
     codes = quantizer.encode(fresh)
     assert codes.dtype == np.uint8 and codes.shape == (40, -(-22 // sub_dim))
@@ -162,3 +166,16 @@ def test_sharded_rows_of_compressed_shards_decode_by_index(fisher_sets):
     dense = rows.toarray()
     pick = np.array([len(rows) - 1, 0, 2])
     np.testing.assert_array_equal(rows[pick], dense[pick])
+
+
+def test_pq_codebooks_learn_from_a_bounded_sample(tmp_path, monkeypatch):
+    from classify_images.pipeline import build
+
+    monkeypatch.setattr(build, "PQ_SAMPLE_SHARDS", 2)
+    monkeypatch.setattr(build, "PQ_SAMPLE_ROWS", 6)
+    build_feature_set(FIXTURE_IMAGES, tmp_path / "pq", small_config(**FISHER), cache_dir=tmp_path / "cache",
+                      store="sharded", batch_size=5, rows="pq16")
+    feature_set = load_feature_set(tmp_path / "pq")
+    codebooks = np.load(tmp_path / "pq" / "pq_codebooks.npy")
+    assert codebooks.shape == (256 // 16, 6, 16)  # 3 rows from each of 2 shards: 6 centroids per position
+    assert feature_set.row_encoding == "pq16" and feature_set.X_train.shape[1] == 256

@@ -34,7 +34,9 @@ def reference_asgd(X, y, C, n_epochs, block, batch):
     P = len(classes)
     X = X.astype(np.float64)
     lam = 1.0 / (C * n)
-    eta0 = 1.0 / (2.0 * np.mean([x @ x for x in X]))
+    first = [X[s:min(s + batch, block, n)] for s in range(0, min(block, n), batch)][:8]
+    curvature = max(np.linalg.eigvalsh(B @ B.T)[-1] / len(B) for B in first)  # the steps of the first block
+    eta0, eta0_b = 1.0 / (4.0 * curvature), 1.0 / 4.0
     W, b = np.zeros((P, d)), np.zeros(P)
     W_bar, b_bar = W.copy(), b.copy()
     t = 0
@@ -52,7 +54,7 @@ def reference_asgd(X, y, C, n_epochs, block, batch):
                     grad_b[c] += -2.0 * target * margin
             m = len(rows)
             W = (1 - eta * lam) * W - eta * grad_W / m
-            b = b - eta * grad_b / m
+            b = b - eta * eta0_b / eta0 * grad_b / m
             t += m
             if t <= n:
                 W_bar, b_bar = W.copy(), b.copy()
