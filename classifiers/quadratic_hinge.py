@@ -307,7 +307,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
 
     def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         start = time.perf_counter()
-        self.__dict__.pop("_sgd_state", None)  # partial_fit starts again after fit
+        self.__dict__.pop("_sgd_state", None)  # a partial_fit after fit continues from its weights
         self.C_ = self._resolve_C(X, sample_weight)
         basis = EigenBasis(X) if self._use_eigenbasis(X) else None
         problem = self._problem(X, Y, self.C_, weights, basis)
@@ -384,8 +384,10 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         sample_weight : array-like of shape (n_block,), default=None
             Multiplies each row's loss term (``class_weight="balanced"`` is refused: it
             needs the class counts of all the data; give a dict).
-        n_samples : int
-            Rows per epoch ``n`` (sets ``lambda``); required on the first call.
+        n_samples : int, optional
+            Rows per epoch ``n`` (sets ``lambda``), read on the first call; default the
+            rows of that first block (scikit-learn's convention: one call, one pass over the
+            data given).
 
         Returns
         -------
@@ -396,7 +398,8 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         ``C="auto"`` is resolved from the first block alone; :meth:`auto_parameters`
         resolves it on all the blocks.  ``objective_`` is the mean of the mini-batch
         objectives ``f`` of the last epoch (an estimate), ``n_iter_`` the steps taken.
-        After :meth:`fit`, a first ``partial_fit`` starts again from zero weights.
+        After :meth:`fit`, ``partial_fit`` continues from its weights (``classes`` may then be
+        left out), as HIK nSVM's does.
 
         References
         ----------
@@ -407,24 +410,28 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
            "Large-scale image classification: fast feature extraction and SVM training", CVPR 2011.
         """
         first = getattr(self, "_sgd_state", None) is None
-        if first and classes is not None and (n_samples is None or n_samples < 1):
-            raise ValueError("n_samples (rows per epoch, which sets the regularisation 1 / (C n)) must be passed on "
-                             "the first call to partial_fit")
+        if first and n_samples is not None and n_samples < 1:
+            raise ValueError(f"n_samples (rows per epoch, which sets the regularisation 1 / (C n)) must be at least 1, "
+                             f"not {n_samples}")
         if first:
             self._check_params()
-            self.__dict__.pop("classes_", None)
-        X, Y, weights, sample_weight = self._partial_fit_problems(X, y, classes, sample_weight, first=first)
+        X, Y, weights, sample_weight = self._partial_fit_problems(
+            X, y, classes, sample_weight, first=first and getattr(self, "classes_", None) is None)
         cost = np.ones_like(Y, dtype=np.float64) if weights is None else weights
         if first:
-            self.C_ = self._resolve_C(X, sample_weight)
+            if getattr(self, "C_", None) is None:  # (after fit: fit's C_)
+                self.C_ = self._resolve_C(X, sample_weight)
             # one step size per block of unknowns (W, then b), each half the inverse of its
             # curvature, so that together they stay below the step's inverse smoothness
             largest_cost = float(cost.max(initial=1.0))
             step = 1.0 / (4.0 * largest_cost * max(_batch_curvature(X), 1e-12))
             step_b = 1.0 / (4.0 * largest_cost * (1.0 + penalty_of(self)))
             P = Y.shape[1]
-            self._sgd_state = {"W": np.zeros((X.shape[1], P)), "b": np.zeros(P), "W_bar": np.zeros((X.shape[1], P)),
-                               "b_bar": np.zeros(P), "t": 0, "n": int(n_samples), "eta0": step, "eta0_b": step_b, "steps": 0,
+            fitted = getattr(self, "coef_", None) is not None and self.coef_.shape == (P, X.shape[1])
+            W = np.ascontiguousarray(self.coef_.T, dtype=np.float64) if fitted else np.zeros((X.shape[1], P))
+            b = np.array(self.intercept_, dtype=np.float64) if fitted else np.zeros(P)
+            self._sgd_state = {"W": W, "b": b, "W_bar": W.copy(), "b_bar": b.copy(), "t": 0,
+                               "n": int(n_samples or X.shape[0] or 1), "eta0": step, "eta0_b": step_b, "steps": 0,
                                "losses": []}
         state = self._sgd_state
         lam = 1.0 / (self.C_ * state["n"])

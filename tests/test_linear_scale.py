@@ -88,7 +88,9 @@ def test_streaming_asgd_approaches_lbfgs():
 def test_partial_fit_errors():
     X, y = data(n=40)
     with pytest.raises(ValueError, match="n_samples"):
-        QuadraticHingeSVC().partial_fit(X, y, classes=np.unique(y))
+        QuadraticHingeSVC().partial_fit(X, y, classes=np.unique(y), n_samples=0)
+    alone = QuadraticHingeSVC().partial_fit(X, y, classes=np.unique(y))  # one block = one epoch
+    assert alone._sgd_state["n"] == 40 and alone.coef_.shape == (4, X.shape[1])
     with pytest.raises(ValueError, match="classes must be passed"):
         QuadraticHingeSVC().partial_fit(X, y, n_samples=40)
     with pytest.raises(ValueError, match="balanced"):
