@@ -25,14 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_utils import machine, mean_per_class_accuracy, pin_threads, write_json  # noqa: E402
-from bench_startup import processor as processor_model  # noqa: E402  (the model name in /proc/cpuinfo)
+from _bench_utils import machine, mean_per_class_accuracy, pin_threads, write_json
+from bench_startup import processor as processor_model  # the model name in /proc/cpuinfo
 
-from classify_images.classifiers import QuadraticHingeSVC  # noqa: E402
-from classify_images.coding.product_quantizer import ProductQuantizer, pq_sub_dim  # noqa: E402
-from classify_images.pipeline.feature_store import load_feature_set  # noqa: E402
-from classify_images.pipeline.streaming_training import fit_streaming  # noqa: E402
+# The package's classifiers and codecs are imported by the functions that use them, after
+# main() has pinned the thread pools (importing this script leaves them as they were).
 
 ENCODINGS = ("float32", "float16", "pq16", "pq8")
 
@@ -56,6 +53,8 @@ def codec(encoding: str, X_train: np.ndarray):
         return (lambda X: X), (lambda S: np.asarray(S, dtype=np.float32)), 0, 0.0
     if encoding == "float16":
         return (lambda X: X.astype(np.float16)), (lambda S: S.astype(np.float32)), 0, 0.0
+    from classify_images.coding.product_quantizer import ProductQuantizer, pq_sub_dim
+
     start = time.process_time()
     quantizer = ProductQuantizer(pq_sub_dim(encoding)).fit(X_train)
     return quantizer.encode, quantizer.decode, quantizer.codebooks_.nbytes, time.process_time() - start
@@ -70,6 +69,9 @@ def score(model, X: np.ndarray, y: np.ndarray) -> dict:
 def measure(X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, *,
             encodings=ENCODINGS, epochs=(10, 20), streamed=("float32", "pq8"), block_rows: int = 256) -> dict:
     """The compression table and the streaming comparison (module docstring)."""
+    from classify_images.classifiers import QuadraticHingeSVC
+    from classify_images.pipeline.streaming_training import fit_streaming
+
     d = X_train.shape[1]
     results: dict = {"n_train": int(X_train.shape[0]), "n_test": int(X_test.shape[0]), "n_features": int(d),
                      "encodings": {}, "streaming": {}}
@@ -129,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     print(f"processor: {processor_model()}  ({machine()['cpu_count']} cores, 1 thread)", flush=True)
+    from classify_images.pipeline.feature_store import load_feature_set
+
     feature_set = load_feature_set(args.features)
     results = measure(np.asarray(feature_set.X_train), np.asarray(feature_set.y_train),
                       np.asarray(feature_set.X_test), np.asarray(feature_set.y_test), encodings=args.encodings,
