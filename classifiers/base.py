@@ -59,7 +59,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 
 from .._log import verbose_output
 from ..errors import ClassifyImagesError
-from ._compat import _fit_context
+from ._compat import _check_partial_fit_first_call, _fit_context
 
 __all__ = [
     "NegativeFeaturesError", "OneVsRestClassifierBase", "auto_scale_mean", "loss_weights", "merge_problem_groups",
@@ -242,6 +242,12 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         when every problem is solved independently of the others with shared random
         draws; then :meth:`fit_problem_group` fits any group of them.  ``None`` (the
         default): the problems are solved jointly, and ``_joint_reason`` says how.
+    _group_reductions : dict of str to callable
+        Scalar fitted attributes that differ between groups of problems (an iteration
+        count, an objective summed over the problems) and how :func:`merge_problem_groups`
+        combines them (``max``, ``sum``); a classifier that lists any gives the model of
+        :meth:`fit` within solver tolerance, not bit for bit (QuadraticHingeSVC: each
+        group's L-BFGS stops by its own gradient norm).
     _parameter_constraints : dict
         scikit-learn's description of the allowed value of every constructor
         parameter, checked by :meth:`fit` before anything else.
@@ -253,6 +259,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _fitted_shapes: dict[str, tuple[str, ...]] = {}
     _fitted_arrays: tuple[str, ...] = ()
     _problem_axes: dict[str, int] | None = None
+    _group_reductions: dict[str, Any] = {}
     _joint_reason: str = "learns its one-vs-rest problems jointly, so they cannot be fitted in groups"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -415,6 +422,35 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         weights = loss_weights(Y, self.classes_, getattr(self, "class_weight", None), sample_weight)
         return X, Y, weights, sample_weight
 
+    def _partial_fit_problems(self, X: Any, y: Any, classes: Any, sample_weight: Any, *,
+                              first: bool) -> tuple[Any, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """What ``partial_fit`` checks and prepares for one block, as :meth:`_training_problems`
+        for ``fit``: ``classes_`` set on the ``first`` call (required then), labels among them,
+        ``class_weight="balanced"`` refused (it needs the class counts of all the data)."""
+        if first and classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        if getattr(self, "class_weight", None) == "balanced":
+            raise ValueError(
+                "class_weight='balanced' is not supported by partial_fit: it needs the class counts of all "
+                "the data; give class_weight as a dict of weights"
+            )
+        X, y = self._validate_X(X, reset=first, y=y, training=True)
+        self.__dict__.pop("platt_", None)  # a calibration of the weights before this block no longer holds
+        self.__dict__.pop("platt_folds_", None)
+        check_classification_targets(y)
+        _check_partial_fit_first_call(self, classes)
+        if len(self.classes_) < 2:
+            given = self.classes_.tolist()
+            del self.classes_
+            raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={given!r}")
+        unknown = np.setdiff1d(y, self.classes_)
+        if unknown.size:
+            raise ValueError(f"y has labels {unknown[:5].tolist()!r} that are not in classes {self.classes_[:10].tolist()!r}")
+        X, y, sample_weight = self._drop_unweighted_rows(X, y, sample_weight)
+        Y = ovr_targets(np.searchsorted(self.classes_, y), len(self.classes_))
+        weights = loss_weights(Y, self.classes_, getattr(self, "class_weight", None), sample_weight)
+        return X, Y, weights, sample_weight
+
     @staticmethod
     def _drop_unweighted_rows(X, y: np.ndarray, sample_weight: Any) -> tuple[Any, np.ndarray, np.ndarray | None]:
         """``(X, y, sample_weight)`` checked (float64, non-negative) without the rows of weight 0."""
@@ -512,7 +548,8 @@ def merge_problem_groups(groups: Sequence[OneVsRestClassifierBase]) -> OneVsRest
 
     ``groups`` are fitted by :meth:`~OneVsRestClassifierBase.fit_problem_group` with the same
     parameters on the same data, and together cover every problem once (in any order).  The
-    per-problem attributes (``_problem_axes``) are concatenated in the order of the problems;
+    per-problem attributes (``_problem_axes``) are concatenated in the order of the problems,
+    those of ``_group_reductions`` combined by their function;
     every other fitted attribute must be identical in all groups (it is computed from the
     data alone) and is kept.  The result is an unfitted clone of the first group holding
     them: the model :meth:`~OneVsRestClassifierBase.fit` learns.
@@ -551,6 +588,8 @@ def merge_problem_groups(groups: Sequence[OneVsRestClassifierBase]) -> OneVsRest
         values = [vars(group).get(name) for group in groups]
         if name in axes:
             setattr(merged, name, np.concatenate(values, axis=axes[name]))
+        elif name in type(first)._group_reductions:
+            setattr(merged, name, type(first)._group_reductions[name](values))
         elif all(_same_value(values[0], value) for value in values[1:]):
             setattr(merged, name, values[0])
         else:

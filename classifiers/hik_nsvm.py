@@ -32,15 +32,14 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array
 
 from . import _hik_nsvm_kernels as K
-from ._compat import N_JOBS_CONSTRAINT, Interval, StrOptions, _check_partial_fit_first_call, _fit_context
+from ._compat import N_JOBS_CONSTRAINT, Interval, StrOptions, _fit_context
 from ._parallel import log_problem_groups, map_tasks, n_threads, problem_groups
 from ._random import kernel_seed
 from ._rows import matrix_arrays
-from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
+from .base import OneVsRestClassifierBase, auto_scale_mean
 
 __all__ = ["HIKnSVM", "hik_nsvm_objective", "hik_decision"]
 
@@ -456,29 +455,8 @@ class HIKnSVM(OneVsRestClassifierBase):
         not recorded.  After ``fit``, ``partial_fit`` continues from its weights at epoch
         ``n_epochs``.
         """
-        if getattr(self, "classes_", None) is None and classes is None:
-            raise ValueError("classes must be passed on the first call to partial_fit.")
-        if self.class_weight == "balanced":
-            raise ValueError(
-                "class_weight='balanced' is not supported by partial_fit: it needs the class counts of all "
-                "the data; give class_weight as a dict of weights"
-            )
         first = getattr(self, "classes_", None) is None
-        X, y = self._validate_X(X, reset=first, y=y, training=True)
-        self.__dict__.pop("platt_", None)  # a calibration of the weights before this block no longer holds
-        self.__dict__.pop("platt_folds_", None)
-        check_classification_targets(y)
-        _check_partial_fit_first_call(self, classes)
-        if len(self.classes_) < 2:
-            given = self.classes_.tolist()
-            del self.classes_
-            raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={given!r}")
-        unknown = np.setdiff1d(y, self.classes_)
-        if unknown.size:
-            raise ValueError(f"y has labels {unknown[:5].tolist()!r} that are not in classes {self.classes_[:10].tolist()!r}")
-        X, y, sample_weight = self._drop_unweighted_rows(X, y, sample_weight)
-        Y = ovr_targets(np.searchsorted(self.classes_, y), len(self.classes_))
-        weights = loss_weights(Y, self.classes_, self.class_weight, sample_weight)
+        X, Y, weights, sample_weight = self._partial_fit_problems(X, y, classes, sample_weight, first=first)
         state = self._start_epoch_state(X, Y.shape[1], sample_weight)
         self.__dict__.pop("objective_curve_", None)
         if X.shape[0]:

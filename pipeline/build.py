@@ -31,6 +31,14 @@ row is computed by the same function of the image and the codebook, and per-imag
 derive from the image's content.  With ``store="sharded"`` the workers also write the rows,
 one shard per task (:mod:`~classify_images.pipeline.shard_store`); the client receives
 only each shard's name, size and checksum, and commits them with the manifest.
+
+Compressed rows (``rows="float16"``, ``"pq8"``, ``"pq16"``, sharded store, dense rows only):
+the workers write each shard compressed.  Product quantisation first needs its codebooks:
+a pass over at most :data:`PQ_SAMPLE_SHARDS` training shards (evenly spaced) returns a sample
+of at most :data:`PQ_SAMPLE_ROWS` training rows (spread evenly over those shards; their
+vectors come from the stage cache when it is on, else these images are encoded twice), the client learns the codebooks from it
+(:class:`~classify_images.coding.product_quantizer.ProductQuantizer`) and sends them to every
+worker once, and every shard is then computed again from the stage cache and written as codes.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from joblib import Parallel, delayed
 
 from .._log import verbose_output
 from ..coding.encoders import make_encoder
+from ..coding.product_quantizer import ROW_ENCODINGS, ProductQuantizer, RowCodecError, pq_sub_dim
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
@@ -73,6 +82,12 @@ _log = logging.getLogger(__name__)
 
 #: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
 _NORMALISE_CHUNK = 1024
+#: Training rows the product-quantisation codebooks are learnt from, at most (sent to the client:
+#: 1 GiB of 262 144-dimensional Fisher vectors).
+PQ_SAMPLE_ROWS = 1024
+#: Training shards the sample is drawn from, at most (evenly spaced): without a stage cache they
+#: are the images encoded twice (ImageNet-1k: 256 of ~20 000 training shards of 64 images).
+PQ_SAMPLE_SHARDS = 256
 
 
 @dataclass
@@ -162,8 +177,9 @@ def _fingerprint_or_reason(path: str) -> tuple[str | None, str | None]:
 
 
 def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: dict,
-                         store: str = "npy") -> BuildResult | None:
-    """The existing feature set at ``out`` when it was built with ``config_hash`` into the ``store`` layout.
+                         store: str = "npy", encoding: str = "float32") -> BuildResult | None:
+    """The existing feature set at ``out`` when it was built with ``config_hash`` into the ``store`` layout,
+    its rows stored as ``encoding``.
 
     Any failure to load it (torn, tampered or partial files) means "rebuild it"."""
     if not (out / "manifest.json").exists():
@@ -172,7 +188,7 @@ def _reuse_if_up_to_date(out: Path, config_hash: str, n_images: int, timings: di
         existing = load_feature_set(out)
     except Exception:  # noqa: BLE001 - whatever is wrong with it, the rebuild replaces it
         return None
-    if existing.config_hash != config_hash or existing.layout != store:
+    if existing.config_hash != config_hash or existing.layout != store or existing.row_encoding != encoding:
         return None
     _log.info("feature set %s is up to date (config hash %s); nothing to do", out, config_hash[:12])
     return BuildResult(
@@ -260,23 +276,30 @@ def _encode_and_pool(
 
 def _encode_shard(
     images: list[tuple[str, str]], folder: str, part: str, index: int, fmt: str, *,
-    extractor: FeatureExtractor, normalized: bool, statistics_only: bool = False,
+    extractor: FeatureExtractor, normalized: bool, statistics_only: bool = False, sample_rows: int = 0,
+    quantizer: ProductQuantizer | None = None,
 ) -> dict[str, Any]:
     """One task of a sharded build: the rows of ``images``, written by the worker as shard
-    ``index`` of ``part`` in ``folder``.
+    ``index`` of ``part`` in ``folder`` (compressed by ``quantizer`` for format ``pq``).
 
     Returns ``{"entry": …}`` (the shard's manifest entry), ``{"non_finite": [local rows]}``
-    (nothing written), or, with ``statistics_only``, the column minima and maxima of the
-    pooled rows (``{"minima", "maxima"}``, nothing written) for fitting a normaliser.
+    (nothing written), with ``statistics_only`` the column minima and maxima of the
+    pooled rows (``{"minima", "maxima"}``, nothing written) for fitting a normaliser, or with
+    ``sample_rows`` that many of its finite rows, evenly spaced (``{"sample"}``, nothing written)
+    for learning product-quantisation codebooks.
     """
     rows = np.stack([image_row(path, fingerprint, extractor=extractor, normalized=normalized)
                      for path, fingerprint in images]).astype(np.float32, copy=False)
     if statistics_only:
         return {"minima": rows.min(axis=0), "maxima": rows.max(axis=0)}
     finite = np.isfinite(rows).all(axis=1)
+    if sample_rows:
+        rows = rows[finite]
+        return {"sample": rows[np.unique(np.linspace(0, rows.shape[0] - 1, min(sample_rows, rows.shape[0])).astype(int))]
+                if rows.shape[0] else rows}
     if not finite.all():
         return {"non_finite": np.flatnonzero(~finite).tolist()}
-    return {"entry": write_shard(folder, part, index, rows, fmt)}
+    return {"entry": write_shard(folder, part, index, rows, fmt, quantizer)}
 
 
 @dataclass
@@ -288,25 +311,32 @@ class _Shards:
     #: (part, index of the shard in its part, positions of its images in ``split.train`` / ``split.test``)
     plan: list[tuple[str, int, np.ndarray]]
     entries: dict[str, list[dict]] = field(default_factory=dict)
+    #: how dense rows are stored (``--rows``), and the codebooks' entry when product-quantised
+    encoding: str = "float32"
+    codebooks: dict | None = None
 
     def manifest(self, n_features: int) -> dict[str, Any]:
         n_values = sum(entry["rows"] for entries in self.entries.values() for entry in entries) * n_features
         nnz = sum(entry["nnz"] for entries in self.entries.values() for entry in entries)
-        return {"layout": "sharded", "format": self.fmt, "rows_per_shard": self.rows_per_shard,
-                "density": round(nnz / max(n_values, 1), 6), "shards": self.entries}
+        compressed = {} if self.codebooks is None else {"codebooks": self.codebooks}
+        return {"layout": "sharded", "format": self.fmt, "rows": self.encoding, "rows_per_shard": self.rows_per_shard,
+                "density": round(nnz / max(n_values, 1), 6), "shards": self.entries, **compressed}
 
 
 def _write_shards(
-    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: Runner
+    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: Runner,
+    encoding: str = "float32",
 ) -> _Shards:
     """Every row of the feature set, written by the workers as shards of ``runner.batch_size`` rows.
 
     A normaliser with training statistics (``minmax``) is fitted first from the column
     minima and maxima of the training shards' pooled rows (combined exactly), then every
-    shard is computed again, normalised, from the stage cache.
+    shard is computed again, normalised, from the stage cache.  Product-quantised rows
+    (``encoding`` ``pq8`` / ``pq16``) likewise first learn their codebooks from a sample of
+    the training rows (module docstring).
     """
     size = runner.batch_size
-    shards = _Shards(shard_format(extractor.encoder.sparse_rows), size, [])
+    shards = _Shards(shard_format(extractor.encoder.sparse_rows, encoding), size, [], encoding=encoding)
     for part, index in (("X_train", split.train), ("X_test", split.test)):
         shards.plan += [(part, k, np.arange(start, min(start + size, len(index))))
                         for k, start in enumerate(range(0, len(index), size))]
@@ -328,7 +358,17 @@ def _write_shards(
         maxima = np.maximum.reduce([result["maxima"] for result in statistics])
         extractor.normalizer = type(extractor.normalizer).from_statistics(
             extractor.normalizer.method, np.stack([minima, maxima]))
-    results = run(shards.plan, "encode + pool", extractor, normalized=True)
+    quantizer = None
+    if shards.fmt == "pq":
+        training = [step for step in shards.plan if step[0] == "X_train"]
+        # at most PQ_SAMPLE_SHARDS evenly spaced shards (the shards hold the classes in turn)
+        picked = np.unique(np.linspace(0, len(training) - 1, min(len(training), PQ_SAMPLE_SHARDS)).astype(int))
+        per_shard = -(-PQ_SAMPLE_ROWS // len(picked))
+        samples = run([training[k] for k in picked], "pool (codebook sample)", extractor, normalized=True,
+                      sample_rows=per_shard)
+        quantizer = ProductQuantizer(pq_sub_dim(encoding)).fit(np.concatenate([result["sample"] for result in samples]))
+        shards.codebooks = writer.save_quantizer(quantizer)
+    results = run(shards.plan, "encode + pool", extractor, normalized=True, quantizer=quantizer)
     bad = [images.dataset.paths[split_index[part][rows[r]]]
            for (part, _, rows), result in zip(shards.plan, results) for r in result.get("non_finite", [])]
     if bad:
@@ -432,6 +472,7 @@ def build_feature_set(
     batch_size: int | None = None,
     execution: Execution | None = None,
     force: bool = False,
+    rows: str = "float32",
 ) -> BuildResult:
     """Build (or reuse) the feature set of ``dataset_dir`` under ``config`` into ``out``.
 
@@ -476,6 +517,10 @@ def build_feature_set(
     force : bool
         Also replace a folder holding nothing but files of a feature set's names that no manifest
         of ours lists (``--force``; files of other names are refused all the same).
+    rows : {"float32", "float16", "pq8", "pq16"}, default="float32"
+        How dense rows are stored (module docstring): compressed forms need the sharded
+        store (the default ``store`` is then ``"sharded"``) and dense rows; they are decoded
+        to float32 blocks on reading.
 
     Returns
     -------
@@ -490,21 +535,26 @@ def build_feature_set(
     if execution is None:
         execution = Execution.from_options(n_jobs=n_jobs, scheduler=scheduler, cluster=cluster, batch_size=batch_size)
     n_jobs, spec, batch_size = execution.n_jobs, execution.cluster, execution.batch_size
+    if rows not in ROW_ENCODINGS:
+        raise RowCodecError(f"--rows must be one of {', '.join(ROW_ENCODINGS)}, not {rows!r}")
     if store is None:
-        store = "npy" if spec is None else "sharded"
+        store = "npy" if spec is None and rows == "float32" else "sharded"
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
+    if rows != "float32" and store != "sharded":
+        raise RowCodecError(f"--rows {rows} stores the rows compressed in shards: use --store sharded (or leave --store out)")
     out = check_destination(out, dataset_dir, force=force)
     with verbose_output(verbose) as bars:
         progress = progress or tqdm_progress(bars)
         if spec is None:
-            return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, None, store, batch_size, force)
+            return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, None, store, batch_size, force, rows)
         return _build_on_cluster(execution, dataset_dir, out, config, n_jobs, cache_dir, progress, store, batch_size,
-                                 force)
+                                 force, rows)
 
 
 def _build_on_cluster(execution: Execution, dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir,
-                      progress: Progress, store: str, batch_size: int, force: bool) -> BuildResult:
+                      progress: Progress, store: str, batch_size: int, force: bool,
+                      rows: str) -> BuildResult:
     """:func:`_build` with a Dask client of ``execution`` (the per-image steps run on its workers)."""
     spec = execution.cluster
     # The workers do not share this process's current folder: they get absolute paths.
@@ -514,7 +564,7 @@ def _build_on_cluster(execution: Execution, dataset_dir, out: Path, config: Pipe
         _log.info("running the per-image steps on %s", spec)
         if os.path.isdir(dataset_dir):  # (a missing one is the dataset step's one-line error)
             _check_workers_see(client, Path(dataset_dir), "the dataset")
-        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, client, store, batch_size, force)
+        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, client, store, batch_size, force, rows)
 
 
 def _check_workers_see(client, folder: Path, what: str) -> None:
@@ -533,14 +583,16 @@ def _check_workers_see(client, folder: Path, what: str) -> None:
 
 def _build(
     dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir, progress: Progress, client,
-    store: str, batch_size: int, force: bool = False,
+    store: str, batch_size: int, force: bool = False, encoding: str = "float32",
 ) -> BuildResult:
     timer = StageTimer()
     with timer("discover"):
         images = _discover(dataset_dir, config, n_jobs, client, batch_size)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest,
                                  implementation_versions(make_encoder(config.codebook_params())))
-    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, store)
+    if store == "sharded":  # a compressed encoding of sparse rows is refused before any work
+        shard_format(make_encoder(config.codebook_params()).sparse_rows, encoding)
+    reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, store, encoding)
     if reused is not None:
         return reused
 
@@ -563,7 +615,7 @@ def _build(
             if client is not None:
                 _check_workers_see(client, writer.shard_folder, "the feature set (--out)")
             with timer("encode+pool"), _image_errors_as_dataset_errors(images):
-                shards = _write_shards(extractor, images, split, writer, runner)
+                shards = _write_shards(extractor, images, split, writer, runner, encoding)
             with timer("normalise+write"):
                 _store_labels_and_codebook(writer, extractor, images.dataset.labels, split)
         else:

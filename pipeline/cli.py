@@ -205,7 +205,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
 
     config, out, cache_dir, execution = _build_options(args)
     result = build_feature_set(args.dataset, out, config, cache_dir=cache_dir, progress=_tqdm_progress(not args.quiet),
-                               store=args.store, execution=execution, force=args.force)
+                               store=args.store, execution=execution, force=args.force, rows=args.rows)
     _print_build(result, cache_dir)
     return 0
 
@@ -314,7 +314,7 @@ def _training_mode(args: argparse.Namespace):
         raise UsageError(f"--streaming trains on this machine from row blocks; drop {spec.option} (or --streaming)")
     estimator_class = classifier_class(args.classifier)
     if streaming and not hasattr(estimator_class, "partial_fit"):
-        raise UsageError(f"--streaming needs a classifier that learns from row blocks (partial_fit): only nsvm does, "
+        raise UsageError(f"--streaming needs a classifier that learns from row blocks (partial_fit): only nsvm and linear do, "
                          f"not {args.classifier}; train {args.classifier} without --streaming")
     if spec is not None:
         from .distributed_training import DistributedTrainingError, check_distributable
@@ -588,6 +588,10 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", choices=("npy", "sharded"), default=None,
                         help="row layout: npy (one memory-mapped file per split; the default on this machine) or "
                         "sharded (row blocks the workers write themselves; the default with --scheduler/--cluster)")
+    parser.add_argument("--rows", choices=("float32", "float16", "pq8", "pq16"), default="float32",
+                        help="how dense rows (Fisher vectors, VLAD, ...) are stored, in shards: float32 (exact), float16 "
+                        "(half the bytes) or product-quantised with 8 or 16 dimensions per byte (32x / 64x smaller); "
+                        "decoded to float32 on reading")
     parser.add_argument("--batch-size", type=int, metavar="B",
                         help=f"images per cluster task and rows per shard (default: {DEFAULT_BATCH_SIZE})")
     _add_force_argument(parser)

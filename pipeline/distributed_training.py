@@ -9,10 +9,14 @@ and the client concatenates the per-class arrays
 (:func:`~classify_images.classifiers.base.merge_problem_groups`) into the model that
 ``fit`` on one machine learns, bit for bit: the same ``coef_``, hence the same predictions.
 
-The linear squared-hinge SVM (one L-BFGS run over all classes: a shared line search and
-curvature history) and MBKL (stumps and kernel weights learnt from all classes, then the
-same joint L-BFGS) do not decompose into independent per-class problems; they are refused
-with a one-line :class:`DistributedTrainingError` rather than trained into a different model.
+The linear squared-hinge SVM (``QuadraticHingeSVC``) minimises a sum of per-class
+objectives: on one machine one L-BFGS run solves them jointly (the default), on a cluster
+each group of classes is solved by its own L-BFGS run, and the merged model is the joint
+one within solver tolerance (each run stops by its own gradient norm; not bit for bit:
+``n_iter_`` is the largest of the groups', ``objective_`` their sum).  MBKL (stumps and
+kernel weights learnt from all classes, then a joint L-BFGS) does not decompose into
+independent per-class problems; it is refused with a one-line
+:class:`DistributedTrainingError` rather than trained into a different model.
 
 Where the workers get the training rows.  Every problem needs every row, so every worker
 needs the whole training matrix.  Two sources:
@@ -129,7 +133,7 @@ def fit_distributed(
     ----------
     client : distributed.Client
         The cluster (:func:`~classify_images.pipeline.cluster.open_client`).
-    estimator : PmSVM or HIKnSVM (unfitted; left unchanged)
+    estimator : PmSVM, HIKnSVM or QuadraticHingeSVC (unfitted; left unchanged)
         A classifier whose problems decompose (:func:`check_distributable`).
     rows : FeatureSetRows, or an ndarray / CSR matrix
         The training rows: read by the workers from the shared path, or sent to each worker
@@ -147,7 +151,8 @@ def fit_distributed(
     Returns
     -------
     estimator
-        A new fitted estimator: the model ``clone(estimator).fit(X, y, sample_weight)`` learns.
+        A new fitted estimator: the model ``clone(estimator).fit(X, y, sample_weight)`` learns
+        (bit for bit, or within solver tolerance for QuadraticHingeSVC).
         Warnings the workers raised (``ConvergenceWarning``) are raised again on the client.
 
     Raises

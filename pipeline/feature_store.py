@@ -15,13 +15,19 @@ Layout::
     minmax.npy        float32 (2, d)           training minima and maxima, only with
                                                min-max normalisation (the fitted
                                                :class:`~classify_images.coding.normalize.Normalizer`)
+    pq_codebooks.npy  float32 (m, 256, s)      product-quantisation codebooks, only for rows
+                                               stored ``--rows pq8`` / ``pq16`` (sharded layout)
 
 Two layouts hold the rows (``--store``).  ``npy`` (the default on one machine):
 ``X_train.npy`` and ``X_test.npy`` as above, filled by the building process.  ``sharded``
 (for a cluster; manifest ``format_version`` 2 with a ``store`` entry): instead of those two
 files, row blocks ``X_train.000000.npy`` … (dense) or ``X_train.000000.npz`` … (CSR) that
 the workers write themselves, listed in the manifest with their rows and SHA-1
-(:mod:`~classify_images.pipeline.shard_store`).  Both load with :func:`load_feature_set`;
+(:mod:`~classify_images.pipeline.shard_store`).  The sharded layout can store dense rows
+compressed (``--rows``, the manifest's ``store.rows``): ``float16``, or product-quantised
+(``pq8`` / ``pq16``: one byte per 8 or 16 dimensions, the codebooks in ``pq_codebooks.npy``,
+listed with its SHA-1 in ``store.codebooks``; :mod:`~classify_images.coding.product_quantizer`);
+they are decoded to float32 blocks as they are read.  Both load with :func:`load_feature_set`;
 ``FeatureSet.X_train`` is the dense matrix either way, and
 :meth:`FeatureSet.iter_row_blocks` reads either layout one block at a time.
 
@@ -59,9 +65,11 @@ import numpy as np
 
 from ..errors import ClassifyImagesError
 from ..coding.normalize import Normalizer
+from ..coding.product_quantizer import ROW_ENCODINGS, ProductQuantizer, RowCodecError, pq_sub_dim
 from .atomic import atomic_write_json, fsync_file, remove_stale_siblings, replace_folder
 from .config import ConfigError, PipelineConfig
-from .shard_store import SHARD_FORMATS, ShardedRows, ShardError, is_shard_name, is_shard_temporary, shard_name
+from .shard_store import (ENCODING_FORMATS, SHARD_FORMATS, ShardedRows, ShardError, file_sha1, is_shard_name,
+                          is_shard_temporary, shard_name)
 
 __all__ = [
     "FeatureSetError",
@@ -77,6 +85,8 @@ MANIFEST = "manifest.json"
 CODEBOOK = "codebook"
 #: The fitted normaliser's statistics (``[minima; maxima]``), when it has any.
 NORMALIZER_STATISTICS = "minmax"
+#: The product-quantisation codebooks of rows stored ``pq8`` / ``pq16``.
+PQ_CODEBOOKS = "pq_codebooks"
 FORMAT_NAME = "classify-images-feature-set"
 #: Version 1: rows in ``X_train.npy`` / ``X_test.npy``; version 2: a ``store`` entry says
 #: where the rows are (``layout = "sharded"``: shards listed in the manifest).
@@ -91,7 +101,7 @@ ROW_ARRAYS = ("X_train", "X_test")
 LABEL_ARRAYS = ("y_train", "y_test")
 #: Every file name a feature set may hold (what this project writes, and nothing else).
 FILE_NAMES = frozenset(
-    {MANIFEST, f"{CODEBOOK}.npz", *(f"{name}.npy" for name in (*ROW_ARRAYS, *LABEL_ARRAYS, CODEBOOK, NORMALIZER_STATISTICS))}
+    {MANIFEST, f"{CODEBOOK}.npz", *(f"{name}.npy" for name in (*ROW_ARRAYS, *LABEL_ARRAYS, CODEBOOK, NORMALIZER_STATISTICS, PQ_CODEBOOKS))}
 )
 #: Rows checked for non-finite values at a time (bounded memory on memory-mapped arrays).
 _FINITE_CHECK_ROWS = 4096
@@ -144,6 +154,11 @@ class FeatureSet:
     def layout(self) -> str:
         """``"npy"`` or ``"sharded"``."""
         return str(self.manifest.get("store", {}).get("layout", "npy"))
+
+    @property
+    def row_encoding(self) -> str:
+        """How the rows are stored: ``"float32"``, ``"float16"``, ``"pq8"`` or ``"pq16"``."""
+        return str(self.manifest.get("store", {}).get("rows", "float32"))
 
     def iter_row_blocks(self, split: str, rows_per_block: int | None = None):
         """``(X_block, y_block)`` over the rows of ``split`` (``"train"`` or ``"test"``), in row order.
@@ -339,7 +354,15 @@ def _check_store(manifest: dict, bad) -> None:
     """The ``store`` entry of a sharded feature set: layout, format, shards covering every row."""
     store = manifest["store"]
     if not isinstance(store, dict) or store.get("layout") != "sharded" or store.get("format") not in SHARD_FORMATS:
-        raise bad("has an invalid 'store' (expected layout 'sharded' and format 'dense' or 'csr')")
+        raise bad(f"has an invalid 'store' (expected layout 'sharded' and a format among {', '.join(SHARD_FORMATS)})")
+    encoding = store.get("rows", "float32")
+    if encoding not in ROW_ENCODINGS or store["format"] not in ("csr", ENCODING_FORMATS[encoding]):
+        raise bad(f"has an invalid store.rows {encoding!r} for format {store['format']!r}")
+    codebooks = store.get("codebooks")
+    if (store["format"] == "pq") != (codebooks is not None) or (codebooks is not None and not (
+            isinstance(codebooks, dict) and codebooks.get("file") == f"{PQ_CODEBOOKS}.npy"
+            and isinstance(codebooks.get("sha1"), str) and len(codebooks["sha1"]) == 40)):
+        raise bad("has an invalid store.codebooks (format 'pq' lists its codebooks file and SHA-1, no other format does)")
     shards = store.get("shards")
     if not isinstance(shards, dict):
         raise bad("has an invalid store.shards")
@@ -379,14 +402,31 @@ def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -
 def _sharded_rows(folder: Path, manifest: dict) -> dict[str, ShardedRows]:
     """The shards of both splits, each read once and checked (structure, SHA-1, finite values)."""
     store = manifest["store"]
+    quantizer = _quantizer(folder, manifest) if store["format"] == "pq" else None
     rows = {}
     for part in ("train", "test"):
-        rows[part] = ShardedRows(folder, store["shards"][f"X_{part}"], manifest["n_features"], store["format"])
+        rows[part] = ShardedRows(folder, store["shards"][f"X_{part}"], manifest["n_features"], store["format"], quantizer)
         try:
             rows[part].check()
         except ShardError as exc:
             raise FeatureSetError(f"feature set {folder}: {exc}; rebuild it") from None
     return rows
+
+
+def _quantizer(folder: Path, manifest: dict) -> ProductQuantizer:
+    """The product quantiser of a ``pq`` store, its codebooks checked against the manifest."""
+    name, store = f"{PQ_CODEBOOKS}.npy", manifest["store"]
+    codebooks = _load_array(folder, name)
+    if file_sha1(folder / name) != store["codebooks"]["sha1"]:
+        raise FeatureSetError(f"feature set {folder}: {name} is not the file the manifest lists (SHA-1 differs); rebuild it")
+    try:
+        quantizer = ProductQuantizer.from_codebooks(codebooks, manifest["n_features"])
+    except RowCodecError as exc:
+        raise FeatureSetError(f"feature set {folder}: {name}: {exc}; rebuild it") from None
+    if quantizer.sub_dim != pq_sub_dim(store["rows"]):
+        raise FeatureSetError(f"feature set {folder}: {name} has sub-vectors of {quantizer.sub_dim} dimensions, "
+                              f"store.rows says {store['rows']}; rebuild it")
+    return quantizer
 
 
 def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:
@@ -649,6 +689,13 @@ class FeatureSetWriter:
             np.savez(self.tmp / f"{CODEBOOK}.npz", **{key: np.asarray(value) for key, value in codebook.items()})
         else:
             self.save(CODEBOOK, codebook)
+
+    def save_quantizer(self, quantizer: ProductQuantizer) -> dict:
+        """Store product-quantisation codebooks; return their ``store.codebooks`` manifest entry."""
+        name = f"{PQ_CODEBOOKS}.npy"
+        self.save(PQ_CODEBOOKS, quantizer.codebooks_)
+        return {"file": name, "sha1": file_sha1(self.tmp / name), "sub_dim": quantizer.sub_dim,
+                "n_centroids": int(quantizer.codebooks_.shape[1])}
 
     def save_normalizer(self, normalizer: Normalizer) -> None:
         """Store the fitted normaliser's statistics (nothing for per-vector methods)."""

@@ -10,8 +10,11 @@ funnel every vector, so each task writes the rows of its images itself, as one *
     ...
     X_test.000000.npy    rows 0 … B-1 of X_test, dense    (format "dense")
 
-Format.  A whole feature set is either ``dense`` (each shard a float32 ``.npy``,
-memory-mappable) or ``csr`` (each shard an uncompressed ``.npz`` of the CSR components
+Format.  A whole feature set is ``dense`` (each shard a float32 ``.npy``,
+memory-mappable), ``float16`` or ``pq`` (dense rows stored compressed, ``--rows``: a float16
+``.npy``, or a uint8 ``.npy`` of product-quantisation codes whose codebooks the feature set
+keeps beside the shards; both decoded to float32 blocks on reading,
+:mod:`~classify_images.coding.product_quantizer`) or ``csr`` (each shard an uncompressed ``.npz`` of the CSR components
 ``data`` float32, ``indices`` int32, ``indptr`` int64 and ``shape`` — these dtypes whatever
 scipy chose, so that the bytes do not depend on its version), so that a reader always gets
 blocks of one type.  :func:`shard_format` chooses it from the
@@ -57,11 +60,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from ..coding.product_quantizer import ProductQuantizer, RowCodecError, to_float16
 from ..errors import ClassifyImagesError
 from .atomic import atomic_write
 
 __all__ = [
     "SHARD_FORMATS",
+    "ENCODING_FORMATS",
     "shard_format",
     "shard_name",
     "is_shard_name",
@@ -71,11 +76,15 @@ __all__ = [
     "as_dense",
     "ShardedRows",
     "ShardError",
+    "file_sha1",
 ]
 
-#: ``dense``: float32 ``.npy`` shards; ``csr``: ``.npz`` shards of CSR components.
-SHARD_FORMATS = ("dense", "csr")
-_SUFFIX = {"dense": "npy", "csr": "npz"}
+#: ``dense``: float32 ``.npy`` shards; ``csr``: ``.npz`` shards of CSR components;
+#: ``float16``: float16 ``.npy`` shards; ``pq``: ``.npy`` shards of uint8 product-quantisation codes.
+SHARD_FORMATS = ("dense", "csr", "float16", "pq")
+#: The shard format of each stored row encoding of dense rows (``--rows``).
+ENCODING_FORMATS = {"float32": "dense", "float16": "float16", "pq8": "pq", "pq16": "pq"}
+_SUFFIX = {"dense": "npy", "csr": "npz", "float16": "npy", "pq": "npy"}
 _SHARD = re.compile(r"(?P<part>X_train|X_test)\.(?P<index>\d{6})\.(?P<suffix>npy|npz)")
 _TEMPORARY = re.compile(r"\.(?:X_train|X_test)\.\d{6}\.(?:npy|npz)\.[0-9a-f]{32}\.tmp")
 #: The fixed date of the ``.npz`` members (the earliest a zip file can hold): the bytes of
@@ -88,9 +97,21 @@ class ShardError(ClassifyImagesError, ValueError):
     """A shard is missing, torn or disagrees with the manifest (the reader words the message)."""
 
 
-def shard_format(sparse_rows: bool) -> str:
-    """``"csr"`` for rows sparse enough (an encoder's ``sparse_rows``: VQ histograms), else ``"dense"``."""
-    return "csr" if sparse_rows else "dense"
+def shard_format(sparse_rows: bool, encoding: str = "float32") -> str:
+    """``"csr"`` for rows sparse enough (an encoder's ``sparse_rows``: VQ histograms), else the
+    format of the dense rows' ``encoding`` (:data:`ENCODING_FORMATS`: ``"dense"`` for float32).
+
+    Raises
+    ------
+    RowCodecError
+        A compressed ``encoding`` of sparse rows (they are stored CSR, exactly).
+    """
+    if sparse_rows:
+        if encoding != "float32":
+            raise RowCodecError(f"--rows {encoding} compresses dense rows (Fisher vectors, VLAD, sparse coding, LLC); "
+                                "this encoder's histograms are sparse and stored CSR: use --rows float32")
+        return "csr"
+    return ENCODING_FORMATS[encoding]
 
 
 def shard_name(part: str, index: int, fmt: str) -> str:
@@ -144,7 +165,8 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarray, fmt: str) -> dict:
+def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarray, fmt: str,
+                quantizer: ProductQuantizer | None = None) -> dict:
     """Write rows as shard ``index`` of ``part``, atomically and idempotently.
 
     Parameters
@@ -155,13 +177,21 @@ def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarr
     index : int
         Shard number within ``part``.
     rows : ndarray of float32, shape (n, d)
-    fmt : {"dense", "csr"}
+    fmt : {"dense", "csr", "float16", "pq"}
+    quantizer : ProductQuantizer, optional
+        The fitted codebooks of format ``pq`` (the shard holds the codes of ``rows``).
 
     Returns
     -------
     dict
-        The manifest's entry of the shard: ``file``, ``rows``, ``nnz`` (stored entries),
-        ``bytes`` and ``sha1`` of the file.
+        The manifest's entry of the shard: ``file``, ``rows``, ``nnz`` (stored entries; for
+        ``float16`` and ``pq`` the non-zeros of ``rows`` before compression), ``bytes`` and
+        ``sha1`` of the file.
+
+    Raises
+    ------
+    RowCodecError
+        Rows beyond float16's range (format ``float16``).
     """
     rows = np.asarray(rows, dtype=np.float32)
     if fmt == "csr":
@@ -169,6 +199,10 @@ def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarr
         payload = _npz_bytes({"data": matrix.data.astype(np.float32), "indices": matrix.indices.astype(np.int32),
                               "indptr": matrix.indptr.astype(np.int64), "shape": np.asarray(rows.shape, dtype=np.int64)})
         nnz = int(matrix.nnz)
+    elif fmt == "float16":
+        payload, nnz = _npy_bytes(to_float16(rows)), int(np.count_nonzero(rows))
+    elif fmt == "pq":
+        payload, nnz = _npy_bytes(quantizer.encode(rows)), int(np.count_nonzero(rows))
     else:
         payload, nnz = _npy_bytes(rows), int(np.count_nonzero(rows))
     name = shard_name(part, index, fmt)
@@ -178,7 +212,8 @@ def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarr
             "sha1": hashlib.sha1(payload).hexdigest()}
 
 
-def _sha1_of(path: Path) -> str:
+def file_sha1(path: Path) -> str:
+    """SHA-1 of a file's bytes (hex), read 1 MiB at a time."""
     digest = hashlib.sha1()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -186,8 +221,10 @@ def _sha1_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_shard(path: str | os.PathLike, n_rows: int, n_features: int, fmt: str) -> np.ndarray | sp.csr_matrix:
-    """One shard: a read-only memory-mapped float32 array, or a CSR matrix (no pickle).
+def read_shard(path: str | os.PathLike, n_rows: int, n_features: int, fmt: str,
+               quantizer: ProductQuantizer | None = None) -> np.ndarray | sp.csr_matrix:
+    """One shard: a read-only memory-mapped float32 array, a CSR matrix, or (formats ``float16``
+    and ``pq``, decoded with ``quantizer``) a new float32 array (no pickle).
 
     Raises
     ------
@@ -197,7 +234,7 @@ def read_shard(path: str | os.PathLike, n_rows: int, n_features: int, fmt: str) 
     """
     path = Path(path)
     try:
-        if fmt == "dense":
+        if fmt != "csr":
             rows = np.load(path, mmap_mode="r", allow_pickle=False)
         else:
             with np.load(path, allow_pickle=False) as archive:
@@ -211,9 +248,19 @@ def read_shard(path: str | os.PathLike, n_rows: int, n_features: int, fmt: str) 
     except Exception as exc:  # noqa: BLE001 - a torn or tampered file, whatever NumPy says about it
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ShardError(f"{path.name} is corrupt ({reason})") from None
-    if fmt == "dense":
-        if rows.dtype != np.float32 or rows.shape != (n_rows, n_features):
-            raise ShardError(f"{path.name} is {rows.dtype} {rows.shape}, expected float32 ({n_rows}, {n_features})")
+    if fmt != "csr":
+        stored = {"dense": (np.float32, n_features), "float16": (np.float16, n_features)}.get(fmt)
+        if stored is None:
+            stored = (np.uint8, quantizer.codebooks_.shape[0])
+        if rows.dtype != stored[0] or rows.shape != (n_rows, stored[1]):
+            raise ShardError(f"{path.name} is {rows.dtype} {rows.shape}, expected {np.dtype(stored[0])} ({n_rows}, {stored[1]})")
+        if fmt == "float16":
+            return rows.astype(np.float32)
+        if fmt == "pq":
+            try:
+                return quantizer.decode(rows)
+            except RowCodecError as exc:
+                raise ShardError(f"{path.name}: {exc}") from None
         return rows
     if tuple(shape.tolist()) != (n_rows, n_features) or data.dtype != np.float32 or indices.dtype.kind != "i" \
             or indptr.dtype.kind != "i" or indptr.shape != (n_rows + 1,) or data.shape != indices.shape \
@@ -233,11 +280,16 @@ class ShardedRows:
     entries : list of dict
         The manifest's shard entries of the split, in row order (``file``, ``rows``, …).
     n_features : int
-    fmt : {"dense", "csr"}
+    fmt : {"dense", "csr", "float16", "pq"}
+    quantizer : ProductQuantizer, optional
+        The codebooks of format ``pq``.  Shards of formats ``float16`` and ``pq`` are
+        decoded to float32 blocks as they are read: a reader sees float32 rows whatever the format.
     """
 
-    def __init__(self, folder: Path, entries: list[dict], n_features: int, fmt: str) -> None:
+    def __init__(self, folder: Path, entries: list[dict], n_features: int, fmt: str,
+                 quantizer: ProductQuantizer | None = None) -> None:
         self.folder, self.entries, self.n_features, self.format = Path(folder), list(entries), int(n_features), fmt
+        self.quantizer = quantizer
         self.starts = np.concatenate([[0], np.cumsum([entry["rows"] for entry in self.entries], dtype=np.int64)])
         self._dense: np.ndarray | None = None
 
@@ -253,9 +305,9 @@ class ShardedRows:
         return self.shape[0]
 
     def shard(self, index: int) -> np.ndarray | sp.csr_matrix:
-        """Shard ``index`` (memory-mapped dense array or CSR matrix)."""
+        """Shard ``index`` (memory-mapped dense array, CSR matrix, or decoded float32 rows)."""
         entry = self.entries[index]
-        return read_shard(self.folder / entry["file"], entry["rows"], self.n_features, self.format)
+        return read_shard(self.folder / entry["file"], entry["rows"], self.n_features, self.format, self.quantizer)
 
     def __getitem__(self, rows) -> np.ndarray | sp.csr_matrix:
         """The rows at the integer indices ``rows`` (in that order), reading only the shards that hold them."""
@@ -288,13 +340,14 @@ class ShardedRows:
             for start in range(0, max(values.shape[0], 1), 4096):
                 if not np.isfinite(values[start : start + 4096]).all():
                     raise ShardError(f"{entry['file']} holds NaN or infinite values")
-            if verify_digests and _sha1_of(path) != entry["sha1"]:
+            if verify_digests and file_sha1(path) != entry["sha1"]:
                 raise ShardError(f"{entry['file']} is not the shard the manifest lists (SHA-1 differs)")
 
     def blocks(self, rows_per_block: int | None = None) -> Iterator[tuple[slice, np.ndarray | sp.csr_matrix]]:
         """``(rows, block)`` in row order: one shard at a time, or ``rows_per_block`` rows at a time.
 
-        Blocks are float32 ndarrays (dense format) or CSR matrices (csr format).
+        Blocks are float32 ndarrays (dense, float16 and pq formats: the latter two decoded) or
+        CSR matrices (csr format).
         """
         if rows_per_block is None:
             for index in range(len(self.entries)):

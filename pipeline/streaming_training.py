@@ -25,6 +25,12 @@ the model is then ``fit`` on the permuted rows, bit for bit.  A sharded feature 
 (``build-features --store sharded``) is not read row by row: :class:`ShardBlocks` visits
 its shards in a seeded permutation, several shards per block, so that a block mixes the
 classes of the shards it joins while each shard is read once per pass.
+
+The linear SVM (:meth:`~classify_images.classifiers.QuadraticHingeSVC.partial_fit`) learns
+from the same blocks by averaged SGD: ``fit_streaming`` resolves its ``"auto"`` ``C`` over the
+blocks and gives it the rows per epoch; shards stored compressed (``build-features --rows``)
+are decoded one block at a time.  Its model approaches the L-BFGS optimum of ``fit`` with the
+epochs (docs/benchmarks/compressed-rows.md), it does not equal it.
 """
 
 from __future__ import annotations
@@ -165,11 +171,13 @@ def fit_streaming(
 
     Parameters
     ----------
-    estimator : HIKnSVM (or any classifier with ``partial_fit``)
+    estimator : HIKnSVM, QuadraticHingeSVC (or any classifier with ``partial_fit``)
         Left unchanged.  For HIK nSVM, ``"auto"`` ``learning_rate`` and ``margin`` are first
         resolved over the blocks as ``fit`` resolves them on all the rows, and every block
         but the last of a pass continues the epoch (``end_epoch=False``); an estimator
-        without ``end_epoch`` makes one ``partial_fit`` call per block.
+        without ``end_epoch`` makes one ``partial_fit`` call per block, given the rows per
+        epoch as ``n_samples`` when it takes it (QuadraticHingeSVC's averaged SGD, its
+        ``"auto"`` ``C`` resolved over the blocks first).
     blocks : re-iterable of ``(X_block, y_block)``
         Iterated ``n_epochs`` + 1 times, in the same order (a first pass counts the blocks
         and collects the labels), plus up to 5 passes (float32; 9 for float64) to resolve
@@ -202,7 +210,9 @@ def fit_streaming(
     model = clone(estimator)
     resolved = model.auto_parameters(blocks) if hasattr(model, "auto_parameters") else {}
     model.set_params(**resolved)
-    ends_epochs = "end_epoch" in inspect.signature(model.partial_fit).parameters
+    accepted = inspect.signature(model.partial_fit).parameters
+    ends_epochs = "end_epoch" in accepted
+    sized = {"n_samples": n_rows} if "n_samples" in accepted else {}
     _log.info("%s: %d epochs of partial_fit over %d blocks (%d rows)", type(model).__name__, int(n_epochs), n_blocks,
               n_rows)
     start = time.perf_counter()
@@ -215,7 +225,7 @@ def fit_streaming(
             if ends_epochs:
                 model.partial_fit(X_block, y_block, classes=classes, end_epoch=seen == n_blocks)
             else:
-                model.partial_fit(X_block, y_block, classes=classes)
+                model.partial_fit(X_block, y_block, classes=classes, **sized)
         if seen != n_blocks:
             raise StreamingError(f"the blocks changed between passes ({n_blocks} blocks, then {seen}): "
                                  "fit_streaming needs a re-iterable that yields the same blocks every time")

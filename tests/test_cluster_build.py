@@ -371,7 +371,7 @@ def test_shards_round_trip_bit_for_bit(tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["dense", "csr"])
 def test_sharded_feature_set_loads_both_formats_and_iterates_blocks(tmp_path, monkeypatch, reference, fmt):
-    monkeypatch.setattr(build_module, "shard_format", lambda kind: fmt)
+    monkeypatch.setattr(build_module, "shard_format", lambda kind, encoding="float32": fmt)
     build_feature_set(FIXTURE_IMAGES, tmp_path / "fs", _config(), cache_dir=None, store="sharded", batch_size=6)
     built = load_feature_set(tmp_path / "fs")
     assert built.manifest["store"]["format"] == fmt and 0 < built.manifest["store"]["density"] <= 1
