@@ -477,19 +477,21 @@ def validate_config(config: dict[str, Any], *, source: str = "config") -> Pipeli
 MAX_CONFIG_BYTES = 2**20
 
 
-def capped_received_config(config: "PipelineConfig", source: str) -> "PipelineConfig":
-    """``config`` as read from a file the user received (a model, a feature set's manifest): a
-    safety limit it carries may tighten the library's guard, never loosen it —
-    ``image.max_pixels`` above :data:`DEFAULT_MAX_PIXELS` is kept at the default, with one
-    warning line naming the file (a model asking for 10¹² pixels would decode 2 GB images)."""
-    if config.image.max_pixels <= DEFAULT_MAX_PIXELS:
-        return config
+def cap_received_limits(raw: Any, source: str) -> Any:
+    """The plain config ``raw`` (``{table: {key: value}}``) read from a file the user received (a
+    model): a safety limit it carries may tighten the library's guard, never loosen it —
+    ``image.max_pixels`` above :data:`DEFAULT_MAX_PIXELS` becomes the default, with one warning
+    line naming the file (a model asking for 10¹² pixels would decode 2 GB images)."""
+    image = raw.get("image") if isinstance(raw, dict) else None
+    asked = image.get("max_pixels") if isinstance(image, dict) else None
+    if not _is_int(asked) or asked <= DEFAULT_MAX_PIXELS:
+        return raw
     import warnings
 
-    warnings.warn(f"{source} raises image.max_pixels to {config.image.max_pixels}; the default "
-                  f"{DEFAULT_MAX_PIXELS} is kept (a limit read from a received file cannot lift the guard; "
-                  "larger images are skipped)", stacklevel=2)
-    return dataclasses.replace(config, image=dataclasses.replace(config.image, max_pixels=DEFAULT_MAX_PIXELS))
+    warnings.warn(f"{source} raises image.max_pixels to {asked}; the default {DEFAULT_MAX_PIXELS} is kept "
+                  "(a limit read from a received file cannot lift the guard; larger images are skipped)",
+                  stacklevel=2)
+    return {**raw, "image": {**image, "max_pixels": DEFAULT_MAX_PIXELS}}
 
 
 def _read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], str]:

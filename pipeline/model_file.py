@@ -340,11 +340,11 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
     from ..coding.encoders import make_encoder
     from ..coding.normalize import Normalizer
     from ..features.descriptors import make_descriptor
-    from .config import PipelineConfig, capped_received_config
+    from .config import PipelineConfig, cap_received_limits
     from .extractor import FeatureExtractor
 
-    config = PipelineConfig.from_dict(meta["extractor"]["config"], source="model file's extractor config")
-    config = capped_received_config(config, "the model file's config")
+    raw = cap_received_limits(meta["extractor"]["config"], "the model file's config")
+    config = PipelineConfig.from_dict(raw, source="model file's extractor config")
     encoder = make_encoder(config.codebook_params())
     state = {key[len(_STATE_PREFIX):]: value for key, value in arrays.items() if key.startswith(_STATE_PREFIX)}
     if meta["format_version"] == 2 and _LEGACY_CODEBOOK_KEY in arrays:
