@@ -102,21 +102,19 @@ def test_fifo_as_x_train_is_one_line_and_does_not_hang(copy):
 
 def test_fifo_as_a_test_image_does_not_hang_the_reports_thumbnails(copy):
     manifest = json.loads((copy / "fs" / "manifest.json").read_text())
-    first = copy / "data" / manifest["split"]["test"][0]
-    first.unlink()
-    os.mkfifo(first)
+    for relative in manifest["split"]["test"]:  # every test image (the misclassified ones get thumbnails)
+        (copy / "data" / relative).unlink()
+        os.mkfifo(copy / "data" / relative)
     result = _cli("evaluate", str(copy / "fs"), str(copy / "model.npz"), "--out", str(copy / "ev"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert (copy / "ev" / "report.html").is_file()
 
 
 def test_fifo_planted_in_the_stage_cache_is_a_miss_not_a_hang(copy):
-    planted = []
-    for name in ("output.npz", "func_code.py", "metadata.json"):
-        path = next((copy / "cache").rglob(name))
-        path.unlink()
-        os.mkfifo(path)
-        planted.append(path)
+    for name in ("output.npz", "func_code.py", "metadata.json"):  # every entry and joblib's own files
+        for path in list((copy / "cache").rglob(name)):
+            path.unlink()
+            os.mkfifo(path)
     result = _cli("build-features", str(copy / "data"), "--out", str(copy / "fs2"), "--config", str(copy / "small.toml"),
                   "--cache-dir", str(copy / "cache"), "-q")
     assert result.returncode == 0, result.stderr[-2000:]
