@@ -219,9 +219,15 @@ def load_npy_checked(handle: BinaryIO, held_bytes: int, *, mmap: bool = False):
     order = "F" if fortran else "C"
     if mmap and math.prod(shape) > 0:
         return np.memmap(handle, dtype=dtype, mode="r", offset=start + header_length, shape=shape, order=order)
-    data = handle.read(held_bytes - header_length)
-    array = np.frombuffer(data, dtype=dtype)
-    return array.reshape(shape, order=order) if array.size or shape else array.reshape(shape)
+    array = np.empty(shape, dtype=dtype, order=order)  # writable, as np.load's; the size was checked
+    target = memoryview(array.reshape(-1, order="A").view(np.uint8))
+    filled = 0
+    while filled < target.nbytes:
+        count = handle.readinto(target[filled:])
+        if not count:
+            raise ValueError(f"ends after {filled} of its {target.nbytes} bytes (truncated)")
+        filled += count
+    return array
 
 
 def is_regular_file(path: str | os.PathLike) -> bool:
@@ -261,9 +267,10 @@ def check_npz_members(archive: Any, archive_bytes: int) -> None:
                 raise ValueError(f"member {name!r}: {exc}") from None
 
 
-def load_npz_checked(path: str | os.PathLike) -> dict[str, Any]:
+def load_npz_checked(path: str | os.PathLike, keep: Any = None) -> dict[str, Any]:
     """The arrays of an ``.npz`` file, read into memory after :func:`check_npz_members`
-    (a regular file only, no pickle, memory bounded by the file's size).
+    (a regular file only, no pickle, memory bounded by the file's size); ``keep(name)`` false:
+    that member is checked, not read.
 
     Raises
     ------
@@ -280,6 +287,8 @@ def load_npz_checked(path: str | os.PathLike) -> dict[str, Any]:
             check_npz_members(archive, size)
             arrays = {}
             for info in archive.infolist():
-                with archive.open(info) as member:
-                    arrays[info.filename[: -len(".npy")]] = load_npy_checked(member, info.file_size)
+                name = info.filename[: -len(".npy")]
+                if keep is None or keep(name):
+                    with archive.open(info) as member:
+                        arrays[name] = load_npy_checked(member, info.file_size)
     return arrays

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import tokenize
 import zipfile

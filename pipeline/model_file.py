@@ -66,14 +66,7 @@ import numpy as np
 
 from ..errors import ClassifyImagesError
 from ..classifiers.registry import classifier_class, classifier_name
-from ..files import (
-    JsonBoundsError,
-    NotRegularFileError,
-    check_npz_members,
-    load_npy_checked,
-    loads_bounded_json,
-    open_regular_file,
-)
+from ..files import JsonBoundsError, NotRegularFileError, load_npz_checked, loads_bounded_json
 from .atomic import atomic_write
 from .feature_store import NPY_READ_ERRORS
 from .provenance import library_versions
@@ -211,16 +204,7 @@ def _read_members(path: Path, *, arrays: bool) -> tuple[str, dict[str, np.ndarra
     """The JSON header's text and (``arrays``) the other members of a model file: a regular file
     whose zip directory and ``.npy`` headers announce exactly the bytes it holds
     (:func:`~classify_images.files.check_npz_members`), checked before anything is allocated."""
-    with open_regular_file(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        with zipfile.ZipFile(handle) as archive:
-            check_npz_members(archive, size)
-            loaded = {}
-            for info in archive.infolist():
-                key = info.filename[: -len(".npy")]
-                if key == _META_KEY or arrays:
-                    with archive.open(info) as member:
-                        loaded[key] = load_npy_checked(member, info.file_size)
+    loaded = load_npz_checked(path, keep=lambda key: arrays or key == _META_KEY)
     meta = loaded.pop(_META_KEY)
     if meta.dtype.kind != "U" or meta.ndim != 0:
         raise ValueError("its header is not a text")

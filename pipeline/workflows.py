@@ -176,7 +176,6 @@ def _not_a_file_reason(path: str) -> str:
     """Why ``path``, neither a regular file nor a folder, is skipped: what it is (a FIFO or a
     device is never opened: reading one would wait or never end)."""
     import errno
-    import stat
 
     from ..files import describe_file_kind
 
