@@ -28,7 +28,10 @@ labels.  A subclass implements
 
 and lists in ``_fitted_arrays`` the fitted attributes that make up the model
 (:meth:`~OneVsRestClassifierBase._model_arrays`), which a model file saves as
-plain arrays and restores without pickle.
+plain arrays and restores without pickle.  An estimator whose probabilities were
+calibrated (:func:`~classify_images.classifiers.calibration.calibrate`: Platt's sigmoids
+in ``platt_``) also has ``predict_proba``, and its model arrays include the calibration;
+a new ``fit`` drops it.
 
 A subclass whose problems are solved independently of each other, sharing their random
 draws (PmSVM, HIK nSVM), lists in ``_problem_axes`` its per-problem fitted arrays and the
@@ -49,6 +52,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
@@ -396,8 +400,10 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     def _training_problems(self, X: Any, y: Any, sample_weight: Any) -> tuple[Any, np.ndarray, np.ndarray | None, np.ndarray | None]:
         """What :meth:`fit` checks and prepares before solving: validated ``X``, the targets
         ``Y``, the loss weights and the positive sample weights (rows of weight 0 dropped);
-        sets ``classes_`` (and ``n_features_in_``)."""
+        sets ``classes_`` (and ``n_features_in_``); a calibration of an earlier fit is dropped."""
         self._check_params()
+        for name in _CALIBRATION_ARRAYS:
+            self.__dict__.pop(name, None)
         if y is None:  # sklearn's check_requires_y_none expects this message
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         X, y = self._validate_X(X, reset=True, y=y)
@@ -445,6 +451,22 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             index = np.argmax(scores, axis=1)
         return self.classes_[index]
 
+    def _is_calibrated(self) -> bool:
+        return hasattr(self, "platt_")
+
+    @available_if(_is_calibrated)
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Calibrated class probabilities (Platt scaling), present once :func:`~.calibration.calibrate`
+        fitted the sigmoids (``classify-images train --probability``).
+
+        Returns
+        -------
+        proba : ndarray of float64, shape (n_samples, n_classes), columns in the order of ``classes_``.
+        """
+        from .calibration import platt_probabilities
+
+        return platt_probabilities(self.decision_function(X), self.platt_)
+
     # ------------------------------------------------------------- hooks
     def _check_params(self) -> None:
         """Rules between parameters that ``_parameter_constraints`` cannot state (none by default).
@@ -463,7 +485,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         """The fitted state as a dict of plain (non-object) NumPy arrays."""
         check_is_fitted(self, "classes_")
         arrays = {"n_features_in_": np.asarray(self.n_features_in_)}
-        for name in self._fitted_arrays:
+        for name in self._fitted_arrays + (_CALIBRATION_ARRAYS if self._is_calibrated() else ()):
             arrays[name] = np.asarray(getattr(self, name))
         return arrays
 
@@ -471,9 +493,15 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         """Inverse of :meth:`_model_arrays` (used when loading a model file)."""
         self.classes_ = np.asarray(classes)
         self.n_features_in_ = int(arrays["n_features_in_"])
-        for name in self._fitted_arrays:
+        calibrated = _CALIBRATION_ARRAYS if all(name in arrays for name in _CALIBRATION_ARRAYS) else ()
+        for name in self._fitted_arrays + calibrated:
             value = arrays[name]
             setattr(self, name, value.item() if value.ndim == 0 else value)
+
+
+#: The fitted attributes of calibrated probabilities (:mod:`.calibration`), saved with the model
+#: when present: ``platt_`` (n_problems × 2: Platt's ``A``, ``B``) and ``platt_folds_``.
+_CALIBRATION_ARRAYS = ("platt_", "platt_folds_")
 
 
 def _same_value(a: Any, b: Any) -> bool:

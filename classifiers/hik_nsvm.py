@@ -465,6 +465,8 @@ class HIKnSVM(OneVsRestClassifierBase):
             )
         first = getattr(self, "classes_", None) is None
         X, y = self._validate_X(X, reset=first, y=y, training=True)
+        self.__dict__.pop("platt_", None)  # a calibration of the weights before this block no longer holds
+        self.__dict__.pop("platt_folds_", None)
         check_classification_targets(y)
         _check_partial_fit_first_call(self, classes)
         if len(self.classes_) < 2:

@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ from ..coding.encoders import make_encoder
 from ..features.preprocess import ImageReadError
 from .config import PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
+from .protocols import short_classes
 from .cache_folder import default_cache_dir
 from .cluster import ClusterError, iter_tasks, scheduler_errors
 from .extractor import FeatureExtractor
@@ -60,6 +62,7 @@ from .provenance import library_versions
 from .runner import DEFAULT_BATCH_SIZE, Execution, Progress, Runner, no_progress
 from .shard_store import shard_format, write_shard
 from .stages import StageCache, implementation_versions
+from .warm_up import warm_encoding
 
 __all__ = ["BuildResult", "build_feature_set", "default_cache_dir", "DEFAULT_BATCH_SIZE", "image_row"]
 
@@ -219,6 +222,9 @@ def _split(images: _Images, readable: np.ndarray, skipped: list, config: Pipelin
             f"{classes} have fewer than {protocol.train_per_class + 1} readable images (smallest: {smallest}); "
             f"lower --train-per-class to at most {smallest - 1}"
         )
+    warning = short_classes(dataset.class_names, readable_per_class, protocol.train_per_class, protocol.test_per_class)
+    if warning is not None:
+        warnings.warn(warning, UserWarning, stacklevel=2)
     train_local, test_local = split_indices(
         dataset.labels[readable], protocol.train_per_class, protocol.test_per_class, protocol.seed
     )
@@ -236,6 +242,8 @@ def _encode_and_pool(
     rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
     order = np.concatenate([split.train, split.test])
     tasks = [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
+    if runner.client is None and runner.n_jobs != 1:  # the workers load the kernels the parent compiled
+        warm_encoding(extractor)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
@@ -418,6 +426,7 @@ def build_feature_set(
     store: str | None = None,
     batch_size: int | None = None,
     execution: Execution | None = None,
+    force: bool = False,
 ) -> BuildResult:
     """Build (or reuse) the feature set of ``dataset_dir`` under ``config`` into ``out``.
 
@@ -456,6 +465,9 @@ def build_feature_set(
         Where the per-image steps run, resolved once by the caller
         (:class:`~classify_images.pipeline.runner.Execution`); when given, ``n_jobs``,
         ``scheduler``, ``cluster`` and ``batch_size`` (its pieces, kept for convenience) are not used.
+    force : bool
+        Also replace a folder holding nothing but files of a feature set's names that no manifest
+        of ours lists (``--force``; files of other names are refused all the same).
 
     Returns
     -------
@@ -474,9 +486,9 @@ def build_feature_set(
         store = "npy" if spec is None else "sharded"
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
-    out = check_destination(out, dataset_dir)
+    out = check_destination(out, dataset_dir, force=force)
     if spec is None:
-        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, None, store, batch_size)
+        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, None, store, batch_size, force)
     # The workers do not share this process's current folder: they get absolute paths.
     dataset_dir = os.path.abspath(dataset_dir)
     cache_dir = None if cache_dir is None else os.path.abspath(os.path.expanduser(cache_dir))
@@ -484,7 +496,7 @@ def build_feature_set(
         log(f"running the per-image steps on {spec}")
         if os.path.isdir(dataset_dir):  # (a missing one is the dataset step's one-line error)
             _check_workers_see(client, Path(dataset_dir), "the dataset")
-        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, client, store, batch_size)
+        return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, log, client, store, batch_size, force)
 
 
 def _check_workers_see(client, folder: Path, what: str) -> None:
@@ -503,7 +515,7 @@ def _check_workers_see(client, folder: Path, what: str) -> None:
 
 def _build(
     dataset_dir, out: Path, config: PipelineConfig, n_jobs: int, cache_dir, progress: Progress, log, client,
-    store: str, batch_size: int,
+    store: str, batch_size: int, force: bool = False,
 ) -> BuildResult:
     timer = StageTimer()
     with timer("discover"):
@@ -527,7 +539,7 @@ def _build(
         n_descriptors, extractor = fit_extractor(images.paths, images.fingerprints, split.train, config, runner, log,
                                                  timer=timer)
     shards = None
-    with FeatureSetWriter(out, dataset_dir) as writer:
+    with FeatureSetWriter(out, dataset_dir, force=force) as writer:
         if store == "sharded":
             if client is not None:
                 _check_workers_see(client, writer.shard_folder, "the feature set (--out)")

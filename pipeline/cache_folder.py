@@ -8,7 +8,9 @@ What this project writes there is joblib's store of the cached stages
 (:class:`~classify_images.pipeline.stages.StageCache`), under ``joblib/classify_images/``.
 :func:`clear_cache` deletes that sub-folder only — never anything else a user may keep in
 a folder they pointed the cache at — and then the folders left empty (with the
-``.gitignore`` joblib writes there).  :func:`prune_cache` deletes only the temporary files
+``.gitignore`` joblib writes there).  Nothing here follows a symbolic link out of the cache:
+when ``joblib/`` or ``joblib/classify_images/`` is a link, size, prune and clear see an
+empty cache, and clear removes the link itself (what it points to is kept).  :func:`prune_cache` deletes only the temporary files
 that writers killed in the middle of a write left behind (``cache prune``; which ones are
 stale, and why that is safe with writers on several machines:
 :mod:`~classify_images.pipeline.cache_store`).
@@ -64,13 +66,22 @@ def format_bytes(n_bytes: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _link_in_entries(root: Path) -> Path | None:
+    """The first of ``root/joblib``, ``root/joblib/classify_images`` that is a symbolic link (None: neither)."""
+    for path in (root / ENTRIES.parent, root / ENTRIES):
+        if path.is_symlink():
+            return path
+    return None
+
+
 def cache_usage(cache_dir: str | os.PathLike, *, max_age: float = STALE_AFTER_SECONDS) -> CacheUsage:
     """Bytes and files of the stage cache in ``cache_dir``, and of its stale temporaries
     (:func:`~classify_images.pipeline.cache_store.is_stale_temporary` with ``max_age``).
     Symbolic links are not followed."""
     root = Path(cache_dir)
     n_bytes = n_files = n_stale = stale_bytes = 0
-    for folder, _, names in os.walk(root / ENTRIES):
+    walked = [] if _link_in_entries(root) else os.walk(root / ENTRIES)
+    for folder, _, names in walked:
         for name in names:
             path = os.path.join(folder, name)
             try:
@@ -95,7 +106,7 @@ def prune_cache(cache_dir: str | os.PathLike, *, max_age: float = STALE_AFTER_SE
     """
     root = Path(cache_dir)
     n_files = n_bytes = 0
-    for folder, _, _ in os.walk(root / ENTRIES):
+    for folder, _, _ in [] if _link_in_entries(root) else os.walk(root / ENTRIES):
         removed = remove_stale_temporaries(folder, max_age=max_age)
         n_files += len(removed)
         n_bytes += sum(size for _, size in removed)
@@ -105,6 +116,9 @@ def prune_cache(cache_dir: str | os.PathLike, *, max_age: float = STALE_AFTER_SE
 def clear_cache(cache_dir: str | os.PathLike) -> CacheUsage:
     """Delete the stage cache in ``cache_dir`` (only :data:`ENTRIES`), then the folders left empty.
 
+    A symbolic link at ``joblib/`` or ``joblib/classify_images/`` is removed itself, never
+    followed: what it points to (a user's folder, perhaps) is kept.
+
     Returns
     -------
     usage : CacheUsage
@@ -113,10 +127,11 @@ def clear_cache(cache_dir: str | os.PathLike) -> CacheUsage:
     root = Path(cache_dir)
     usage = cache_usage(root)
     entries = root / ENTRIES
-    if entries.is_symlink():
-        entries.unlink()
+    link = _link_in_entries(root)
+    if link is not None:
+        link.unlink()
     elif entries.is_dir():
-        shutil.rmtree(entries)
+        shutil.rmtree(entries)  # (links inside are removed, not followed)
     with contextlib.suppress(OSError):
         entries.parent.rmdir()  # only when empty
     marker = root / ".gitignore"

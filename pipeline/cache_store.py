@@ -47,6 +47,13 @@ folder of all of a stage's entries, is left to ``cache prune``), by ``classify-i
 and a folder owned by another user, or writable by the group or by others, is refused with
 one line, because whoever can write there decides what the build reads back.
 
+**joblib's private API.**  ``joblib.register_store_backend`` is public, but it takes a subclass
+of the private ``joblib._store_backends.StoreBackendBase``, and this backend reuses the private
+``FileSystemStoreBackend`` (its layout, ``_move_item``, the ``_concurrency_safe_write`` hook):
+there is no public extension point to move to.  pyproject.toml therefore pins joblib to the
+releases ``tests/test_joblib_store_api.py`` passes on (1.4 to 1.6; with 1.3 every cached stage
+was recomputed), and that test names this module when a joblib changes what it relies on.
+
 Entries are not ``fsync``-ed: a torn entry after a power loss is read as a miss and
 recomputed, so durability there would cost time and buy nothing.
 """

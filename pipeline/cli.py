@@ -153,6 +153,7 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
             "keep_background": True if args.keep_background else None,
         }
     }
+    _apply_protocol(args, overrides["dataset"])
     _check_n_jobs(args.n_jobs)
     _check_split_options(args)
     if args.batch_size is not None and args.batch_size < 1:
@@ -166,6 +167,27 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
         out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     return config, out, cache_dir, execution
+
+
+def _apply_protocol(args: argparse.Namespace, split: dict[str, Any]) -> None:
+    """``--protocol NAME``: its training and test counts per class in ``split`` where
+    ``--train-per-class`` / ``--test-per-class`` do not set them (``half`` counts the dataset's classes)."""
+    name = getattr(args, "protocol", None)
+    if name is None:
+        return
+    from .dataset import discover_dataset
+    from .protocols import PROTOCOLS, protocol_split
+
+    counts = [1]
+    if PROTOCOLS[name].train_per_class is None and split["train_per_class"] is None:
+        dataset = discover_dataset(args.dataset, keep_background=bool(args.keep_background))
+        labels = dataset.labels.tolist()
+        counts = [labels.count(c) for c in range(len(dataset.class_names))]
+    train, test = protocol_split(name, counts)
+    if split["train_per_class"] is None:
+        split["train_per_class"] = train
+    if split["test_per_class"] is None:
+        split["test_per_class"] = 0 if test is None else test  # 0: all the rest
 
 
 def _build_log(args: argparse.Namespace):
@@ -187,7 +209,7 @@ def cmd_build_features(args: argparse.Namespace) -> int:
 
     config, out, cache_dir, execution = _build_options(args)
     result = build_feature_set(args.dataset, out, config, cache_dir=cache_dir, progress=_tqdm_progress(not args.quiet),
-                               log=_build_log(args), store=args.store, execution=execution)
+                               log=_build_log(args), store=args.store, execution=execution, force=args.force)
     _print_build(result, cache_dir)
     return 0
 
@@ -227,12 +249,17 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_model_out(feature_set: Path, classifier: str) -> Path:
-    return feature_set.parent / f"{feature_set.name}-{classifier}.npz"
+def _default_model_out(feature_set: Path, classifier: str, params: dict[str, Any]) -> Path:
+    """``<featureset>-<classifier>[-<params>].npz`` beside the feature set: another ``--param`` is another file."""
+    from .output_guard import params_suffix
+
+    return feature_set.parent / f"{feature_set.name}-{classifier}{params_suffix(params)}.npz"
 
 
-def _default_experiment_out(feature_set: Path, classifier: str) -> Path:
-    return feature_set.parent / f"{feature_set.name}-{classifier}-experiment"
+def _default_experiment_out(feature_set: Path, classifier: str, params: dict[str, Any]) -> Path:
+    from .output_guard import params_suffix
+
+    return feature_set.parent / f"{feature_set.name}-{classifier}{params_suffix(params)}-experiment"
 
 
 @contextlib.contextmanager
@@ -309,34 +336,66 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .runner import Execution
     from .workflows import train_model
 
+    from .output_guard import check_output_file
+
     _check_seeds(args.seed)
     spec = _training_mode(args)
-    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
-    _check_out_file(out, "model")
     params = getattr(args, "params", None) or _params(args.param)
+    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier, params)
+    _check_out_file(out, "model")
+    check_output_file(out, "model file", force=args.force)
     feature_set = load_feature_set(args.featureset)
     block_rows = (getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS) if getattr(args, "streaming", False) else None
+    folds = _probability_folds(args, spec)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind), \
             _writing("--out", out, "model file"):
         training, path = train_model(feature_set, args.classifier, params, out=out, seed=args.seed,
-                                     execution=Execution(cluster=spec), block_rows=block_rows)
+                                     execution=Execution(cluster=spec), block_rows=block_rows,
+                                     probability_folds=folds)
     print(training_text(training, path))
+    if folds is not None:
+        print(f"  calibrated probabilities: Platt scaling on the decision values of {folds} held-out folds "
+              "(predict --proba)")
     return 0
+
+
+def _probability_folds(args: argparse.Namespace, spec) -> int | None:
+    """``train --probability [--calibration-folds K]``: the folds of the calibration (None: none), checked."""
+    folds = getattr(args, "calibration_folds", None)
+    if not getattr(args, "probability", False):
+        if folds is not None:
+            raise UsageError("--calibration-folds sets the folds of --probability; add --probability or drop it")
+        return None
+    from ..classifiers.calibration import DEFAULT_FOLDS
+
+    folds = DEFAULT_FOLDS if folds is None else folds
+    if folds < 2:
+        raise UsageError(f"--calibration-folds must be at least 2, not {folds}")
+    if spec is not None or getattr(args, "streaming", False):
+        where = spec.option if spec is not None else "--streaming"
+        raise UsageError(f"--probability calibrates on this machine with all rows in memory; drop {where} "
+                         "(or --probability)")
+    return folds
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model
     from .feature_store import load_feature_set
     from .model_file import load_model
-    from .report import evaluation_text, write_report
+    from .report import evaluation_text, report_folder, write_report
 
     out = Path(args.out) if args.out else Path(args.model).with_suffix("").with_name(Path(args.model).stem + "-report")
     _check_out_folder(out, "report")
+    guard = report_folder(out, run={"command": "evaluate", "featureset": os.path.abspath(args.featureset),
+                                    "model": os.path.abspath(args.model)})
+    guard.check(args.force)
     feature_set = load_feature_set(args.featureset)
     model, meta = load_model(args.model)
     with _classifier_errors_as_usage_errors(meta.get("classifier", "model"), args.featureset):
         evaluation = evaluate_model(model, meta, feature_set)
     with _writing("--out", out, "report"):
+        guard.check(args.force)
+        guard.claim()
         write_report(evaluation, out)
     print(evaluation_text(evaluation, out))
     return 0
@@ -344,7 +403,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from .feature_store import load_feature_set
-    from .report import experiment_text, write_experiment, write_report
+    from .report import experiment_text, report_folder, write_experiment, write_report
     from .runner import Execution
     from .workflows import run_experiment_on
 
@@ -352,15 +411,20 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         raise UsageError(f"--repeats must be from 1 to {MAX_REPEATS}, not {args.repeats}")
     _check_seeds(args.seed, args.repeats)
     spec = _cluster_spec(args)
-    if args.out:
-        _check_out_folder(Path(args.out), "experiment")
     params = _params(args.param)
+    out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier, params)
+    _check_out_folder(out, "experiment")
+    guard = report_folder(out, experiment=True, run={
+        "command": "experiment", "featureset": os.path.abspath(args.featureset), "classifier": args.classifier,
+        "params": params, "seed": args.seed, "repeats": args.repeats})
+    guard.check(args.force)
     feature_set = load_feature_set(args.featureset)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         experiment = run_experiment_on(feature_set, args.classifier, params, args.repeats, args.seed,
                                        Execution(cluster=spec))
-    out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
     with _writing("--out", out, "report"):
+        guard.check(args.force)
+        guard.claim()
         write_experiment(experiment, out)
         write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))
@@ -377,9 +441,12 @@ def _display(path: str) -> str:
 DEFAULT_TOP_K = 3
 
 
-def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str) -> None:
-    """The top-``k`` classes of each image on stdout in format ``fmt``; the skipped inputs, and
-    their count, on stderr in every format (the JSON document lists them too)."""
+def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str]], k: int, fmt: str,
+                       probability: bool = False) -> None:
+    """The top-``k`` classes of each image on stdout in format ``fmt`` with their decision values
+    (or calibrated ``probability``); the skipped inputs, and their count, on stderr in every
+    format (the JSON document lists them too)."""
+    column = "probability" if probability else "decision_value"
     import csv
     import json
 
@@ -390,9 +457,10 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
               f"{len(rows)} image{'s' if len(rows) > 1 else ''} classified", file=sys.stderr)
     if fmt == "json":
         document = {
-            "scores": "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
+            "scores": "calibrated probabilities (Platt scaling, normalised over the classes)" if probability
+            else "decision values of the one-vs-rest classifiers (larger = more likely; not probabilities)",
             "top_k": k,
-            "predictions": [{"path": _display(path), "top": [{"class": c, "decision_value": round(v, 6)} for c, v in top]}
+            "predictions": [{"path": _display(path), "top": [{"class": c, column: round(v, 6)} for c, v in top]}
                             for path, top in rows],
             "skipped": [{"path": _display(s["path"]), "reason": s["reason"]} for s in skipped],
         }
@@ -400,15 +468,20 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
         return
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(["path", "rank", "class", "decision_value"])
+        writer.writerow(["path", "rank", "class", column])
         for path, top in rows:
             for rank, (name, value) in enumerate(top, 1):
                 writer.writerow([_display(path), rank, name, f"{value:.6f}"])
         return
-    print(f"# top {k} classes per image with their decision values "
-          "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
+    if probability:
+        print(f"# top {k} classes per image with their calibrated probabilities (Platt scaling)")
+    else:
+        print(f"# top {k} classes per image with their decision values "
+              "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
+    shown = "{:.3f}" if probability else "{:+.3f}"
     for path, top in rows:  # one line per image (JSON and CSV quote line breaks themselves)
-        print(f"{_one_line(_display(path))}: " + ", ".join(f"{_one_line(str(name))} ({value:+.3f})" for name, value in top))
+        print(f"{_one_line(_display(path))}: "
+              + ", ".join(f"{_one_line(str(name))} ({shown.format(score)})" for name, score in top))
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -432,8 +505,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-k must be at least 1, not {args.top_k}")
     asked, args.top_k = args.top_k, min(args.top_k, n_classes)
     _check_n_jobs(args.n_jobs)
+    if args.proba and not hasattr(classifier, "predict_proba"):
+        raise UsageError(f"--proba: model {args.model} holds no calibrated probabilities; re-train it with "
+                         "classify-images train --probability (or drop --proba for decision values)")
     files, skipped = find_images(args.images)
-    rows, unread = predict_images(model, files, args.top_k, Execution(n_jobs=args.n_jobs, cluster=spec))
+    rows, unread = predict_images(model, files, args.top_k, Execution(n_jobs=args.n_jobs, cluster=spec),
+                                  probability=args.proba)
     skipped += unread
     if not rows:
         first = f" ({_display(skipped[0]['path'])}: {skipped[0]['reason']})" if skipped else ""
@@ -443,7 +520,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"note: --top-k {asked} is more than the model's {n_classes} classes; showing all {n_classes}",
               file=sys.stderr)
     rows = [(path, [(_display(name), value) for name, value in top]) for path, top in rows]
-    _print_predictions(rows, skipped, args.top_k, args.format)
+    _print_predictions(rows, skipped, args.top_k, args.format, probability=args.proba)
     return 1 if skipped else 0  # something asked for was not classified (listed on stderr)
 
 
@@ -461,7 +538,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "(name = \"pmsvm\", params = { ... })")
     params = {**params, **_params(args.param)}
     config_name = Path(args.config).stem if args.config else "default"
-    out = Path(args.out) if args.out else Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}"
+    from .output_guard import params_suffix
+
+    out = Path(args.out) if args.out else \
+        Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}{params_suffix(params)}"
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     config, _, cache_dir, execution = _build_options(args, out / "features")
@@ -475,7 +555,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             _writing("--out", out, "run folder"):
         result = run_pipeline(args.dataset, out, config, name, params, seed=0 if args.seed is None else args.seed,
                               execution=execution, cache_dir=cache_dir, store=args.store,
-                              progress=_tqdm_progress(not args.quiet), log=_build_log(args), step=step)
+                              progress=_tqdm_progress(not args.quiet), log=_build_log(args), step=step,
+                              force=args.force)
     _print_build(result.build, cache_dir)
     print(training_text(result.training, result.model))
     print(evaluation_text(result.evaluation, result.report))
@@ -488,11 +569,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     _check_n_jobs(args.n_jobs)
     workdir = _check_folder_option("--workdir", Path(args.workdir), "demo's images, features, model and report")
-    return run_demo(workdir, n_jobs=args.n_jobs, quiet=args.quiet)
+    return run_demo(workdir, n_jobs=args.n_jobs, quiet=args.quiet, force=args.force)
 
 
 def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     from .defaults import DEFAULT_BATCH_SIZE
+    from .protocols import PROTOCOLS
 
     parser = sub.add_parser("build-features", help="folder of class folders -> cached feature set",
                             description="Build a feature set (dense SIFT, codebook, spatial pyramid, normalisation) "
@@ -501,6 +583,10 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("dataset", help="folder with one sub-folder of images per class")
     parser.add_argument("--config", help="TOML config file, or a ready-made one by name: " + ", ".join(sorted(named_configs())))
     parser.add_argument("--out", help="feature-set folder (default: feature-sets/<dataset>-<config>)")
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS),
+                        help="train/test split by name (overrides the config's; --train-per-class and "
+                        "--test-per-class override it): " + "; ".join(f"{name}: {p.description}"
+                                                                     for name, p in PROTOCOLS.items()))
     parser.add_argument("--train-per-class", type=int, metavar="N", help="training images per class (overrides the config)")
     parser.add_argument("--test-per-class", type=int, metavar="M", help="cap on test images per class (0: all the rest)")
     parser.add_argument("--seed", type=int, help="seed of the train/test split")
@@ -516,7 +602,16 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, metavar="B",
                         help=f"images per cluster task and rows per shard (default: {DEFAULT_BATCH_SIZE})")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    _add_force_argument(parser)
     parser.set_defaults(func=cmd_build_features)
+
+
+def _add_force_argument(parser: argparse.ArgumentParser, what: str = "--out") -> None:
+    """``--force``: what the output guard (:mod:`.output_guard`) may replace beyond what it can prove is ours."""
+    parser.add_argument("--force", action="store_true",
+                        help=f"replace files at {what} that classify-images cannot prove it wrote, but only those of "
+                        "the names this command writes: other files are never deleted, links never followed "
+                        "(docs/reliability.md, 'What a command may write over')")
 
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser,
@@ -545,7 +640,8 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
     _add_classifier_arguments(parser)
     parser.add_argument("--seed", type=int, default=0,
                         help="random_state of a randomised classifier (pmsvm, mbkl, nsvm) unless --param sets it")
-    parser.add_argument("--out", help="model file (default: <featureset>-<classifier>.npz beside the feature set)")
+    parser.add_argument("--out", help="model file (default: <featureset>-<classifier>[-<params>].npz beside the "
+                        "feature set); an existing file is replaced only if it is a model file of ours (else --force)")
     where = parser.add_argument_group("where to train (default: this machine, all rows in memory)")
     where.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                        help="train the one-vs-rest problems in groups on a running Dask cluster (pmsvm, nsvm); the "
@@ -555,6 +651,14 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="learn from blocks of training rows, one block in memory at a time (nsvm only)")
     where.add_argument("--block-rows", type=int, metavar="N",
                        help=f"rows per block with --streaming (default {DEFAULT_BLOCK_ROWS})")
+    _add_force_argument(parser)
+    proba = parser.add_argument_group("calibrated probabilities")
+    proba.add_argument("--probability", action="store_true",
+                       help="also fit Platt's sigmoids on held-out decision values (as LIBSVM's -b 1 and "
+                       "scikit-learn's CalibratedClassifierCV) and store them in the model: predict --proba, "
+                       "predict_proba; costs K more fits on (K-1)/K of the rows")
+    proba.add_argument("--calibration-folds", type=int, metavar="K",
+                       help="folds of the held-out decision values (default 5; each class needs K training images)")
     parser.set_defaults(func=cmd_train)
 
 
@@ -566,6 +670,7 @@ def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="model file (.npz) written by train")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, report.md, "
                         "confusion.png (default: <model>-report)")
+    _add_force_argument(parser)
     parser.set_defaults(func=cmd_evaluate)
 
 
@@ -579,8 +684,9 @@ def _add_experiment_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="first split seed; each run's seed is also the classifier's random_state unless --param sets it")
     parser.add_argument("--out", help="report folder: report.html, report.json, predictions.csv, experiment.json "
-                        "(default: <featureset>-<classifier>-experiment beside the feature set)")
+                        "(default: <featureset>-<classifier>[-<params>]-experiment beside the feature set)")
     _add_cluster_arguments(parser)
+    _add_force_argument(parser)
     parser.set_defaults(func=cmd_experiment)
 
 
@@ -600,7 +706,10 @@ def _add_predict_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-k", type=int, metavar="K",
                         help=f"classes shown per image (1 … n_classes; default {DEFAULT_TOP_K}, or n_classes when fewer)")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                        help="table (default), csv (path,rank,class,decision_value) or json")
+                        help="table (default), csv (path,rank,class,decision_value or probability) or json")
+    parser.add_argument("--proba", action="store_true",
+                        help="rank by calibrated probabilities instead of decision values (a model trained "
+                        "with train --probability)")
     _add_cluster_arguments(parser, shared="the model file and the images")
     parser.set_defaults(func=cmd_predict)
 
@@ -619,7 +728,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable")
     parser.add_argument("--seed", type=int, help="seed of the split (default: the config's) and of a randomised "
                         "classifier (default: 0)")
-    parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>)")
+    parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>[-<params>])")
     parser.set_defaults(func=cmd_run)
 
 
@@ -641,6 +750,7 @@ def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--workdir", default="classify-images-demo", help="where to write images, features, model, report")
     parser.add_argument("--n-jobs", type=int, default=2)
     parser.add_argument("-q", "--quiet", action="store_true")
+    _add_force_argument(parser, "--workdir")
     parser.set_defaults(func=cmd_demo)
 
 
@@ -702,6 +812,26 @@ def _one_line_warnings(command: str):
         yield
 
 
+@contextlib.contextmanager
+def _status_lines(quiet: bool):
+    """The package's INFO log lines (e.g. ``Dask dashboard: http://…``, logged when a cluster
+    opens) printed to stderr while the command runs, unless ``--quiet`` (then warnings only)."""
+    import logging
+
+    logger = logging.getLogger("classify_images")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setLevel(logging.WARNING if quiet else logging.INFO)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(min(logger.getEffectiveLevel(), handler.level))
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def _one_line(message: str) -> str:
     """``message`` with line breaks and other unprintable characters escaped (a value read
     from a file may hold any of them)."""
@@ -728,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"classify-images: error: --threads must be at least 1, not {args.threads}", file=sys.stderr)
         return 2
     try:
-        with _thread_limits(args.threads), _one_line_warnings(args.command):
+        with _thread_limits(args.threads), _one_line_warnings(args.command), _status_lines(getattr(args, "quiet", False)):
             return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)

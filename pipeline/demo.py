@@ -64,15 +64,17 @@ def demo_commands(workdir: Path, *, n_jobs: int = 2, quiet: bool = False) -> lis
     ]
 
 
-def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> int:
+def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False, force: bool = False) -> int:
     """Write the digits, build features, train the linear SVM, evaluate it and print the accuracy table.
 
     Files written under ``workdir``: ``digits/`` (images), ``cache/``, ``features/``,
-    ``model-linear.npz``, ``report/`` and ``demo.json`` (the equivalent commands).
+    ``model-linear.npz``, ``report/`` and ``demo.json`` (the equivalent commands), and the
+    marker of :mod:`~classify_images.pipeline.output_guard`: ``workdir`` must be absent, empty
+    or a demo folder of ours (``force``: replace those names in a folder not proven ours).
 
     Raises
     ------
-    ConfigError, DatasetError, FeatureSetError, ModelFileError
+    ConfigError, DatasetError, FeatureSetError, ModelFileError, OutputRefusedError
         As the equivalent commands would (the command line prints them as one line).
     """
     from .build import build_feature_set
@@ -81,18 +83,29 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> in
     from .extractor import FeatureExtractor
     from .feature_store import load_feature_set
     from .model_file import load_model, save_model
+    from .feature_store import check_destination
+    from .output_guard import OutputFolder, check_output_file
     from .progress import tqdm_progress
-    from .report import build_text, evaluation_text, training_text, write_report
+    from .report import build_text, evaluation_text, report_folder, training_text, write_report
 
     workdir = Path(workdir)
-    write_digits_dataset(workdir / "digits")
     build, train, evaluate = commands = demo_commands(workdir, n_jobs=n_jobs, quiet=quiet)
     model_out, report_dir = train[-1], evaluate[-1]  # the --out of each command
+    folder = OutputFolder(workdir, ("digits", "cache", "features", Path(model_out).name, "report", "demo.json"), "demo",
+                          option="--workdir")
+    report = report_folder(report_dir, option="--workdir")
+    folder.check(force)  # every output checked before any work
+    check_destination(workdir / "features", workdir / "digits", force=force)
+    check_output_file(model_out, "model file", force=force, option="--workdir")
+    report.check(force)
+    folder.claim()
+    write_digits_dataset(workdir / "digits")
 
     _print_command(build)
     built = build_feature_set(
         workdir / "digits", workdir / "features", load_config(DEMO_CONFIG), n_jobs=n_jobs, cache_dir=workdir / "cache",
         progress=tqdm_progress(not quiet), log=lambda message: None if quiet else print(message, file=sys.stderr),
+        force=force,
     )
     feature_set = load_feature_set(built.path)
     print(build_text(built, feature_set.manifest["skipped"], built.timings))
@@ -108,6 +121,7 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False) -> in
     _print_command(evaluate)
     model, meta = load_model(model_path)
     evaluation = evaluate_model(model, meta, feature_set)
+    report.claim()
     write_report(evaluation, report_dir)
     print(evaluation_text(evaluation, report_dir))
 

@@ -33,8 +33,9 @@ last, and the folder takes the destination's place in one atomic exchange
 (:func:`~classify_images.pipeline.atomic.replace_folder`).
 
 What may be replaced.  A destination is replaced only when it is absent, an empty folder,
-or a feature set this project wrote (its manifest says so, or it holds nothing but the
-files listed above).  Anything else — a user's folder, the dataset or a folder holding
+or a feature set this project wrote: its manifest announces our format *and* the folder
+holds exactly the files that manifest lists (with ``force``, also a folder of nothing but
+files of those names).  Anything else — a user's folder, the dataset or a folder holding
 it, a plain file, a symbolic link — is refused with one line before any work, and a
 replaced feature set is removed file by file, by the names above only.
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import tokenize
 import zipfile
@@ -464,12 +466,39 @@ def load_feature_set(path: str | os.PathLike) -> FeatureSet:
 # --- what may be replaced ---
 
 
-def _manifest_format(folder: Path):
-    """The ``format`` a folder's manifest announces (None: no readable manifest)."""
+#: A manifest larger than this is not read to decide whether a folder is ours.
+_MAX_MANIFEST_BYTES = 256 << 20
+
+
+def _read_own_manifest(folder: Path) -> dict | None:
+    """The manifest of ``folder`` when it is a regular file of JSON announcing our format (None otherwise)."""
+    path = folder / MANIFEST
     try:
-        return read_manifest(folder).get("format")
-    except (FeatureSetError, AttributeError):
+        info = os.lstat(path)
+        if not os.path.isfile(path) or os.path.islink(path) or info.st_size > _MAX_MANIFEST_BYTES:
+            return None
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
         return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME else None
+
+
+def _listed_files(manifest: dict) -> tuple[set[str], set[str]] | None:
+    """The files a manifest of ours says its folder holds: ``(required, optional)``; None when it
+    does not say (a manifest with our format key but not our layout)."""
+    required = {MANIFEST, *(f"{name}.npy" for name in LABEL_ARRAYS)}
+    store = manifest.get("store")
+    if store is None:
+        required |= {f"{name}.npy" for name in ROW_ARRAYS}
+    else:
+        try:
+            required |= {entry["file"] for part in ROW_ARRAYS for entry in store["shards"][part]}
+        except (TypeError, KeyError):
+            return None
+        if not all(isinstance(name, str) and is_shard_name(name) for name in required - {MANIFEST}
+                   - {f"{name}.npy" for name in LABEL_ARRAYS}):
+            return None
+    return required, {f"{CODEBOOK}.npy", f"{CODEBOOK}.npz", f"{NORMALIZER_STATISTICS}.npy"}
 
 
 def _is_feature_set_file(name: str) -> bool:
@@ -478,37 +507,46 @@ def _is_feature_set_file(name: str) -> bool:
 
 
 def is_feature_set_folder(folder: str | os.PathLike) -> bool:
-    """Whether ``folder`` is empty or a feature set this project wrote.
+    """Whether ``folder`` is a feature set this project wrote (an empty folder is not).
 
-    A feature set holds nothing but :data:`FILE_NAMES` and shards (regular files), and its manifest,
-    when readable, announces this project's format.  (A feature set whose manifest was
-    torn by a crash is still recognised by its file names, so a rebuild can repair it.)
+    Proven by its manifest: a regular file announcing our format, and the folder holds exactly
+    the files that manifest lists (every required one, one codebook, and nothing else; all
+    regular files).  Files with a feature set's names but no such manifest — a user's own
+    ``X_train.npy``, a web app's ``manifest.json`` — are not ours.
     """
     folder = Path(folder)
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return False
-    if not all(_is_feature_set_file(entry.name) and entry.is_file(follow_symlinks=False) for entry in entries):
+    if not all(entry.is_file(follow_symlinks=False) for entry in entries):
         return False
-    if any(entry.name == MANIFEST for entry in entries):
-        announced = _manifest_format(folder)
-        return announced is None or announced == FORMAT_NAME
-    return True
+    manifest = _read_own_manifest(folder)
+    listed = None if manifest is None else _listed_files(manifest)
+    if listed is None:
+        return False
+    required, optional = listed
+    present = {entry.name for entry in entries}
+    codebooks = present & {f"{CODEBOOK}.npy", f"{CODEBOOK}.npz"}
+    return required <= present and present <= required | optional and len(codebooks) == 1
 
 
 def _refuse(out: Path, why: str) -> FeatureSetError:
     return FeatureSetError(f"refusing to write the feature set to {out}: {why}")
 
 
-def check_destination(out: str | os.PathLike, dataset: str | os.PathLike | None = None) -> Path:
+def check_destination(out: str | os.PathLike, dataset: str | os.PathLike | None = None, *,
+                      force: bool = False) -> Path:
     """Check that the feature set may be written to ``out``; return its absolute path.
 
     Allowed: ``out`` is absent, an empty folder, or a feature set this project wrote
-    (:func:`is_feature_set_folder`).  Refused, with one line saying why: a symbolic link,
-    a plain file (or anything else that is not a folder), a folder with other content,
-    the current folder, and — when ``dataset`` is given — the dataset folder, a folder
-    holding it, or a folder inside it (it would be read as a class folder).
+    (:func:`is_feature_set_folder`); with ``force``, also a folder holding nothing but regular
+    files of a feature set's names (:data:`FILE_NAMES`, shards) that we cannot prove we wrote —
+    they are replaced.  Refused, with one line saying why: a symbolic link, a plain file (or
+    anything else that is not a folder), a folder with files of other names (even with
+    ``force``: the folder is replaced as a whole, so they would be moved aside), the current
+    folder, and — when ``dataset`` is given — the dataset folder, a folder holding it, or a
+    folder inside it (it would be read as a class folder).
 
     Raises
     ------
@@ -531,9 +569,21 @@ def check_destination(out: str | os.PathLike, dataset: str | os.PathLike | None 
         with contextlib.suppress(OSError):
             if out.samefile(os.getcwd()):
                 raise _refuse(out, "it is the current folder; give the name of a new folder")
-        if not is_feature_set_folder(out):
-            raise _refuse(out, "the folder exists and is not a feature set (nothing was changed); "
-                               "choose another --out or empty it")
+        try:
+            entries = list(os.scandir(out))
+        except OSError as exc:
+            raise _refuse(out, f"cannot list it ({exc.strerror})") from None
+        if entries and not is_feature_set_folder(out):
+            foreign = sorted(entry.name for entry in entries
+                             if not (_is_feature_set_file(entry.name) and entry.is_file(follow_symlinks=False)))
+            if foreign:
+                raise _refuse(out, f"the folder exists and is not a feature set: it holds {', '.join(foreign[:3])}"
+                                   f"{' …' if len(foreign) > 3 else ''} (nothing was changed); choose another --out "
+                                   "or empty it")
+            if not force:
+                raise _refuse(out, "the folder holds files with a feature set's names but no manifest of ours "
+                                   "listing them (nothing was changed); choose another --out, or add --force to "
+                                   "replace them")
     return out
 
 
@@ -588,14 +638,15 @@ class FeatureSetWriter:
     Temporary folders of earlier runs whose process is gone are removed on entry.
     """
 
-    def __init__(self, out: str | os.PathLike, dataset: str | os.PathLike | None = None) -> None:
+    def __init__(self, out: str | os.PathLike, dataset: str | os.PathLike | None = None, *,
+                 force: bool = False) -> None:
         self.out = Path(os.path.abspath(out))
-        self.dataset = dataset
+        self.dataset, self.force = dataset, force
         self.tmp = self.out.with_name(f".{self.out.name}.partial-{os.getpid()}")
         self.aside = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
 
     def __enter__(self) -> "FeatureSetWriter":
-        check_destination(self.out, self.dataset)
+        check_destination(self.out, self.dataset, force=self.force)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_siblings(self.out.parent, self.out.name, _remove_feature_set_files)
         if self.tmp.exists():  # our own pid's leftover (a previous writer in this process)
@@ -654,7 +705,7 @@ class FeatureSetWriter:
         version = SHARDED_FORMAT_VERSION if "store" in manifest else FORMAT_VERSION
         manifest = {"format": FORMAT_NAME, "format_version": version, **manifest}
         atomic_write_json(self.tmp / MANIFEST, manifest)
-        check_destination(self.out, self.dataset)
+        check_destination(self.out, self.dataset, force=self.force)
         if replace_folder(self.tmp, self.out, self.aside):
             # The previous feature set, by its file names only (anything foreign stays).
             _remove_feature_set_files(self.aside)

@@ -33,6 +33,7 @@ from .dataset import DatasetError
 from .extractor import FeatureExtractor
 from .runner import Runner
 from .stages import StageCache
+from .warm_up import encoder_compiled_aside, warm_descriptors
 
 __all__ = [
     "fit_extractor", "sample_descriptors", "codebook_sample", "codebook_from_sample", "learn_codebook", "image_row",
@@ -49,10 +50,13 @@ def fit_extractor(paths: list[str], fingerprints: list[str], train: np.ndarray, 
     ``timer`` (``with timer("step"):``, optional) times the ``sample`` and ``codebook`` steps.
     """
     timed = timer if timer is not None else (lambda step: contextlib.nullcontext())
-    with timed("sample"):
-        sample = codebook_sample(paths, fingerprints, train, config, runner)
-    with timed("codebook"):
-        n_descriptors, codebook = codebook_from_sample(sample, config, runner, log)
+    # With several workers on this machine, the encoder's kernels compile aside meanwhile (pipeline/warm_up.py).
+    aside = encoder_compiled_aside(config) if runner.client is None and runner.n_jobs != 1 else contextlib.nullcontext()
+    with aside:
+        with timed("sample"):
+            sample = codebook_sample(paths, fingerprints, train, config, runner)
+        with timed("codebook"):
+            n_descriptors, codebook = codebook_from_sample(sample, config, runner, log)
     del sample
     return n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)
 
@@ -71,6 +75,8 @@ def sample_descriptors(paths: list[str], fingerprints: list[str], train: np.ndar
     runner : Runner
         Where the per-image sampling runs (and the stage cache it reads and fills).
     """
+    if runner.n_jobs != 1:  # the workers load the kernels the parent compiled (pipeline/warm_up.py)
+        warm_descriptors(config.sift_params())
     samples = runner.map(_sample_calls(paths, fingerprints, train, config, runner), "sample descriptors")
     return _combine_samples(samples, config.codebook.n_samples, config.codebook.seed)
 

@@ -20,6 +20,11 @@ Layout (a NumPy ``.npz`` zip archive, members stored uncompressed):
 ``model/<attribute>``
     one plain numeric array per fitted attribute of the classifier, as returned by the
     estimator's ``_model_arrays()`` and given back to ``_restore_model_arrays()``.
+``model/platt_``, ``model/platt_folds_``
+    only in a model trained with calibrated probabilities (``train --probability``,
+    :mod:`~classify_images.classifiers.calibration`): Platt's ``(A, B)`` per one-vs-rest
+    problem (float64, n_problems × 2) and the number of folds their held-out decision values
+    came from; the header's ``probability`` says so (``null`` otherwise).
 ``extractor/state/<name>``, ``extractor/normalizer``
     the encoder's fitted state as the named arrays it declares
     (:meth:`~classify_images.coding.encoders.Encoder.to_arrays`: ``codebook``, K × 128
@@ -183,6 +188,8 @@ def save_model(
         "feature_set": _jsonable(feature_set or {}),
         "extractor": extractor_meta,
         "train_seconds": None if train_seconds is None else round(float(train_seconds), 4),
+        "probability": None if not hasattr(estimator, "platt_") else
+        {"method": "Platt scaling (sigmoid) on held-out decision values", "folds": int(estimator.platt_folds_)},
         "versions": library_versions(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -295,6 +302,22 @@ def _check_fitted_arrays(name: str, arrays: dict[str, np.ndarray], n_classes: in
         if array.dtype.kind == "f":
             _expect(bool(np.isfinite(array).all()), f"fitted array {key} holds NaN or infinite values")
     cls._check_fitted_values(arrays, n_features)
+    _check_calibration(arrays, n_classes)
+
+
+def _check_calibration(arrays: dict[str, np.ndarray], n_classes: int) -> None:
+    """The calibrated probabilities' arrays (``platt_``, ``platt_folds_``), when the model has them:
+    both, Platt's ``(A, B)`` per problem, finite, and a fold count of at least 2."""
+    present = [key for key in ("platt_", "platt_folds_") if key in arrays]
+    if not present:
+        return
+    _expect(len(present) == 2, f"calibration array {present[0]} without its companion")
+    platt, folds = arrays["platt_"], arrays["platt_folds_"]
+    shape = (1 if n_classes == 2 else n_classes, 2)
+    _expect(platt.shape == shape and platt.dtype.kind == "f", f"calibration array platt_ has shape {platt.shape}, "
+            f"expected {shape} for {n_classes} classes")
+    _expect(bool(np.isfinite(platt).all()), "calibration array platt_ holds NaN or infinite values")
+    _expect(folds.shape == () and folds.dtype.kind in "iu" and int(folds) >= 2, "calibration fold count is not valid")
 
 
 def _cap_workers(estimator: Any) -> None:

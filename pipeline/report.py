@@ -18,7 +18,9 @@
     the row-normalised confusion matrix (rows: true class), classes worst first.
 
 and :func:`write_experiment` writes ``experiment.json``.  Every file goes through
-:func:`~classify_images.pipeline.atomic.atomic_write`.  The ``*_text`` functions give
+:func:`~classify_images.pipeline.atomic.atomic_write`.  These writers write where they are
+told; the commands first check the folder with :func:`report_folder`
+(:mod:`~classify_images.pipeline.output_guard`: absent, empty, or a report folder of ours).  The ``*_text`` functions give
 the lines the command line (and the demo) print, :func:`build_text` included.
 """
 
@@ -33,12 +35,16 @@ import numpy as np
 
 from .atomic import atomic_write, atomic_write_json
 from .evaluation import EXPERIMENT_NOTE, PREDICTIONS_FILE, Evaluation, Experiment, TrainingResult
+from .output_guard import OutputFolder
 from .report_html import class_order, confusion_figure, params_text, render_html
 
 if TYPE_CHECKING:
     from .build import BuildResult
 
 __all__ = [
+    "REPORT_FILES",
+    "EXPERIMENT_FILE",
+    "report_folder",
     "build_text",
     "write_report",
     "write_experiment",
@@ -126,6 +132,20 @@ def write_predictions(evaluation: Evaluation, path: str | os.PathLike) -> None:
         writer.writerows(rows)
 
 
+#: The files :func:`write_report` writes.
+REPORT_FILES = ("report.json", PREDICTIONS_FILE, "report.md", "confusion.png", "report.html")
+#: The file :func:`write_experiment` writes.
+EXPERIMENT_FILE = "experiment.json"
+
+
+def report_folder(out_dir: str | os.PathLike, *, experiment: bool = False, run: dict | None = None,
+                  option: str = "--out") -> OutputFolder:
+    """The output guard of a report folder (an experiment's with ``experiment``): :meth:`~.OutputFolder.check`
+    it before the work, :meth:`~.OutputFolder.claim` it before :func:`write_report`."""
+    names = (*REPORT_FILES, EXPERIMENT_FILE) if experiment else REPORT_FILES
+    return OutputFolder(out_dir, names, "experiment" if experiment else "report", run=run, option=option)
+
+
 def write_report(evaluation: Evaluation, out_dir: str | os.PathLike, *, experiment: Experiment | None = None,
                  thumbnails: bool = True) -> Path:
     """Write ``report.html``, ``report.json``, ``predictions.csv``, ``report.md`` and ``confusion.png`` into ``out_dir``.
@@ -156,7 +176,7 @@ def write_report(evaluation: Evaluation, out_dir: str | os.PathLike, *, experime
 
 def write_experiment(experiment: Experiment, out_dir: str | os.PathLike) -> Path:
     """Write ``experiment.json`` into ``out_dir`` (created if needed); returns the file."""
-    path = Path(out_dir) / "experiment.json"
+    path = Path(out_dir) / EXPERIMENT_FILE
     atomic_write_json(path, experiment.to_dict())
     return path
 

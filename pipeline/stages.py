@@ -229,7 +229,8 @@ class StageCache:
     """The per-image stages, memoised in ``cache_dir`` by :class:`joblib.Memory`.
 
     With ``cache_dir=None`` nothing is cached (every call recomputes).  The folder is
-    created private, or refused when others could write into it
+    created private, or refused when it is a user's folder (:func:`~.output_guard.check_cache_folder`)
+    or others could write into it
     (:func:`~classify_images.pipeline.cache_store.secure_cache_folder`), and results
     are stored without pickle.  Every stage
     function takes an ``implementation`` argument that it does not use: the cache passes
@@ -240,7 +241,9 @@ class StageCache:
     def __init__(self, cache_dir: str | os.PathLike | None, *, cache_descriptors: bool = True) -> None:
         from joblib import Memory
 
-        location = None if cache_dir is None else os.fspath(secure_cache_folder(cache_dir))
+        from .output_guard import check_cache_folder
+
+        location = None if cache_dir is None else os.fspath(secure_cache_folder(check_cache_folder(cache_dir)))
         self.memory = Memory(location, backend=BACKEND_NAME, verbose=0)
         # Keys are image *content* (fingerprint) and parameters; the path is not
         # part of the key, so moving a dataset keeps its cache.

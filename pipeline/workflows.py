@@ -50,6 +50,7 @@ def train_model(
     seed: int = 0,
     execution: Execution | None = None,
     block_rows: int | None = None,
+    probability_folds: int | None = None,
 ) -> tuple[Any, Path]:
     """Train ``classifier`` on the training rows of ``feature_set`` and save it, with the feature
     extractor, as a self-contained model file.
@@ -71,6 +72,10 @@ def train_model(
     block_rows : int, optional
         Train by ``partial_fit`` over blocks of this many rows (:mod:`~classify_images.pipeline.streaming_training`;
         the classifier must have ``partial_fit``), never holding the whole matrix.
+    probability_folds : int, optional
+        Also calibrate class probabilities (Platt scaling on the decision values of this many
+        held-out folds of the training rows: :func:`~classify_images.classifiers.calibration.calibrate`),
+        stored in the model file (``predict_proba``, ``predict --proba``); on this machine, in memory.
 
     Returns
     -------
@@ -104,6 +109,11 @@ def train_model(
             else np.asarray(feature_set.X_train)
         training = train_classifier(classifier, params or {}, X, feature_set.y_train, seed=seed,
                                     class_names=feature_set.class_names, wrapper=wrapper)
+        if probability_folds is not None:
+            from ..classifiers.calibration import calibrate
+
+            names = np.asarray(feature_set.class_names, dtype=str)[np.asarray(feature_set.y_train)]
+            calibrate(training.estimator, np.asarray(X), names, folds=probability_folds)
     path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
                       feature_set=feature_set.identity(), train_seconds=training.train_seconds)
     return training, path
@@ -215,8 +225,8 @@ def top_classes(scores: np.ndarray, classes: np.ndarray, k: int) -> list[list[tu
     return [[(str(classes[j]), float(row[j])) for j in ranks] for row, ranks in zip(scores, order)]
 
 
-def predict_images(model, files: list[str], top_k: int, execution: Execution | None = None
-                   ) -> tuple[list[tuple[str, list[tuple[str, float]]]], list[dict[str, str]]]:
+def predict_images(model, files: list[str], top_k: int, execution: Execution | None = None, *,
+                   probability: bool = False) -> tuple[list[tuple[str, list[tuple[str, float]]]], list[dict[str, str]]]:
     """The ``top_k`` classes of every readable image of ``files`` under ``model``.
 
     Parameters
@@ -229,10 +239,13 @@ def predict_images(model, files: list[str], top_k: int, execution: Execution | N
     execution : Execution, optional
         Where the images are encoded: joblib workers (``n_jobs``) or a cluster's workers;
         default this process.
+    probability : bool
+        Rank by the calibrated probabilities (the model must hold them: ``predict_proba``)
+        instead of the decision values.
 
     Returns
     -------
-    rows : list of (path, [(class, decision value), …])
+    rows : list of (path, [(class, decision value or probability), …])
         The readable images, in input order.
     skipped : list of dict
         ``{"path", "reason"}`` of the images that could not be read.
@@ -246,7 +259,7 @@ def predict_images(model, files: list[str], top_k: int, execution: Execution | N
     skipped = [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
     if not read:
         return [], skipped
-    scores = classifier.decision_function(X)
+    scores = classifier.predict_proba(X) if probability else classifier.decision_function(X)
     if scores.ndim == 1:  # two classes: one problem, positive for classes_[1]
         scores = np.stack([-scores, scores], axis=1)
     return list(zip(read, top_classes(scores, classifier.classes_, top_k))), skipped
@@ -279,6 +292,7 @@ def run_pipeline(
     progress: Callable | None = None,
     log: Callable[[str], None] = lambda message: None,
     step: Callable[[str], None] = lambda name: None,
+    force: bool = False,
 ) -> RunResult:
     """Build the feature set of ``dataset``, train ``classifier`` on it and evaluate it, into
     ``out``: ``out/features/``, ``out/model.npz``, ``out/report/`` (VLFeat's ``phow_caltech101``
@@ -299,17 +313,41 @@ def run_pipeline(
         As :func:`~classify_images.pipeline.build.build_feature_set`.
     step : callable
         Called with ``"build-features"``, ``"train"``, ``"evaluate"`` as each begins.
+    force : bool
+        Replace outputs in ``out`` that cannot be proven ours, by their names only
+        (:mod:`~classify_images.pipeline.output_guard`).
+
+    Raises
+    ------
+    OutputRefusedError, FeatureSetError
+        Before any work, when ``out`` (or its ``features/``, ``model.npz``, ``report/``) holds what
+        classify-images did not write, or another run's outputs (without ``force``).
     """
+    import hashlib
+    import json
+
     from .build import build_feature_set
     from .evaluation import evaluate_model
+    from .feature_store import check_destination
     from .model_file import load_model
-    from .report import write_report
+    from .output_guard import OutputFolder, check_output_file
+    from .report import report_folder, write_report
     from .runner import no_progress
 
     out = Path(out)
+    config_digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
+    run = {"command": "run", "dataset": os.path.abspath(dataset), "config": config_digest[:16],
+           "classifier": classifier, "params": params or {}, "seed": seed}
+    folder = OutputFolder(out, ("features", "model.npz", "report"), "run", run=run)
+    report = report_folder(out / "report", run=run)
+    folder.check(force)  # every output checked before any work
+    check_destination(out / "features", dataset, force=force)
+    check_output_file(out / "model.npz", "model file", force=force)
+    report.check(force)
+    folder.claim()
     step("build-features")
     built = build_feature_set(dataset, out / "features", config, cache_dir=cache_dir, progress=progress or no_progress,
-                              log=log, store=store, execution=execution)
+                              log=log, store=store, execution=execution, force=force)
     step("train")
     feature_set = load_feature_set(built.path)
     training, model_path = train_model(feature_set, classifier, params, out=out / "model.npz", seed=seed,
@@ -317,5 +355,7 @@ def run_pipeline(
     step("evaluate")
     model, meta = load_model(model_path)
     evaluation = evaluate_model(model, meta, feature_set)
+    report.check(force)
+    report.claim()
     write_report(evaluation, out / "report")
     return RunResult(built, training, evaluation, built.path, model_path, out / "report")

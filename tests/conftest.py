@@ -61,6 +61,20 @@ def write_config_toml(path: Path, config: dict = SMALL_CONFIG) -> Path:
     return path
 
 
+def assert_same_features(built, reference) -> None:
+    """Feature sets ``built`` and ``reference`` hold the same rows and labels bit for bit, from
+    the same split, codebook and configuration (e.g. a cluster build and the one-machine build)."""
+    import numpy as np
+
+    for name in ("X_train", "X_test", "y_train", "y_test"):
+        a, b = np.asarray(getattr(built, name)), np.asarray(getattr(reference, name))
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert a.tobytes() == b.tobytes(), f"{name} differs from the single-machine build"
+    assert built.manifest["split"] == reference.manifest["split"]
+    assert built.manifest["codebook"] == reference.manifest["codebook"]
+    assert built.config_hash == reference.config_hash
+
+
 def build_fixture_feature_set(root: Path) -> Path:
     """A feature set of the fixture images, built by the command line into ``root/fs``
     with the small test config and a stage cache in ``root/cache``."""

@@ -27,7 +27,7 @@ from classify_images.pipeline.config import validate_config
 from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
 from classify_images.pipeline.shard_store import ShardedRows, as_dense, read_shard, write_shard
 
-from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, assert_same_features, write_config_toml
 
 distributed = pytest.importorskip("distributed", reason="the cluster tests need classify-images[distributed]")
 
@@ -56,16 +56,6 @@ def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
     build_feature_set(FIXTURE_IMAGES, root / "fs", _config(), cache_dir=root / "cache")
     return load_feature_set(root / "fs")
-
-
-def _assert_same_features(built, reference):
-    for name in ("X_train", "X_test", "y_train", "y_test"):
-        a, b = np.asarray(getattr(built, name)), np.asarray(getattr(reference, name))
-        assert a.dtype == b.dtype and a.shape == b.shape, name
-        assert a.tobytes() == b.tobytes(), f"{name} differs from the single-machine build"
-    assert built.manifest["split"] == reference.manifest["split"]
-    assert built.manifest["codebook"] == reference.manifest["codebook"]
-    assert built.config_hash == reference.config_hash
 
 
 def _bounded(function, limit=BUILD_LIMIT):
@@ -99,7 +89,7 @@ def test_local_cluster_build_is_bit_identical(tmp_path, local_cluster, reference
     assert not result.reused
     built = load_feature_set(out)
     assert built.layout == store
-    _assert_same_features(built, reference)
+    assert_same_features(built, reference)
     if store == "sharded":
         shards = built.manifest["store"]["shards"]
         assert built.manifest["format_version"] == 2 and built.manifest["store"]["format"] == "csr"  # VQ histograms
@@ -148,7 +138,7 @@ def test_the_codebook_is_learnt_on_a_worker_with_the_same_numbers(tmp_path, monk
                                        scheduler=cluster.scheduler_address, batch_size=BATCH))
     assert "sample descriptors" not in gathered and "encode + pool" in gathered
     built = load_feature_set(out)
-    _assert_same_features(built, expected)
+    assert_same_features(built, expected)
     # (the manifests' codebook sections, equal above, hold the SHA-1 digest of the codebook's arrays)
     assert built.manifest["codebook"]["digest"] == expected.manifest["codebook"]["digest"]
     assert built.manifest["codebook"]["n_training_descriptors"] == expected.manifest["codebook"]["n_training_descriptors"]
@@ -188,7 +178,7 @@ def test_killed_worker_still_gives_identical_features(tmp_path, local_cluster, r
         batch_size=BATCH, progress=progress,
     ))
     assert killed, "no worker was killed: the test did not exercise the fault"
-    _assert_same_features(load_feature_set(out), reference)
+    assert_same_features(load_feature_set(out), reference)
     assert not [name for name in os.listdir(out) if name.endswith(".tmp")]
     client.wait_for_workers(2, timeout=60)  # the nanny restarted it, for the next tests
     assert set(client.run(os.getpid).values()) != set(before.values())
@@ -239,7 +229,7 @@ def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monke
 
     with start():
         assert _bounded(lambda: main(command)) == 0
-    _assert_same_features(load_feature_set(tmp_path / "fs"), reference)
+    assert_same_features(load_feature_set(tmp_path / "fs"), reference)
 
 
 _POISON_PRELOAD = """
@@ -303,7 +293,7 @@ def test_a_task_that_kills_its_workers_is_one_line_and_the_same_command_resumes(
 
         flag.unlink()  # the poison is gone (the workers restarted by their nannies still run the hook)
         assert _bounded(lambda: main(command)) == 0
-    _assert_same_features(load_feature_set(tmp_path / "fs"), reference)
+    assert_same_features(load_feature_set(tmp_path / "fs"), reference)
     after = _cache_entries(cache)
     assert all(after.get(path) == stamp for path, stamp in kept.items()), "a cached entry was recomputed"
     assert len(after) > len(kept)
@@ -385,7 +375,7 @@ def test_sharded_feature_set_loads_both_formats_and_iterates_blocks(tmp_path, mo
     build_feature_set(FIXTURE_IMAGES, tmp_path / "fs", _config(), cache_dir=None, store="sharded", batch_size=6)
     built = load_feature_set(tmp_path / "fs")
     assert built.manifest["store"]["format"] == fmt and 0 < built.manifest["store"]["density"] <= 1
-    _assert_same_features(built, reference)
+    assert_same_features(built, reference)
     for fs in (built, reference):  # both layouts
         for split in ("train", "test"):
             blocks = list(fs.iter_row_blocks(split, rows_per_block=7))
@@ -464,7 +454,7 @@ def test_minmax_normalisation_sharded_on_the_cluster_is_bit_identical(tmp_path, 
     _bounded(lambda: build_feature_set(FIXTURE_IMAGES, tmp_path / "there", config, cache_dir=tmp_path / "cache",
                                        scheduler=cluster.scheduler_address, store="sharded", batch_size=BATCH))
     here, there = load_feature_set(tmp_path / "here"), load_feature_set(tmp_path / "there")
-    _assert_same_features(there, here)
+    assert_same_features(there, here)
     assert (tmp_path / "there" / "minmax.npy").read_bytes() == (tmp_path / "here" / "minmax.npy").read_bytes()
     assert np.asarray(there.X_train).max() == 1.0 and np.asarray(there.X_train).min() == 0.0
 
@@ -487,7 +477,7 @@ def test_default_layout_is_sharded_on_a_cluster_and_npy_here(tmp_path, local_clu
                                        scheduler=cluster.scheduler_address, batch_size=BATCH))
     remote = load_feature_set(tmp_path / "remote")
     assert remote.layout == "sharded"
-    _assert_same_features(remote, reference)
+    assert_same_features(remote, reference)
     assert reference.layout == "npy"  # built here with no store given
 
 
@@ -516,6 +506,19 @@ def test_a_local_cluster_logs_where_its_dashboard_answers(caplog):
             assert client.dashboard_link.startswith("http://127.0.0.1:")
             with urllib.request.urlopen(client.dashboard_link, timeout=30) as answer:
                 assert answer.status == 200
+
+
+def test_the_command_line_prints_the_dashboard_line_unless_quiet(tmp_path, capsys, local_cluster):
+    """The dashboard line reaches the terminal: the CLI shows the package's INFO log lines on
+    stderr (before, nothing handled them and the line was lost), and ``-q`` hides it."""
+    cluster, client = local_cluster
+    config = write_config_toml(tmp_path / "small.toml")
+    for quiet in ([], ["-q"]):
+        command = ["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"),
+                   "--cache-dir", str(tmp_path / "cache"), "--scheduler", cluster.scheduler_address, *quiet]
+        assert _bounded(lambda: main(command)) == 0
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Dask dashboard")]
+        assert lines == ([] if quiet else [f"Dask dashboard: {client.dashboard_link}"])
 
 
 def test_without_bokeh_the_dashboard_line_says_what_to_install(monkeypatch):

@@ -208,8 +208,10 @@ def test_run_predict_and_reload(config, classifier, built, tmp_path, capsys, mon
     b = built(config)
     out = tmp_path / "run"
     shutil.copytree(b.features, out / "features")  # built once; run finds it up to date
+    # --force: the run folder holding a copied features/ is not proven ours (no marker); the copy is
+    # a feature set of ours all the same, so it is reused, not replaced
     argv = ["run", str(FIXTURE_IMAGES), "--config", str(b.config), "--classifier", classifier,
-            "--out", str(out), "--cache-dir", str(b.cache), "-q"]
+            "--out", str(out), "--cache-dir", str(b.cache), "-q", "--force"]
     capsys.readouterr()
 
     if requires_non_negative(classifier) and b.signed:

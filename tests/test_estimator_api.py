@@ -58,6 +58,31 @@ def _expected_failures(estimator) -> dict[str, str]:
     return EXPECTED_FAILURES.get(type(estimator).__name__, {})
 
 
+#: The document that lists :data:`EXPECTED_FAILURES` for users (README links it).
+CHECKS_DOC = "docs/estimator-checks.md"
+_TABLE_START, _TABLE_END = "<!-- expected-failures: start -->", "<!-- expected-failures: end -->"
+
+
+def expected_failures_table() -> str:
+    """:data:`EXPECTED_FAILURES` as the Markdown table of :data:`CHECKS_DOC` (between its markers);
+    print it with ``python -m tests.test_estimator_api`` after changing the list."""
+    lines = [_TABLE_START, "| classifier | check expected to fail | why |", "|---|---|---|"]
+    lines += [f"| `{name}` | `{check}` | {reason} |"
+              for name, checks in sorted(EXPECTED_FAILURES.items()) for check, reason in sorted(checks.items())]
+    return "\n".join(lines + [_TABLE_END])
+
+
+def test_the_documented_expected_failures_are_the_tested_ones():
+    from .conftest import REPO
+
+    document = (REPO / CHECKS_DOC).read_text(encoding="utf-8")
+    start, end = document.find(_TABLE_START), document.find(_TABLE_END)
+    assert 0 <= start < end, f"{CHECKS_DOC} has lost its table markers"
+    assert document[start:end + len(_TABLE_END)] == expected_failures_table(), (
+        f"{CHECKS_DOC} does not list EXPECTED_FAILURES of tests/test_estimator_api.py: replace its table with "
+        "the output of python -m tests.test_estimator_api")
+
+
 @parametrize_with_checks(DEFAULTS, expected_failed_checks=_expected_failures)
 def test_sklearn_check_with_defaults(estimator, check):
     check(estimator)
@@ -274,3 +299,7 @@ def test_warm_up_compiles_everything_fit_and_predict_use(make, dtype):
     before = _compiled_signatures()
     estimator.fit(X, y).predict(X)
     assert _compiled_signatures() == before
+
+
+if __name__ == "__main__":  # python -m tests.test_estimator_api: the table of CHECKS_DOC
+    print(expected_failures_table())

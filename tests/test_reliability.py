@@ -200,7 +200,13 @@ def test_torn_feature_set_is_one_line_everywhere_and_a_rebuild_repairs_it(tmp_pa
                  ["experiment", str(out), "--classifier", "linear", "--repeats", "1"]):
         assert main(argv) == 2
         _one_line_error(capsys, str(out))
-    assert _build(small_dataset, out, config_file, cache) == 0
+    if how == "empty manifest":  # no manifest of ours: not proven ours, so replaced only with --force
+        assert _build(small_dataset, out, config_file, cache) == 2
+        _one_line_error(capsys, str(out), "--force")
+        assert (out / "manifest.json").read_bytes() == b""
+        assert _build(small_dataset, out, config_file, cache, "--force") == 0
+    else:
+        assert _build(small_dataset, out, config_file, cache) == 0
     np.testing.assert_array_equal(np.asarray(load_feature_set(out).X_test), good)
 
 
