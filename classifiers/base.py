@@ -44,6 +44,7 @@ solve) say why in ``_joint_reason``.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -71,6 +72,30 @@ _log = logging.getLogger(__name__)
 
 class NegativeFeaturesError(ClassifyImagesError, ValueError):
     """Negative values given to a classifier that needs non-negative features (additive kernels)."""
+
+
+class MemoryBoundError(ClassifyImagesError, ValueError):
+    """A size parameter asks for more memory than the machine has (refused before allocating)."""
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
+
+
+def require_memory(parameter: str, n_bytes: float, what: str) -> None:
+    """Refuse a size parameter whose arrays (``n_bytes``) exceed the machine's memory, with one line
+    naming the parameter, before anything is allocated (``lut_bins=10**15`` would end in NumPy's
+    ``_ArrayMemoryError`` for 7 PiB)."""
+    memory = physical_memory()
+    if memory is not None and n_bytes > memory:
+        raise MemoryBoundError(
+            f"{parameter} needs {n_bytes / 2**30:.3g} GiB for {what}, more than this machine's "
+            f"{memory / 2**30:.3g} GiB of memory: lower it"
+        )
 
 
 def ovr_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:

@@ -155,7 +155,7 @@ from . import _mbkl_kernels as kern
 from ._compat import Interval, StrOptions
 from ._random import kernel_seed
 from ._rows import matrix_arrays
-from .base import OneVsRestClassifierBase
+from .base import OneVsRestClassifierBase, require_memory
 from .quadratic_hinge import QuadraticHingeSVC
 
 _logger = logging.getLogger(__name__)
@@ -494,6 +494,8 @@ class MBKL(OneVsRestClassifierBase):
         n_problems = Y.shape[1]
         y_index = (Y[:, 0] > 0).astype(np.int64) if n_problems == 1 else np.argmax(Y, axis=1).astype(np.int64)
         n_stumps = self.n_stumps or min(DEFAULT_STUMPS_PER_FEATURE * n_features, DEFAULT_MAX_STUMPS)
+        # per stump: feature index and threshold (16 bytes) and one output bit per sample
+        require_memory(f"n_stumps={n_stumps}", float(n_stumps) * (16.0 + n_samples / 8.0), "its stumps")
         timings: dict[str, float] = {}
 
         start = time.perf_counter()

@@ -78,7 +78,7 @@ from ._compat import N_JOBS_CONSTRAINT, Interval, InvalidParameterError, Options
 from ._parallel import even_bounds, log_problem_groups, map_tasks, n_threads, padded_width, problem_groups
 from ._random import kernel_seed
 from ._rows import RowArrays, matrix_arrays
-from .base import OneVsRestClassifierBase, auto_scale_mean
+from .base import OneVsRestClassifierBase, auto_scale_mean, require_memory
 
 __all__ = [
     "ADHOC_NODES",
@@ -477,7 +477,9 @@ class PmSVM(OneVsRestClassifierBase):
         computed on the fly.
         """
         _, bin_scale = self._scales()
-        if self.lut_bins is not None:
+        if self.lut_bins is not None:  # b + 1 rows of at most 2m + 2 float64 values (fit, and a model file's lut_bins)
+            require_memory(f"lut_bins={self.lut_bins}", (float(self.lut_bins) + 1) * (2 * approx.m + 2) * 8.0,
+                           "its look-up table")
             return _k.DeltaTable(True, bin_scale, int(self.lut_bins), self.lut_table(approx))
         if rows is None:
             values = np.empty((0, 2 * approx.m + 1), dtype=np.float32)

@@ -53,6 +53,11 @@ def classifier_name(estimator: Any) -> str:
     raise ValueError(f"{type(estimator).__name__} is not a registered classifier")
 
 
+#: Bound on the length of a ``--param`` value, checked before it is parsed (a class_weight of a few
+#: hundred classes fits; 100 000 minus signs would exhaust the parser's memory).
+MAX_PARAM_CHARS = 10_000
+
+
 def parse_param(text: str) -> tuple[str, Any]:
     """Parse a ``key=value`` command-line parameter.
 
@@ -65,6 +70,9 @@ def parse_param(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ClassifierParameterError(f"--param {text!r}: expected key=value, e.g. --param C=0.01")
     raw = raw.strip()
+    if len(raw) > MAX_PARAM_CHARS:
+        raise ClassifierParameterError(f"--param {key}: the value is {len(raw)} characters long, more than the "
+                                       f"{MAX_PARAM_CHARS} accepted")
     lowered = {"true": True, "false": False, "none": None}
     if raw.lower() in lowered:
         return key, lowered[raw.lower()]
@@ -72,6 +80,9 @@ def parse_param(text: str) -> tuple[str, Any]:
         return key, ast.literal_eval(raw)
     except (ValueError, SyntaxError):
         return key, raw
+    except (MemoryError, RecursionError):  # Python's parser gives up on deeply nested expressions
+        raise ClassifierParameterError(f"--param {key}: the value is nested too deeply to read "
+                                       "(give a number, a name or a short literal)") from None
 
 
 def make_classifier(name: str, params: dict[str, Any] | None = None):

@@ -60,6 +60,7 @@ Missing files and directories are not "bad images": they raise the usual
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import math
@@ -71,10 +72,17 @@ from collections.abc import Iterable
 from numbers import Integral
 from typing import Any
 
-import cv2
-import numpy as np
+#: OpenCV's own ceiling on decoded pixels, read once per process at its first decode: the
+#: highest ``image.max_pixels`` the configuration accepts (set here, before OpenCV is
+#: imported by this module, unless the user's environment sets it).
+OPENCV_MAX_PIXELS = 2**30
+os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(OPENCV_MAX_PIXELS))
 
-from ..errors import ClassifyImagesError
+import cv2  # noqa: E402 - after OPENCV_IO_MAX_IMAGE_PIXELS
+import numpy as np  # noqa: E402
+
+from ..errors import ClassifyImagesError  # noqa: E402
+from ..files import FileTooLargeError, NotRegularFileError, read_regular_bytes  # noqa: E402
 
 __all__ = [
     "IMPLEMENTATION_VERSION",
@@ -84,7 +92,9 @@ __all__ = [
     "decode_grayscale",
     "decode_grayscale_checked",
     "image_size",
+    "load_color",
     "load_grayscale",
+    "max_file_bytes",
     "resize_max_side",
 ]
 
@@ -309,6 +319,20 @@ def decode_grayscale_checked(
 ) -> tuple[np.ndarray, list[str]]:
     """:func:`decode_grayscale`, and the warnings the decoder printed (captured, not shown)."""
     max_side = validate_max_side(max_side)
+    img, warnings = _decode(data, cv2.IMREAD_GRAYSCALE, max_pixels)
+    if img.ndim != 2:
+        raise ImageReadError("truncated or corrupt image (decoded to an empty array)")
+    if img.dtype != np.uint8:  # IMREAD_GRAYSCALE gives 8 bits; be defensive
+        img = cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
+    img = resize_max_side(img, max_side)
+    out = img.astype(np.float32)
+    out /= np.float32(255.0)
+    return np.ascontiguousarray(out), warnings
+
+
+def _decode(data: bytes | np.ndarray, flag: int, max_pixels: int | None) -> tuple[np.ndarray, list[str]]:
+    """``cv2.imdecode(data, flag)`` after the checks (truncation, pixel guard), and the
+    decoder's captured warnings."""
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.asarray(data, dtype=np.uint8).ravel()
     if buf.size == 0:
         raise ImageReadError("empty file")
@@ -320,23 +344,67 @@ def decode_grayscale_checked(
         raise ImageReadError("truncated or corrupt image (PNG has no IEND chunk)")
     _check_pixels(raw, max_pixels, kind)
     warnings: list[str] = []
-    if kind == "JPEG":
-        with _captured_stderr() as warnings:
-            img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
-    else:
-        img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+    try:
+        if kind == "JPEG":
+            with _captured_stderr() as warnings:
+                img = cv2.imdecode(buf, flag)
+        else:
+            img = cv2.imdecode(buf, flag)
+    except cv2.error as exc:  # OpenCV's own limits (OPENCV_IO_MAX_IMAGE_PIXELS) or a decoder failure
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else "cv2.error"
+        raise ImageReadError(f"truncated, corrupt or too large image (OpenCV: {reason})") from None
     if img is None:
         if kind is None:
             raise ImageReadError("not an image or unsupported format")
         raise ImageReadError(f"truncated or corrupt image ({kind} could not be decoded)")
-    if img.ndim != 2 or img.size == 0:
+    if img.size == 0:
         raise ImageReadError("truncated or corrupt image (decoded to an empty array)")
-    if img.dtype != np.uint8:  # IMREAD_GRAYSCALE gives 8 bits; be defensive
-        img = cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
-    img = resize_max_side(img, max_side)
-    out = img.astype(np.float32)
-    out /= np.float32(255.0)
-    return np.ascontiguousarray(out), warnings
+    return img, warnings
+
+
+def max_file_bytes(max_pixels: int | None) -> int | None:
+    """Largest image file read under a pixel cap: 8 bytes a pixel (16-bit RGBA, uncompressed)
+    and 1 MiB of metadata; None without a cap.  A larger file is refused before it is read
+    (a 2 GB sparse file named ``.jpg`` would otherwise be read whole)."""
+    return None if max_pixels is None else 8 * int(max_pixels) + 2**20
+
+
+def read_image_file(path: str | os.PathLike, max_pixels: int | None) -> bytes:
+    """The bytes of an image file: a regular file (a FIFO or a device is refused without
+    waiting or reading) no larger than :func:`max_file_bytes`.
+
+    Raises
+    ------
+    ImageReadError
+        Not a regular file, or too large (``path`` set).
+    OSError
+        Missing, a folder, permission denied.
+    """
+    try:
+        return read_regular_bytes(path, max_bytes=max_file_bytes(max_pixels))
+    except NotRegularFileError as exc:
+        if exc.errno == errno.EISDIR:
+            raise IsADirectoryError(errno.EISDIR, "is a folder", os.fspath(path)) from None
+        raise ImageReadError(f"not a regular file ({exc.kind})", path) from None
+    except FileTooLargeError:
+        size = os.stat(path).st_size
+        raise ImageReadError(f"file too large ({size} bytes > {max_file_bytes(max_pixels)} bytes read at most "
+                             f"under image.max_pixels = {max_pixels})", path) from None
+
+
+def load_color(path: str | os.PathLike, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """An image file decoded in colour (BGR uint8, ``cv2.IMREAD_COLOR``) through the same checks as
+    :func:`load_grayscale`: regular files only, size and pixel guard before decoding.
+
+    Raises
+    ------
+    ImageReadError, OSError
+        As :func:`load_grayscale`.
+    """
+    try:
+        return _decode(read_image_file(path, max_pixels), cv2.IMREAD_COLOR, max_pixels)[0]
+    except ImageReadError as err:
+        raise ImageReadError(err.reason, path) from None
 
 
 def load_grayscale(
@@ -381,7 +449,7 @@ def load_grayscale_checked(
     path: str | os.PathLike, max_side: int | None = 300, *, max_pixels: int | None = None, sha1: str | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """:func:`load_grayscale`, and the decoder's warnings (:func:`decode_grayscale_checked`)."""
-    data = np.fromfile(os.fspath(path), dtype=np.uint8)
+    data = read_image_file(path, max_pixels)
     try:
         if sha1 is not None and hashlib.sha1(data).hexdigest() != sha1:
             raise ImageReadError("file changed while the build was reading it (its bytes no longer match "

@@ -61,6 +61,7 @@ recomputed, so durability there would cost time and buy nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -78,6 +79,7 @@ from joblib import register_store_backend
 from joblib._store_backends import FileSystemStoreBackend
 
 from ..errors import ClassifyImagesError
+from ..files import FileTooLargeError, load_npz_checked, open_regular_file
 from .atomic import process_is_alive
 
 __all__ = [
@@ -220,13 +222,16 @@ def decode_result(arrays: dict[str, np.ndarray]) -> Any:
 
 
 def _read_npz(filename: str) -> Any:
-    try:
-        with np.load(filename, allow_pickle=False) as archive:
-            return decode_result({name: archive[name] for name in archive.files})
+    try:  # a regular file (a planted FIFO is not waited on), headers checked against the bytes held
+        return decode_result(load_npz_checked(filename))
     except FileNotFoundError:
         raise _Unreadable(filename) from None
     except Exception as exc:  # noqa: BLE001 - a pickle, a torn file, tampering: all a miss
         raise _Unreadable(f"{filename}: {exc}") from None
+
+
+#: Bound on joblib's small files of an entry (its metadata, the cached function's code).
+MAX_JOBLIB_FILE_BYTES = 16 * 2**20
 
 
 class NpzStoreBackend(FileSystemStoreBackend):
@@ -240,6 +245,16 @@ class NpzStoreBackend(FileSystemStoreBackend):
     def configure(self, location, verbose=1, backend_options=None):
         super().configure(location, verbose=verbose, backend_options=backend_options)
         self._loaded: dict[int, tuple[tuple, Any]] = {}  # thread → (call id, result)
+
+    def _open_item(self, f, mode):
+        """joblib's own reads (``metadata.json``, ``func_code.py``) open regular files only: a FIFO
+        or a device planted in the cache is an unreadable entry (a miss), never waited on."""
+        if "r" in mode and "+" not in mode:
+            try:
+                return open_regular_file(f, max_bytes=MAX_JOBLIB_FILE_BYTES)
+            except FileTooLargeError as exc:  # joblib takes an OSError for "no such entry"
+                raise OSError(errno.EFBIG, str(exc), f) from None
+        return super()._open_item(f, mode)
 
     def _output(self, call_id) -> str:
         return os.path.join(self.location, *call_id, OUTPUT)
@@ -303,6 +318,27 @@ class NpzStoreBackend(FileSystemStoreBackend):
 register_store_backend(BACKEND_NAME, NpzStoreBackend)
 
 
+#: How deep below the cache folder the trust check looks: ``joblib/``, ``joblib/classify_images/``, its
+#: packages and modules and their cached functions (``…/pipeline/stages/<function>``; every folder but the entries;
+#: the entries below a function's folder can only be created by whoever may write into it).
+_TRUSTED_DEPTH = 5
+
+
+def _trusted_folders(folder: Path) -> list[Path]:
+    """The cache folder and its sub-folders down to :data:`_TRUSTED_DEPTH` levels (symbolic links are
+    checked as what they point to, not walked)."""
+    found, level = [folder], [folder]
+    for _ in range(_TRUSTED_DEPTH):
+        below = []
+        for parent in level:
+            with contextlib.suppress(OSError):
+                below += sorted(Path(entry.path) for entry in os.scandir(parent)
+                                if entry.is_dir() and not entry.name.startswith("."))
+        found += below
+        level = [path for path in below if not path.is_symlink()]
+    return found
+
+
 def secure_cache_folder(path: str | os.PathLike) -> Path:
     """Create the cache folder private (0700), or check that an existing one can be trusted.
 
@@ -320,7 +356,7 @@ def secure_cache_folder(path: str | os.PathLike) -> Path:
         raise CacheFolderError(f"cache folder {folder} is a file; use --cache-dir with a folder") from None
     except OSError as exc:
         raise CacheFolderError(f"cannot create the cache folder {folder} ({exc.strerror}); use --cache-dir or --no-cache") from None
-    for checked in (folder, folder / "joblib"):
+    for checked in _trusted_folders(folder):
         try:
             info = os.stat(checked)
         except FileNotFoundError:

@@ -446,8 +446,8 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
     import csv
     import json
 
-    for entry in skipped:
-        print(f"skipped {_display(entry['path'])}: {entry['reason']}", file=sys.stderr)
+    for entry in skipped:  # one line per entry: line breaks in a name are escaped (\\n)
+        print(f"skipped {_one_line(_display(entry['path']))}: {_one_line(entry['reason'])}", file=sys.stderr)
     if skipped:
         print(f"{len(skipped)} input{'s' if len(skipped) > 1 else ''} skipped, "
               f"{len(rows)} image{'s' if len(rows) > 1 else ''} classified", file=sys.stderr)
@@ -475,8 +475,9 @@ def _print_predictions(rows: list[tuple[str, list]], skipped: list[dict[str, str
         print(f"# top {k} classes per image with their decision values "
               "(one-vs-rest classifier scores, larger = more likely; not probabilities)")
     shown = "{:.3f}" if probability else "{:+.3f}"
-    for path, top in rows:
-        print(f"{_display(path)}: " + ", ".join(f"{name} ({shown.format(score)})" for name, score in top))
+    for path, top in rows:  # one line per image (JSON and CSV quote line breaks themselves)
+        print(f"{_one_line(_display(path))}: "
+              + ", ".join(f"{_one_line(str(name))} ({shown.format(score)})" for name, score in top))
 
 
 def cmd_predict(args: argparse.Namespace) -> int:

@@ -58,7 +58,8 @@ from ..features.dsift import (
     validate_patch_sizes,
     validate_step,
 )
-from ..features.preprocess import DEFAULT_MAX_PIXELS, validate_max_side
+from ..features.preprocess import DEFAULT_MAX_PIXELS, OPENCV_MAX_PIXELS, validate_max_side
+from ..files import FileTooLargeError, NotRegularFileError, read_regular_bytes
 from .defaults import named_configs
 
 __all__ = [
@@ -227,7 +228,7 @@ class ImageConfig:
     #: images announcing more pixels (width × height) are skipped without being decoded
     #: (a safety limit, left out of the config hash: changing only it does not rebuild a
     #: feature set, it keys the image checks in the stage cache)
-    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _int(1, high=2**62), semantic=False)
+    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _int(1, high=OPENCV_MAX_PIXELS), semantic=False)
 
 
 @dataclass(frozen=True)
@@ -472,6 +473,27 @@ def validate_config(config: dict[str, Any], *, source: str = "config") -> Pipeli
     return PipelineConfig.from_dict(config, source=source)
 
 
+#: Bound on a config file's size, checked before it is read (``--config /dev/zero`` would never end).
+MAX_CONFIG_BYTES = 2**20
+
+
+def cap_received_limits(raw: Any, source: str) -> Any:
+    """The plain config ``raw`` (``{table: {key: value}}``) read from a file the user received (a
+    model): a safety limit it carries may tighten the library's guard, never loosen it —
+    ``image.max_pixels`` above :data:`DEFAULT_MAX_PIXELS` becomes the default, with one warning
+    line naming the file (a model asking for 10¹² pixels would decode 2 GB images)."""
+    image = raw.get("image") if isinstance(raw, dict) else None
+    asked = image.get("max_pixels") if isinstance(image, dict) else None
+    if not _is_int(asked) or asked <= DEFAULT_MAX_PIXELS:
+        return raw
+    import warnings
+
+    warnings.warn(f"{source} raises image.max_pixels to {asked}; the default {DEFAULT_MAX_PIXELS} is kept "
+                  "(a limit read from a received file cannot lift the guard; larger images are skipped)",
+                  stacklevel=2)
+    return {**raw, "image": {**image, "max_pixels": DEFAULT_MAX_PIXELS}}
+
+
 def _read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     file = Path(path)
     if not file.exists():
@@ -483,11 +505,18 @@ def _read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     if file.is_dir():
         raise ConfigError(f"config {path} is a folder, not a file: give a TOML file (or a ready-made config by name)")
     try:
-        return tomllib.loads(file.read_text(encoding="utf-8")), str(file)
+        text = read_regular_bytes(file, max_bytes=MAX_CONFIG_BYTES).decode("utf-8")
+        return tomllib.loads(text), str(file)
+    except NotRegularFileError as exc:
+        raise ConfigError(f"config {exc.strerror}: give a TOML file") from None
+    except FileTooLargeError as exc:
+        raise ConfigError(f"config {exc} (a config is a few lines of TOML)") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file} ({exc.strerror or exc})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: not valid TOML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: not valid TOML (nested too deeply)") from None
 
 
 #: The optional table naming the classifier of ``classify-images run`` (not part of the feature set's config).

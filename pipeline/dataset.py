@@ -22,14 +22,16 @@ References
 from __future__ import annotations
 
 import hashlib
-import os
 import errno
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ClassifyImagesError
+from ..files import describe_file_kind, open_regular_file
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -138,14 +140,17 @@ def _unusable_reason(entry: Path) -> str | None:
     """Why an entry with an image extension is not a readable file (None: it is a file)."""
     if entry.is_file():
         return None
-    if entry.is_symlink():
-        try:
-            os.stat(entry)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return "symbolic link loop"
+    try:
+        mode = os.stat(entry).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop"
+        if entry.is_symlink():
             return "broken symbolic link (its target does not exist)"
-    return None  # a folder named like an image: not an image, not listed
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISDIR(mode):
+        return None  # a folder named like an image: not an image, not listed
+    return f"not a regular file ({describe_file_kind(mode)}; only regular files are read)"
 
 
 def split_indices(
@@ -205,7 +210,7 @@ def split_indices(
 def file_fingerprint(path: str | os.PathLike) -> str:
     """SHA-1 of a file's bytes: the cache key of everything computed from it."""
     digest = hashlib.sha1()
-    with open(path, "rb") as handle:
+    with open_regular_file(path) as handle:  # a FIFO or a device is refused, not waited on or read forever
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

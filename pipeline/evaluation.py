@@ -431,7 +431,8 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     ModelFileError
         The model was trained on another feature set.
     """
-    check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features)
+    check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features,
+                        class_names=feature_set.class_names)
     return _evaluation(
         model, meta["classifier"], meta["params"], feature_set, np.asarray(feature_set.X_test), feature_set.y_test,
         feature_set.test_paths, n_train=int(feature_set.X_train.shape[0]), train_seconds=meta.get("train_seconds"),

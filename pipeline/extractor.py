@@ -26,7 +26,9 @@ codebook array, or named arrays such as a PCA + GMM model:
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,8 @@ from ..coding.codebook import Codebook, codebook_digest
 from ..coding.encoders import Pyramid, make_encoder
 from ..coding.normalize import Normalizer
 from ..coding.pooling import weight_pyramid_levels
+from ..features.preprocess import DEFAULT_MAX_PIXELS, max_file_bytes
+from ..files import describe_file_kind
 from .config import PipelineConfig
 from .dataset import file_fingerprint
 from .stages import StageCache
@@ -42,10 +46,23 @@ from .stages import StageCache
 __all__ = ["FeatureExtractor", "check_image", "readable_fingerprint"]
 
 
-def readable_fingerprint(path: str) -> tuple[str, str]:
-    """``(fingerprint, "")`` of a readable regular file, else ``("", reason)`` (never raises ``OSError``)."""
-    if not os.path.isfile(path):
-        return "", "file does not exist"
+def readable_fingerprint(path: str, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[str, str]:
+    """``(fingerprint, "")`` of a readable regular file, else ``("", reason)`` (never raises ``OSError``):
+    what the path is when it is not a regular file (a FIFO, a device: never opened), a file larger
+    than any image within ``max_pixels`` (:func:`~classify_images.features.preprocess.max_file_bytes`:
+    not read)."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        if os.path.islink(path):
+            return "", "dangling symbolic link"
+        return "", "file does not exist" if exc.errno == errno.ENOENT else f"cannot read file ({exc.strerror or exc})"
+    if not stat.S_ISREG(info.st_mode):
+        return "", f"not a regular file ({describe_file_kind(info.st_mode)}; only regular files are read)"
+    limit = max_file_bytes(max_pixels)
+    if limit is not None and info.st_size > limit:
+        return "", (f"file too large ({info.st_size} bytes; an image within image.max_pixels = {max_pixels} "
+                    f"is at most {limit} bytes)")
     try:
         return file_fingerprint(path), ""
     except OSError as exc:
@@ -176,7 +193,7 @@ class FeatureExtractor:
         """
         rows, status = [], []
         for path in paths:
-            fingerprint, reason = readable_fingerprint(path)
+            fingerprint, reason = readable_fingerprint(path, self.config.image.max_pixels)
             check = self.check(path, fingerprint) if fingerprint else {"ok": False, "reason": reason}
             status.append({"path": path, **check})
             if check["ok"]:

@@ -58,12 +58,22 @@ import errno
 import json
 import os
 import tokenize
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ClassifyImagesError
+from ..files import (
+    MAX_JSON_BYTES,
+    NotRegularFileError,
+    load_npy_checked,
+    load_npz_checked,
+    loads_bounded_json,
+    open_regular_file,
+    read_regular_bytes,
+)
 from ..coding.normalize import Normalizer
 from ..coding.product_quantizer import ROW_ENCODINGS, ProductQuantizer, RowCodecError, pq_sub_dim
 from .atomic import atomic_write_json, fsync_file, remove_stale_siblings, replace_folder
@@ -274,15 +284,29 @@ class FeatureSet:
 NPY_READ_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError)
 
 
-def _load_array(folder: Path, name: str, mmap: bool = False) -> np.ndarray:
+def _unreadable(folder: Path, name: str, exc: BaseException) -> FeatureSetError:
+    """The one line for a file of the feature set that cannot be used: permission denied and not
+    a regular file are said as such (rebuilding would not help: the data may be fine)."""
     path = folder / name
+    if isinstance(exc, FileNotFoundError):
+        return FeatureSetError(f"feature set {folder} is incomplete: {name} is missing; rebuild it")
+    if isinstance(exc, PermissionError):
+        return FeatureSetError(f"feature set {folder}: permission denied reading {path}; "
+                               "give yourself read access (chmod u+r) — the file itself may be fine")
+    if isinstance(exc, NotRegularFileError):
+        return FeatureSetError(f"feature set {folder}: {exc.strerror}; a feature set holds regular files only")
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return FeatureSetError(f"feature set {folder}: {name} is corrupt ({reason}); rebuild it")
+
+
+def _load_array(folder: Path, name: str, mmap: bool = False) -> np.ndarray:
+    """A ``.npy`` file of the feature set: a regular file whose header announces exactly the bytes
+    it holds (refused before allocating otherwise), memory-mapped read-only or read."""
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except FileNotFoundError:
-        raise FeatureSetError(f"feature set {folder} is incomplete: {name} is missing; rebuild it") from None
-    except NPY_READ_ERRORS as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({reason}); rebuild it") from None
+        with open_regular_file(folder / name) as handle:
+            return load_npy_checked(handle, os.fstat(handle.fileno()).st_size, mmap=mmap)
+    except (*NPY_READ_ERRORS, NotRegularFileError) as exc:
+        raise _unreadable(folder, name, exc) from None
 
 
 def _require_finite(folder: Path, name: str, array: np.ndarray) -> None:
@@ -430,15 +454,24 @@ def _quantizer(folder: Path, manifest: dict) -> ProductQuantizer:
 
 
 def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:
-    """The named arrays of an ``.npz`` file, read into memory, without pickle."""
+    """The named arrays of an ``.npz`` file, read into memory, without pickle, headers checked."""
     try:
-        with np.load(folder / name, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except FileNotFoundError:
-        raise FeatureSetError(f"feature set {folder} is incomplete: {name} is missing; rebuild it") from None
-    except (*NPY_READ_ERRORS, KeyError) as exc:
+        return load_npz_checked(folder / name)
+    except (*NPY_READ_ERRORS, NotRegularFileError, KeyError, zipfile.BadZipFile) as exc:
+        raise _unreadable(folder, name, exc) from None
+
+
+def read_manifest(folder: Path) -> dict:
+    """The parsed ``manifest.json`` of ``folder`` (a regular file, JSON bounded in size and depth)."""
+    manifest_path = folder / MANIFEST
+    try:
+        return loads_bounded_json(read_regular_bytes(manifest_path, max_bytes=MAX_JSON_BYTES),
+                                  what=str(manifest_path))
+    except (OSError, ValueError, RecursionError) as exc:
+        if isinstance(exc, (PermissionError, NotRegularFileError)):
+            raise _unreadable(folder, MANIFEST, exc) from None
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise FeatureSetError(f"feature set {folder}: {name} is corrupt ({reason}); rebuild it") from None
+        raise FeatureSetError(f"{manifest_path} is not valid JSON ({reason}); rebuild the feature set") from None
 
 
 def load_feature_set(path: str | os.PathLike) -> FeatureSet:
@@ -458,13 +491,9 @@ def load_feature_set(path: str | os.PathLike) -> FeatureSet:
             raise FeatureSetError(f"feature set {folder} is not a folder (a feature set is the folder build-features wrote)")
         raise FeatureSetError(f"feature set {folder} does not exist (build it with: classify-images build-features DATASET --out {folder})")
     manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
+    if not manifest_path.exists():
         raise FeatureSetError(f"{folder} is not a complete feature set (no {MANIFEST}); rebuild it")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise FeatureSetError(f"{manifest_path} is not valid JSON ({reason}); rebuild the feature set") from None
+    manifest = read_manifest(folder)
     _check_manifest(folder, manifest)
     sharded = "store" in manifest
     names = LABEL_ARRAYS if sharded else (*ROW_ARRAYS, *LABEL_ARRAYS)

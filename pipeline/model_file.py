@@ -61,7 +61,6 @@ the classifiers: a classifier knows arrays, not feature sets.
 from __future__ import annotations
 
 import json
-import math
 import os
 import zipfile
 from datetime import datetime, timezone
@@ -72,6 +71,7 @@ import numpy as np
 
 from ..errors import ClassifyImagesError
 from ..classifiers.registry import classifier_class, classifier_name
+from ..files import JsonBoundsError, NotRegularFileError, load_npz_checked, loads_bounded_json
 from .atomic import atomic_write
 from .feature_store import NPY_READ_ERRORS
 from .provenance import library_versions
@@ -90,6 +90,8 @@ FORMAT_VERSION = 3
 #: Format versions this module reads (2: the encoder's state as one ``extractor/codebook`` array).
 READABLE_VERSIONS = (2, 3)
 _META_KEY = "__meta__"
+#: Bound on the JSON header's length (ours are a few kB; a model of 10 000 classes names them all).
+MAX_HEADER_BYTES = 64 * 2**20
 _ARRAY_PREFIX = "model/"
 _STATE_PREFIX = "extractor/state/"
 _LEGACY_CODEBOOK_KEY = "extractor/codebook"
@@ -200,59 +202,40 @@ def save_model(
 
 
 # -------------------------------------------------------------------------- read
-def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.3g} GiB" if n_bytes >= 2**30 else f"{n_bytes} bytes"
-
-
-def _check_members(path: Path, bad: str) -> None:
-    """Refuse, from the ``.npy`` headers alone, members whose announced size is not what they hold."""
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            name = info.filename
-            if not name.endswith(".npy"):
-                raise ModelFileError(f"{bad} (unexpected member {name!r}); re-train it")
-            if info.compress_type != zipfile.ZIP_STORED:
-                raise ModelFileError(f"{bad} (member {name!r} is compressed; model files are written uncompressed)")
-            with archive.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-                elif version == (2, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-                else:
-                    raise ModelFileError(f"{bad} (member {name!r} has .npy version {version})")
-                header_length = member.tell()
-            if dtype.hasobject or dtype.kind not in "biufU":
-                raise ModelFileError(f"{bad} (member {name!r} holds {dtype} values, not numbers); re-train it")
-            announced = math.prod(int(n) for n in shape) * dtype.itemsize
-            held = info.file_size - header_length
-            if announced != held:
-                raise ModelFileError(
-                    f"{bad} (member {name!r} announces a {tuple(shape)} {dtype} array of {_gib(announced)} "
-                    f"but holds {_gib(max(held, 0))}: truncated or tampered); re-train it"
-                )
-
-
 def read_model_meta(path: str | os.PathLike) -> dict:
     """The JSON header of a model file (see :func:`load_model` for the errors)."""
     return _read(path, arrays=False)[0]
 
 
+def _read_members(path: Path, *, arrays: bool) -> tuple[str, dict[str, np.ndarray]]:
+    """The JSON header's text and (``arrays``) the other members of a model file: a regular file
+    whose zip directory and ``.npy`` headers announce exactly the bytes it holds
+    (:func:`~classify_images.files.check_npz_members`), checked before anything is allocated."""
+    loaded = load_npz_checked(path, keep=lambda key: arrays or key == _META_KEY)
+    meta = loaded.pop(_META_KEY)
+    if meta.dtype.kind != "U" or meta.ndim != 0:
+        raise ValueError("its header is not a text")
+    return str(meta[()]), loaded
+
+
 def _read(path, *, arrays: bool) -> tuple[dict, dict[str, np.ndarray]]:
     path = Path(path)
-    if not path.is_file():
-        what = "is a folder, not a model file" if path.is_dir() else "does not exist"
-        raise ModelFileError(f"model file {path} {what}")
+    if not path.exists():
+        raise ModelFileError(f"model file {path} does not exist")
     bad = f"model file {path} is not a valid classify-images model"
     try:
-        _check_members(path, bad)
-        with np.load(path, allow_pickle=False) as archive:
-            meta = json.loads(str(archive[_META_KEY][()]))
-            loaded = {key: archive[key] for key in archive.files if key != _META_KEY} if arrays else {}
-    except ModelFileError:
-        raise
-    except (*NPY_READ_ERRORS, KeyError, zipfile.BadZipFile, json.JSONDecodeError, RecursionError) as exc:
-        raise ModelFileError(f"{bad} (truncated, tampered or not a model: {type(exc).__name__}); re-train it") from None
+        text, loaded = _read_members(path, arrays=arrays)
+        meta = loads_bounded_json(text, what=f"model file {path}'s header", max_bytes=MAX_HEADER_BYTES)
+    except PermissionError:
+        raise ModelFileError(f"model file {path}: permission denied; give yourself read access (chmod u+r) "
+                             "— the file itself may be fine") from None
+    except NotRegularFileError as exc:
+        raise ModelFileError(f"model file {exc.strerror}") from None
+    except JsonBoundsError as exc:
+        raise ModelFileError(f"{bad} ({exc}); re-train it") from None
+    except (*NPY_READ_ERRORS, KeyError, zipfile.BadZipFile, RecursionError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelFileError(f"{bad} (truncated, tampered or not a model: {reason}); re-train it") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ModelFileError(f"{bad} (unknown format header)")
     if meta.get("format_version") not in READABLE_VERSIONS:
@@ -337,11 +320,21 @@ def _check_calibration(arrays: dict[str, np.ndarray], n_classes: int) -> None:
     _expect(folds.shape == () and folds.dtype.kind in "iu" and int(folds) >= 2, "calibration fold count is not valid")
 
 
+def _cap_workers(estimator: Any) -> None:
+    """A thread count read from a file is at most this machine's cores (``n_jobs=100000`` in a
+    received model would start that many threads)."""
+    n_jobs = estimator.get_params(deep=False).get("n_jobs")
+    cores = os.cpu_count() or 1
+    if isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and abs(n_jobs) > cores:
+        estimator.set_params(n_jobs=cores if n_jobs > 0 else -1)
+
+
 def _restore_classifier(meta: dict, arrays: dict[str, np.ndarray]) -> Any:
     name = meta["classifier"]
     cls = classifier_class(name)
     estimator = cls().set_params(**meta["params"])
     estimator._validate_params()  # the parameters' constraints, as fit would check them
+    _cap_workers(estimator)
     classes = np.asarray(meta["classes"])
     model_arrays = {key[len(_ARRAY_PREFIX):]: value for key, value in arrays.items() if key.startswith(_ARRAY_PREFIX)}
     _check_fitted_arrays(name, model_arrays, len(classes), meta["params"])
@@ -354,10 +347,11 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
     from ..coding.encoders import make_encoder
     from ..coding.normalize import Normalizer
     from ..features.descriptors import make_descriptor
-    from .config import PipelineConfig
+    from .config import PipelineConfig, cap_received_limits
     from .extractor import FeatureExtractor
 
-    config = PipelineConfig.from_dict(meta["extractor"]["config"], source="model file's extractor config")
+    raw = cap_received_limits(meta["extractor"]["config"], "the model file's config")
+    config = PipelineConfig.from_dict(raw, source="model file's extractor config")
     encoder = make_encoder(config.codebook_params())
     state = {key[len(_STATE_PREFIX):]: value for key, value in arrays.items() if key.startswith(_STATE_PREFIX)}
     if meta["format_version"] == 2 and _LEGACY_CODEBOOK_KEY in arrays:
@@ -426,7 +420,8 @@ def load_model(path: str | os.PathLike) -> tuple[Any, dict]:
     return estimator, meta
 
 
-def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source: str = "feature set") -> None:
+def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source: str = "feature set",
+                        class_names: list[str] | None = None) -> None:
     """Refuse a model trained on another feature set, or one that does not say which.
 
     Parameters
@@ -435,6 +430,9 @@ def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source
         Header of the model file (:func:`load_model`, :func:`read_model_meta`).
     config_hash, n_features : str, int
         Identity of the features the model is about to be used on.
+    class_names : list of str, optional
+        The classes those features are labelled with: a model naming other classes is refused
+        (a manifest whose class names were changed keeps its config hash).
     source : str
         What those features are, for the message.
 
@@ -461,3 +459,16 @@ def check_model_matches(meta: dict, *, config_hash: str, n_features: int, source
             f"{config_hash[:12]} (another pipeline config, or other images: the identity covers both): "
             "re-train the model on this feature set"
         )
+    classes = meta.get("classes")
+    if class_names is not None and isinstance(classes, list) and all(isinstance(c, str) for c in classes) \
+            and sorted(classes) != sorted(class_names):
+        raise ModelFileError(
+            f"model was trained on the classes {_names_text(classes)} but the {source} has the classes "
+            f"{_names_text(class_names)}: use the feature set the model was trained on"
+        )
+
+
+def _names_text(names: list[str], shown: int = 4) -> str:
+    """A few class names for a one-line message (repr: a crafted name cannot break the line)."""
+    text = ", ".join(repr(name) for name in names[:shown])
+    return text + (f", … ({len(names)} in all)" if len(names) > shown else "")

@@ -121,12 +121,18 @@ def _ordinal(k: int) -> str:
     return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
-def thumbnail_data_uri(path: str, side: int = THUMBNAIL_SIDE) -> str | None:
-    """A JPEG thumbnail (longer side ``side``) of the image at ``path`` as a ``data:`` URI; None if unreadable."""
+def thumbnail_data_uri(path: str, side: int = THUMBNAIL_SIDE, *, max_pixels: int | None = None) -> str | None:
+    """A JPEG thumbnail (longer side ``side``) of the image at ``path`` as a ``data:`` URI; None if
+    unreadable, not a regular file (a FIFO is not waited on) or above ``max_pixels`` — decoded by
+    :func:`~classify_images.features.preprocess.load_color`, with the guards the features have
+    (``max_pixels`` None: the default cap)."""
     import cv2
 
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if image is None or image.size == 0:
+    from ..features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, load_color
+
+    try:
+        image = load_color(path, max_pixels=DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels)
+    except (ImageReadError, OSError):
         return None
     h, w = image.shape[:2]
     scale = side / max(h, w)

@@ -62,6 +62,7 @@ import scipy.sparse as sp
 
 from ..coding.product_quantizer import ProductQuantizer, RowCodecError, to_float16
 from ..errors import ClassifyImagesError
+from ..files import load_npy_checked, load_npz_checked, open_regular_file
 from .atomic import atomic_write
 
 __all__ = [
@@ -215,7 +216,7 @@ def write_shard(folder: str | os.PathLike, part: str, index: int, rows: np.ndarr
 def file_sha1(path: Path) -> str:
     """SHA-1 of a file's bytes (hex), read 1 MiB at a time."""
     digest = hashlib.sha1()
-    with open(path, "rb") as handle:
+    with open_regular_file(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -235,12 +236,13 @@ def read_shard(path: str | os.PathLike, n_rows: int, n_features: int, fmt: str,
     path = Path(path)
     try:
         if fmt != "csr":
-            rows = np.load(path, mmap_mode="r", allow_pickle=False)
+            with open_regular_file(path) as handle:
+                rows = load_npy_checked(handle, os.fstat(handle.fileno()).st_size, mmap=True)
         else:
-            with np.load(path, allow_pickle=False) as archive:
-                if sorted(archive.files) != sorted(_CSR_KEYS):
-                    raise ShardError(f"{path.name} holds {sorted(archive.files)}, not the CSR components")
-                data, indices, indptr, shape = (archive[key] for key in _CSR_KEYS)
+            archive = load_npz_checked(path)
+            if sorted(archive) != sorted(_CSR_KEYS):
+                raise ShardError(f"{path.name} holds {sorted(archive)}, not the CSR components")
+            data, indices, indptr, shape = (archive[key] for key in _CSR_KEYS)
     except FileNotFoundError:
         raise ShardError(f"{path.name} is missing") from None
     except ShardError:

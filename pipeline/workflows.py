@@ -171,7 +171,7 @@ def find_images(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
                     if os.path.isfile(path):
                         found.append(path)
                     else:
-                        skipped.append({"path": path, "reason": "dangling symbolic link or not a regular file"})
+                        skipped.append({"path": path, "reason": _not_a_file_reason(path)})
             if not found:
                 skipped.append({"path": argument, "reason": f"folder holds no image file ({extensions})"})
             files += sorted(found)
@@ -180,11 +180,25 @@ def find_images(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
                 files.append(argument)
             else:
                 skipped.append({"path": argument, "reason": f"not an image file extension ({extensions})"})
-        elif os.path.islink(argument):
-            skipped.append({"path": argument, "reason": "dangling symbolic link"})
         else:
-            skipped.append({"path": argument, "reason": "file or folder does not exist"})
+            skipped.append({"path": argument, "reason": _not_a_file_reason(argument)})
     return files, skipped
+
+
+def _not_a_file_reason(path: str) -> str:
+    """Why ``path``, neither a regular file nor a folder, is skipped: what it is (a FIFO or a
+    device is never opened: reading one would wait or never end)."""
+    import errno
+
+    from ..files import describe_file_kind
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if os.path.islink(path):
+            return "symbolic link loop" if exc.errno == errno.ELOOP else "dangling symbolic link"
+        return "file or folder does not exist" if exc.errno == errno.ENOENT else f"cannot be read ({exc.strerror})"
+    return f"{describe_file_kind(mode)}, not a regular file: skipped (only files and folders of images are read)"
 
 
 def _image_row(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:
