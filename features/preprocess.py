@@ -1,7 +1,8 @@
 """Image loading and preprocessing for dense SIFT.
 
 The pipeline's first stage: read an image file, convert
-it to grayscale, shrink it so that its longer side is at most ``max_side``
+it to grayscale (or, for the colour descriptors, keep its R, G, B channels:
+:func:`load_colour`), shrink it so that its longer side is at most ``max_side``
 pixels, and return it as float32 in ``[0, 1]``.  Files that cannot be used
 raise :class:`ImageReadError`, whose message is a short reason suitable for
 the feature store's manifest of skipped files.
@@ -82,8 +83,10 @@ __all__ = [
     "DEFAULT_MAX_PIXELS",
     "check_min_size",
     "decode_grayscale",
+    "decode_colour_checked",
     "decode_grayscale_checked",
     "image_size",
+    "load_colour",
     "load_grayscale",
     "resize_max_side",
 ]
@@ -308,6 +311,22 @@ def decode_grayscale_checked(
     data: bytes | np.ndarray, max_side: int | None = 300, *, max_pixels: int | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """:func:`decode_grayscale`, and the warnings the decoder printed (captured, not shown)."""
+    return _decode_checked(data, max_side, max_pixels, colour=False)
+
+
+def decode_colour_checked(
+    data: bytes | np.ndarray, max_side: int | None = 300, *, max_pixels: int | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """:func:`decode_grayscale_checked` in colour: float32 ``(H, W, 3)`` in R, G, B order, values
+    in [0, 1] (``cv2.IMREAD_COLOR``: a grey file gives three equal channels, alpha is ignored,
+    16-bit images are converted to 8 bits), shrunk by the same rule and refused by the same
+    checks (pixel cap, truncation) as the grey path."""
+    return _decode_checked(data, max_side, max_pixels, colour=True)
+
+
+def _decode_checked(
+    data: bytes | np.ndarray, max_side: int | None, max_pixels: int | None, *, colour: bool
+) -> tuple[np.ndarray, list[str]]:
     max_side = validate_max_side(max_side)
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.asarray(data, dtype=np.uint8).ravel()
     if buf.size == 0:
@@ -320,20 +339,23 @@ def decode_grayscale_checked(
         raise ImageReadError("truncated or corrupt image (PNG has no IEND chunk)")
     _check_pixels(raw, max_pixels, kind)
     warnings: list[str] = []
+    flag = cv2.IMREAD_COLOR if colour else cv2.IMREAD_GRAYSCALE
     if kind == "JPEG":
         with _captured_stderr() as warnings:
-            img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+            img = cv2.imdecode(buf, flag)
     else:
-        img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+        img = cv2.imdecode(buf, flag)
     if img is None:
         if kind is None:
             raise ImageReadError("not an image or unsupported format")
         raise ImageReadError(f"truncated or corrupt image ({kind} could not be decoded)")
-    if img.ndim != 2 or img.size == 0:
+    if img.ndim != (3 if colour else 2) or img.size == 0:
         raise ImageReadError("truncated or corrupt image (decoded to an empty array)")
-    if img.dtype != np.uint8:  # IMREAD_GRAYSCALE gives 8 bits; be defensive
+    if img.dtype != np.uint8:  # both flags give 8 bits; be defensive
         img = cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
     img = resize_max_side(img, max_side)
+    if colour:
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
     out = img.astype(np.float32)
     out /= np.float32(255.0)
     return np.ascontiguousarray(out), warnings
@@ -381,12 +403,24 @@ def load_grayscale_checked(
     path: str | os.PathLike, max_side: int | None = 300, *, max_pixels: int | None = None, sha1: str | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """:func:`load_grayscale`, and the decoder's warnings (:func:`decode_grayscale_checked`)."""
+    return _load_checked(path, max_side, max_pixels, sha1, decode_grayscale_checked)
+
+
+def load_colour(
+    path: str | os.PathLike, max_side: int | None = 300, *, max_pixels: int | None = None, sha1: str | None = None
+) -> np.ndarray:
+    """:func:`load_grayscale` in colour: float32 ``(H, W, 3)``, R, G, B in [0, 1]
+    (:func:`decode_colour_checked`); the same checks, errors and arguments."""
+    return _load_checked(path, max_side, max_pixels, sha1, decode_colour_checked)[0]
+
+
+def _load_checked(path, max_side, max_pixels, sha1, decode) -> tuple[np.ndarray, list[str]]:
     data = np.fromfile(os.fspath(path), dtype=np.uint8)
     try:
         if sha1 is not None and hashlib.sha1(data).hexdigest() != sha1:
             raise ImageReadError("file changed while the build was reading it (its bytes no longer match "
                                  "its fingerprint); re-run when it is stable")
-        return decode_grayscale_checked(data, max_side, max_pixels=max_pixels)
+        return decode(data, max_side, max_pixels=max_pixels)
     except ImageReadError as err:
         raise ImageReadError(err.reason, path) from None
 
