@@ -53,6 +53,34 @@ def _params(pairs: list[str] | None) -> dict[str, Any]:
     return params
 
 
+def _search(pairs: list[str] | None) -> dict[str, list] | None:
+    """``--search C=0.1,1,10,100`` options (repeatable: one per parameter, their product is
+    searched) as ``{name: [values]}``; None without any."""
+    if not pairs:
+        return None
+    grid: dict[str, list] = {}
+    for pair in pairs:
+        if "=" not in pair or not pair.partition("=")[2].strip():
+            raise UsageError(f"--search {pair!r}: expected NAME=V1,V2,..., e.g. --search C=0.1,1,10,100")
+        key, value = parse_param(pair)
+        if key in grid:
+            raise UsageError(f"--search {key} is given twice: give its values once, separated by commas")
+        values = list(value) if isinstance(value, (tuple, list)) else [value]
+        if len(set(map(repr, values))) != len(values):
+            raise UsageError(f"--search {pair!r}: a value is repeated")
+        grid[key] = values
+    return grid
+
+
+def _search_and_params(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, list] | None:
+    """``--search``, refused for a parameter ``--param`` also sets."""
+    grid = _search(getattr(args, "search", None))
+    for key in grid or {}:
+        if key in params:
+            raise UsageError(f"--search {key}=... and --param {key}=... both set {key}: give one")
+    return grid
+
+
 #: Seeds go to NumPy's ``RandomState`` (scikit-learn's ``random_state``): 0 … 2³² − 1.
 MAX_SEED = 2**32 - 1
 #: ``experiment --repeats``: at most this many re-splits (each one trains and tests a classifier;
@@ -314,12 +342,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier)
     _check_out_file(out, "model")
     params = getattr(args, "params", None) or _params(args.param)
+    search = _search_and_params(args, params)
+    if search and (spec is not None or getattr(args, "streaming", False)):
+        raise UsageError("--search runs the cross-validation on this machine with the rows in memory: "
+                         "drop --scheduler/--cluster/--streaming, or choose the value first and give --param")
     feature_set = load_feature_set(args.featureset)
     block_rows = (getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS) if getattr(args, "streaming", False) else None
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind), \
             _writing("--out", out, "model file"):
         training, path = train_model(feature_set, args.classifier, params, out=out, seed=args.seed,
-                                     execution=Execution(cluster=spec), block_rows=block_rows)
+                                     execution=Execution(cluster=spec), block_rows=block_rows, search=search)
     print(training_text(training, path))
     return 0
 
@@ -355,10 +387,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.out:
         _check_out_folder(Path(args.out), "experiment")
     params = _params(args.param)
+    search = _search_and_params(args, params)
     feature_set = load_feature_set(args.featureset)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         experiment = run_experiment_on(feature_set, args.classifier, params, args.repeats, args.seed,
-                                       Execution(cluster=spec))
+                                       Execution(cluster=spec), search=search)
     out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier)
     with _writing("--out", out, "report"):
         write_experiment(experiment, out)
@@ -460,6 +493,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("name the classifier: --classifier NAME, or a [classifier] table in the config "
                          "(name = \"pmsvm\", params = { ... })")
     params = {**params, **_params(args.param)}
+    search = _search_and_params(args, params)
     config_name = Path(args.config).stem if args.config else "default"
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}"
     if out.exists() and not out.is_dir():
@@ -475,7 +509,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             _writing("--out", out, "run folder"):
         result = run_pipeline(args.dataset, out, config, name, params, seed=0 if args.seed is None else args.seed,
                               execution=execution, cache_dir=cache_dir, store=args.store,
-                              progress=_tqdm_progress(not args.quiet), log=_build_log(args), step=step)
+                              progress=_tqdm_progress(not args.quiet), log=_build_log(args), step=step,
+                              search=search)
     _print_build(result.build, cache_dir)
     print(training_text(result.training, result.model))
     print(evaluation_text(result.evaluation, result.report))
@@ -536,6 +571,14 @@ def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("featureset", help="feature-set folder written by build-features")
     parser.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
+    _add_search_argument(parser)
+
+
+def _add_search_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--search", action="append", metavar="NAME=V1,V2,...",
+                        help="choose a classifier parameter by 3-fold stratified cross-validation on the training "
+                             "rows only (e.g. --search C=0.1,1,10,100; repeatable: the grids' product); the choice "
+                             "is recorded in the model and the report, with a warning when it is on the grid's edge")
 
 
 def _add_train_parser(sub: argparse._SubParsersAction) -> None:
@@ -617,6 +660,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
             parser._add_action(action)
     parser.add_argument("--classifier", choices=sorted(CLASSIFIERS), help="default: the config's [classifier] table")
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable")
+    _add_search_argument(parser)
     parser.add_argument("--seed", type=int, help="seed of the split (default: the config's) and of a randomised "
                         "classifier (default: 0)")
     parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>)")

@@ -131,6 +131,7 @@ def save_model(
     extractor: Any = None,
     feature_set: dict | None = None,
     train_seconds: float | None = None,
+    search: dict | None = None,
 ) -> Path:
     """Save a fitted classifier, with the extractor that makes its features, to ``path`` (``.npz``).
 
@@ -150,6 +151,9 @@ def save_model(
         ``class_names`` (checked again when the model is used), ``path``.
     train_seconds : float, optional
         Time the fit took, recorded in the header (rounded to 0.1 ms).
+    search : dict, optional
+        The cross-validated choice of parameters (``SearchResult.to_dict()``), recorded in the
+        header as ``search`` (grid, chosen values, scores, folds, seed).
 
     Returns
     -------
@@ -181,6 +185,7 @@ def save_model(
         "feature_set": _jsonable(feature_set or {}),
         "extractor": extractor_meta,
         "train_seconds": None if train_seconds is None else round(float(train_seconds), 4),
+        **({"search": _jsonable(search)} if search is not None else {}),
         "versions": library_versions(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
