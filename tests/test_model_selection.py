@@ -108,3 +108,16 @@ def test_experiment_chooses_per_split_and_errors_are_one_line(fixture_set, tmp_p
         assert main(["train", str(fixture_set), "--classifier", "linear", *bad, "--out", str(tmp_path / "x.npz")]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1
+
+
+def test_run_searches_and_reports(small_dataset, tmp_path, capsys):
+    from .conftest import write_config_toml
+
+    config = write_config_toml(tmp_path / "small.toml")
+    out = tmp_path / "run"
+    assert main(["run", str(small_dataset), "--config", str(config), "--classifier", "linear", "--search", "C=0.1,1,10",
+                 "--out", str(out), "--no-cache", "-q"]) == 0
+    assert "chosen by 3-fold stratified cross-validation" in capsys.readouterr().out
+    _, meta = load_model(out / "model.npz")
+    assert meta["search"]["best"]["C"] in (0.1, 1, 10)
+    assert json.loads((out / "report" / "report.json").read_text())["search"] == meta["search"]
