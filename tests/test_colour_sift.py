@@ -182,3 +182,27 @@ def test_every_encoder_takes_384_dimensional_descriptors(table):
     n = len(data["x"])
     row = encoder.encode(back, descriptors[:n], data["x"], data["y"], tuple(int(v) for v in data["shape"]), pyramid)
     assert row.shape == (encoder.dimension(back, pyramid),) and np.isfinite(row).all() and np.abs(row).sum() > 0
+
+
+def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
+    from classify_images.pipeline.stages import FLIP_KEY, StageCache
+
+    mirrored = tmp_path / "mirrored.png"
+    cv2.imwrite(str(mirrored), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR)[:, ::-1])
+    original = tmp_path / "original.png"
+    cv2.imwrite(str(original), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR))
+    for table in (SIFT, {**SIFT, "color": "opponent"}):
+        flipped = compute_descriptors(str(original), None, {**table, FLIP_KEY: True})
+        reference = compute_descriptors(str(mirrored), None, table)
+        for key in ("descriptors", "x", "y", "shape"):
+            np.testing.assert_array_equal(flipped[key], reference[key])
+        assert not np.array_equal(flipped["descriptors"], compute_descriptors(str(original), None, table)["descriptors"])
+    cache = StageCache(tmp_path / "cache")
+    import hashlib
+
+    fingerprint = hashlib.sha1(original.read_bytes()).hexdigest()
+    plain = cache._descriptors(str(original), fingerprint, None, SIFT)
+    flipped = cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})
+    assert not np.array_equal(plain["descriptors"], flipped["descriptors"])
+    np.testing.assert_array_equal(cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})["descriptors"],
+                                  flipped["descriptors"])

@@ -23,3 +23,18 @@ def test_bench_colour_on_the_fixture_images(tmp_path, capsys):
     # VLAD keeps the descriptor length: 5 cells x 4 words x 128 (grey) or x 384 (opponent)
     assert results["gray"]["n_features"] == 5 * 4 * 128 and results["opponent"]["n_features"] == 5 * 4 * 384
     assert all(0.0 <= r["accuracy"] <= 1.0 and r["n_train"] == 24 for r in results.values())
+
+
+def test_bench_flip_on_the_fixture_feature_set(tmp_path, capsys):
+    from tests.conftest import build_fixture_feature_set
+
+    import bench_flip
+
+    out = tmp_path / "flip.json"
+    assert bench_flip.main([str(build_fixture_feature_set(tmp_path)), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "flip-both" in printed and "mirrored rows of 40 images" in printed
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"C", "plain", "flip-train", "flip-test", "flip-both"}
+    # training on twice the rows takes its own fit; the test-time variants reuse the same model
+    assert results["flip-test"]["train_seconds"] == results["plain"]["train_seconds"]
