@@ -38,3 +38,18 @@ def test_bench_flip_on_the_fixture_feature_set(tmp_path, capsys):
     assert set(results) == {"C", "plain", "flip-train", "flip-test", "flip-both"}
     # training on twice the rows takes its own fit; the test-time variants reuse the same model
     assert results["flip-test"]["train_seconds"] == results["plain"]["train_seconds"]
+
+
+def test_bench_search_methods_agree_on_the_fixture_feature_set(tmp_path, capsys):
+    from tests.conftest import build_fixture_feature_set
+
+    import bench_search
+
+    fs = str(build_fixture_feature_set(tmp_path))
+    capsys.readouterr()
+    reports = []
+    for method in ("gram", "refit"):
+        assert bench_search.main([fs, "--method", method, "--grid", "0.01,1,100"]) == 0
+        reports.append(json.loads(capsys.readouterr().out.splitlines()[-1]))
+    assert [r["method"] for r in reports] == ["gram", "refit"]
+    assert reports[0]["scores"] == reports[1]["scores"] and len(reports[0]["scores"]) == 3
