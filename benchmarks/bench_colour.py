@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 
-from _bench_utils import LINEAR_C_GRID, machine, scaled_C_grid, select_by_cv, write_json
+from _bench_utils import LINEAR_C_GRID, machine, processor_model, scaled_C_grid, select_by_cv, write_json
 
 from classify_images.classifiers import QuadraticHingeSVC
 from classify_images.pipeline.build import build_feature_set
@@ -32,25 +32,15 @@ from classify_images.pipeline.evaluation import mean_per_class_accuracy
 from classify_images.pipeline.feature_store import load_feature_set
 
 
-def processor_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), or the platform's word for it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return machine()["processor"]
-
-
 def overrides(args: argparse.Namespace, color: str) -> dict:
     """The command line's changes to the config for one colour space."""
     codebook = {"size": args.size, "n_samples": args.n_samples}
     if args.pca_dims is not None:
         codebook["pca_dims"] = args.pca_dims
+    sift = {"color": color} if args.step is None else {"color": color, "step": args.step}
     return {"dataset": {"train_per_class": args.train_per_class, "test_per_class": args.test_per_class,
                         "seed": args.seed},
-            "sift": {"color": color}, "codebook": {k: v for k, v in codebook.items() if v is not None}}
+            "sift": sift, "codebook": {k: v for k, v in codebook.items() if v is not None}}
 
 
 def classify(feature_set, seed: int) -> dict:
@@ -83,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, help="codebook.size (default: the config's)")
     parser.add_argument("--n-samples", type=int, help="codebook.n_samples (default: the config's)")
     parser.add_argument("--pca-dims", type=int, help="codebook.pca_dims (Fisher; default: the config's)")
+    parser.add_argument("--step", type=int, help="sift.step (default: the config's)")
     parser.add_argument("--n-jobs", type=int, default=1)
     parser.add_argument("--workdir", default="bench-colour", help="feature sets and caches (replaced)")
     parser.add_argument("--json")

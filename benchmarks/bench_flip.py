@@ -25,8 +25,7 @@ import time
 
 import numpy as np
 
-from _bench_utils import LINEAR_C_GRID, machine, scaled_C_grid, select_by_cv, write_json
-from bench_colour import processor_model
+from _bench_utils import LINEAR_C_GRID, machine, processor_model, scaled_C_grid, select_by_cv, write_json
 
 from classify_images.classifiers import QuadraticHingeSVC
 from classify_images.pipeline.evaluation import _image_paths, mean_per_class_accuracy

@@ -22,7 +22,7 @@ import time
 import numpy as np
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 
-from bench_colour import processor_model
+from _bench_utils import processor_model
 
 from classify_images.classifiers import QuadraticHingeSVC
 from classify_images.classifiers.model_selection import search_parameters
