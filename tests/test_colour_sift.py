@@ -206,3 +206,29 @@ def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
     assert not np.array_equal(plain["descriptors"], flipped["descriptors"])
     np.testing.assert_array_equal(cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})["descriptors"],
                                   flipped["descriptors"])
+
+
+def test_a_colour_feature_set_builds_and_its_model_classifies_images(small_dataset, tmp_path):
+    from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
+    from classify_images.pipeline.build import build_feature_set
+    from classify_images.pipeline.config import validate_config
+    from classify_images.pipeline.extractor import FeatureExtractor
+    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.image_features import load_image_model
+    from classify_images.pipeline.model_file import save_model
+
+    from .conftest import SMALL_CONFIG
+
+    raw = {table: dict(values) for table, values in SMALL_CONFIG.items()}
+    raw["sift"]["color"] = "opponent"
+    raw["codebook"] = {"kind": "kmeans", "size": 8, "n_samples": 1000, "n_iter": 5}
+    build_feature_set(small_dataset, tmp_path / "fs", validate_config(raw), cache_dir=tmp_path / "cache")
+    fs = load_feature_set(tmp_path / "fs")
+    assert fs.config.sift.color == "opponent" and fs.codebook().shape == (8, 384)
+    classifier = QuadraticHingeSVC().fit(np.asarray(fs.X_train), np.asarray(fs.class_names)[fs.y_train])
+    model = save_model(tmp_path / "model.npz", classifier, extractor=FeatureExtractor.from_feature_set(fs),
+                       feature_set=fs.identity())
+    paths = [str(small_dataset / p) for p in fs.test_paths]
+    restored = load_image_model(model)
+    np.testing.assert_allclose(restored.named_steps["features"].transform(paths), np.asarray(fs.X_test),
+                               rtol=1e-5, atol=1e-6)
