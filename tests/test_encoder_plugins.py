@@ -92,8 +92,8 @@ def test_parameters_are_checked_by_their_encoder():
         make_encoder(_table("llc", n_neighbors=0))
     with pytest.raises(EncoderParameterError, match="expected at most codebook.size = 6"):
         make_encoder(_table("llc", n_neighbors=7))
-    with pytest.raises(EncoderParameterError, match="and ≤ 128"):
-        make_encoder(_table("fisher", pca_dims=129))
+    with pytest.raises(EncoderParameterError, match="and ≤ 384"):  # the colour descriptors' length
+        make_encoder(_table("fisher", pca_dims=385))
 
 
 # ----------------------------------------------------------------- a new encoder, from a test
