@@ -209,14 +209,11 @@ def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
 
 
 def test_a_colour_feature_set_builds_and_its_model_classifies_images(small_dataset, tmp_path):
-    from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
     from classify_images.pipeline.build import build_feature_set
     from classify_images.pipeline.config import validate_config
-    from classify_images.pipeline.extractor import FeatureExtractor
     from classify_images.pipeline.feature_store import load_feature_set
-    from classify_images.pipeline.image_features import load_image_model
-    from classify_images.pipeline.model_file import save_model
 
+    from ._encoder_helpers import assert_image_model_classifies_like_rows
     from .conftest import SMALL_CONFIG
 
     raw = {table: dict(values) for table, values in SMALL_CONFIG.items()}
@@ -225,10 +222,4 @@ def test_a_colour_feature_set_builds_and_its_model_classifies_images(small_datas
     build_feature_set(small_dataset, tmp_path / "fs", validate_config(raw), cache_dir=tmp_path / "cache")
     fs = load_feature_set(tmp_path / "fs")
     assert fs.config.sift.color == "opponent" and fs.codebook().shape == (8, 384)
-    classifier = QuadraticHingeSVC().fit(np.asarray(fs.X_train), np.asarray(fs.class_names)[fs.y_train])
-    model = save_model(tmp_path / "model.npz", classifier, extractor=FeatureExtractor.from_feature_set(fs),
-                       feature_set=fs.identity())
-    paths = [str(small_dataset / p) for p in fs.test_paths]
-    restored = load_image_model(model)
-    np.testing.assert_allclose(restored.named_steps["features"].transform(paths), np.asarray(fs.X_test),
-                               rtol=1e-5, atol=1e-6)
+    assert_image_model_classifies_like_rows(fs, small_dataset, tmp_path / "model.npz")
