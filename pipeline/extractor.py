@@ -165,7 +165,8 @@ class FeatureExtractor:
 
     def vector(self, path: str, fingerprint: str, *, flip: bool = False) -> np.ndarray:
         """The feature vector of a readable image (``flip``: of its mirror): :meth:`pooled`, then normalised."""
-        return self.normalizer.transform(self.pooled(path, fingerprint, flip=flip))[0]
+        pooled = self.pooled(path, fingerprint, flip=True) if flip else self.pooled(path, fingerprint)
+        return self.normalizer.transform(pooled)[0]
 
     def transform_images(self, paths: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
         """Feature vectors of image files; unreadable ones are reported, not raised.
