@@ -34,6 +34,7 @@ __all__ = [
     "resplit",
     "select_by_cv",
     "machine",
+    "processor_model",
     "write_json",
     "mean_per_class_accuracy",
 ]
@@ -157,6 +158,14 @@ def best_time(fn: Callable[[], Any], repeats: int = 5, clock: Callable[[], float
         fn()
         times.append(clock() - start)
     return min(times)
+
+
+def processor_model() -> str:
+    """The processor's model name (first ``model name`` of ``/proc/cpuinfo``; else the platform's word)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def machine() -> dict:

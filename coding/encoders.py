@@ -578,8 +578,9 @@ class Vlad(_AggregatesCells):
 class FisherVectorsParams:
     """``[codebook]`` keys of ``kind = "fisher"``."""
 
-    #: PCA dimensions of the descriptors (unset: 64)
-    pca_dims: int | None = parameter(None, integer_at_least(1, 128))
+    #: PCA dimensions of the descriptors (unset: 64; at most the descriptor length, 128 grey or
+    #: 384 colour, checked when the model is learnt)
+    pca_dims: int | None = parameter(None, integer_at_least(1, 384))
 
 
 class FisherVectors(_AggregatesCells):

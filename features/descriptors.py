@@ -15,7 +15,8 @@ The registry: :func:`descriptor_class` by ``kind``; :func:`register_descriptor` 
 ============  ====================  ===============================================
 kind          class                 computes
 ============  ====================  ===============================================
-``"sift"``    :class:`DenseSift`    dense SIFT (:func:`~classify_images.features.dsift.dense_sift`)
+``"sift"``    :class:`DenseSift`    dense SIFT (:func:`~classify_images.features.dsift.dense_sift`),
+                                    grey or per colour channel (``[sift] color``)
 ============  ====================  ===============================================
 """
 
@@ -27,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from . import colour as colour_module
 from . import dsift as dsift_module
 
 __all__ = ["Descriptors", "Descriptor", "DenseSift", "register_descriptor", "descriptor_class", "make_descriptor"]
@@ -84,24 +86,43 @@ class DenseSift(Descriptor):
     """Dense SIFT on a regular grid at one or several patch sizes
     (:func:`~classify_images.features.dsift.dense_sift`; the ``[sift]`` table).  Its
     options that postdate the first release (``smoothing``, ``window_size``, ``bin_centres``,
-    ``grid_alignment``, ``low_contrast``, ``root_sift``) may be absent: they then take their
-    defaults, so that the table a configuration gives the cached stages is unchanged for every
-    configuration that does not set them."""
+    ``grid_alignment``, ``low_contrast``, ``root_sift``, ``color``) may be absent: they then take
+    their defaults, so that the table a configuration gives the cached stages is unchanged for
+    every configuration that does not set them.
+
+    With ``color`` a colour space (:data:`~classify_images.features.colour.COLOR_SPACES`:
+    ``"opponent"``, ``"hsv"``, ``"rgb"``), the image is decoded in colour, converted by
+    :func:`~classify_images.features.colour.colour_channels`, and dense SIFT is run on each of
+    the three channels alone with the same options; a keypoint's descriptor is the three
+    128-dimensional blocks concatenated (``length`` 384; van de Sande et al., TPAMI 2010).
+    ``low_contrast = "drop"`` would drop a different set of patches per channel and is refused
+    with colour.
+    """
 
     kind = "sift"
     version_key = "dense_sift"
 
     @property
+    def color(self) -> str:
+        """``"gray"`` or the colour space."""
+        return self.table.get("color", colour_module.GRAY)
+
+    @property
+    def needs_colour(self) -> bool:
+        """True when :meth:`compute` takes an RGB image (H, W, 3) rather than a grey one."""
+        return self.color != colour_module.GRAY
+
+    @property
     def length(self) -> int:
-        return dsift_module.DESCRIPTOR_SIZE
+        return dsift_module.DESCRIPTOR_SIZE * colour_module.n_channels(self.color)
 
     def implementation_version(self) -> int:
         return dsift_module.IMPLEMENTATION_VERSION
 
-    def compute(self, image: np.ndarray) -> Descriptors:
+    def _dense_sift(self, channel: np.ndarray) -> dsift_module.DenseSIFT:
         table = self.table
-        result = dsift_module.dense_sift(
-            image,
+        return dsift_module.dense_sift(
+            channel,
             patch_sizes=tuple(table["patch_sizes"]),
             step=table["step"],
             smooth=table["smooth"],
@@ -113,8 +134,20 @@ class DenseSift(Descriptor):
             low_contrast=table.get("low_contrast", "keep"),
             root=table.get("root_sift", False),
         )
-        return Descriptors(result.descriptors, np.asarray(result.x, dtype=np.float32),
-                           np.asarray(result.y, dtype=np.float32))
+
+    def compute(self, image: np.ndarray) -> Descriptors:
+        """Descriptors of a grey image (H, W), or of an RGB image (H, W, 3) when :attr:`needs_colour`."""
+        if not self.needs_colour:
+            result = self._dense_sift(image)
+            return Descriptors(result.descriptors, np.asarray(result.x, dtype=np.float32),
+                               np.asarray(result.y, dtype=np.float32))
+        if self.table.get("low_contrast", "keep") == "drop":
+            raise ValueError("sift.low_contrast = 'drop' cannot be used with a colour space (each channel "
+                             "would drop different patches); use 'keep' or 'zero'")
+        blocks = [self._dense_sift(channel) for channel in colour_module.colour_channels(image, self.color)]
+        first = blocks[0]
+        return Descriptors(np.ascontiguousarray(np.concatenate([b.descriptors for b in blocks], axis=1)),
+                           np.asarray(first.x, dtype=np.float32), np.asarray(first.y, dtype=np.float32))
 
 
 _REGISTERED: dict[str, type[Descriptor]] = {DenseSift.kind: DenseSift}

@@ -1,7 +1,8 @@
 """Image loading and preprocessing for dense SIFT.
 
 The pipeline's first stage: read an image file, convert
-it to grayscale, shrink it so that its longer side is at most ``max_side``
+it to grayscale (or, for the colour descriptors, keep its R, G, B channels:
+:func:`load_colour`), shrink it so that its longer side is at most ``max_side``
 pixels, and return it as float32 in ``[0, 1]``.  Files that cannot be used
 raise :class:`ImageReadError`, whose message is a short reason suitable for
 the feature store's manifest of skipped files.
@@ -92,7 +93,9 @@ __all__ = [
     "decode_grayscale",
     "decode_grayscale_checked",
     "image_size",
-    "load_color",
+    "load_bgr",
+    "load_colour",
+    "decode_colour_checked",
     "load_grayscale",
     "max_file_bytes",
     "resize_max_side",
@@ -318,13 +321,31 @@ def decode_grayscale_checked(
     data: bytes | np.ndarray, max_side: int | None = 300, *, max_pixels: int | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """:func:`decode_grayscale`, and the warnings the decoder printed (captured, not shown)."""
+    return _decode_checked(data, max_side, max_pixels, colour=False)
+
+
+def decode_colour_checked(
+    data: bytes | np.ndarray, max_side: int | None = 300, *, max_pixels: int | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """:func:`decode_grayscale_checked` in colour: float32 ``(H, W, 3)`` in R, G, B order, values
+    in [0, 1] (``cv2.IMREAD_COLOR``: a grey file gives three equal channels, alpha is ignored,
+    16-bit images are converted to 8 bits), shrunk by the same rule and refused by the same
+    checks (pixel cap, truncation) as the grey path."""
+    return _decode_checked(data, max_side, max_pixels, colour=True)
+
+
+def _decode_checked(
+    data: bytes | np.ndarray, max_side: int | None, max_pixels: int | None, *, colour: bool
+) -> tuple[np.ndarray, list[str]]:
     max_side = validate_max_side(max_side)
-    img, warnings = _decode(data, cv2.IMREAD_GRAYSCALE, max_pixels)
-    if img.ndim != 2:
+    img, warnings = _decode(data, cv2.IMREAD_COLOR if colour else cv2.IMREAD_GRAYSCALE, max_pixels)
+    if img.ndim != (3 if colour else 2):
         raise ImageReadError("truncated or corrupt image (decoded to an empty array)")
-    if img.dtype != np.uint8:  # IMREAD_GRAYSCALE gives 8 bits; be defensive
+    if img.dtype != np.uint8:  # both flags give 8 bits; be defensive
         img = cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
     img = resize_max_side(img, max_side)
+    if colour:
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
     out = img.astype(np.float32)
     out /= np.float32(255.0)
     return np.ascontiguousarray(out), warnings
@@ -392,7 +413,7 @@ def read_image_file(path: str | os.PathLike, max_pixels: int | None) -> bytes:
                              f"under image.max_pixels = {max_pixels})", path) from None
 
 
-def load_color(path: str | os.PathLike, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def load_bgr(path: str | os.PathLike, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """An image file decoded in colour (BGR uint8, ``cv2.IMREAD_COLOR``) through the same checks as
     :func:`load_grayscale`: regular files only, size and pixel guard before decoding.
 
@@ -449,12 +470,24 @@ def load_grayscale_checked(
     path: str | os.PathLike, max_side: int | None = 300, *, max_pixels: int | None = None, sha1: str | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """:func:`load_grayscale`, and the decoder's warnings (:func:`decode_grayscale_checked`)."""
+    return _load_checked(path, max_side, max_pixels, sha1, decode_grayscale_checked)
+
+
+def load_colour(
+    path: str | os.PathLike, max_side: int | None = 300, *, max_pixels: int | None = None, sha1: str | None = None
+) -> np.ndarray:
+    """:func:`load_grayscale` in colour: float32 ``(H, W, 3)``, R, G, B in [0, 1]
+    (:func:`decode_colour_checked`); the same checks, errors and arguments."""
+    return _load_checked(path, max_side, max_pixels, sha1, decode_colour_checked)[0]
+
+
+def _load_checked(path, max_side, max_pixels, sha1, decode) -> tuple[np.ndarray, list[str]]:
     data = read_image_file(path, max_pixels)
     try:
         if sha1 is not None and hashlib.sha1(data).hexdigest() != sha1:
             raise ImageReadError("file changed while the build was reading it (its bytes no longer match "
                                  "its fingerprint); re-run when it is stable")
-        return decode_grayscale_checked(data, max_side, max_pixels=max_pixels)
+        return decode(data, max_side, max_pixels=max_pixels)
     except ImageReadError as err:
         raise ImageReadError(err.reason, path) from None
 

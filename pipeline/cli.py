@@ -53,6 +53,39 @@ def _params(pairs: list[str] | None) -> dict[str, Any]:
     return params
 
 
+def _search(pairs: list[str] | None) -> dict[str, list] | None:
+    """``--search C=0.1,1,10,100`` options (repeatable: one per parameter, their product is
+    searched) as ``{name: [values]}``; None without any."""
+    if not pairs:
+        return None
+    grid: dict[str, list] = {}
+    for pair in pairs:
+        if "=" not in pair or not pair.partition("=")[2].strip():
+            raise UsageError(f"--search {pair!r}: expected NAME=V1,V2,..., e.g. --search C=0.1,1,10,100")
+        key, value = parse_param(pair)
+        if key in grid:
+            raise UsageError(f"--search {key} is given twice: give its values once, separated by commas")
+        values = list(value) if isinstance(value, (tuple, list)) else [value]
+        if len(set(map(repr, values))) != len(values):
+            raise UsageError(f"--search {pair!r}: a value is repeated")
+        grid[key] = values
+    return grid
+
+
+def _naming(params: dict[str, Any], search: dict[str, list] | None) -> dict[str, Any]:
+    """What names a default output: the parameters, and the grids ``--search`` chooses from."""
+    return {**params, **{f"search-{key}": values for key, values in (search or {}).items()}}
+
+
+def _search_and_params(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, list] | None:
+    """``--search``, refused for a parameter ``--param`` also sets."""
+    grid = _search(getattr(args, "search", None))
+    for key in grid or {}:
+        if key in params:
+            raise UsageError(f"--search {key}=... and --param {key}=... both set {key}: give one")
+    return grid
+
+
 #: Seeds go to NumPy's ``RandomState`` (scikit-learn's ``random_state``): 0 … 2³² − 1.
 MAX_SEED = 2**32 - 1
 #: ``experiment --repeats``: at most this many re-splits (each one trains and tests a classifier;
@@ -337,7 +370,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_seeds(args.seed)
     spec = _training_mode(args)
     params = getattr(args, "params", None) or _params(args.param)
-    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier, params)
+    search = _search_and_params(args, params)
+    if search and (spec is not None or getattr(args, "streaming", False)):
+        raise UsageError("--search runs the cross-validation on this machine with the rows in memory: "
+                         "drop --scheduler/--cluster/--streaming, or choose the value first and give --param")
+    out = Path(args.out) if args.out else _default_model_out(Path(args.featureset), args.classifier,
+                                                             _naming(params, search))
     _check_out_file(out, "model")
     check_output_file(out, "model file", force=args.force)
     feature_set = load_feature_set(args.featureset)
@@ -347,7 +385,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             _writing("--out", out, "model file"):
         training, path = train_model(feature_set, args.classifier, params, out=out, seed=args.seed,
                                      execution=Execution(cluster=spec), block_rows=block_rows,
-                                     probability_folds=folds)
+                                     probability_folds=folds, search=search)
     print(training_text(training, path))
     if folds is not None:
         print(f"  calibrated probabilities: Platt scaling on the decision values of {folds} held-out folds "
@@ -408,16 +446,18 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     _check_seeds(args.seed, args.repeats)
     spec = _cluster_spec(args)
     params = _params(args.param)
-    out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier, params)
+    search = _search_and_params(args, params)
+    out = Path(args.out) if args.out else _default_experiment_out(Path(args.featureset), args.classifier,
+                                                                  _naming(params, search))
     _check_out_folder(out, "experiment")
     guard = report_folder(out, experiment=True, run={
         "command": "experiment", "featureset": os.path.abspath(args.featureset), "classifier": args.classifier,
-        "params": params, "seed": args.seed, "repeats": args.repeats})
+        "params": params, "search": search, "seed": args.seed, "repeats": args.repeats})
     guard.check(args.force)
     feature_set = load_feature_set(args.featureset)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
         experiment = run_experiment_on(feature_set, args.classifier, params, args.repeats, args.seed,
-                                       Execution(cluster=spec))
+                                       Execution(cluster=spec), search=search)
     with _writing("--out", out, "report"):
         guard.check(args.force)
         guard.claim()
@@ -533,11 +573,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("name the classifier: --classifier NAME, or a [classifier] table in the config "
                          "(name = \"pmsvm\", params = { ... })")
     params = {**params, **_params(args.param)}
+    search = _search_and_params(args, params)
     config_name = Path(args.config).stem if args.config else "default"
     from .output_guard import params_suffix
 
     out = Path(args.out) if args.out else \
-        Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}{params_suffix(params)}"
+        Path("runs") / f"{Path(args.dataset).resolve().name}-{config_name}-{name}{params_suffix(_naming(params, search))}"
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     config, _, cache_dir, execution = _build_options(args, out / "features")
@@ -546,7 +587,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             _writing("--out", out, "run folder"):
         result = run_pipeline(args.dataset, out, config, name, params, seed=0 if args.seed is None else args.seed,
                               execution=execution, cache_dir=cache_dir, store=args.store,
-                              progress=_tqdm_progress(not args.quiet), force=args.force)
+                              progress=_tqdm_progress(not args.quiet), force=args.force,
+                              search=search)
     _print_build(result.build, cache_dir)
     print(training_text(result.training, result.model))
     print(evaluation_text(result.evaluation, result.report))
@@ -624,6 +666,14 @@ def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("featureset", help="feature-set folder written by build-features")
     parser.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
+    _add_search_argument(parser)
+
+
+def _add_search_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--search", action="append", metavar="NAME=V1,V2,...",
+                        help="choose a classifier parameter by 3-fold stratified cross-validation on the training "
+                             "rows only (e.g. --search C=0.1,1,10,100; repeatable: the grids' product); the choice "
+                             "is recorded in the model and the report, with a warning when it is on the grid's edge")
 
 
 def _add_train_parser(sub: argparse._SubParsersAction) -> None:
@@ -719,6 +769,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
             parser._add_action(action)
     parser.add_argument("--classifier", choices=sorted(CLASSIFIERS), help="default: the config's [classifier] table")
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable")
+    _add_search_argument(parser)
     parser.add_argument("--seed", type=int, help="seed of the split (default: the config's) and of a randomised "
                         "classifier (default: 0)")
     parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>[-<params>])")

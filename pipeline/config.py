@@ -7,7 +7,7 @@ through them, each read into its own frozen dataclass::
     [image]          ImageConfig          max_side, max_pixels
     [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors,
                                           smoothing, window_size, bin_centres, grid_alignment,
-                                          low_contrast, root_sift
+                                          low_contrast, root_sift, color
     [codebook]       CodebookConfig       kind, size, n_samples, lambda, n_iter, seed, n_neighbors, pca_dims,
                                           assignment, soft_neighbors, soft_beta
     [pooling]        PoolingConfig        method, levels, level_normalization, level_weights
@@ -58,6 +58,7 @@ from ..features.dsift import (
     validate_patch_sizes,
     validate_step,
 )
+from ..features.colour import COLOR_SPACES, GRAY
 from ..features.preprocess import DEFAULT_MAX_PIXELS, OPENCV_MAX_PIXELS, validate_max_side
 from ..files import FileTooLargeError, NotRegularFileError, read_regular_bytes
 from .defaults import named_configs
@@ -257,6 +258,9 @@ class SiftConfig:
     low_contrast: str = _setting("keep", _choice(LOW_CONTRAST_MODES), semantic="unless-default")
     #: RootSIFT (Hellinger) descriptors
     root_sift: bool = _setting(False, _bool, semantic="unless-default")
+    #: "gray", or dense SIFT per channel of a colour space, 3 × 128 per keypoint:
+    #: "opponent", "hsv", "rgb" (van de Sande et al. 2010; :mod:`~classify_images.features.colour`)
+    color: str = _setting(GRAY, _choice(COLOR_SPACES), semantic="unless-default")
 
 
 def _encoder_kind(key: str, value: Any) -> Any:
@@ -428,6 +432,9 @@ class PipelineConfig:
                 raise ConfigError(f"{source}: [{name}] must be a table of key = value")
         config = cls(**{name: _read_table(table, name, raw.get(name, {}), source) for name, table in TABLES.items()})
         _check_level_weights(config.pooling, source)
+        if config.sift.color != GRAY and config.sift.low_contrast == "drop":
+            raise ConfigError(f"{source}: sift.low_contrast = 'drop' cannot be used with sift.color = "
+                              f"{config.sift.color!r} (each channel would drop different patches); use 'keep' or 'zero'")
         return config
 
     def to_dict(self, *, semantic_only: bool = False) -> dict[str, dict[str, Any]]:

@@ -248,10 +248,12 @@ class TrainingResult:
     train_seconds: float  #: wall-clock time of ``fit``
     n_samples: int  #: training rows
     n_features: int  #: dimension of the rows
+    #: the cross-validated choice of parameters (:func:`~classify_images.classifiers.model_selection.search_parameters`), if any
+    search: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (without the estimator: see :func:`~classify_images.pipeline.model_file.save_model`)."""
-        return _json_form(self, "classifier params n_samples n_features train_seconds",
+        return _json_form(self, "classifier params n_samples n_features train_seconds search",
                           train_seconds=_seconds(self.train_seconds))
 
 
@@ -307,6 +309,7 @@ def train_classifier(
     seed: int | None = None,
     class_names: list[str] | None = None,
     wrapper: Callable[[Any], Any] | None = None,
+    search: dict[str, list] | None = None,
 ) -> TrainingResult:
     """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
 
@@ -320,6 +323,10 @@ def train_classifier(
     if given, is a wrapper estimator that trains it another way, its fitted ``estimator_`` kept
     (on a cluster: :class:`~classify_images.pipeline.distributed_training.ParallelProblems`;
     from row blocks: :class:`~classify_images.pipeline.streaming_training.Incremental`).
+    ``search`` (``{"C": [0.1, 1, 10, 100]}``) first chooses those parameters by stratified k-fold
+    cross-validation on these rows (:func:`~classify_images.classifiers.model_selection.search_parameters`,
+    folds seeded by ``seed``); the chosen values join ``params`` and the search is recorded in
+    the result (``search``), its time outside ``train_seconds``.
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
@@ -327,10 +334,19 @@ def train_classifier(
         estimator.set_params(**named_class_weight(params, list(class_names)))
         y = np.asarray(class_names, dtype=str)[np.asarray(y)]
     warm_up(estimator, X, y)
+    found = None
+    if search:
+        from ..classifiers.model_selection import search_parameters
+
+        started = time.perf_counter()
+        result = search_parameters(estimator, X, y, search, seed=0 if seed is None else seed)
+        found = {**result.to_dict(), "seconds": round(time.perf_counter() - started, 3)}
+        params = {**params, **result.best}
+        estimator.set_params(**result.best)
     start = time.perf_counter()
     estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
-    return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]))
+    return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]), found)
 
 
 @dataclass(frozen=True)
@@ -351,6 +367,7 @@ class Evaluation:
     mean_per_class_accuracy: float  #: see the module docstring
     predictions: Predictions | None = field(default=None, repr=False)  #: per test image (``predictions.csv``)
     config: dict | None = None  #: the pipeline config of the feature set
+    search: dict | None = None  #: the model's cross-validated parameter choice (model file header), if any
     versions: dict | None = None  #: :func:`~classify_images.pipeline.provenance.library_versions` at evaluation
     date: str | None = None  #: when the evaluation ran (ISO 8601, UTC)
 
@@ -405,7 +422,7 @@ class Evaluation:
             self,
             "classifier params feature_set config_hash n_train n_test n_features mean_per_class_accuracy "
             "overall_accuracy top_k_accuracy per_class_accuracy class_names confusion train_seconds test_seconds "
-            "most_confused misclassified predictions config versions date",
+            "most_confused misclassified predictions config search versions date",
             top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
             per_class_accuracy={name: float(rate) for name, rate in zip(self.class_names, self.per_class_accuracy)},
             confusion=self.confusion.tolist(),
@@ -436,12 +453,13 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     return _evaluation(
         model, meta["classifier"], meta["params"], feature_set, np.asarray(feature_set.X_test), feature_set.y_test,
         feature_set.test_paths, n_train=int(feature_set.X_train.shape[0]), train_seconds=meta.get("train_seconds"),
+        search=meta.get("search"),
     )
 
 
 def _evaluation(
     model: Any, classifier: str, params: dict, feature_set: FeatureSet, X_test: np.ndarray, y_test: np.ndarray,
-    test_paths: Sequence[str], *, n_train: int, train_seconds: float | None,
+    test_paths: Sequence[str], *, n_train: int, train_seconds: float | None, search: dict | None = None,
 ) -> Evaluation:
     """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``): confusion, predictions, provenance."""
     class_names = feature_set.class_names
@@ -462,6 +480,7 @@ def _evaluation(
         mean_per_class_accuracy=mean_per_class_accuracy(y_test, predicted),
         predictions=Predictions.from_scores(_image_paths(feature_set, test_paths), y_test, predicted, scores),
         config=feature_set.manifest.get("config"),
+        search=search,
         versions=library_versions(),
         date=_now(),
     )
@@ -481,6 +500,8 @@ class ExperimentRun:
     per_class_accuracy: tuple[float, ...] | None = None
     #: :func:`top_k_accuracy` on this split
     top_k_accuracy: dict[int, float] = field(default_factory=dict)
+    #: the parameters the search chose on this split's training rows (None: no search)
+    chosen: dict[str, Any] | None = None
 
     def to_dict(self, class_names: Sequence[str] | None = None) -> dict[str, Any]:
         """JSON form (the per-class rates keyed by ``class_names`` when given, else a list)."""
@@ -489,7 +510,7 @@ class ExperimentRun:
             rates = ([float(r) for r in self.per_class_accuracy] if class_names is None
                      else {name: float(r) for name, r in zip(class_names, self.per_class_accuracy)})
         return _json_form(self, "seed random_state mean_per_class_accuracy top_k_accuracy per_class_accuracy "
-                          "train_seconds test_seconds",
+                          "train_seconds test_seconds chosen",
                           train_seconds=_seconds(self.train_seconds), test_seconds=_seconds(self.test_seconds),
                           top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
                           per_class_accuracy=rates)
@@ -574,6 +595,7 @@ def run_experiment(
     *,
     first_seed: int = 0,
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
+    search: dict[str, list] | None = None,
 ) -> Experiment:
     """Train and test ``repeats`` times on seeded re-splits of the stored rows.
 
@@ -584,7 +606,9 @@ def run_experiment(
     training images, so the test images of later splits were seen, unlabelled,
     by the codebook — the usual practice when reporting mean ± std, but say so
     (:data:`EXPERIMENT_NOTE`).  A randomised classifier gets each run's split seed as its
-    ``random_state`` unless ``params`` set one, so the experiment is reproducible.
+    ``random_state`` unless ``params`` set one, so the experiment is reproducible.  With
+    ``search``, each split chooses those parameters by cross-validation on its own training
+    rows (:func:`train_classifier`), recorded per run (``chosen``).
     """
     X_all = np.concatenate([np.asarray(feature_set.X_train), np.asarray(feature_set.X_test)])
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
@@ -597,15 +621,17 @@ def run_experiment(
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
         training = train_classifier(name, params, X_all[train], y_all[train], seed=seed,
-                                    class_names=feature_set.class_names)
+                                    class_names=feature_set.class_names, search=search)
         evaluation = _evaluation(
             training.estimator, name, training.params, feature_set, X_all[test], y_all[test],
             [paths_all[k] for k in test], n_train=int(train.size), train_seconds=training.train_seconds,
+            search=training.search,
         )
         first = first or evaluation
         random_state = training.estimator.get_params().get("random_state")
         runs.append(ExperimentRun(seed, evaluation.mean_per_class_accuracy, training.train_seconds,
                                   evaluation.test_seconds, random_state=random_state,
                                   per_class_accuracy=tuple(float(r) for r in evaluation.per_class_accuracy),
-                                  top_k_accuracy=evaluation.top_k_accuracy))
+                                  top_k_accuracy=evaluation.top_k_accuracy,
+                                  chosen=None if training.search is None else training.search["best"]))
     return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first)

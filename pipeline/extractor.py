@@ -41,7 +41,7 @@ from ..features.preprocess import DEFAULT_MAX_PIXELS, max_file_bytes
 from ..files import describe_file_kind
 from .config import PipelineConfig
 from .dataset import file_fingerprint
-from .stages import StageCache
+from .stages import FLIP_KEY, StageCache
 
 __all__ = ["FeatureExtractor", "check_image", "readable_fingerprint"]
 
@@ -155,15 +155,18 @@ class FeatureExtractor:
         """
         return check_image(self.cache, self.config, path, fingerprint)
 
-    def pooled(self, path: str, fingerprint: str) -> np.ndarray:
+    def pooled(self, path: str, fingerprint: str, *, flip: bool = False) -> np.ndarray:
         """The pooled vector of a readable image (float32, ``n_features``), its levels normalised
         and weighted as ``[pooling]`` says, not yet normalised as a whole.
 
         ``fingerprint`` is the SHA-1 of the file's bytes
-        (:func:`~classify_images.pipeline.dataset.file_fingerprint`); it keys the cache.
+        (:func:`~classify_images.pipeline.dataset.file_fingerprint`); it keys the cache.  ``flip``:
+        the vector of the image mirrored left-right (its own cache entries:
+        :func:`~classify_images.pipeline.stages.compute_descriptors`).
         """
+        sift = {**self._sift, FLIP_KEY: True} if flip else self._sift
         item = self.cache.image_encoding(
-            path, fingerprint, self.config.image.max_side, self._sift, self.encoder, self._codebook_params,
+            path, fingerprint, self.config.image.max_side, sift, self.encoder, self._codebook_params,
             self.encoder.cache_dependencies(self.pyramid), self.codebook_digest, self.codebook,
         )
         coder = self.encoder.prepared(self.codebook, self.codebook_digest)
@@ -177,9 +180,10 @@ class FeatureExtractor:
         return weight_pyramid_levels(pooled, self.encoder.cell_dimension(self.codebook), list(pooling.levels),
                                      pooling.level_normalization, pooling.level_weights)
 
-    def vector(self, path: str, fingerprint: str) -> np.ndarray:
-        """The feature vector of a readable image: :meth:`pooled`, then normalised."""
-        return self.normalizer.transform(self.pooled(path, fingerprint))[0]
+    def vector(self, path: str, fingerprint: str, *, flip: bool = False) -> np.ndarray:
+        """The feature vector of a readable image (``flip``: of its mirror): :meth:`pooled`, then normalised."""
+        pooled = self.pooled(path, fingerprint, flip=True) if flip else self.pooled(path, fingerprint)
+        return self.normalizer.transform(pooled)[0]
 
     def transform_images(self, paths: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
         """Feature vectors of image files; unreadable ones are reported, not raised.

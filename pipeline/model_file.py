@@ -138,6 +138,7 @@ def save_model(
     extractor: Any = None,
     feature_set: dict | None = None,
     train_seconds: float | None = None,
+    search: dict | None = None,
 ) -> Path:
     """Save a fitted classifier, with the extractor that makes its features, to ``path`` (``.npz``).
 
@@ -157,6 +158,9 @@ def save_model(
         ``class_names`` (checked again when the model is used), ``path``.
     train_seconds : float, optional
         Time the fit took, recorded in the header (rounded to 0.1 ms).
+    search : dict, optional
+        The cross-validated choice of parameters (``SearchResult.to_dict()``), recorded in the
+        header as ``search`` (grid, chosen values, scores, folds, seed).
 
     Returns
     -------
@@ -190,6 +194,7 @@ def save_model(
         "train_seconds": None if train_seconds is None else round(float(train_seconds), 4),
         "probability": None if not hasattr(estimator, "platt_") else
         {"method": "Platt scaling (sigmoid) on held-out decision values", "folds": int(estimator.platt_folds_)},
+        **({"search": _jsonable(search)} if search is not None else {}),
         "versions": library_versions(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

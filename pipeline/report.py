@@ -92,6 +92,7 @@ def markdown_report(evaluation: Evaluation, experiment: Experiment | None = None
         f"- training images: {report['n_train']}, test images: {report['n_test']}, dimensions: {report['n_features']}",
         f"- training time: {seconds['train_seconds']} s, testing time: {seconds['test_seconds']} s",
         f"- parameters: {'`' + params_text(report['params']) + '`' if report['params'] else 'the defaults'}",
+        *[f"- search: {line.strip()}" for line in search_lines(evaluation.search)],
         "",
     ]
     statistics = None if experiment is None or len(experiment.runs) < 2 else experiment.per_class_statistics()
@@ -196,9 +197,21 @@ def build_text(result: "BuildResult", skipped: list[dict], timings: dict[str, fl
 
 
 def training_text(training: TrainingResult, model_path: str | os.PathLike) -> str:
-    """One line: what was trained, on how much, how fast, and where it was saved."""
-    return (f"trained {training.classifier} on {training.n_samples} images × {training.n_features} dims "
+    """One line: what was trained, on how much, how fast, and where it was saved (and a line on
+    the parameter search, if any, and its warning when the choice is on the grid's edge)."""
+    text = (f"trained {training.classifier} on {training.n_samples} images × {training.n_features} dims "
             f"in {training.train_seconds:.2f} s -> {model_path}")
+    return text + "".join(f"\n{line}" for line in search_lines(training.search))
+
+
+def search_lines(search: dict | None) -> list[str]:
+    """The parameter search's summary line and, when its choice is on the grid's edge, a warning line."""
+    if search is None:
+        return []
+    from ..classifiers.model_selection import edge_warning, search_summary
+
+    warning = edge_warning(search)
+    return [f"  {search_summary(search)}"] + ([f"warning: {warning}"] if warning else [])
 
 
 def evaluation_text(evaluation: Evaluation, report_dir: str | os.PathLike) -> str:
@@ -220,7 +233,11 @@ def evaluation_text(evaluation: Evaluation, report_dir: str | os.PathLike) -> st
 def experiment_text(experiment: Experiment) -> str:
     """One line per run, then the mean ± standard deviation."""
     lines = [f"  seed {run.seed}: {100 * run.mean_per_class_accuracy:.2f} %  "
-             f"(train {run.train_seconds:.2f} s, test {run.test_seconds:.2f} s)" for run in experiment.runs]
+             f"(train {run.train_seconds:.2f} s, test {run.test_seconds:.2f} s"
+             + ("" if run.chosen is None else "; chose " + ", ".join(f"{k} = {v}" for k, v in run.chosen.items()))
+             + ")" for run in experiment.runs]
+    if experiment.first is not None and experiment.first.search is not None:
+        lines += search_lines(experiment.first.search)[1:]  # the first split's edge warning
     lines.append(f"{experiment.classifier}: {100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} % "
                  f"mean per-class accuracy over {len(experiment.runs)} splits ({EXPERIMENT_NOTE})")
     top = experiment.top_k_statistics()

@@ -124,14 +124,14 @@ def _ordinal(k: int) -> str:
 def thumbnail_data_uri(path: str, side: int = THUMBNAIL_SIDE, *, max_pixels: int | None = None) -> str | None:
     """A JPEG thumbnail (longer side ``side``) of the image at ``path`` as a ``data:`` URI; None if
     unreadable, not a regular file (a FIFO is not waited on) or above ``max_pixels`` — decoded by
-    :func:`~classify_images.features.preprocess.load_color`, with the guards the features have
+    :func:`~classify_images.features.preprocess.load_bgr`, with the guards the features have
     (``max_pixels`` None: the default cap)."""
     import cv2
 
-    from ..features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, load_color
+    from ..features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, load_bgr
 
     try:
-        image = load_color(path, max_pixels=DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels)
+        image = load_bgr(path, max_pixels=DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels)
     except (ImageReadError, OSError):
         return None
     h, w = image.shape[:2]
@@ -223,8 +223,19 @@ def _headline(evaluation: Evaluation, experiment: Experiment | None) -> str:
         f'<p class="muted">{n_classes} classes · {evaluation.n_train} training and {evaluation.n_test} test images · '
         f'{evaluation.n_features} dimensions · classifier <b id="classifier">{_e(evaluation.classifier)}</b>'
         f'{params} all in <a href="#classifier-parameters">Provenance</a>) · training {train}, '
-        f"testing {evaluation.test_seconds:.2f} s</p>"
+        f"testing {evaluation.test_seconds:.2f} s</p>{_search_html(evaluation)}"
     )
+
+
+def _search_html(evaluation: Evaluation) -> str:
+    """A paragraph on the cross-validated parameter choice (and its edge warning), if there was one."""
+    if evaluation.search is None:
+        return ""
+    from ..classifiers.model_selection import edge_warning, search_summary
+
+    warning = edge_warning(evaluation.search)
+    return (f'<p id="search">{_e(search_summary(evaluation.search))}'
+            + (f'<br><b>warning:</b> {_e(warning)}' if warning else "") + "</p>")
 
 
 def _top_k_text(evaluation: Evaluation, experiment: Experiment | None) -> str:

@@ -58,10 +58,14 @@ from ..features import dsift as dsift_module
 from ..features import preprocess as preprocess_module
 from ..features.descriptors import make_descriptor
 from ..features.dsift import dequantize_descriptors, quantize_descriptors
-from ..features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, load_grayscale, load_grayscale_checked
+from ..features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, load_colour, load_grayscale, load_grayscale_checked
 from .cache_store import BACKEND_NAME, secure_cache_folder
 
+#: Key added to the ``[sift]`` table a stage receives for the left-right mirror of an image.
+FLIP_KEY = "flip"
+
 __all__ = [
+    "FLIP_KEY",
     "implementation_versions",
     "check_image",
     "compute_descriptors",
@@ -145,17 +149,26 @@ def compute_descriptors(
     path: str, max_side: int, sift: dict[str, Any], fingerprint: str | None = None
 ) -> dict[str, np.ndarray]:
     """The local descriptors of one image (:mod:`~classify_images.features.descriptors`: dense
-    SIFT with the ``[sift]`` table): ``descriptors`` (uint8, n×length), ``x``, ``y`` (float32), ``shape``.
+    SIFT with the ``[sift]`` table, on the image decoded in colour when ``sift.color`` asks for it):
+    ``descriptors`` (uint8, n×length), ``x``, ``y`` (float32), ``shape``.
+
+    ``sift[FLIP_KEY] = True`` (``"flip"``; absent otherwise, so unflipped keys are unchanged) computes
+    them on the image mirrored left-right after decoding and shrinking (augmentation, Chatfield et
+    al., BMVC 2014): a flipped image is its own cache entry in every stage keyed by ``sift``.
 
     With ``fingerprint``, the bytes decoded must be the bytes fingerprinted.
     """
-    image = load_grayscale(path, max_side=max_side, sha1=fingerprint)
-    result = make_descriptor(sift).compute(image)
+    descriptor = make_descriptor({key: value for key, value in sift.items() if key != FLIP_KEY})
+    load = load_colour if getattr(descriptor, "needs_colour", False) else load_grayscale
+    image = load(path, max_side=max_side, sha1=fingerprint)
+    if sift.get(FLIP_KEY, False):
+        image = np.ascontiguousarray(image[:, ::-1])
+    result = descriptor.compute(image)
     return {
         "descriptors": quantize_descriptors(result.descriptors),
         "x": result.x,
         "y": result.y,
-        "shape": np.asarray(image.shape, dtype=np.int32),
+        "shape": np.asarray(image.shape[:2], dtype=np.int32),
     }
 
 

@@ -54,6 +54,7 @@ def train_model(
     execution: Execution | None = None,
     block_rows: int | None = None,
     probability_folds: int | None = None,
+    search: dict[str, list] | None = None,
 ) -> tuple[Any, Path]:
     """Train ``classifier`` on the training rows of ``feature_set`` and save it, with the feature
     extractor, as a self-contained model file.
@@ -79,6 +80,9 @@ def train_model(
         Also calibrate class probabilities (Platt scaling on the decision values of this many
         held-out folds of the training rows: :func:`~classify_images.classifiers.calibration.calibrate`),
         stored in the model file (``predict_proba``, ``predict --proba``); on this machine, in memory.
+    search : dict, optional
+        Parameters to choose by cross-validation on the training rows first (``{"C": [0.1, 1, 10]}``;
+        :func:`~classify_images.pipeline.evaluation.train_classifier`), recorded in the model file.
 
     Returns
     -------
@@ -111,27 +115,27 @@ def train_model(
         X = feature_set.rows["train"] if wrapper is not None and feature_set.layout == "sharded" \
             else np.asarray(feature_set.X_train)
         training = train_classifier(classifier, params or {}, X, feature_set.y_train, seed=seed,
-                                    class_names=feature_set.class_names, wrapper=wrapper)
+                                    class_names=feature_set.class_names, wrapper=wrapper, search=search)
         if probability_folds is not None:
             from ..classifiers.calibration import calibrate
 
             names = np.asarray(feature_set.class_names, dtype=str)[np.asarray(feature_set.y_train)]
             calibrate(training.estimator, np.asarray(X), names, folds=probability_folds)
     path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
-                      feature_set=feature_set.identity(), train_seconds=training.train_seconds)
+                      feature_set=feature_set.identity(), train_seconds=training.train_seconds, search=training.search)
     return training, path
 
 
 # ---------------------------------------------------------------------- experiments
-def _experiment_repeat(featureset: str, name: str, params: dict[str, Any], seed: int):
+def _experiment_repeat(featureset: str, name: str, params: dict[str, Any], seed: int, search=None):
     """One repeat of an experiment, on a cluster worker: the worker reads the feature set itself."""
     from .evaluation import run_experiment
 
-    return run_experiment(load_feature_set(featureset), name, params, 1, first_seed=seed)
+    return run_experiment(load_feature_set(featureset), name, params, 1, first_seed=seed, search=search)
 
 
 def run_experiment_on(feature_set: FeatureSet, classifier: str, params: dict[str, Any], repeats: int,
-                      first_seed: int = 0, execution: Execution | None = None):
+                      first_seed: int = 0, execution: Execution | None = None, search: dict[str, list] | None = None):
     """:func:`~classify_images.pipeline.evaluation.run_experiment` here, or its repeats as cluster
     tasks (one per seed), gathered into one ``Experiment`` (the same runs, in seed order)."""
     from joblib import delayed
@@ -140,9 +144,9 @@ def run_experiment_on(feature_set: FeatureSet, classifier: str, params: dict[str
     from .evaluation import Experiment, run_experiment
 
     if execution is None or execution.cluster is None:
-        return run_experiment(feature_set, classifier, params, repeats, first_seed=first_seed)
+        return run_experiment(feature_set, classifier, params, repeats, first_seed=first_seed, search=search)
     where = os.fspath(Path(feature_set.path).resolve())
-    calls = [delayed(_experiment_repeat)(where, classifier, params, seed)
+    calls = [delayed(_experiment_repeat)(where, classifier, params, seed, search)
              for seed in range(first_seed, first_seed + repeats)]
     with execution.client() as client, scheduler_errors(execution.cluster):
         parts = run_tasks(client, calls, "experiment", batch_size=1)
@@ -303,6 +307,7 @@ def run_pipeline(
     verbose: int | bool = False,
     step: Callable[[str], None] = lambda name: None,
     force: bool = False,
+    search: dict[str, list] | None = None,
 ) -> RunResult:
     """Build the feature set of ``dataset``, train ``classifier`` on it and evaluate it, into
     ``out``: ``out/features/``, ``out/model.npz``, ``out/report/`` (VLFeat's ``phow_caltech101``
@@ -315,7 +320,7 @@ def run_pipeline(
     out : path-like
         The run's folder.
     config : PipelineConfig
-    classifier, params, seed
+    classifier, params, seed, search
         As :func:`train_model`.
     execution : Execution, optional
         Where the per-image work and the training run (default: this machine, one process).
@@ -353,7 +358,7 @@ def run_pipeline(
     out = Path(out)
     config_digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
     run = {"command": "run", "dataset": os.path.abspath(dataset), "config": config_digest[:16],
-           "classifier": classifier, "params": params or {}, "seed": seed}
+           "classifier": classifier, "params": params or {}, "search": search, "seed": seed}
     folder = OutputFolder(out, ("features", "model.npz", "report"), "run", run=run)
     report = report_folder(out / "report", run=run)
     folder.check(force)  # every output checked before any work
@@ -368,7 +373,7 @@ def run_pipeline(
         begin("train")
         feature_set = load_feature_set(built.path)
         training, model_path = train_model(feature_set, classifier, params, out=out / "model.npz", seed=seed,
-                                           execution=execution)
+                                           execution=execution, search=search)
         begin("evaluate")
         model, meta = load_model(model_path)
         evaluation = evaluate_model(model, meta, feature_set)

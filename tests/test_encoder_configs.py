@@ -40,7 +40,7 @@ def test_vlad_rootsift_config_is_vlad_with_rootsift_and_its_own_hashes():
         ('[codebook]\npca_dims = 32\n', "codebook.pca_dims applies to codebook.kind = 'fisher' only"),
         ('[codebook]\nkind = "vlad"\nn_neighbors = 5\n', "codebook.n_neighbors applies to codebook.kind = 'llc' only"),
         ('[codebook]\nkind = "llc"\nsize = 4\nn_neighbors = 5\n', "codebook.n_neighbors = 5: expected at most codebook.size = 4"),
-        ('[codebook]\nkind = "fisher"\npca_dims = 200\n', "codebook.pca_dims = 200: expected an integer ≥ 1 and ≤ 128"),
+        ('[codebook]\nkind = "fisher"\npca_dims = 400\n', "codebook.pca_dims = 400: expected an integer ≥ 1 and ≤ 384"),
         ('[codebook]\nkind = "llc"\nn_neighbors = 0\n', "codebook.n_neighbors = 0: expected an integer ≥ 1"),
         ('[pooling]\nlevels = [1, "3y1"]\n', "pooling.levels = \\[1, '3y1'\\]: expected a non-empty list of integers ≥ 1 .* \"RxC\""),
         ('[pooling]\nlevels = []\n', "pooling.levels = \\[\\]: expected a non-empty list"),

@@ -32,6 +32,7 @@ from classify_images.pipeline.model_file import load_model, save_model
 from classify_images.pipeline.stages import compute_descriptors
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 
+from ._encoder_helpers import assert_image_model_classifies_like_rows
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
 
 
@@ -92,8 +93,8 @@ def test_parameters_are_checked_by_their_encoder():
         make_encoder(_table("llc", n_neighbors=0))
     with pytest.raises(EncoderParameterError, match="expected at most codebook.size = 6"):
         make_encoder(_table("llc", n_neighbors=7))
-    with pytest.raises(EncoderParameterError, match="and ≤ 128"):
-        make_encoder(_table("fisher", pca_dims=129))
+    with pytest.raises(EncoderParameterError, match="and ≤ 384"):  # the colour descriptors' length
+        make_encoder(_table("fisher", pca_dims=385))
 
 
 # ----------------------------------------------------------------- a new encoder, from a test
@@ -162,14 +163,7 @@ def test_a_new_encoder_is_one_class_and_one_config(toy_encoder, small_dataset, t
     fs = load_feature_set(tmp_path / "fs")
     assert result.n_features == 2 * 4 * 5 and fs.manifest["codebook"]["kind"] == toy_encoder.kind
     assert (np.asarray(fs.X_train) < 0).any()
-    classifier = QuadraticHingeSVC().fit(np.asarray(fs.X_train), np.asarray(fs.class_names)[fs.y_train])
-    model = save_model(tmp_path / "model.npz", classifier, extractor=FeatureExtractor.from_feature_set(fs),
-                       feature_set=fs.identity())
-    paths = [str(small_dataset / p) for p in fs.test_paths]
-    restored = load_image_model(model)
-    np.testing.assert_allclose(restored.named_steps["features"].transform(paths), np.asarray(fs.X_test),
-                               rtol=1e-5, atol=1e-6)
-    assert list(restored.predict(paths)) == list(classifier.predict(np.asarray(fs.X_test)))
+    model = assert_image_model_classifies_like_rows(fs, small_dataset, tmp_path / "model.npz")
     load_model(model)  # the classifier alone too
 
 

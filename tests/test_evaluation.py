@@ -130,7 +130,7 @@ def test_training_result(feature_set, evaluation):
     assert (training.classifier, training.n_samples, training.n_features) == ("linear", 24, 6)
     assert training.train_seconds >= 0 and training.estimator.classes_.tolist() == [0, 1, 2]
     assert training.to_dict() == {"classifier": "linear", "params": {"C": 1.0}, "n_samples": 24, "n_features": 6,
-                                  "train_seconds": round(training.train_seconds, 4)}
+                                  "train_seconds": round(training.train_seconds, 4), "search": None}
 
 
 def test_evaluation_numbers(feature_set, evaluation):
@@ -143,7 +143,7 @@ def test_evaluation_numbers(feature_set, evaluation):
                             "mean_per_class_accuracy", "overall_accuracy", "top_k_accuracy", "per_class_accuracy",
                             "class_names",
                             "confusion", "train_seconds", "test_seconds", "most_confused", "misclassified",
-                            "predictions", "config", "versions", "date"]
+                            "predictions", "config", "search", "versions", "date"]
     assert report["mean_per_class_accuracy"] == reference_mean_per_class_accuracy(feature_set.y_test, predicted, 3)
     assert report["overall_accuracy"] == np.trace(confusion) / confusion.sum()
     # top-k accuracy: only k below the 3 classes (top-3 of 3 classes is always 1); top-1 is the overall accuracy

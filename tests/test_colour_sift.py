@@ -1,0 +1,225 @@
+"""Colour dense SIFT (``[sift] color``): the colour spaces against per-pixel references, each
+384-dimensional descriptor's blocks against dense SIFT of that channel alone, the colour
+decode path, the configuration key and every encoder on 384 dimensions."""
+
+from __future__ import annotations
+
+import colorsys
+import math
+
+import cv2
+import numpy as np
+import pytest
+
+from classify_images.coding.encoders import Pyramid, make_encoder
+from classify_images.features.colour import COLOR_SPACES, colour_channels
+from classify_images.features.descriptors import make_descriptor
+from classify_images.features.dsift import dense_sift, dequantize_descriptors, quantize_descriptors
+from classify_images.features.preprocess import (
+    ImageReadError,
+    decode_colour_checked,
+    decode_grayscale,
+    load_colour,
+)
+from classify_images.pipeline.config import TABLES, ConfigError, load_config, stage_hash
+from classify_images.pipeline.stages import compute_descriptors
+
+from .conftest import FIXTURE_PHOTO
+
+SIFT = {"patch_sizes": [8, 16], "step": 4, "smooth": True, "contrast_threshold": 1.0}
+
+
+def _reference_pixel(r: float, g: float, b: float, space: str) -> tuple[float, float, float]:
+    """One pixel by the textbook formulas (van de Sande et al. 2010; colorsys for HSV)."""
+    if space == "opponent":
+        return (r - g) / math.sqrt(2), (r + g - 2 * b) / math.sqrt(6), (r + g + b) / math.sqrt(3)
+    if space == "hsv":
+        return colorsys.rgb_to_hsv(r, g, b)
+    return r, g, b
+
+
+def _reference_channels(rgb: np.ndarray, space: str) -> np.ndarray:
+    h, w, _ = rgb.shape
+    out = np.empty((3, h, w), dtype=np.float64)
+    for y in range(h):
+        for x in range(w):
+            out[:, y, x] = _reference_pixel(*(float(v) for v in rgb[y, x]), space)
+    return out
+
+
+def _test_image(seed: int = 0, shape=(37, 45)) -> np.ndarray:
+    """Random colours plus the awkward pixels: black, white, greys, primaries, ties."""
+    rng = np.random.default_rng(seed)
+    rgb = rng.random((*shape, 3)).astype(np.float32)
+    special = [(0, 0, 0), (1, 1, 1), (0.5, 0.5, 0.5), (1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 0),
+               (0, 1, 1), (1, 0, 1), (0.2, 0.2, 0.7), (0.7, 0.2, 0.7), (1, 0, 0.001)]
+    for i, colour in enumerate(special):
+        rgb[0, i] = colour
+    return rgb
+
+
+@pytest.mark.parametrize("space", ["opponent", "hsv", "rgb"])
+def test_colour_spaces_match_the_per_pixel_reference(space):
+    rgb = _test_image()
+    fast = colour_channels(rgb, space)
+    assert fast.shape == (3, *rgb.shape[:2]) and fast.dtype == np.float32 and fast.flags.c_contiguous
+    np.testing.assert_allclose(fast, _reference_channels(rgb, space), rtol=0, atol=2e-6)
+
+
+def test_colour_spaces_refuse_what_they_cannot_convert():
+    with pytest.raises(ValueError, match="allowed values"):
+        colour_channels(_test_image(), "lab")
+    with pytest.raises(ValueError, match="shape \\(H, W, 3\\)"):
+        colour_channels(np.zeros((4, 4), np.float32), "rgb")
+
+
+@pytest.mark.parametrize("space", ["opponent", "hsv", "rgb"])
+@pytest.mark.parametrize("options", [{}, {"low_contrast": "zero", "root_sift": True, "window_size": 1.5}])
+def test_each_block_is_dense_sift_of_its_channel_alone(space, options):
+    rgb = _test_image(1, (48, 60))
+    table = {**SIFT, **options, "color": space}
+    descriptor = make_descriptor(table)
+    assert descriptor.needs_colour and descriptor.length == 384
+    result = descriptor.compute(rgb)
+    channels = _reference_channels(rgb, space).astype(np.float32)
+    kwargs = dict(patch_sizes=(8, 16), step=4, smooth=True, contrast_threshold=1.0,
+                  low_contrast=options.get("low_contrast", "keep"), root=options.get("root_sift", False),
+                  window_size=options.get("window_size"))
+    for k in range(3):
+        alone = dense_sift(np.ascontiguousarray(channels[k]), **kwargs)
+        np.testing.assert_allclose(result.descriptors[:, 128 * k:128 * (k + 1)], alone.descriptors, atol=2e-5)
+        np.testing.assert_array_equal(result.x, alone.x)
+        np.testing.assert_array_equal(result.y, alone.y)
+
+
+def test_gray_is_unchanged_and_one_block():
+    gray = _test_image(2)[..., 0].copy()
+    descriptor = make_descriptor(SIFT)
+    assert not descriptor.needs_colour and descriptor.length == 128
+    np.testing.assert_array_equal(descriptor.compute(gray).descriptors, dense_sift(gray, (8, 16), 4).descriptors)
+    with pytest.raises(ValueError, match="low_contrast = 'drop'"):
+        make_descriptor({**SIFT, "color": "rgb", "low_contrast": "drop"}).compute(_test_image())
+
+
+def _png(image_bgr: np.ndarray) -> bytes:
+    ok, data = cv2.imencode(".png", image_bgr)
+    assert ok
+    return data.tobytes()
+
+
+def test_colour_decode_is_rgb_and_shares_the_grey_checks():
+    bgr = np.zeros((20, 30, 3), np.uint8)
+    bgr[:, :10] = (255, 0, 0)   # blue
+    bgr[:, 10:20] = (0, 255, 0)  # green
+    bgr[:, 20:] = (0, 0, 255)   # red
+    data = _png(bgr)
+    rgb, warnings = decode_colour_checked(data, None)
+    assert rgb.shape == (20, 30, 3) and rgb.dtype == np.float32 and warnings == []
+    np.testing.assert_array_equal(rgb[0, 0], [0, 0, 1])
+    np.testing.assert_array_equal(rgb[0, 15], [0, 1, 0])
+    np.testing.assert_array_equal(rgb[0, 25], [1, 0, 0])
+    # the same size as the grey decode after shrinking
+    assert decode_colour_checked(data, 12)[0].shape[:2] == decode_grayscale(data, 12).shape
+    # a grey file decodes to three equal channels
+    grey = decode_colour_checked(_png(np.full((8, 8), 77, np.uint8)), None)[0]
+    assert np.all(grey == np.float32(77 / 255))
+    with pytest.raises(ImageReadError, match="too large"):
+        decode_colour_checked(data, None, max_pixels=100)
+    with pytest.raises(ImageReadError, match="truncated"):
+        decode_colour_checked(data[: len(data) // 2], None)
+    with pytest.raises(ImageReadError, match="empty file"):
+        decode_colour_checked(b"", None)
+
+
+def test_colour_descriptors_of_a_photograph_through_the_stage():
+    grey = compute_descriptors(str(FIXTURE_PHOTO), 96, SIFT)
+    colour = compute_descriptors(str(FIXTURE_PHOTO), 96, {**SIFT, "color": "opponent"})
+    assert colour["descriptors"].shape == (grey["descriptors"].shape[0], 384)
+    np.testing.assert_array_equal(colour["shape"], grey["shape"])
+    np.testing.assert_array_equal(colour["x"], grey["x"])
+    # the stage's blocks are dense SIFT of the decoded photograph's channels
+    channels = colour_channels(load_colour(FIXTURE_PHOTO, 96), "opponent")
+    alone = dense_sift(channels[2], (8, 16), 4)
+    np.testing.assert_array_equal(colour["descriptors"][:, 256:], quantize_descriptors(alone.descriptors))
+
+
+def test_color_key_keeps_the_grey_hashes_and_is_checked():
+    default = load_config(None)
+    explicit = load_config(None, {"sift": {"color": "gray"}})
+    opponent = load_config(None, {"sift": {"color": "opponent"}})
+    assert stage_hash(default, list(TABLES)) == stage_hash(explicit, list(TABLES))
+    assert "color" not in explicit.sift_params()
+    assert stage_hash(default, list(TABLES)) != stage_hash(opponent, list(TABLES))
+    assert opponent.sift_params()["color"] == "opponent"
+    with pytest.raises(ConfigError, match="sift.color = 'lab'"):
+        load_config(None, {"sift": {"color": "lab"}})
+    with pytest.raises(ConfigError, match="low_contrast = 'drop' cannot be used"):
+        load_config(None, {"sift": {"color": "hsv", "low_contrast": "drop"}})
+    assert set(COLOR_SPACES) == {"gray", "opponent", "hsv", "rgb"}
+    assert load_config("scene15-fisher-opponent").sift.color == "opponent"
+
+
+def _table(kind: str, **own) -> dict:
+    return {"kind": kind, "size": 6, "n_samples": 500, "lambda": 0.15, "n_iter": 5, "seed": 0, **own}
+
+
+@pytest.mark.parametrize("table", [_table("kmeans"), _table("kmeans", assignment="soft", soft_neighbors=2),
+                                   _table("sparse"), _table("llc", n_neighbors=3), _table("vlad"),
+                                   _table("fisher", pca_dims=8), _table("fisher", pca_dims=384)],
+                         ids=lambda t: f"{t['kind']}-{t.get('assignment', '')}{t.get('pca_dims', '')}")
+def test_every_encoder_takes_384_dimensional_descriptors(table):
+    data = compute_descriptors(str(FIXTURE_PHOTO), 96, {**SIFT, "color": "opponent"})
+    descriptors = dequantize_descriptors(data["descriptors"])
+    if table.get("pca_dims") == 384:  # a full-rank PCA needs more rows than dimensions
+        descriptors = np.tile(descriptors, (1 + 400 // len(descriptors), 1))
+        descriptors = descriptors + np.random.default_rng(0).normal(0, 1e-3, descriptors.shape).astype(np.float32)
+    encoder = make_encoder(table)
+    state = encoder.learn(descriptors)
+    back = encoder.from_arrays(encoder.to_arrays(state), 384)
+    with pytest.raises(ValueError):
+        encoder.from_arrays(encoder.to_arrays(state), 128)
+    pyramid = Pyramid((1, 2), "max" if table["kind"] in ("sparse", "llc") else "average")
+    n = len(data["x"])
+    row = encoder.encode(back, descriptors[:n], data["x"], data["y"], tuple(int(v) for v in data["shape"]), pyramid)
+    assert row.shape == (encoder.dimension(back, pyramid),) and np.isfinite(row).all() and np.abs(row).sum() > 0
+
+
+def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
+    from classify_images.pipeline.stages import FLIP_KEY, StageCache
+
+    mirrored = tmp_path / "mirrored.png"
+    cv2.imwrite(str(mirrored), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR)[:, ::-1])
+    original = tmp_path / "original.png"
+    cv2.imwrite(str(original), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR))
+    for table in (SIFT, {**SIFT, "color": "opponent"}):
+        flipped = compute_descriptors(str(original), None, {**table, FLIP_KEY: True})
+        reference = compute_descriptors(str(mirrored), None, table)
+        for key in ("descriptors", "x", "y", "shape"):
+            np.testing.assert_array_equal(flipped[key], reference[key])
+        assert not np.array_equal(flipped["descriptors"], compute_descriptors(str(original), None, table)["descriptors"])
+    cache = StageCache(tmp_path / "cache")
+    import hashlib
+
+    fingerprint = hashlib.sha1(original.read_bytes()).hexdigest()
+    plain = cache._descriptors(str(original), fingerprint, None, SIFT)
+    flipped = cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})
+    assert not np.array_equal(plain["descriptors"], flipped["descriptors"])
+    np.testing.assert_array_equal(cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})["descriptors"],
+                                  flipped["descriptors"])
+
+
+def test_a_colour_feature_set_builds_and_its_model_classifies_images(small_dataset, tmp_path):
+    from classify_images.pipeline.build import build_feature_set
+    from classify_images.pipeline.config import validate_config
+    from classify_images.pipeline.feature_store import load_feature_set
+
+    from ._encoder_helpers import assert_image_model_classifies_like_rows
+    from .conftest import SMALL_CONFIG
+
+    raw = {table: dict(values) for table, values in SMALL_CONFIG.items()}
+    raw["sift"]["color"] = "opponent"
+    raw["codebook"] = {"kind": "kmeans", "size": 8, "n_samples": 1000, "n_iter": 5}
+    build_feature_set(small_dataset, tmp_path / "fs", validate_config(raw), cache_dir=tmp_path / "cache")
+    fs = load_feature_set(tmp_path / "fs")
+    assert fs.config.sift.color == "opponent" and fs.codebook().shape == (8, 384)
+    assert_image_model_classifies_like_rows(fs, small_dataset, tmp_path / "model.npz")
