@@ -457,7 +457,7 @@ def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:
     """The named arrays of an ``.npz`` file, read into memory, without pickle, headers checked."""
     try:
         return load_npz_checked(folder / name)
-    except (*NPY_READ_ERRORS, NotRegularFileError, KeyError, zipfile.BadZipFile) as exc:
+    except (*NPY_READ_ERRORS, NotRegularFileError, KeyError, zipfile.BadZipFile, NotImplementedError) as exc:
         raise _unreadable(folder, name, exc) from None
 
 

@@ -238,7 +238,8 @@ def _read(path, *, arrays: bool) -> tuple[dict, dict[str, np.ndarray]]:
         raise ModelFileError(f"model file {exc.strerror}") from None
     except JsonBoundsError as exc:
         raise ModelFileError(f"{bad} ({exc}); re-train it") from None
-    except (*NPY_READ_ERRORS, KeyError, zipfile.BadZipFile, RecursionError) as exc:
+    except (*NPY_READ_ERRORS, KeyError, zipfile.BadZipFile, NotImplementedError, RecursionError) as exc:
+        # (zipfile raises NotImplementedError for a tampered "version needed" or compression field)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelFileError(f"{bad} (truncated, tampered or not a model: {reason}); re-train it") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:

@@ -220,7 +220,7 @@ def is_model_file(path: str | os.PathLike) -> bool:
             with archive.open(member) as handle:
                 header = np.load(handle, allow_pickle=False)
         meta = json.loads(str(header[()]))
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, RecursionError, EOFError):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, NotImplementedError, RecursionError, EOFError):
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
 

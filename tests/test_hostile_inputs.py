@@ -58,7 +58,9 @@ def _one_line_exit_2(result: subprocess.CompletedProcess, *needles: str) -> str:
 def _one_line_error(capsys, *needles: str) -> str:
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err, err
-    assert len(err.splitlines()) == 1, err
+    lines = err.splitlines()  # (the steps done before the error are logged on lines of their own)
+    assert [line for line in lines if ": error: " in line] == lines[-1:], err
+    err = lines[-1]
     for needle in needles:
         assert needle in err, err
     return err
