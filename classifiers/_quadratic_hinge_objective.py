@@ -59,7 +59,9 @@ from threadpoolctl import ThreadpoolController
 
 from .._log import HEARTBEAT_SECONDS
 
-__all__ = ["QuadraticHingeObjective", "column_squared_norms", "jacobi_scale", "minimize_lbfgs"]
+__all__ = [
+    "QuadraticHingeObjective", "BlockwiseQuadraticHingeObjective", "column_squared_norms", "jacobi_scale", "minimize_lbfgs",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -149,15 +151,16 @@ class QuadraticHingeObjective:
         return W, b
 
     def _row_blocks(self):
-        """``(rows, X[rows])`` in the product precision; one block if ``X`` is sparse."""
+        """``(X[rows], Y[rows], S[rows])`` in the product precision; one block if ``X`` is sparse."""
         if sp.issparse(self.X):
-            yield slice(None), self.X
+            yield self.X, self.Y, self.cost
             return
         step = max(1, _BLOCK_BYTES // max(1, self.n_features * self.X.itemsize))
         for start in range(0, self.n_samples, step):
             rows = slice(start, min(start + step, self.n_samples))
             block = self.X[rows]
-            yield rows, (block.astype(np.float64) if self.exact else block)
+            cost = self.cost if np.ndim(self.cost) == 0 else self.cost[rows]
+            yield (block.astype(np.float64) if self.exact else block), self.Y[rows], cost
 
     def _evaluate(self, W: np.ndarray, b: np.ndarray, gradient: bool):
         dtype = np.float64 if self.exact else np.float32
@@ -165,14 +168,13 @@ class QuadraticHingeObjective:
         loss = 0.0
         grad_W = W.copy() if gradient else None
         grad_b = self.intercept_penalty * b
-        for rows, block in self._row_blocks():
+        for block, Y, cost in self._row_blocks():
             Z = np.asarray(block @ W_product, dtype=np.float64)
             if self.fit_intercept:
                 Z += b
-            Y = self.Y[rows]
             M = 1.0 - Y * Z
             np.maximum(M, 0.0, out=M)
-            SM = M * (self.cost if np.ndim(self.cost) == 0 else self.cost[rows])
+            SM = M * cost
             loss += float(np.vdot(SM, M))
             if not gradient:
                 continue
@@ -205,6 +207,68 @@ class QuadraticHingeObjective:
         if self.scale is not None:
             grad *= self.scale
         return value, grad
+
+
+class BlockwiseQuadraticHingeObjective(QuadraticHingeObjective):
+    """Objective (1) and gradient (2) summed over a re-iterable of row blocks.
+
+    The sums over the rows in (1) and (2) split over any partition of the rows, so each
+    evaluation is one pass over the blocks, holding one block and its ``n_block x P``
+    margins at a time: the training rows are never assembled (a feature set larger than
+    memory, or stored compressed and decoded block by block).  L-BFGS on it reaches the
+    optimum of :class:`QuadraticHingeObjective` on the concatenated rows, at the price of
+    one pass over the blocks per evaluation.
+
+    Parameters
+    ----------
+    blocks : re-iterable of ``(X_block, y_block)``
+        The same blocks, in the same order, at every pass.
+    prepare : callable
+        ``prepare(X_block, y_block) -> (X_block, Y_block, S_block)``: the validated block, its
+        one-vs-rest targets in ``{-1, +1}`` and its loss weights (a float or an array of shape
+        ``(n_block, P)``).
+    n_samples, n_features, n_problems : int
+        Rows of all the blocks, columns, one-vs-rest problems.
+    float32 : bool
+        Whether the blocks are dense float32: products in float32 until :attr:`exact` is set
+        (as :class:`QuadraticHingeObjective`).
+    fit_intercept, intercept_penalty, scale
+        As :class:`QuadraticHingeObjective`.
+    """
+
+    def __init__(
+        self,
+        blocks,
+        prepare,
+        *,
+        n_samples: int,
+        n_features: int,
+        n_problems: int,
+        float32: bool,
+        fit_intercept: bool = True,
+        intercept_penalty: float = 0.0,
+        scale: np.ndarray | None = None,
+    ) -> None:
+        self.X = self.Y = self.cost = None
+        self.blocks, self.prepare = blocks, prepare
+        self.fit_intercept = bool(fit_intercept)
+        self.intercept_penalty = float(intercept_penalty)
+        self.n_samples, self.n_features, self.n_problems = int(n_samples), int(n_features), int(n_problems)
+        self.exact = not float32
+        self.n_evaluations = 0
+        self.gradient_norm = np.nan
+        self.scale = None if scale is None else np.asarray(scale, dtype=np.float64)
+        if self.scale is not None and self.scale.shape != (self.n_params,):
+            raise ValueError(f"scale must have shape ({self.n_params},), got {self.scale.shape}")
+
+    def _row_blocks(self):
+        for X_block, y_block in self.blocks:
+            block, Y, cost = self.prepare(X_block, y_block)
+            if sp.issparse(block):
+                block = sp.csr_matrix(block, dtype=np.float64)
+            elif self.exact or block.dtype != np.float32:
+                block = np.asarray(block, dtype=np.float64)
+            yield block, np.asarray(Y, dtype=np.float64), cost
 
 
 def column_squared_norms(X: np.ndarray | sp.csr_matrix) -> np.ndarray:

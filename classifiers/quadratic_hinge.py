@@ -78,7 +78,9 @@ import scipy.sparse as sp
 from ._compat import Interval, StrOptions
 from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
 from .eigenbasis import EigenBasis
-from ._quadratic_hinge_objective import QuadraticHingeObjective, column_squared_norms, jacobi_scale, minimize_lbfgs
+from ._quadratic_hinge_objective import (
+    BlockwiseQuadraticHingeObjective, QuadraticHingeObjective, column_squared_norms, jacobi_scale, minimize_lbfgs,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -193,8 +195,16 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         iteration (>= 2); without it, logged (``classify_images.classifiers``) every 10
         iterations as DEBUG and every 10 s as INFO.
     n_epochs : int, default=10
-        Passes over the row blocks of the streaming solver (:meth:`partial_fit` driven by
-        :func:`~classify_images.pipeline.streaming_training.fit_streaming`); not used by :meth:`fit`.
+        Passes over the row blocks of the averaged-SGD streaming solver (``streaming="sgd"``:
+        :meth:`partial_fit` driven by :func:`~classify_images.pipeline.streaming_training.fit_streaming`);
+        not used by :meth:`fit`.
+    streaming : {"lbfgs", "sgd"}, default="lbfgs"
+        How :func:`~classify_images.pipeline.streaming_training.fit_streaming` (``train
+        --streaming``) learns from row blocks.  ``"lbfgs"``: :meth:`fit_blocks`, the L-BFGS of
+        :meth:`fit` on objective (1) summed block by block — the model of :meth:`fit` within
+        ``tol``, at one pass over the blocks per evaluation.  ``"sgd"``: ``n_epochs`` passes of
+        averaged SGD (:meth:`partial_fit`) — fewer passes, a model near the optimum, not at it
+        (docs/benchmarks/compressed-rows.md).  Not used by :meth:`fit`.
 
     Attributes
     ----------
@@ -251,6 +261,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "verbose": ["verbose"],
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
+        "streaming": [StrOptions({"lbfgs", "sgd"})],
     }
 
     def __init__(
@@ -266,6 +277,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         max_iter: int = 1000,
         verbose: int = 0,
         n_epochs: int = 10,
+        streaming: str = "lbfgs",
     ) -> None:
         self.C = C
         self.class_weight = class_weight
@@ -277,6 +289,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         self.max_iter = max_iter
         self.verbose = verbose
         self.n_epochs = n_epochs
+        self.streaming = streaming
 
     # ------------------------------------------------------------------ fit
     def _resolve_C(self, X, sample_weight: np.ndarray | None = None) -> float:
@@ -322,13 +335,18 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         W, b = problem.unpack(result.x)
         if basis is not None:
             W = basis.weights(X, W)
+        space = f"preconditioned eigenbasis (rank {basis.rank})" if basis else "feature space"
+        self._keep_solution(W, b, problem, result, converged, space, start)
+
+    def _keep_solution(self, W, b, problem, result, converged: bool, space: str, start: float) -> None:
+        """``coef_``, ``intercept_``, ``n_iter_``, ``objective_`` of an L-BFGS result, logged;
+        a :class:`ConvergenceWarning` when ``tol`` was not reached."""
         self.coef_ = np.ascontiguousarray(W.T, dtype=np.float64)
         self.intercept_ = np.array(b, dtype=np.float64)
         self.n_iter_ = int(result.nit)
         self.objective_ = float(result.fun)
         level = logging.INFO if self.verbose else logging.DEBUG
         if _log.isEnabledFor(level):
-            space = f"preconditioned eigenbasis (rank {basis.rank})" if basis else "feature space"
             _log.log(level, "QuadraticHingeSVC: L-BFGS in the %s: %d iterations, %d evaluations, objective %.10g, %.2f s",
                      space, result.nit, problem.n_evaluations, self.objective_, time.perf_counter() - start)
         if not converged:
@@ -336,8 +354,90 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
                 f"QuadraticHingeSVC did not reach tol={self.tol} in {result.nit} L-BFGS "
                 f"iterations ({result.message}); increase max_iter or tol",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
+
+    def fit_blocks(self, blocks, classes: Any = None) -> "QuadraticHingeSVC":
+        """Fit on a re-iterable of ``(X_block, y_block)`` without assembling the rows.
+
+        L-BFGS runs on objective (1) summed block by block
+        (:class:`~classify_images.classifiers._quadratic_hinge_objective.BlockwiseQuadraticHingeObjective`),
+        in the feature space with the Jacobi preconditioner (3), and stops by the rule of
+        :meth:`fit`: the model is the one :meth:`fit` learns on the concatenated rows, within
+        ``tol`` (:meth:`fit` may run in the eigenbasis: the same optimum, another path to it).
+        Memory: one block, its margins and ``W``; ``"auto"`` ``C``, ``class_weight="balanced"``,
+        the preconditioner and the labels come from one first pass over the blocks.
+
+        Parameters
+        ----------
+        blocks : re-iterable of ``(X_block, y_block)``
+            The same blocks in the same order at every pass
+            (:class:`~classify_images.pipeline.streaming_training.RowBlocks`, a feature set's
+            shards).  Passes: one survey, then one per L-BFGS evaluation.
+        classes : array-like, default=None
+            Every label; default the labels the blocks hold.
+
+        Returns
+        -------
+        self : object
+        """
+        start = time.perf_counter()
+        self._check_params()
+        for name in ("platt_", "platt_folds_", "_sgd_state"):
+            self.__dict__.pop(name, None)
+        counts: dict = {}
+        n_rows, squared_norms, diagonal, float32 = 0, 0.0, None, True
+        for index, (X_block, y_block) in enumerate(blocks):
+            X_block, y_block = self._validate_X(X_block, reset=index == 0, y=y_block, training=True)
+            labels, n = np.unique(y_block, return_counts=True)
+            for label, count in zip(labels.tolist(), n.tolist()):
+                counts[label] = counts.get(label, 0) + count
+            norms = column_squared_norms(X_block)
+            diagonal = norms if diagonal is None else diagonal + norms
+            squared_norms += float(norms.sum())
+            n_rows += X_block.shape[0]
+            float32 &= not sp.issparse(X_block) and X_block.dtype == np.float32
+        if n_rows == 0:
+            raise ValueError("fit_blocks: the blocks hold no training row")
+        self.classes_ = np.unique(np.asarray(list(counts) if classes is None else classes))
+        unknown = sorted(set(counts) - set(self.classes_.tolist()))
+        if unknown:
+            raise ValueError(f"the blocks hold labels {unknown[:5]!r} that are not in classes {self.classes_[:10].tolist()!r}")
+        if len(self.classes_) < 2:
+            raise ValueError(f"QuadraticHingeSVC needs at least 2 classes; got classes={self.classes_.tolist()!r}")
+        class_weight = self.class_weight
+        if class_weight == "balanced":  # w_k = n / (K n_k) from the counts of all the blocks
+            class_weight = {label: n_rows / (len(self.classes_) * counts[label]) for label in counts}
+        mean = squared_norms / n_rows
+        self.C_ = float(self.C) if self.C != "auto" else (1.0 / mean if mean > 0 else 1.0)
+        n_classes = len(self.classes_)
+
+        def prepare(X_block, y_block):
+            X_block = self._validate_X(X_block, reset=False, training=True)
+            Y = ovr_targets(np.searchsorted(self.classes_, np.asarray(y_block)), n_classes)
+            weights = loss_weights(Y, self.classes_, class_weight, None)
+            return X_block, Y, self.C_ if weights is None else self.C_ * weights
+
+        # Sum of each problem's loss weights over all rows (the preconditioner's s_c):
+        # one row per class, weighted by its count.
+        per_class = ovr_targets(np.arange(n_classes), n_classes)
+        weights = loss_weights(per_class, self.classes_, class_weight, None)
+        n_per_class = np.array([counts.get(label, 0) for label in self.classes_.tolist()], dtype=np.float64)
+        totals = self.C_ * (n_per_class @ (np.ones(per_class.shape) if weights is None else weights))
+        penalty = float(self.intercept_scaling) ** -2 if self.penalize_intercept else 0.0
+        scale = jacobi_scale(diagonal, (totals / n_rows)[None, :], n_samples=n_rows, n_problems=per_class.shape[1],
+                             fit_intercept=self.fit_intercept, intercept_penalty=penalty)
+        problem = BlockwiseQuadraticHingeObjective(
+            blocks, prepare, n_samples=n_rows, n_features=diagonal.shape[0], n_problems=per_class.shape[1],
+            float32=float32, fit_intercept=self.fit_intercept, intercept_penalty=penalty, scale=scale,
+        )
+        _log.info("QuadraticHingeSVC: training %d one-vs-rest problem%s on %d rows of %d features, block by block",
+                  problem.n_problems, "s" if problem.n_problems > 1 else "", n_rows, problem.n_features)
+        result, converged = minimize_lbfgs(problem, tol=float(self.tol), max_iter=int(self.max_iter),
+                                           verbose=int(self.verbose))
+        W, b = problem.unpack(result.x)
+        self._keep_solution(W, b, problem, result, converged, "feature space, block by block", start)
+        return self
 
     # ------------------------------------------------------------ streaming
     def auto_parameters(self, blocks) -> dict[str, float]:

@@ -26,11 +26,15 @@ the model is then ``fit`` on the permuted rows, bit for bit.  A sharded feature 
 its shards in a seeded permutation, several shards per block, so that a block mixes the
 classes of the shards it joins while each shard is read once per pass.
 
-The linear SVM (:meth:`~classify_images.classifiers.QuadraticHingeSVC.partial_fit`) learns
-from the same blocks by averaged SGD: ``fit_streaming`` resolves its ``"auto"`` ``C`` over the
-blocks and gives it the rows per epoch; shards stored compressed (``build-features --rows``)
-are decoded one block at a time.  Its model approaches the L-BFGS optimum of ``fit`` with the
-epochs (docs/benchmarks/compressed-rows.md), it does not equal it.
+The linear SVM learns from the same blocks in one of two ways (its ``streaming`` parameter).
+By default (``"lbfgs"``, :meth:`~classify_images.classifiers.QuadraticHingeSVC.fit_blocks`) its
+L-BFGS runs on the objective summed block by block: the model of ``fit`` within ``tol``, at one
+pass over the blocks per evaluation (``n_epochs`` is not used).  With ``"sgd"``
+(:meth:`~classify_images.classifiers.QuadraticHingeSVC.partial_fit`) it takes ``n_epochs`` passes
+of averaged SGD: ``fit_streaming`` resolves its ``"auto"`` ``C`` over the blocks and gives it the
+rows per epoch; its model approaches the optimum of ``fit`` with the epochs, it does not equal it
+(docs/benchmarks/compressed-rows.md).  Shards stored compressed (``build-features --rows``) are
+decoded one block at a time either way.
 """
 
 from __future__ import annotations
@@ -167,7 +171,8 @@ def fit_streaming(
     n_epochs: int | None = None,
     classes: Any = None,
 ) -> Any:
-    """Fit a clone of ``estimator`` by ``n_epochs`` passes of ``partial_fit`` over ``blocks``.
+    """Fit a clone of ``estimator`` by ``n_epochs`` passes of ``partial_fit`` over ``blocks``
+    (or, for an estimator with ``fit_blocks`` whose ``streaming`` is ``"lbfgs"``, by that method).
 
     Parameters
     ----------
@@ -198,6 +203,11 @@ def fit_streaming(
     StreamingError
         No ``partial_fit``, no epoch count, no rows, or blocks that change between passes.
     """
+    if getattr(estimator, "streaming", None) == "lbfgs" and hasattr(estimator, "fit_blocks"):
+        n_blocks, n_rows, labels = _survey(blocks)
+        _log.info("%s: L-BFGS over %d blocks (%d rows), one pass per evaluation", type(estimator).__name__,
+                  n_blocks, n_rows)
+        return clone(estimator).fit_blocks(blocks, classes=labels if classes is None else classes)
     if not hasattr(estimator, "partial_fit"):
         raise StreamingError(f"{type(estimator).__name__} has no partial_fit: it cannot learn from row blocks")
     params = estimator.get_params()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from classify_images.classifiers import QuadraticHingeSVC
 from classify_images.classifiers.base import merge_problem_groups
@@ -67,7 +68,7 @@ def reference_asgd(X, y, C, n_epochs, block, batch):
 
 def test_streaming_asgd_matches_a_slow_loop():
     X, y = data(n=100, d=12, n_classes=3)
-    model = fit_streaming(QuadraticHingeSVC(C=2.0), RowBlocks(X, y, 50), n_epochs=3)
+    model = fit_streaming(QuadraticHingeSVC(C=2.0, streaming="sgd"), RowBlocks(X, y, 50), n_epochs=3)
     W, b = reference_asgd(X, y, 2.0, 3, 50, SGD_BATCH_ROWS)
     np.testing.assert_allclose(model.coef_, W, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(model.intercept_, b, rtol=1e-6, atol=1e-9)
@@ -77,7 +78,7 @@ def test_streaming_asgd_matches_a_slow_loop():
 def test_streaming_asgd_approaches_lbfgs():
     X, y = data()
     exact = QuadraticHingeSVC().fit(X, y)
-    streamed = fit_streaming(QuadraticHingeSVC(), RowBlocks(X, y, 64, seed=0), n_epochs=15)
+    streamed = fit_streaming(QuadraticHingeSVC(streaming="sgd"), RowBlocks(X, y, 64, seed=0), n_epochs=15)
     assert streamed.C_ == pytest.approx(exact.C_)
     # the objective is close to the optimum's, far below the start's (W = 0: C * n * 1)
     optimum, reached = exact.objective(X, y), streamed.objective(X, y)
@@ -129,8 +130,86 @@ def test_cli_streams_linear_from_product_quantised_shards(tmp_path, monkeypatch)
 
     monkeypatch.setattr(ShardedRows, "toarray", refuse)
     out = tmp_path / "linear.npz"
-    assert main(["train", str(tmp_path / "fs"), "--classifier", "linear", "--param", "n_epochs=20", "--streaming",
+    assert main(["train", str(tmp_path / "fs"), "--classifier", "linear", "--param", "n_epochs=20", "--param", "streaming=sgd",
+                 "--streaming",
                  "--block-rows", "8", "--out", str(out)]) == 0
     model, _ = load_model(out)
     names = np.asarray(feature_set.class_names)
     assert np.mean(model.predict(decoded_test) == names[feature_set.y_test]) > 0.5
+
+
+# ------------------------------------------------------------- L-BFGS block by block
+def test_the_blockwise_objective_is_the_whole_objective():
+    """Objective (1) and gradient (2) summed over blocks equal the ones on all the rows (float64)."""
+    from classify_images.classifiers._quadratic_hinge_objective import (
+        BlockwiseQuadraticHingeObjective, QuadraticHingeObjective)
+    from classify_images.classifiers.base import ovr_targets
+
+    X, y = data(n=90, d=10, n_classes=3)
+    X = X.astype(np.float64)
+    Y = ovr_targets(y, 3).astype(np.float64)
+    cost = np.random.default_rng(1).uniform(0.5, 2.0, size=Y.shape)
+    whole = QuadraticHingeObjective(X, Y, cost, intercept_penalty=0.3)
+    blocks = [(X[i:i + 25], np.arange(i, min(i + 25, 90))) for i in range(0, 90, 25)]
+    parts = BlockwiseQuadraticHingeObjective(blocks, lambda Xb, rows: (Xb, Y[rows], cost[rows]), n_samples=90,
+                                             n_features=10, n_problems=3, float32=False, intercept_penalty=0.3)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        W, b = rng.normal(size=(10, 3)), rng.normal(size=3)
+        expected, got = whole.value_and_grad(W, b), parts.value_and_grad(W, b)
+        for e, g in zip(expected, got):
+            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["float64", "float32", "csr"])
+@pytest.mark.parametrize("class_weight", [None, "balanced"])
+def test_fit_blocks_is_fit_within_tolerance(kind, class_weight):
+    X, y = data(n=150, d=20, n_classes=4)
+    X = {"float64": X, "float32": X.astype(np.float32), "csr": sp.csr_matrix(np.maximum(X, 0))}[kind]
+    make = lambda: QuadraticHingeSVC(class_weight=class_weight, solver="features", tol=1e-8, max_iter=5000)  # noqa: E731
+    whole = make().fit(X, y)
+    blocks = RowBlocks(X, y, 40, seed=0)
+    streamed = fit_streaming(make(), blocks)  # streaming="lbfgs", the default
+    assert streamed.C_ == pytest.approx(whole.C_)
+    np.testing.assert_array_equal(streamed.classes_, whole.classes_)
+    scale = np.abs(whole.coef_).max()
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, atol=1e-4 * scale)
+    np.testing.assert_allclose(streamed.intercept_, whole.intercept_, atol=1e-4 * max(1.0, np.abs(whole.intercept_).max()))
+    assert streamed.objective_ == pytest.approx(whole.objective_, rel=1e-6)
+    np.testing.assert_array_equal(streamed.predict(X), whole.predict(X))
+
+
+def test_fit_blocks_errors():
+    X, y = data(n=40)
+    with pytest.raises(ValueError, match="not in classes"):
+        QuadraticHingeSVC().fit_blocks([(X, y)], classes=np.unique(y)[:2])
+    with pytest.raises(ValueError, match="no training row"):
+        QuadraticHingeSVC().fit_blocks([])
+
+
+def test_cli_streams_linear_by_lbfgs_to_the_in_memory_model(tmp_path, monkeypatch):
+    """``train --streaming`` of the linear SVM (L-BFGS block by block, the default) from float16
+    shards, never assembling them, gives the model ``fit`` learns on the decoded rows."""
+    from classify_images.pipeline.build import build_feature_set
+
+    from ._encoder_helpers import small_config
+    from .conftest import FIXTURE_IMAGES
+    from .test_compressed_rows import FISHER
+
+    build_feature_set(FIXTURE_IMAGES, tmp_path / "fs", small_config(**FISHER), cache_dir=None, store="sharded",
+                      batch_size=5, rows="float16")
+    feature_set = load_feature_set(tmp_path / "fs")
+    decoded_train, decoded_test = feature_set.rows["train"].toarray(), feature_set.rows["test"].toarray()
+    names = np.asarray(feature_set.class_names)
+    in_memory = QuadraticHingeSVC(solver="features").fit(decoded_train, names[feature_set.y_train])
+
+    def refuse(self):
+        raise AssertionError("the sharded training rows were assembled")
+
+    monkeypatch.setattr(ShardedRows, "toarray", refuse)
+    out = tmp_path / "linear.npz"
+    assert main(["train", str(tmp_path / "fs"), "--classifier", "linear", "--streaming", "--block-rows", "8",
+                 "--out", str(out)]) == 0
+    model, _ = load_model(out)
+    np.testing.assert_array_equal(model.predict(decoded_test), in_memory.predict(decoded_test))
+    np.testing.assert_allclose(model.coef_, in_memory.coef_, atol=1e-3 * np.abs(in_memory.coef_).max())

@@ -19,6 +19,8 @@ def test_measure_reports_bytes_accuracy_and_streaming():
     assert table["float32"]["relative_l2_error_test"] == 0.0 < table["float16"]["relative_l2_error_test"] \
         < table["pq8"]["relative_l2_error_test"] < table["pq16"]["relative_l2_error_test"]
     assert table["float32"]["lbfgs"]["accuracy"] > 0.9
-    assert set(results["streaming"]) == {"float32/asgd-5", "pq8/asgd-5"}
+    assert set(results["streaming"]) == {"float32/asgd-5", "pq8/asgd-5", "float32/lbfgs-blocks", "pq8/lbfgs-blocks"}
+    exact = results["streaming"]["float32/lbfgs-blocks"]  # L-BFGS block by block: fit's optimum, within tol
+    assert abs(exact["objective_gap"]) < 1e-3 and exact["accuracy"] == table["float32"]["lbfgs"]["accuracy"]
     assert results["streaming"]["float32/asgd-5"]["objective_gap"] >= 0
     assert results["streaming"]["float32/asgd-5"]["accuracy"] > 0.8
