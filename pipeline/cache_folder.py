@@ -24,6 +24,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import read_regular_bytes
 from .cache_store import STALE_AFTER_SECONDS, is_stale_temporary, remove_stale_temporaries
 
 __all__ = ["default_cache_dir", "CacheUsage", "cache_usage", "clear_cache", "prune_cache", "format_bytes", "ENTRIES"]
@@ -135,8 +136,8 @@ def clear_cache(cache_dir: str | os.PathLike) -> CacheUsage:
     with contextlib.suppress(OSError):
         entries.parent.rmdir()  # only when empty
     marker = root / ".gitignore"
-    with contextlib.suppress(OSError):
-        if not marker.is_symlink() and marker.read_text(errors="replace").startswith(_JOBLIB_MARKER):
+    with contextlib.suppress(OSError, ValueError):  # (a FIFO, a device or a large file there is not joblib's)
+        if not marker.is_symlink() and read_regular_bytes(marker, max_bytes=4096).startswith(_JOBLIB_MARKER.encode()):
             if [entry.name for entry in root.iterdir()] == [marker.name]:
                 marker.unlink()  # joblib's own "ignore this folder" file, alone with nothing left to ignore
     with contextlib.suppress(OSError):

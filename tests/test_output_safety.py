@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -277,6 +278,21 @@ def test_cache_clear_never_follows_a_link_out_of_the_cache(tmp_path, capsys):
     assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
     _assert_intact(decoys)
     assert not (cache / "joblib").is_symlink()  # the link itself is removed
+
+
+def test_cache_clear_reads_no_fifo_planted_as_its_gitignore(tmp_path):
+    """``cache clear`` reads the cache folder's ``.gitignore`` (joblib's, removed when alone): a FIFO
+    there is left alone, not opened for reading (which would wait for a writer forever)."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    (cache / "joblib").mkdir(parents=True)
+    os.mkfifo(cache / ".gitignore")
+    done = subprocess.run([sys.executable, "-m", "classify_images.pipeline.cli", "cache", "clear", "--cache-dir",
+                           str(cache)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_ISFIFO(os.lstat(cache / ".gitignore").st_mode)
 
 
 def test_cache_dir_in_a_users_git_work_tree_gets_no_gitignore(built, tmp_path, capsys):
