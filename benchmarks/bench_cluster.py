@@ -16,7 +16,7 @@ mode and the codebook's minutes are spent once.
 Example (docs/benchmarks/cluster-and-scale.md, "Dask cluster vs loky, and a 50 000-image simulated build")::
 
     python benchmarks/bench_cluster.py --dataset ../shared/datasets/scene15 --config bof-spm \
-        --work /work/cache/scale-sim/bench --modes loky:2 local:1 local:2 --share-codebook \
+        --work cache/scale-sim/bench --modes loky:2 local:1 local:2 --share-codebook \
         --json bench-cluster.json
 """
 

@@ -7,9 +7,9 @@ codebook + encode from the build's own timings, compared across colour spaces), 
 linear squared-hinge SVM with C chosen by 3-fold stratified CV on the training rows and reports
 the mean per-class accuracy on the test rows::
 
-    python benchmarks/bench_colour.py /work/shared/datasets/scene15 --config fisher \\
+    python benchmarks/bench_colour.py ../shared/datasets/scene15 --config fisher \\
         --train-per-class 30 --test-per-class 30 --size 64 --colors gray opponent \\
-        --workdir /tmp/bench-colour --json docs/benchmarks/colour-subset.json
+        --workdir bench-colour --json docs/benchmarks/colour-subset.json
 
 Results: docs/benchmarks/colour.md.
 """

@@ -4,7 +4,7 @@ Trains each classifier with its default parameters and with the former fixed val
 the stored split of a feature set (e.g. 15-Scenes ``bof-spm``: l1-normalised histograms)
 and prints the mean per-class accuracy on its test rows, side by side in one run::
 
-    python benchmarks/bench_defaults.py /work/features/scene15-bof-spm
+    python benchmarks/bench_defaults.py feature-sets/scene15-bof-spm
 
 Results: docs/benchmarks/defaults.md, "Scale-aware defaults".
 """

@@ -1,7 +1,7 @@
 """Benchmark: one-vs-rest training on a Dask LocalCluster (1 and 2 workers) against one machine,
 and the streaming HIK nSVM fit against the in-memory fit.
 
-    python benchmarks/bench_distributed_training.py /work/features/scene15-bof-spm --repeats 2 \
+    python benchmarks/bench_distributed_training.py feature-sets/scene15-bof-spm --repeats 2 \
         --out bench-distributed-training.json
 
 For PmSVM and HIK nSVM (default parameters, ``random_state=0``): the wall time of ``fit`` on

@@ -12,7 +12,7 @@ and compares, side by side on the same split (Chatfield et al., BMVC 2014):
 
 ::
 
-    python benchmarks/bench_flip.py /tmp/bench-colour/s15/fs-gray --json docs/benchmarks/flip-subset.json
+    python benchmarks/bench_flip.py bench-colour/s15/fs-gray --json docs/benchmarks/flip-subset.json
 
 Results: docs/benchmarks/colour.md.
 """

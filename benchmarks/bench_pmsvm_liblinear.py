@@ -3,8 +3,8 @@
 
 Usage::
 
-    python benchmarks/bench_pmsvm_liblinear.py --features /work/features/scene15-bof-spm \\
-        --features /work/features/scene15-scspm [--problems 15,101] [--repeats 1] [--json out.json] \\
+    python benchmarks/bench_pmsvm_liblinear.py --features feature-sets/scene15-bof-spm \\
+        --features feature-sets/scene15-scspm [--problems 15,101] [--repeats 1] [--json out.json] \\
         [--baseline main]
 
 ``--baseline REV``: every PmSVM method is also run, right after the current code's, with the

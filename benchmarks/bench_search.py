@@ -6,8 +6,8 @@ on the training rows of a feature set, by the one-Gram-matrix path (``gram``) or
 (``refit``; the eigenbasis solver, one eigendecomposition per fit), one method per process so
 that the peak resident memory (``ru_maxrss``) is the method's::
 
-    python benchmarks/bench_search.py /tmp/bench-colour/s15/fs-gray --method gram
-    python benchmarks/bench_search.py /tmp/bench-colour/s15/fs-gray --method refit
+    python benchmarks/bench_search.py bench-colour/s15/fs-gray --method gram
+    python benchmarks/bench_search.py bench-colour/s15/fs-gray --method refit
 
 Results: docs/benchmarks/colour.md ("--search").
 """

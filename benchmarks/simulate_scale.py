@@ -4,12 +4,12 @@
 Sub-commands (run from the repository root)::
 
     # N small synthetic textures (64-128 px, class-dependent statistics), deterministic:
-    python benchmarks/simulate_scale.py generate --out /work/cache/scale-sim/synth-1k --n 1000
+    python benchmarks/simulate_scale.py generate --out cache/scale-sim/synth-1k --n 1000
 
     # build features on them and record per-stage wall / CPU time per image, stage-cache and
     # feature-store bytes per image, peak memory per process (and Dask counters on a cluster):
-    python benchmarks/simulate_scale.py build --images /work/cache/scale-sim/synth-1k \
-        --out /work/cache/scale-sim/fs-1k --cache-dir /work/cache/scale-sim/cold-1k \
+    python benchmarks/simulate_scale.py build --images cache/scale-sim/synth-1k \
+        --out cache/scale-sim/fs-1k --cache-dir cache/scale-sim/cold-1k \
         --config bof-spm --codebook-size 256 --n-samples 20000 --train-per-class 50 \
         [--n-jobs 2 | --cluster local:2 | --scheduler tcp://HOST:PORT] [--store sharded] \
         [--no-cache] --json sim-1k.json
