@@ -19,7 +19,6 @@ same interpreter and installed dependencies.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -31,14 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "tests" / "data" / "images"
-SMALL_CONFIG = {
-    "dataset": {"train_per_class": 5, "test_per_class": 5, "seed": 0},
-    "image": {"max_side": 96},
-    "sift": {"patch_sizes": [16], "step": 8},
-    "codebook": {"kind": "kmeans", "size": 16, "n_samples": 3000, "n_iter": 20},
-    "pooling": {"method": "average", "levels": [1, 2]},
-    "normalization": {"method": "l1"},
-}
+#: The tests' small configuration (tests/data/small.toml).
+SMALL_CONFIG_FILE = REPO / "tests" / "data" / "small.toml"
 #: pyproject.toml's package-dir: package → folder of the repository.
 PACKAGE_DIRS = {"": "api", "features": "features", "coding": "coding", "classifiers": "classifiers",
                 "pipeline": "pipeline", "configs": "configs"}
@@ -66,11 +59,7 @@ def revision(repo: Path) -> str:
 
 
 def write_config(path: Path) -> Path:
-    lines = []
-    for table, values in SMALL_CONFIG.items():
-        lines.append(f"[{table}]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-    path.write_text("\n".join(lines) + "\n")
+    shutil.copyfile(SMALL_CONFIG_FILE, path)
     return path
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -40,15 +41,9 @@ def pytest_xdist_auto_num_workers(config):
         processors = os.cpu_count() or 1
     return max(1, min(processors, 4))
 
-#: A small, fast pipeline for tests (same stages as the real configs).
-SMALL_CONFIG = {
-    "dataset": {"train_per_class": 5, "test_per_class": 5, "seed": 0},
-    "image": {"max_side": 96},
-    "sift": {"patch_sizes": [16], "step": 8},
-    "codebook": {"kind": "kmeans", "size": 16, "n_samples": 3000, "n_iter": 20},
-    "pooling": {"method": "average", "levels": [1, 2]},
-    "normalization": {"method": "l1"},
-}
+#: The small pipeline configuration most tests build with (also read by benchmarks/bench_startup.py).
+SMALL_CONFIG_FILE = DATA / "small.toml"
+SMALL_CONFIG = tomllib.loads(SMALL_CONFIG_FILE.read_text())
 
 
 def write_config_toml(path: Path, config: dict = SMALL_CONFIG) -> Path:
