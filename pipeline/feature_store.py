@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import tokenize
 import zipfile
@@ -514,11 +513,11 @@ def _read_own_manifest(folder: Path) -> dict | None:
     """The manifest of ``folder`` when it is a regular file of JSON announcing our format (None otherwise)."""
     path = folder / MANIFEST
     try:
-        info = os.lstat(path)
-        if not os.path.isfile(path) or os.path.islink(path) or info.st_size > _MAX_MANIFEST_BYTES:
+        if path.is_symlink():
             return None
-        manifest = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
+        manifest = loads_bounded_json(read_regular_bytes(path, max_bytes=_MAX_MANIFEST_BYTES), what=str(path),
+                                      max_bytes=_MAX_MANIFEST_BYTES)
+    except (OSError, ValueError):  # (not a regular file, too large, too deep, not JSON)
         return None
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME else None
 

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClassifyImagesError
+from ..files import loads_bounded_json, read_regular_bytes
 from .atomic import atomic_write_json
 
 __all__ = [
@@ -88,13 +89,11 @@ def read_marker(folder: str | os.PathLike) -> dict | None:
     names); None otherwise."""
     path = Path(folder) / MARKER
     try:
-        info = os.lstat(path)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_MARKER_BYTES:
+        if path.is_symlink():
             return None
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as handle:
-            marker = json.loads(handle.read(_MAX_MARKER_BYTES + 1))
-    except (OSError, ValueError, RecursionError):
+        marker = loads_bounded_json(read_regular_bytes(path, max_bytes=_MAX_MARKER_BYTES), what=str(path),
+                                    max_bytes=_MAX_MARKER_BYTES)
+    except (OSError, ValueError):  # (not a regular file, too large, too deep, not JSON)
         return None
     if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT:
         return None

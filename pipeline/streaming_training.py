@@ -204,10 +204,9 @@ def fit_streaming(
         No ``partial_fit``, no epoch count, no rows, or blocks that change between passes.
     """
     if getattr(estimator, "streaming", None) == "lbfgs" and hasattr(estimator, "fit_blocks"):
-        n_blocks, n_rows, labels = _survey(blocks)
-        _log.info("%s: L-BFGS over %d blocks (%d rows), one pass per evaluation", type(estimator).__name__,
-                  n_blocks, n_rows)
-        return clone(estimator).fit_blocks(blocks, classes=labels if classes is None else classes)
+        # (fit_blocks makes its own first pass over the blocks: labels, counts, norms)
+        _log.info("%s: L-BFGS over the row blocks, one pass per evaluation", type(estimator).__name__)
+        return clone(estimator).fit_blocks(blocks, classes=classes)
     if not hasattr(estimator, "partial_fit"):
         raise StreamingError(f"{type(estimator).__name__} has no partial_fit: it cannot learn from row blocks")
     params = estimator.get_params()
