@@ -204,7 +204,7 @@ def fit_diagonal_gmm(x: np.ndarray, n_components: int, *, max_iter: int = 100, t
         weights, means, variances = _m_step(s0, s1, s2, n)
         previous, lower_bound = lower_bound, float(log_likelihood) / n
         if progress is not None:
-            progress(f"EM iteration {iteration}: mean log-likelihood {lower_bound:.6f}, change {lower_bound - previous:.3g}")
+            progress(f"Iteration {iteration} (EM): mean log-likelihood {lower_bound:.6f}, change {lower_bound - previous:.3g}")
         if abs(lower_bound - previous) < tol:
             return {"weights": weights, "means": means, "variances": variances}, True
     return {"weights": weights, "means": means, "variances": variances}, False
