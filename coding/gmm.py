@@ -95,12 +95,13 @@ def _labels(x: np.ndarray, centres: np.ndarray, centre_norms: np.ndarray) -> np.
 
 
 def _one_hot_statistics(x: np.ndarray, labels: np.ndarray, n_clusters: int, squares: bool = True) -> tuple:
-    """``(S0, S1, S2)`` of hard assignments (``(S0, S1)`` without ``squares``)."""
-    one_hot = np.zeros((x.shape[0], n_clusters))
-    one_hot[np.arange(x.shape[0]), labels] = 1.0
-    if not squares:
-        return one_hot.sum(axis=0), one_hot.T @ x
-    return one_hot.sum(axis=0), one_hot.T @ x, one_hot.T @ (x * x)
+    """``(S0, S1, S2)`` of hard assignments (``(S0, S1)`` without ``squares``): per-cluster
+    counts and sums, by ``bincount`` in row order (a one-hot product would cost a GEMM)."""
+    counts = np.bincount(labels, minlength=n_clusters).astype(np.float64)
+    columns = [x] if not squares else [x, x * x]
+    sums = [np.stack([np.bincount(labels, weights=column, minlength=n_clusters) for column in part.T], axis=1)
+            for part in columns]
+    return (counts, *sums)
 
 
 def kmeans_lloyd(x: np.ndarray, n_clusters: int, *, random_state: int = 0, max_iter: int = 300, tol: float = 1e-4,
