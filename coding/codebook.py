@@ -51,7 +51,7 @@ _log = logging.getLogger(__name__)
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
 #: config hash, so results computed by the old code are not reused.
-IMPLEMENTATION_VERSION = 3  # 3: the Fisher GMM by coding/gmm.py (chunked sums, any thread count)
+IMPLEMENTATION_VERSION = 2
 
 #: PCA dimensions of the descriptors for Fisher vectors when the config does not say.
 DEFAULT_PCA_DIMS = 64
