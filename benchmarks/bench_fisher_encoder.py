@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from _bench_utils import machine, pin_threads, write_json  # noqa: E402
+from _bench_utils import machine, pin_threads, processor_model, write_json  # noqa: E402
 from bench_encoders import DEFAULT_DATA, REPO  # noqa: E402
 
 LEVELS = (1, 2, "3x1")
@@ -72,6 +72,7 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--reference", default="main", help="git commit of the reference encoder")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vlfeat", action="store_true", help="also time VLFeat's vl_fisher (cyvlfeat)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
 
@@ -85,6 +86,7 @@ def main(argv=None) -> dict:
     images = _images(paths[: args.n_images])
     train = np.concatenate([d for d, *_ in _images(paths[args.n_images : args.n_images + args.n_train_images])])
     n_descriptors = sum(d.shape[0] for d, *_ in images)
+    print(f"processor: {processor_model()}; one thread", flush=True)
     print(f"{n_descriptors} descriptors in {len(images)} images; {train.shape[0]} training descriptors", flush=True)
     model = learn_fisher_model(train, 256, pca_dims=64, max_iter=args.em_iter, random_state=args.seed)
     encoders = {f"reference ({args.reference})": _reference_module(args.reference).FisherEncoder(model),
@@ -105,10 +107,60 @@ def main(argv=None) -> dict:
     difference = {"max_abs": float(np.abs(current - reference).max()), "max_abs_entry": float(np.abs(reference).max()),
                   "relative_l2": float(np.linalg.norm(current - reference) / np.linalg.norm(reference))}
     print(f"this checkout is {speedup:.2f}x the reference; difference {difference}", flush=True)
-    result = {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}, "n_descriptors": n_descriptors,
+    result = {"machine": {**machine(), "processor_model": processor_model()}, "args": {k: str(v) for k, v in vars(args).items()}, "n_descriptors": n_descriptors,
               "encoders": rows, "speedup": round(speedup, 2), "difference": difference}
+    if args.vlfeat:
+        result["vlfeat"] = _against_vlfeat(encoders["this checkout"], model, images, layouts, args.repeats)
     if args.out:
         write_json(args.out, result)
+    return result
+
+
+def _against_vlfeat(encoder, model, images, layouts, repeats: int) -> dict:
+    """CPU seconds per image of our encoder and of ``vl_fisher``, one cell and the pyramid, fastest of
+    ``repeats`` alternating passes, and the largest entry difference of the one-cell vectors."""
+    from cyvlfeat.fisher import fisher
+
+    from classify_images.coding.pooling import n_pyramid_cells
+
+    gmm = [np.ascontiguousarray(model[key], dtype=np.float32) for key in ("means", "variances", "weights")]
+    n_cells = n_pyramid_cells(LEVELS)
+
+    def ours_one_cell():
+        return [encoder.encode(d, np.zeros((1, d.shape[0]), dtype=np.int64), 1) for d, *_ in images]
+
+    def vlfeat_one_cell():
+        return [np.ravel(fisher(np.ascontiguousarray(encoder.project(d)), *gmm, improved=True)) for d, *_ in images]
+
+    def ours_pyramid():
+        return [encoder.encode(d, cells, n_cells) for (d, *_), cells in zip(images, layouts)]
+
+    def vlfeat_pyramid():
+        out = []
+        for (d, *_), cells in zip(images, layouts):
+            x = encoder.project(d)
+            out.append([np.ravel(fisher(np.ascontiguousarray(x[(cells == c).any(axis=0)]), *gmm, improved=True))
+                        for c in range(n_cells)])
+        return out
+
+    runs = {"ours, one cell": ours_one_cell, "vl_fisher, one cell": vlfeat_one_cell,
+            "ours, pyramid (8 cells)": ours_pyramid, "vl_fisher, pyramid (one call per cell)": vlfeat_pyramid}
+    best, outputs = {name: np.inf for name in runs}, {}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.process_time()
+            outputs[name] = run()
+            best[name] = min(best[name], time.process_time() - start)
+    ms = {name: round(1000 * seconds / len(images), 2) for name, seconds in best.items()}
+    ours, theirs = np.stack(outputs["ours, one cell"]), np.stack(outputs["vl_fisher, one cell"])
+    result = {"ms_per_image": ms,
+              "ratio_one_cell": round(best["ours, one cell"] / best["vl_fisher, one cell"], 3),
+              "ratio_pyramid": round(best["ours, pyramid (8 cells)"] / best["vl_fisher, pyramid (one call per cell)"], 3),
+              "one_cell_max_abs_difference": float(np.abs(ours - theirs).max())}
+    for name, value in ms.items():
+        print(f"{name:40s} {value:8.2f} ms/image (CPU, one thread)", flush=True)
+    print(f"ours / vl_fisher: one cell {result['ratio_one_cell']}, pyramid {result['ratio_pyramid']}; "
+          f"one-cell max |difference| {result['one_cell_max_abs_difference']:.2e}", flush=True)
     return result
 
 

@@ -14,8 +14,10 @@ The codebooks, as in the papers the package reproduces:
   (:mod:`~classify_images.coding.llc`) and VLAD (:mod:`~classify_images.coding.vlad`).
 * ``"fisher"``: a Fisher-vector model (:mod:`~classify_images.coding.fisher`), learnt
   by :func:`learn_fisher_model`: PCA to ``D`` dimensions (no whitening), then a
-  diagonal-covariance GMM of ``K`` components fitted by EM (scikit-learn's
-  :class:`~sklearn.mixture.GaussianMixture`, k-means initialisation), as a dict of arrays.
+  diagonal-covariance GMM of ``K`` components fitted by EM from a k-means start
+  (:func:`~classify_images.coding.gmm.fit_diagonal_gmm`: scikit-learn's
+  :class:`~sklearn.mixture.GaussianMixture` algorithm, on every core with the same bits as
+  on one), as a dict of arrays.
 
 All are learnt only from descriptors of *training* images, drawn by a seeded
 sample (:func:`sample_rows`), so the codebook never sees test data.
@@ -253,16 +255,19 @@ def learn_fisher_model(
     pca_dims: int = DEFAULT_PCA_DIMS,
     max_iter: int = 100,
     random_state: int = 0,
+    n_threads: int | None = None,
 ) -> dict[str, np.ndarray]:
     """PCA + diagonal GMM for improved Fisher vectors (Perronnin et al. 2010, §2 and §4.1).
 
     The descriptors are centred and projected on their ``pca_dims`` principal axes
-    (:class:`~sklearn.decomposition.PCA`, full SVD, no whitening); a GMM with ``K``
-    diagonal components, :math:`p(x) = \\sum_k \\pi_k \\mathcal N(x; \\mu_k, \\mathrm{diag}\\,\\sigma_k^2)`,
-    is fitted to the projections by EM (:class:`~sklearn.mixture.GaussianMixture`,
-    ``covariance_type="diag"``, k-means initialisation, seeded).  Both run on one
-    BLAS / OpenMP thread, so the model is the same whichever process learns it (this
-    one or a cluster worker) on a given machine.
+    (:class:`~sklearn.decomposition.PCA`, full SVD, no whitening, one BLAS thread); a GMM
+    with ``K`` diagonal components, :math:`p(x) = \\sum_k \\pi_k \\mathcal N(x; \\mu_k, \\mathrm{diag}\\,\\sigma_k^2)`,
+    is fitted to the projections by EM from a seeded k-means start
+    (:func:`~classify_images.coding.gmm.fit_diagonal_gmm`: scikit-learn's
+    :class:`~sklearn.mixture.GaussianMixture` algorithm, ``covariance_type="diag"``).  EM
+    sums fixed chunks of descriptors, each on one BLAS thread, in a fixed order: the model
+    is the same bits for any ``n_threads``, in this process or on a cluster worker, on a
+    given machine.
 
     Parameters
     ----------
@@ -276,6 +281,8 @@ def learn_fisher_model(
         EM iterations at most.
     random_state : int
         Seed of the GMM's initialisation.
+    n_threads : int, optional
+        Threads of k-means and EM (default: the cores available); changes no number.
 
     Returns
     -------
@@ -285,8 +292,9 @@ def learn_fisher_model(
     """
     from sklearn.decomposition import PCA
     from sklearn.exceptions import ConvergenceWarning
-    from sklearn.mixture import GaussianMixture
     from threadpoolctl import threadpool_limits
+
+    from .gmm import fit_diagonal_gmm
 
     descriptors = _check_descriptors(descriptors, n_components, "Fisher-vector GMM")
     if not 1 <= pca_dims <= descriptors.shape[1]:
@@ -294,32 +302,23 @@ def learn_fisher_model(
             f"Fisher-vector GMM: pca_dims must be in [1, {descriptors.shape[1]}] (the descriptor length), got {pca_dims}"
         )
     X = descriptors.astype(np.float64)
-    # One BLAS / OpenMP thread: the SVD's, the k-means start's and EM's partial sums
-    # depend on the number of threads, which differs between this process and a Dask
-    # worker (one per worker thread); with one thread both learn the same numbers.
-    # Progress: scikit-learn's verbose lines ("Iteration i … ll change …"), which change no number.
-    with threadpool_limits(limits=1), warnings.catch_warnings(record=True) as caught, \
-            step_progress(_log, f"Fisher-vector GMM ({n_components} components, at most {max_iter} EM iterations)",
-                          capture_stdout=True) as verbose:
-        warnings.simplefilter("always")
+    # One BLAS / OpenMP thread: the SVD's partial sums depend on the number of threads,
+    # which differs between this process and a Dask worker; EM's threads each run one chunk
+    # on one BLAS thread (coding/gmm.py).
+    # Progress: one line per EM iteration, which changes no number.
+    with threadpool_limits(limits=1), step_progress(
+            _log, f"Fisher-vector GMM ({n_components} components, at most {max_iter} EM iterations)",
+            capture_stdout=True) as verbose:
         pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)
-        gmm = GaussianMixture(
-            n_components=n_components, covariance_type="diag", max_iter=max_iter, random_state=random_state,
-            verbose=2 if verbose else 0, verbose_interval=1,
-        ).fit(pca.transform(X))
-    for warning in caught:  # scikit-learn's own words name its internals: say it in ours, once
-        if issubclass(warning.category, ConvergenceWarning):
-            warnings.warn(f"Fisher-vector GMM: EM stopped at codebook.n_iter = {max_iter} iterations before its "
-                          f"change fell below {gmm.tol}; the model is used as it is (raise codebook.n_iter for "
-                          "a closer fit)", ConvergenceWarning, stacklevel=2)
-            break
-    for warning in caught:
-        if not issubclass(warning.category, ConvergenceWarning):
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        gmm, converged = fit_diagonal_gmm(pca.transform(X), n_components, max_iter=max_iter,
+                                          random_state=random_state, n_threads=n_threads,
+                                          progress=print if verbose else None)
+    if not converged:
+        warnings.warn(f"Fisher-vector GMM: EM stopped at codebook.n_iter = {max_iter} iterations before its "
+                      "change fell below 0.001; the model is used as it is (raise codebook.n_iter for "
+                      "a closer fit)", ConvergenceWarning, stacklevel=2)
     return {
         "pca_mean": np.asarray(pca.mean_, dtype=np.float64),
         "pca_components": np.asarray(pca.components_, dtype=np.float64),
-        "weights": np.asarray(gmm.weights_, dtype=np.float64),
-        "means": np.asarray(gmm.means_, dtype=np.float64),
-        "variances": np.asarray(gmm.covariances_, dtype=np.float64),
+        **gmm,
     }

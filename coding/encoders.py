@@ -597,9 +597,10 @@ class FisherVectors(_AggregatesCells):
         return self.params.pca_dims or codebook_module.DEFAULT_PCA_DIMS
 
     def implementation_versions(self):
-        from . import fisher, vlad
+        from . import fisher, gmm, vlad
 
-        return {"vlad": vlad.IMPLEMENTATION_VERSION, "fisher": fisher.IMPLEMENTATION_VERSION}
+        return {"vlad": vlad.IMPLEMENTATION_VERSION, "fisher": fisher.IMPLEMENTATION_VERSION,
+                "gmm": gmm.IMPLEMENTATION_VERSION}
 
     def learn(self, descriptors):
         return codebook_module.learn_fisher_model(descriptors, self.size, pca_dims=self.pca_dims,
