@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from _bench_utils import machine, pin_threads, processor_model, write_json  # noqa: E402
+from _bench_utils import announce_machine, pin_threads, write_json  # noqa: E402
 from bench_encoders import DEFAULT_DATA, REPO  # noqa: E402
 
 LEVELS = (1, 2, "3x1")
@@ -86,7 +86,8 @@ def main(argv=None) -> dict:
     images = _images(paths[: args.n_images])
     train = np.concatenate([d for d, *_ in _images(paths[args.n_images : args.n_images + args.n_train_images])])
     n_descriptors = sum(d.shape[0] for d, *_ in images)
-    print(f"processor: {processor_model()}; one thread", flush=True)
+    machine = announce_machine()
+    print("one thread", flush=True)
     print(f"{n_descriptors} descriptors in {len(images)} images; {train.shape[0]} training descriptors", flush=True)
     model = learn_fisher_model(train, 256, pca_dims=64, max_iter=args.em_iter, random_state=args.seed)
     encoders = {f"reference ({args.reference})": _reference_module(args.reference).FisherEncoder(model),
@@ -107,7 +108,7 @@ def main(argv=None) -> dict:
     difference = {"max_abs": float(np.abs(current - reference).max()), "max_abs_entry": float(np.abs(reference).max()),
                   "relative_l2": float(np.linalg.norm(current - reference) / np.linalg.norm(reference))}
     print(f"this checkout is {speedup:.2f}x the reference; difference {difference}", flush=True)
-    result = {"machine": {**machine(), "processor_model": processor_model()}, "args": {k: str(v) for k, v in vars(args).items()}, "n_descriptors": n_descriptors,
+    result = {"machine": machine, "args": {k: str(v) for k, v in vars(args).items()}, "n_descriptors": n_descriptors,
               "encoders": rows, "speedup": round(speedup, 2), "difference": difference}
     if args.vlfeat:
         result["vlfeat"] = _against_vlfeat(encoders["this checkout"], model, images, layouts, args.repeats)

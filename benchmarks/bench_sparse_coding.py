@@ -43,7 +43,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _bench_utils import pin_threads  # noqa: E402
+from _bench_utils import announce_machine, pin_threads  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("CLASSIFY_IMAGES_DATASETS", REPO.parent / "shared" / "datasets")) / "scene15"
@@ -100,6 +100,7 @@ def main(argv=None) -> dict:
     p.add_argument("--baseline-rev", default="main", help="git revision of the 'previous' solver ('none': skip)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    machine = announce_machine()
 
     paths = sorted(args.data.glob("*/*.jpg"))
     if len(paths) < args.n_images + args.n_train_images:
@@ -160,7 +161,7 @@ def main(argv=None) -> dict:
     n = X.shape[0]
     result = {
         "date": datetime.date.today().isoformat(),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "loadavg": os.getloadavg()},
+        "machine": {**machine, "loadavg": os.getloadavg()},
         "data": {"images": args.n_images, "descriptors": n, "dsift": "16 px, step 6",
                  "dictionary": args.dictionary, "atoms": args.atoms, "lambda1": lam,
                  "dictionary_seconds": round(t_dict, 1)},
