@@ -105,6 +105,8 @@ SHARDED_FORMAT_VERSION = 2
 STORE_LAYOUTS = ("npy", "sharded")
 #: Rows per block of :meth:`FeatureSet.iter_row_blocks` on the ``npy`` layout, by default.
 DEFAULT_ROWS_PER_BLOCK = 1024
+#: Bytes of a memory-mapped array read at a time by :meth:`FeatureSet.iter_pooled_rows`.
+POOLED_BLOCK_BYTES = 64 * 2**20
 #: The row arrays and the label arrays of a feature set.
 ROW_ARRAYS = ("X_train", "X_test")
 LABEL_ARRAYS = ("y_train", "y_test")
@@ -198,6 +200,42 @@ class FeatureSet:
             raise ValueError(f"rows_per_block must be at least 1, not {step}")
         for start in range(0, rows.shape[0], step):
             yield rows[start : start + step], np.asarray(labels[start : start + step], dtype=np.int64)
+
+    def iter_pooled_rows(self, indices: np.ndarray, max_block_bytes: int | None = None):
+        """``(positions, X)`` over rows ``indices`` of the pooled rows (the training rows, then
+        the test rows), read one stored block at a time, in storage order.
+
+        ``X`` holds the selected rows of one block (dense float32) and ``positions`` where they
+        sit in ``indices``: ``X[i]`` is pooled row ``indices[positions[i]]``.  Memory: one block
+        (a shard, or ``max_block_bytes`` of a memory-mapped array), never the pooled rows.
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        max_block_bytes = POOLED_BLOCK_BYTES if max_block_bytes is None else max_block_bytes
+        order = np.argsort(indices, kind="stable")
+        wanted = indices[order]
+        offset = 0
+        for split in ("train", "test"):
+            rows = self.rows[split]
+            step = None if isinstance(rows, ShardedRows) else max(1, max_block_bytes // max(4 * rows.shape[1], 1))
+            for X_block, _ in self.iter_row_blocks(split, step):
+                n = X_block.shape[0]
+                low, high = np.searchsorted(wanted, (offset, offset + n))
+                if high > low:
+                    selected = X_block[wanted[low:high] - offset]
+                    selected = selected.toarray() if hasattr(selected, "toarray") else selected
+                    yield order[low:high], np.asarray(selected, dtype=np.float32)
+                offset += n
+
+    def pooled_rows(self, indices: np.ndarray) -> np.ndarray:
+        """Rows ``indices`` of the pooled rows (training, then test) as one dense float32 array.
+
+        The only copy made is the result (:meth:`iter_pooled_rows`): an experiment's split
+        gathers its training rows without concatenating the training and test sets first.
+        """
+        out = np.empty((len(indices), self.n_features), dtype=np.float32)
+        for positions, block in self.iter_pooled_rows(indices):
+            out[positions] = block
+        return out
 
     def to_dask_array(self, split: str):
         """The rows of ``split`` as a lazy ``dask.array`` (one chunk per shard, or per
