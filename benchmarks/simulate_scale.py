@@ -140,6 +140,8 @@ class ProcessTreeMonitor:
         self.role: dict[int, str] = {}
         self.stage_cpu: dict[str, float] = {}
         self.stage_main_cpu: dict[str, float] = {}   # of this process alone (client; LocalCluster's scheduler)
+        self.stage_wall: dict[str, float] = {}       # wall seconds per stage, as the CPU is split
+        self._stage_start_wall = time.perf_counter()
         self.peak_tree_rss = 0
         self._stage_start_cpu = 0.0
         self._stage_start_main_cpu = 0.0
@@ -181,7 +183,10 @@ class ProcessTreeMonitor:
             total, main = self.total_cpu(), self.cpu.get(os.getpid(), 0.0)
             self.stage_cpu[self.stage] = self.stage_cpu.get(self.stage, 0.0) + total - self._stage_start_cpu
             self.stage_main_cpu[self.stage] = self.stage_main_cpu.get(self.stage, 0.0) + main - self._stage_start_main_cpu
+            now = time.perf_counter()
+            self.stage_wall[self.stage] = self.stage_wall.get(self.stage, 0.0) + now - self._stage_start_wall
             self.stage, self._stage_start_cpu, self._stage_start_main_cpu = stage, total, main
+            self._stage_start_wall = now
 
     def progress(self, iterable, description: str, total: int | None = None):
         self.mark(description)
@@ -224,7 +229,7 @@ class ProcessTreeMonitor:
 def _cluster_options(args) -> dict:
     """The build's cluster keywords that were given (none: the single-machine build)."""
     options = {"scheduler": args.scheduler, "cluster": args.cluster, "store": args.store,
-               "batch_size": getattr(args, "batch_size", None)}
+               "batch_size": getattr(args, "batch_size", None), "rows": getattr(args, "rows", None)}
     return {key: value for key, value in options.items() if value is not None}
 
 
@@ -271,6 +276,7 @@ def run_build(args) -> dict:
         "stage_wall_seconds": stage_wall,
         "stage_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_cpu.items()},
         "stage_main_process_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_main_cpu.items()},
+        "monitor_stage_wall_seconds": {k: round(v, 2) for k, v in monitor.stage_wall.items()},
         "cpu_seconds": round(sum(monitor.stage_cpu.values()), 2),
         "per_image_ms": {
             "wall": round(1000 * wall / n_images, 3),
@@ -304,6 +310,47 @@ def _overhead_per_task(metrics: dict, stage_wall: dict, monitor, report: dict) -
     per_image_wall = sum(stage_wall.get(k, 0.0) for k in ("check", "sample", "encode+pool"))
     idle = metrics["workers"] * per_image_wall - metrics["compute_seconds"]
     return round(1000 * idle / metrics["tasks"], 3)
+
+
+def run_train(args) -> dict:
+    """Train the linear SVM on a feature set's training rows (``--cluster local:N``: its
+    one-vs-rest problems in groups on the workers, each worker reading the rows itself) and
+    record wall and CPU seconds of the process tree, the L-BFGS iterations and peak memory.
+
+    ``--param`` fixes the solver's parameters; the simulation fixes ``solver=features`` (the
+    eigenbasis exists only for small ``n``) and ``max_iter`` with a tiny ``tol`` so that
+    every run makes the same number of passes: its cost is then per row, per class, per
+    pass (:func:`project_training_check`)."""
+    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.runner import Execution
+    from classify_images.pipeline.workflows import train_model
+
+    params = {}
+    for item in args.param or []:
+        key, value = item.split("=", 1)
+        params[key] = value if key == "solver" else float(value) if "." in value or "e" in value else int(value)
+    fs = load_feature_set(args.features)
+    execution = Execution.from_options(cluster=args.cluster) if args.cluster else None
+    out = Path(args.out)
+    with ProcessTreeMonitor() as monitor:
+        monitor.mark("train")
+        start = time.perf_counter()
+        training, _ = train_model(fs, "linear", params, out=out, execution=execution)
+        wall = time.perf_counter() - start
+    estimator = training.estimator
+    n_classes = len(fs.class_names)
+    cpu = monitor.stage_cpu.get("train", 0.0)
+    passes = int(getattr(estimator, "n_iter_", 0))
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores, shared", "features": str(args.features),
+        "rows_format": fs.manifest.get("store", {}).get("format", "dense"),
+        "cluster": args.cluster, "params": params, "n_train": len(fs.y_train), "n_features": fs.n_features,
+        "classes": n_classes, "n_iter": passes,
+        "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+        "cpu_ns_per_row_class_iteration": round(1e9 * cpu / max(len(fs.y_train) * n_classes * max(passes, 1), 1), 3),
+        "memory": monitor.memory(),
+    }
 
 
 # ------------------------------------------------------------------ per-image stage costs
@@ -467,6 +514,66 @@ def train_costs(args) -> dict:
                            "cpu_ns_per_class_per_nnz": round(1e9 * cpu / n_classes / X.nnz, 3)}
         report["classifiers"][name] = runs
         print(name, json.dumps(runs), flush=True)
+    return report
+
+
+class _CountedBlocks:
+    """The training row blocks of a feature set, re-iterable, counting the passes over them."""
+
+    def __init__(self, feature_set, block_rows: int) -> None:
+        self.feature_set, self.block_rows, self.passes = feature_set, block_rows, 0
+
+    def __iter__(self):
+        self.passes += 1
+        yield from self.feature_set.iter_row_blocks("train", self.block_rows)
+
+
+def linear_costs(args) -> dict:
+    """One-threaded CPU of the linear SVM on a feature set's dense training rows, per row, per
+    class and per pass over the rows, for the three ways it trains at scale:
+
+    * ``blocks``: :meth:`QuadraticHingeSVC.fit_blocks` (``train --streaming``), L-BFGS on
+      all the classes jointly, one pass over the row blocks per objective evaluation;
+    * ``sgd``: ``n_epochs`` passes of averaged SGD (:meth:`partial_fit`), all classes at once;
+    * ``per_class``: one one-vs-rest problem in memory (:meth:`fit_problem_group`, the task a
+      cluster worker runs; ``solver="features"``, as at ImageNet's size), passes = L-BFGS
+      iterations (its evaluations are not counted by the estimator).
+    """
+    from classify_images import QuadraticHingeSVC
+    from classify_images.pipeline.feature_store import load_feature_set
+
+    fs = load_feature_set(args.features)
+    y = np.asarray(fs.y_train)
+    n, d, n_classes = y.size, fs.n_features, len(np.unique(y))
+    report = {"features": str(args.features), "n_train": int(n), "n_features": int(d), "classes": n_classes,
+              "block_rows": args.block_rows, "C": args.C, "solvers": {}}
+
+    def record(name, cpu, passes, problems, **extra):
+        per = 1e9 * cpu / max(n * problems * max(passes, 1), 1)
+        report["solvers"][name] = {"cpu_s": round(cpu, 2), "passes": int(passes), "problems": problems,
+                                   "cpu_ns_per_row_class_pass": round(per, 3), **extra}
+        print(name, json.dumps(report["solvers"][name]), flush=True)
+
+    if "blocks" in args.solvers:
+        blocks = _CountedBlocks(fs, args.block_rows)
+        model = QuadraticHingeSVC(C=args.C, max_iter=args.max_iter)
+        cpu = time.process_time()
+        model.fit_blocks(blocks)
+        record("blocks", time.process_time() - cpu, blocks.passes, n_classes, n_iter=int(model.n_iter_))
+    if "sgd" in args.solvers:
+        model = QuadraticHingeSVC(C=args.C, n_epochs=args.epochs, streaming="sgd")
+        classes = np.unique(y)
+        cpu = time.process_time()
+        for _ in range(args.epochs):
+            for X_block, y_block in fs.iter_row_blocks("train", args.block_rows):
+                model.partial_fit(X_block, y_block, classes=classes, n_samples=n)
+        record("sgd", time.process_time() - cpu, args.epochs, n_classes)
+    if "per_class" in args.solvers:
+        X = np.asarray(fs.X_train)  # in memory, as on a worker
+        model = QuadraticHingeSVC(C=args.C, solver="features", max_iter=args.max_iter)
+        cpu = time.process_time()
+        model.fit_problem_group(X, y, 0, 1)
+        record("per_class", time.process_time() - cpu, model.n_iter_, 1)
     return report
 
 
@@ -703,6 +810,8 @@ def main() -> int:
     build.add_argument("--cluster")
     build.add_argument("--store")
     build.add_argument("--batch-size", type=int, help="images per Dask task (default: the build's)")
+    build.add_argument("--rows", choices=("float32", "float16", "pq8", "pq16"),
+                       help="how the feature set stores its rows (build-features --rows)")
     build.add_argument("--json")
 
     costs = commands.add_parser("stage-costs", help="per-image CPU cost of each stage on real images")
@@ -714,10 +823,26 @@ def main() -> int:
                        help="where the ImageNet-sized JPEGs are written")
     costs.add_argument("--json")
 
+    sim_train = commands.add_parser("train", help="train the linear SVM on a (simulated) feature set and measure")
+    sim_train.add_argument("--features", required=True)
+    sim_train.add_argument("--cluster", help="local:N: the one-vs-rest problems on a local Dask cluster")
+    sim_train.add_argument("--param", action="append", metavar="KEY=VALUE")
+    sim_train.add_argument("--out", required=True, help="model file")
+    sim_train.add_argument("--json")
+
     train = commands.add_parser("train-costs", help="training time per one-vs-rest problem on a feature set")
     train.add_argument("--features", required=True)
     train.add_argument("--classifiers", nargs="+", default=["nsvm", "linear", "pmsvm"])
     train.add_argument("--json")
+
+    lin = commands.add_parser("linear-costs", help="CPU per row, class and pass of the linear SVM's solvers")
+    lin.add_argument("--features", required=True)
+    lin.add_argument("--solvers", nargs="+", default=["blocks", "sgd", "per_class"])
+    lin.add_argument("--block-rows", type=int, default=256)
+    lin.add_argument("--C", type=float, default=1.0)
+    lin.add_argument("--max-iter", type=int, default=1000)
+    lin.add_argument("--epochs", type=int, default=10)
+    lin.add_argument("--json")
 
     proj = commands.add_parser("project", help="the projection of docs/scaling.md from the measurements")
     proj.add_argument("--build", help="a build report (build --json), or bench_cluster.py's JSON with --build-mode")
@@ -745,12 +870,12 @@ def main() -> int:
     if args.command == "generate":
         generate(args.out, args.n, args.classes, args.seed, args.min_side, args.max_side, args.quality)
         return 0
-    if args.command in ("stage-costs", "train-costs"):  # one thread: CPU seconds of one core
+    if args.command in ("stage-costs", "train-costs", "linear-costs"):  # one thread: CPU seconds of one core
         os.environ["NUMBA_NUM_THREADS"] = "1"
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
-    commands_run = {"build": run_build, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
+    commands_run = {"build": run_build, "train": run_train, "linear-costs": linear_costs, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
     report = commands_run[args.command](args)
     print(json.dumps(report, indent=2))
     from _bench_utils import write_json
