@@ -577,6 +577,49 @@ def linear_costs(args) -> dict:
     return report
 
 
+def codec_costs(args) -> dict:
+    """One-threaded CPU per row of storing dense rows compressed (float16, pq8, pq16): encoding,
+    decoding, and learning the PQ codebooks (per training row and Lloyd iteration), on the
+    first rows of a feature set (Fisher vectors: 262 144 dims), with ``K = 256`` centroids.
+    The encode and decode costs depend on the shapes only, not on how well the codebooks fit,
+    so the codebooks are learnt with ``--fit-iter`` iterations (the build uses 10)."""
+    from classify_images.coding.product_quantizer import N_CENTROIDS, ProductQuantizer, pq_sub_dim, to_float16
+    from classify_images.pipeline.feature_store import load_feature_set
+
+    fs = load_feature_set(args.features)
+    wanted, blocks = max(args.rows, N_CENTROIDS), []
+    for block, _ in fs.iter_row_blocks("train"):
+        blocks.append(np.asarray(block, dtype=np.float32)[: wanted - sum(b.shape[0] for b in blocks)])
+        if sum(b.shape[0] for b in blocks) >= wanted:
+            break
+    rows = np.concatenate(blocks)
+    n = rows.shape[0]
+    d = rows.shape[1]
+
+    def cpu(fn):
+        start = time.process_time()
+        value = fn()
+        return value, time.process_time() - start
+
+    report = {"features": str(args.features), "rows": n, "n_features": d, "fit_iter": args.fit_iter, "codecs": {}}
+    half, t_encode = cpu(lambda: to_float16(rows))
+    _, t_decode = cpu(lambda: half.astype(np.float32))
+    report["codecs"]["float16"] = {"bytes_per_row": 2 * d, "encode_ms_per_row": round(1000 * t_encode / n, 3),
+                                   "decode_ms_per_row": round(1000 * t_decode / n, 3)}
+    for encoding in ("pq8", "pq16"):
+        quantizer, t_fit = cpu(lambda: ProductQuantizer(pq_sub_dim(encoding), n_iter=args.fit_iter).fit(rows))
+        codes, t_encode = cpu(lambda: quantizer.encode(rows))
+        decoded, t_decode = cpu(lambda: quantizer.decode(codes))
+        error = float(np.mean(np.sum((decoded - rows) ** 2, axis=1) / np.maximum(np.sum(rows ** 2, axis=1), 1e-30)))
+        report["codecs"][encoding] = {
+            "bytes_per_row": int(codes.shape[1]), "codebook_bytes": int(quantizer.codebooks_.nbytes),
+            "fit_ms_per_row_iteration": round(1000 * t_fit / (n * args.fit_iter), 3),
+            "encode_ms_per_row": round(1000 * t_encode / n, 3), "decode_ms_per_row": round(1000 * t_decode / n, 3),
+            "relative_squared_error": round(error, 4)}
+        print(encoding, json.dumps(report["codecs"][encoding]), flush=True)
+    return report
+
+
 # ------------------------------------------------------------------ projection
 
 #: The per-image stages of a build: (name in the manifest's timings, progress-bar name, what it counts).
@@ -751,6 +794,99 @@ def train_projection(train_costs: dict, *, n_train: int, nnz_per_row: float, n_c
     return out
 
 
+#: What each monitored stage of a compressed (PQ) build grows with: images, training images,
+#: rows, the PQ codebook sample (``min(n_train, PQ_SAMPLE_ROWS)`` rows), or nothing.
+_PQ_STAGE_COUNTS = {"discover": "n_images", "check images": "n_images", "split": "n_images",
+                    "sample descriptors": "n_train", "codebook": None, "pool (codebook sample)": "pq_sample",
+                    "after pool (codebook sample)": "pq_sample", "encode + pool": "rows", "normalise+write": "rows"}
+
+
+def _counts(report: dict) -> dict:
+    from classify_images.pipeline.build import PQ_SAMPLE_ROWS
+
+    return {"n_images": report["n_images"], "n_train": report["n_train"], "rows": report["rows"],
+            "pq_sample": min(report["n_train"], PQ_SAMPLE_ROWS), None: 1}
+
+
+def _line(a: tuple[float, float], b: tuple[float, float], x: float) -> tuple[float, float, float]:
+    """``(fixed, per_unit, value at x)`` of the line through two measurements ``(count, seconds)``
+    (a fixed part and a part per counted item, neither negative; one point: all fixed)."""
+    (xa, ya), (xb, yb) = a, b
+    slope = max((yb - ya) / (xb - xa), 0.0) if xb != xa else 0.0
+    fixed = max(yb - slope * xb, 0.0)
+    return fixed, slope, fixed + slope * x
+
+
+def project_from_two_runs(first: dict, second: dict, target: dict, train: tuple[dict, dict] | None = None) -> dict:
+    """A large build (and training) projected from two small ones of the same configuration:
+    each monitored stage's CPU and wall seconds is a fixed part plus a part per item it counts
+    (:data:`_PQ_STAGE_COUNTS`), the two parts solved from the two runs; the training's CPU and
+    wall a fixed part (the cluster's start, the workers' imports) plus a part per training row
+    (the same classes and L-BFGS passes: ``max_iter`` reached in every run).
+
+    ``target`` gives ``n_images``, ``n_train`` and ``rows`` of the large run."""
+    counts = [_counts(first), _counts(second), _counts(target)]
+    stages, cpu_total, wall_total = {}, 0.0, 0.0
+    for stage, key in _PQ_STAGE_COUNTS.items():
+        row = {"counts": key}
+        for clock, field in (("cpu", "stage_cpu_seconds"), ("wall", "monitor_stage_wall_seconds")):
+            a, b = first[field].get(stage, 0.0), second[field].get(stage, 0.0)
+            if key is None:
+                fixed, per, value = b, 0.0, b
+            else:
+                fixed, per, value = _line((counts[0][key], a), (counts[1][key], b), counts[2][key])
+            row[f"{clock}_fixed_s"], row[f"{clock}_per_item_ms"], row[f"projected_{clock}_s"] = (
+                round(fixed, 2), round(1000 * per, 4), round(value, 1))
+        stages[stage] = row
+        cpu_total += row["projected_cpu_s"]
+        wall_total += row["projected_wall_s"]
+    outside = second["wall_seconds"] - sum(second["monitor_stage_wall_seconds"].values())  # cluster start and stop
+    report = {"from": [first["n_images"], second["n_images"]], "to": target["n_images"],
+              "build": {"stages": stages, "projected_cpu_s": round(cpu_total, 1),
+                        "projected_wall_s": round(wall_total + max(outside, 0.0), 1)}}
+    cache = 0.0
+    for folder, per_image in second["cache_bytes_per_image"].items():  # a folder's bytes grow with what it counts
+        count, total = _CACHE_COUNTS.get(folder, "n_images"), per_image * second["n_images"]
+        cache += total if count is None else total * counts[2][count] / counts[1][count]
+    report["build"]["projected_cache_bytes"] = round(cache)
+    report["build"]["projected_store_bytes"] = round(_line((first["rows"], first["store_bytes_total"]),
+                                                           (second["rows"], second["store_bytes_total"]),
+                                                           target["rows"])[2])
+    if train is not None:
+        a, b = train
+        report["train"] = {}
+        for clock, field in (("cpu", "cpu_seconds"), ("wall", "wall_seconds")):
+            fixed, per, value = _line((a["n_train"], a[field]), (b["n_train"], b[field]), target["n_train"])
+            report["train"][f"{clock}_fixed_s"] = round(fixed, 2)
+            report["train"][f"{clock}_per_row_ms"] = round(1000 * per, 3)
+            report["train"][f"projected_{clock}_s"] = round(value, 1)
+    return report
+
+
+def compare_with_large(projection: dict, large: dict, large_train: dict | None) -> dict:
+    """The projection of :func:`project_from_two_runs` against the large run's measurements."""
+    def pair(projected, measured):
+        return {"projected": projected, "measured": measured,
+                "error_percent": round(100 * (projected - measured) / measured, 1) if measured else None}
+
+    build = projection["build"]
+    out = {"build_cpu_s": pair(build["projected_cpu_s"], large["cpu_seconds"]),
+           "build_wall_s": pair(build["projected_wall_s"], large["wall_seconds"]),
+           "cache_bytes": pair(build["projected_cache_bytes"], large["cache_bytes_total"]),
+           "store_bytes": pair(build["projected_store_bytes"], large["store_bytes_total"]),
+           "stages": {stage: {"cpu": pair(row["projected_cpu_s"], large["stage_cpu_seconds"].get(stage, 0.0)),
+                              "wall": pair(row["projected_wall_s"], large["monitor_stage_wall_seconds"].get(stage, 0.0))}
+                      for stage, row in build["stages"].items()}}
+    if large_train is not None and "train" in projection:
+        out["train_cpu_s"] = pair(projection["train"]["projected_cpu_s"], large_train["cpu_seconds"])
+        out["train_wall_s"] = pair(projection["train"]["projected_wall_s"], large_train["wall_seconds"])
+        out["total_cpu_s"] = pair(round(build["projected_cpu_s"] + projection["train"]["projected_cpu_s"], 1),
+                                  round(large["cpu_seconds"] + large_train["cpu_seconds"], 1))
+        out["total_wall_s"] = pair(round(build["projected_wall_s"] + projection["train"]["projected_wall_s"], 1),
+                                   round(large["wall_seconds"] + large_train["wall_seconds"], 1))
+    return out
+
+
 def project(args) -> dict:
     load = lambda path: json.loads(Path(path).read_text()) if path else None  # noqa: E731
     report = {}
@@ -776,6 +912,13 @@ def project(args) -> dict:
                                                        cores=args.cores)
     if args.check_small and args.check_large:
         report["check"] = check_projection(load(args.check_small), load(args.check_large))
+    if args.two_runs:
+        train = tuple(load(path) for path in args.two_trains) if args.two_trains else None
+        target = {"n_images": args.target_images, "n_train": args.target_train, "rows": args.target_images}
+        report["two_run_projection"] = project_from_two_runs(load(args.two_runs[0]), load(args.two_runs[1]), target, train)
+        if args.large:
+            report["two_run_check"] = compare_with_large(report["two_run_projection"], load(args.large),
+                                                         load(args.large_train) if args.large_train else None)
     return report
 
 
@@ -844,6 +987,12 @@ def main() -> int:
     lin.add_argument("--epochs", type=int, default=10)
     lin.add_argument("--json")
 
+    codec = commands.add_parser("codec-costs", help="CPU per row of float16 / PQ encoding, decoding, codebook learning")
+    codec.add_argument("--features", required=True)
+    codec.add_argument("--rows", type=int, default=256)
+    codec.add_argument("--fit-iter", type=int, default=2)
+    codec.add_argument("--json")
+
     proj = commands.add_parser("project", help="the projection of docs/scaling.md from the measurements")
     proj.add_argument("--build", help="a build report (build --json), or bench_cluster.py's JSON with --build-mode")
     proj.add_argument("--build-mode", help="the mode of bench_cluster.py's JSON to project from (e.g. local:2:sharded)")
@@ -864,18 +1013,25 @@ def main() -> int:
     proj.add_argument("--nnz-per-row", type=float, default=1367.0, help="stored non-zeros per feature row")
     proj.add_argument("--check-small", help="build report of the small simulated run")
     proj.add_argument("--check-large", help="build report of the large simulated run")
+    proj.add_argument("--two-runs", nargs=2, metavar="BUILD_JSON",
+                      help="two small builds of one configuration (build --json): project a large one from them")
+    proj.add_argument("--two-trains", nargs=2, metavar="TRAIN_JSON", help="their trainings (train --json)")
+    proj.add_argument("--target-images", type=int, default=50_000)
+    proj.add_argument("--target-train", type=int, default=25_000)
+    proj.add_argument("--large", help="the large build's report, to compare with the projection")
+    proj.add_argument("--large-train", help="the large training's report")
     proj.add_argument("--json")
 
     args = parser.parse_args()
     if args.command == "generate":
         generate(args.out, args.n, args.classes, args.seed, args.min_side, args.max_side, args.quality)
         return 0
-    if args.command in ("stage-costs", "train-costs", "linear-costs"):  # one thread: CPU seconds of one core
+    if args.command in ("stage-costs", "train-costs", "linear-costs", "codec-costs"):  # one thread: CPU seconds of one core
         os.environ["NUMBA_NUM_THREADS"] = "1"
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
-    commands_run = {"build": run_build, "train": run_train, "linear-costs": linear_costs, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
+    commands_run = {"build": run_build, "train": run_train, "linear-costs": linear_costs, "codec-costs": codec_costs, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
     report = commands_run[args.command](args)
     print(json.dumps(report, indent=2))
     from _bench_utils import write_json
