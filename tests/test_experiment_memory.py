@@ -8,6 +8,7 @@ them (or a concatenation of the pooled rows) is made.  Not a timed test."""
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,3 +94,24 @@ def test_split_rows_match_the_split(tmp_path):
     y_all = np.concatenate([fs.y_train, fs.y_test])
     train, _ = split_indices(y_all, 6, None, 3)
     np.testing.assert_array_equal(fs.pooled_rows(train), np.concatenate([fs.X_train, fs.X_test])[train])
+
+
+def _resident_file_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssFile"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/self/status (Linux)")
+def test_reading_memory_mapped_rows_leaves_their_pages_unmapped(tmp_path):
+    """A pass over memory-mapped rows does not leave them resident in the process (file pages
+    count in its resident memory until unmapped): 40 MB of rows, at most a block's worth left."""
+    fs = _feature_set(tmp_path, n_features=N_FEATURES, per_class=PER_CLASS)
+    X = np.concatenate([fs.X_train] * 6)  # 252 rows, 30 MB
+    np.save(tmp_path / "X.npy", X)
+    mapped = np.load(tmp_path / "X.npy", mmap_mode="r")
+    y = np.tile(fs.y_train, 6)
+    big = FeatureSet(tmp_path, {**fs.manifest}, mapped, mapped[:0], y, y[:0])
+    before = _resident_file_kib()
+    total = sum(float(block.sum()) for _, block in big.iter_pooled_rows(np.arange(252)))
+    assert total == pytest.approx(float(X.sum(dtype=np.float64)), rel=1e-5)
+    assert _resident_file_kib() - before < X.nbytes / 1024 / 4
