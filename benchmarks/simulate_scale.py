@@ -887,6 +887,87 @@ def compare_with_large(projection: dict, large: dict, large_train: dict | None) 
     return out
 
 
+def project_fisher_imagenet(stage: dict, codec: dict, linear: dict, *, n_train: int, n_test: int, cores: list[int],
+                            image_bytes: int, overhead_ms: float, gmm_seconds: float, task_seconds: float,
+                            batch_size: int, fs_gb_per_s: float, classes: int, pq_sample_rows: int,
+                            pq_iterations: int) -> dict:
+    """A cold Fisher-vector build of ImageNet-1k and its linear training, per row format, from
+    measured per-image and per-row costs (docs/scaling.md, section 5; every input is a measurement
+    named in the report, or an assumption stated there):
+
+    * worker CPU per image: ``stage`` (stage-costs, one thread: fingerprint, decode, dense SIFT,
+      Fisher encoding), the larger JPEGs' extra decoding, ``overhead_ms`` of pipeline per image
+      (task handling, the stage-cache entry, the shard write), and the row's compression
+      (``codec``: float16 conversion or PQ encoding);
+    * fixed: the GMM (``gmm_seconds``) and, for PQ, the codebooks (``pq_sample_rows`` rows,
+      ``pq_iterations`` Lloyd iterations, ``codec``'s cost per row and iteration);
+    * time on ``p`` cores: fixed + max(worker CPU / p, tasks × ``task_seconds``), and no less
+      than the bytes over the shared file system at ``fs_gb_per_s``;
+    * training, one-vs-rest linear SVM streamed from the store (``linear``: CPU per row, class
+      and pass of each solver; passes as measured on 15-Scenes): ``p`` workers each own
+      ``classes / p`` classes and read every row at every pass, decoding it once per pass for
+      all its classes.
+    """
+    fisher = stage["configs"]["fisher"]
+    d = fisher["n_features"]
+    n_all = n_train + n_test
+    probe = stage["imagenet_like_decode"]
+    decode_ms = probe["cpu_ms_per_image"] * max(1.0, image_bytes / probe["file_bytes"])
+    extra_decode = 2 * max(decode_ms - fisher["cpu_ms_per_image"]["fingerprint"] - fisher["cpu_ms_per_image"]["decode"], 0.0)
+    compute = fisher["cpu_ms_per_image"]["total"]
+    cached = fisher["cache_bytes_per_image"]["codes_or_vector"]
+    n_tasks = math.ceil(n_all / batch_size) * 2 + 2 * math.ceil(n_all / (8 * batch_size))  # sample + encode, check
+    formats = {"float32": {"bytes_per_row": 4 * d, "encode_ms": 0.0, "decode_ms": 0.0, "codebook_bytes": 0, "fit_s": 0.0}}
+    formats["float16"] = {"bytes_per_row": codec["codecs"]["float16"]["bytes_per_row"],
+                          "encode_ms": codec["codecs"]["float16"]["encode_ms_per_row"],
+                          "decode_ms": codec["codecs"]["float16"]["decode_ms_per_row"], "codebook_bytes": 0, "fit_s": 0.0}
+    for name in ("pq8", "pq16"):
+        c = codec["codecs"][name]
+        formats[name] = {"bytes_per_row": c["bytes_per_row"], "encode_ms": c["encode_ms_per_row"],
+                         "decode_ms": c["decode_ms_per_row"], "codebook_bytes": c["codebook_bytes"],
+                         "fit_s": c["fit_ms_per_row_iteration"] * pq_sample_rows * pq_iterations / 1000}
+    solvers = linear["solvers"]
+    report = {"images": n_all, "n_features": d, "tasks": n_tasks,
+              "per_image_ms": {"compute_one_thread": compute, "extra_decode": round(extra_decode, 2),
+                               "pipeline_overhead": overhead_ms},
+              "gmm_s": gmm_seconds, "formats": {}}
+    for name, f in formats.items():
+        worker_ms = compute + extra_decode + overhead_ms + f["encode_ms"]
+        worker_cpu = worker_ms * n_all / 1000
+        fixed = gmm_seconds + f["fit_s"]
+        store = f["bytes_per_row"] * n_all
+        disk = {"store_GB": round(store / 1e9, 1), "stage_cache_GB": round(cached * n_all / 1e9, 1),
+                "images_GB": round(image_bytes * n_all / 1e9, 1)}
+        build = []
+        for p in cores:
+            network = image_bytes * n_all + cached * n_all + store + f["codebook_bytes"] * p
+            cpu_bound = fixed + max(worker_cpu / p, n_tasks * task_seconds)
+            build.append({"cores": p, "hours": round(max(cpu_bound, fixed + network / (fs_gb_per_s * 1e9)) / 3600, 2),
+                          "cpu_bound_hours": round(cpu_bound / 3600, 2), "network_GB": round(network / 1e9)})
+        training = {}
+        for solver in ("blocks", "sgd"):
+            if solver not in solvers:
+                continue
+            per = solvers[solver]["cpu_ns_per_row_class_pass"] * 1e-9
+            passes = solvers[solver]["passes"]
+            rows = []
+            for p in cores:
+                owned = math.ceil(classes / min(p, classes))
+                seconds = passes * n_train * (f["decode_ms"] / 1000 + owned * per)
+                rows.append({"cores": p, "hours": round(seconds / 3600, 1),
+                             "core_hours": round(seconds * min(p, classes) / 3600),
+                             "decode_share": round(f["decode_ms"] / 1000 / (f["decode_ms"] / 1000 + owned * per), 3),
+                             "read_TB": round(passes * min(p, classes) * store / 1e12, 1)})
+            training[solver] = {"passes": passes, "cpu_ns_per_row_class_pass": solvers[solver]["cpu_ns_per_row_class_pass"],
+                                "on": rows}
+        report["formats"][name] = {"bytes_per_image_stored": f["bytes_per_row"], "bytes_per_image_cached": cached,
+                                   "codebook_bytes": f["codebook_bytes"], "pq_fit_s": round(f["fit_s"], 1),
+                                   "worker_ms_per_image": round(worker_ms, 2),
+                                   "worker_core_hours": round(worker_cpu / 3600, 1), "disk": disk,
+                                   "build": build, "training": training}
+    return report
+
+
 def project(args) -> dict:
     load = lambda path: json.loads(Path(path).read_text()) if path else None  # noqa: E731
     report = {}
@@ -912,6 +993,15 @@ def project(args) -> dict:
                                                        cores=args.cores)
     if args.check_small and args.check_large:
         report["check"] = check_projection(load(args.check_small), load(args.check_large))
+    if args.fisher_codec and args.fisher_linear and args.stage_costs:
+        from classify_images.pipeline.build import DEFAULT_BATCH_SIZE, PQ_SAMPLE_ROWS
+
+        report["imagenet_fisher"] = project_fisher_imagenet(
+            load(args.stage_costs), load(args.fisher_codec), load(args.fisher_linear), n_train=args.n_train,
+            n_test=args.n_test, cores=args.cores, image_bytes=args.image_bytes, overhead_ms=args.overhead_ms,
+            gmm_seconds=args.gmm_seconds, task_seconds=(args.task_ms or 0.93) / 1000,
+            batch_size=args.batch_size or DEFAULT_BATCH_SIZE, fs_gb_per_s=args.fs_gb_per_s[0], classes=args.classes,
+            pq_sample_rows=PQ_SAMPLE_ROWS, pq_iterations=10)
     if args.two_runs:
         train = tuple(load(path) for path in args.two_trains) if args.two_trains else None
         target = {"n_images": args.target_images, "n_train": args.target_train, "rows": args.target_images}
@@ -1013,6 +1103,12 @@ def main() -> int:
     proj.add_argument("--nnz-per-row", type=float, default=1367.0, help="stored non-zeros per feature row")
     proj.add_argument("--check-small", help="build report of the small simulated run")
     proj.add_argument("--check-large", help="build report of the large simulated run")
+    proj.add_argument("--fisher-codec", help="codec-costs --json on Fisher-vector rows (the ImageNet FV projection)")
+    proj.add_argument("--fisher-linear", help="linear-costs --json on Fisher-vector rows")
+    proj.add_argument("--overhead-ms", type=float, default=12.4,
+                      help="pipeline CPU per image around the computation (bof-spm cluster build: 16.7 - 4.25 ms)")
+    proj.add_argument("--gmm-seconds", type=float, default=106.4,
+                      help="the GMM's time (the 15-Scenes fisher build's codebook step)")
     proj.add_argument("--two-runs", nargs=2, metavar="BUILD_JSON",
                       help="two small builds of one configuration (build --json): project a large one from them")
     proj.add_argument("--two-trains", nargs=2, metavar="TRAIN_JSON", help="their trainings (train --json)")

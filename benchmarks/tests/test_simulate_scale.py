@@ -138,3 +138,29 @@ def test_two_run_projection_separates_fixed_costs_and_caps_the_pq_sample():
     check = simulate_scale.compare_with_large(projection, large, {"cpu_seconds": 30.0, "wall_seconds": 60.0})
     assert abs(check["build_cpu_s"]["error_percent"]) < 0.1 and check["train_cpu_s"]["error_percent"] == 0.0
     assert check["train_wall_s"]["error_percent"] == pytest.approx(100 * (59.0 - 60.0) / 60.0, abs=0.1)
+
+
+def test_fisher_projection_arithmetic():
+    stage = {"imagenet_like_decode": {"cpu_ms_per_image": 1.0, "file_bytes": 50_000},
+             "configs": {"fisher": {"n_features": 1000, "cache_bytes_per_image": {"codes_or_vector": 4000},
+                                    "cpu_ms_per_image": {"fingerprint": 0.1, "decode": 0.4, "total": 10.0}}}}
+    codec = {"codecs": {"float16": {"bytes_per_row": 2000, "encode_ms_per_row": 0.1, "decode_ms_per_row": 0.1},
+                        "pq8": {"bytes_per_row": 125, "codebook_bytes": 1_024_000, "fit_ms_per_row_iteration": 1.0,
+                                "encode_ms_per_row": 2.0, "decode_ms_per_row": 0.5},
+                        "pq16": {"bytes_per_row": 63, "codebook_bytes": 1_024_000, "fit_ms_per_row_iteration": 1.0,
+                                 "encode_ms_per_row": 1.0, "decode_ms_per_row": 0.25}}}
+    linear = {"solvers": {"sgd": {"cpu_ns_per_row_class_pass": 1000.0, "passes": 10}}}
+    report = simulate_scale.project_fisher_imagenet(
+        stage, codec, linear, n_train=9000, n_test=1000, cores=[10, 1000], image_bytes=100_000, overhead_ms=5.0,
+        gmm_seconds=100.0, task_seconds=0.001, batch_size=100, fs_gb_per_s=1.0, classes=100, pq_sample_rows=1000,
+        pq_iterations=10)
+    pq8 = report["formats"]["pq8"]
+    # 10 compute + 2 x (2 - 0.5) larger JPEGs + 5 overhead + 2 PQ encoding
+    assert pq8["worker_ms_per_image"] == pytest.approx(20.0)
+    assert pq8["pq_fit_s"] == pytest.approx(10.0)
+    assert pq8["build"][0]["cpu_bound_hours"] == pytest.approx((100 + 10 + 20e-3 * 10_000 / 10) / 3600, abs=0.01)
+    # training on 10 cores: 10 classes each, 10 passes x 9 000 rows x (0.5 ms decode + 10 x 1 us)
+    sgd = pq8["training"]["sgd"]["on"]
+    assert sgd[0]["hours"] == pytest.approx(round(10 * 9000 * (0.5e-3 + 10 * 1e-6) / 3600, 1))
+    assert sgd[1]["decode_share"] == pytest.approx(0.5e-3 / (0.5e-3 + 1e-6), abs=1e-3)  # 100 workers of 1 class
+    assert report["formats"]["float32"]["bytes_per_image_stored"] == 4000
