@@ -363,7 +363,9 @@ def _load_array(folder: Path, name: str, mmap: bool = False) -> np.ndarray:
 def _require_finite(folder: Path, name: str, array: np.ndarray) -> None:
     """Raise :class:`FeatureSetError` if ``array`` holds NaN or ±inf (checked in row blocks)."""
     for start in range(0, max(array.shape[0], 1), _FINITE_CHECK_ROWS):
-        if not np.isfinite(array[start : start + _FINITE_CHECK_ROWS]).all():
+        finite = np.isfinite(array[start : start + _FINITE_CHECK_ROWS]).all()
+        _release_mapped_pages(array)  # checking a 4.5 GB set must not leave it resident
+        if not finite:
             raise FeatureSetError(f"feature set {folder}: {name} holds NaN or infinite values; rebuild it")
 
 
