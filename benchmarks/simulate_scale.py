@@ -28,6 +28,22 @@ Sub-commands (run from the repository root)::
         --codebook-mode loky:2 --stage-costs stage-costs.json --train-costs train-costs.json \
         --check-small sim-1k.json --check-large sim-50k.json --json projection.json
 
+Fisher vectors and compressed rows (issue 24; docs/scaling.md sections 6 and 7)::
+
+    # build with rows stored compressed, then train the linear SVM per class on a cluster:
+    python benchmarks/simulate_scale.py build ... --config fisher --codebook-size 16 --rows pq8 \
+        --cluster local:2 --store sharded --json sim-2k.json
+    python benchmarks/simulate_scale.py train --features FS --cluster local:2 --param solver=features \
+        --param max_iter=40 --param tol=1e-12 --out model.npz --json train-2k.json
+    # per-row costs of the row codecs and of the linear SVM's solvers on real FV rows (one thread):
+    python benchmarks/simulate_scale.py codec-costs --features fv-scene15 --json codec-costs.json
+    python benchmarks/simulate_scale.py linear-costs --features fv-scene15 --json linear-costs.json
+    # the ImageNet-1k FV projection, and a large run projected from two small ones:
+    python benchmarks/simulate_scale.py project --config fisher --stage-costs stage-costs-fisher.json \
+        --fisher-codec codec-costs.json --fisher-linear linear-costs.json --json projection-fv.json
+    python benchmarks/simulate_scale.py project --two-runs sim-200.json sim-2k.json \
+        --two-trains train-200.json train-2k.json --large sim-50k.json --large-train train-50k.json
+
 The synthetic images are oriented sinusoidal gratings under smoothed noise: class ``c``
 sets the orientation, the spatial frequency and the noise's smoothing, each image draws
 its size, phase and contrast from ``numpy.random.default_rng([seed, index])``, so the
