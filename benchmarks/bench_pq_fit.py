@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from _bench_utils import machine, processor_model, write_json  # noqa: E402
+from _bench_utils import machine, pin_threads, processor_model, write_json
 
 
 def numpy_fit(rows: np.ndarray, sub_dim: int, n_iter: int, seed: int) -> np.ndarray:
@@ -58,9 +55,7 @@ def main() -> int:
     parser.add_argument("--n-iter", type=int, default=2)
     parser.add_argument("--json")
     args = parser.parse_args()
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1)
+    pin_threads()
     from classify_images.coding.product_quantizer import ProductQuantizer
 
     rows = np.random.default_rng(0).normal(size=(args.rows, args.dims)).astype(np.float32)
