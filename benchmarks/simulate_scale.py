@@ -28,6 +28,22 @@ Sub-commands (run from the repository root)::
         --codebook-mode loky:2 --stage-costs stage-costs.json --train-costs train-costs.json \
         --check-small sim-1k.json --check-large sim-50k.json --json projection.json
 
+Fisher vectors and compressed rows (issue 24; docs/scaling.md sections 6 and 7)::
+
+    # build with rows stored compressed, then train the linear SVM per class on a cluster:
+    python benchmarks/simulate_scale.py build ... --config fisher --codebook-size 16 --rows pq8 \
+        --cluster local:2 --store sharded --json sim-2k.json
+    python benchmarks/simulate_scale.py train --features FS --cluster local:2 --param solver=features \
+        --param max_iter=40 --param tol=1e-12 --out model.npz --json train-2k.json
+    # per-row costs of the row codecs and of the linear SVM's solvers on real FV rows (one thread):
+    python benchmarks/simulate_scale.py codec-costs --features fv-scene15 --json codec-costs.json
+    python benchmarks/simulate_scale.py linear-costs --features fv-scene15 --json linear-costs.json
+    # the ImageNet-1k FV projection, and a large run projected from two small ones:
+    python benchmarks/simulate_scale.py project --config fisher --stage-costs stage-costs-fisher.json \
+        --fisher-codec codec-costs.json --fisher-linear linear-costs.json --json projection-fv.json
+    python benchmarks/simulate_scale.py project --two-runs sim-200.json sim-2k.json \
+        --two-trains train-200.json train-2k.json --large sim-50k.json --large-train train-50k.json
+
 The synthetic images are oriented sinusoidal gratings under smoothed noise: class ``c``
 sets the orientation, the spatial frequency and the noise's smoothing, each image draws
 its size, phase and contrast from ``numpy.random.default_rng([seed, index])``, so the
@@ -140,6 +156,8 @@ class ProcessTreeMonitor:
         self.role: dict[int, str] = {}
         self.stage_cpu: dict[str, float] = {}
         self.stage_main_cpu: dict[str, float] = {}   # of this process alone (client; LocalCluster's scheduler)
+        self.stage_wall: dict[str, float] = {}       # wall seconds per stage, as the CPU is split
+        self._stage_start_wall = time.perf_counter()
         self.peak_tree_rss = 0
         self._stage_start_cpu = 0.0
         self._stage_start_main_cpu = 0.0
@@ -181,7 +199,10 @@ class ProcessTreeMonitor:
             total, main = self.total_cpu(), self.cpu.get(os.getpid(), 0.0)
             self.stage_cpu[self.stage] = self.stage_cpu.get(self.stage, 0.0) + total - self._stage_start_cpu
             self.stage_main_cpu[self.stage] = self.stage_main_cpu.get(self.stage, 0.0) + main - self._stage_start_main_cpu
+            now = time.perf_counter()
+            self.stage_wall[self.stage] = self.stage_wall.get(self.stage, 0.0) + now - self._stage_start_wall
             self.stage, self._stage_start_cpu, self._stage_start_main_cpu = stage, total, main
+            self._stage_start_wall = now
 
     def progress(self, iterable, description: str, total: int | None = None):
         self.mark(description)
@@ -224,7 +245,7 @@ class ProcessTreeMonitor:
 def _cluster_options(args) -> dict:
     """The build's cluster keywords that were given (none: the single-machine build)."""
     options = {"scheduler": args.scheduler, "cluster": args.cluster, "store": args.store,
-               "batch_size": getattr(args, "batch_size", None)}
+               "batch_size": getattr(args, "batch_size", None), "rows": getattr(args, "rows", None)}
     return {key: value for key, value in options.items() if value is not None}
 
 
@@ -271,6 +292,7 @@ def run_build(args) -> dict:
         "stage_wall_seconds": stage_wall,
         "stage_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_cpu.items()},
         "stage_main_process_cpu_seconds": {k: round(v, 2) for k, v in monitor.stage_main_cpu.items()},
+        "monitor_stage_wall_seconds": {k: round(v, 2) for k, v in monitor.stage_wall.items()},
         "cpu_seconds": round(sum(monitor.stage_cpu.values()), 2),
         "per_image_ms": {
             "wall": round(1000 * wall / n_images, 3),
@@ -304,6 +326,47 @@ def _overhead_per_task(metrics: dict, stage_wall: dict, monitor, report: dict) -
     per_image_wall = sum(stage_wall.get(k, 0.0) for k in ("check", "sample", "encode+pool"))
     idle = metrics["workers"] * per_image_wall - metrics["compute_seconds"]
     return round(1000 * idle / metrics["tasks"], 3)
+
+
+def run_train(args) -> dict:
+    """Train the linear SVM on a feature set's training rows (``--cluster local:N``: its
+    one-vs-rest problems in groups on the workers, each worker reading the rows itself) and
+    record wall and CPU seconds of the process tree, the L-BFGS iterations and peak memory.
+
+    ``--param`` fixes the solver's parameters; the simulation fixes ``solver=features`` (the
+    eigenbasis exists only for small ``n``) and ``max_iter`` with a tiny ``tol`` so that
+    every run makes the same number of passes: its cost is then per row, per class, per
+    pass (:func:`project_training_check`)."""
+    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.runner import Execution
+    from classify_images.pipeline.workflows import train_model
+
+    params = {}
+    for item in args.param or []:
+        key, value = item.split("=", 1)
+        params[key] = value if key == "solver" else float(value) if "." in value or "e" in value else int(value)
+    fs = load_feature_set(args.features)
+    execution = Execution.from_options(cluster=args.cluster) if args.cluster else None
+    out = Path(args.out)
+    with ProcessTreeMonitor() as monitor:
+        monitor.mark("train")
+        start = time.perf_counter()
+        training, _ = train_model(fs, "linear", params, out=out, execution=execution)
+        wall = time.perf_counter() - start
+    estimator = training.estimator
+    n_classes = len(fs.class_names)
+    cpu = monitor.stage_cpu.get("train", 0.0)
+    passes = int(getattr(estimator, "n_iter_", 0))
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores, shared", "features": str(args.features),
+        "rows_format": fs.manifest.get("store", {}).get("format", "dense"),
+        "cluster": args.cluster, "params": params, "n_train": len(fs.y_train), "n_features": fs.n_features,
+        "classes": n_classes, "n_iter": passes,
+        "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+        "cpu_ns_per_row_class_iteration": round(1e9 * cpu / max(len(fs.y_train) * n_classes * max(passes, 1), 1), 3),
+        "memory": monitor.memory(),
+    }
 
 
 # ------------------------------------------------------------------ per-image stage costs
@@ -467,6 +530,109 @@ def train_costs(args) -> dict:
                            "cpu_ns_per_class_per_nnz": round(1e9 * cpu / n_classes / X.nnz, 3)}
         report["classifiers"][name] = runs
         print(name, json.dumps(runs), flush=True)
+    return report
+
+
+class _CountedBlocks:
+    """The training row blocks of a feature set, re-iterable, counting the passes over them."""
+
+    def __init__(self, feature_set, block_rows: int) -> None:
+        self.feature_set, self.block_rows, self.passes = feature_set, block_rows, 0
+
+    def __iter__(self):
+        self.passes += 1
+        yield from self.feature_set.iter_row_blocks("train", self.block_rows)
+
+
+def linear_costs(args) -> dict:
+    """One-threaded CPU of the linear SVM on a feature set's dense training rows, per row, per
+    class and per pass over the rows, for the three ways it trains at scale:
+
+    * ``blocks``: :meth:`QuadraticHingeSVC.fit_blocks` (``train --streaming``), L-BFGS on
+      all the classes jointly, one pass over the row blocks per objective evaluation;
+    * ``sgd``: ``n_epochs`` passes of averaged SGD (:meth:`partial_fit`), all classes at once;
+    * ``per_class``: one one-vs-rest problem in memory (:meth:`fit_problem_group`, the task a
+      cluster worker runs; ``solver="features"``, as at ImageNet's size), passes = L-BFGS
+      iterations (its evaluations are not counted by the estimator).
+    """
+    from classify_images import QuadraticHingeSVC
+    from classify_images.pipeline.feature_store import load_feature_set
+
+    fs = load_feature_set(args.features)
+    y = np.asarray(fs.y_train)
+    n, d, n_classes = y.size, fs.n_features, len(np.unique(y))
+    report = {"features": str(args.features), "n_train": int(n), "n_features": int(d), "classes": n_classes,
+              "block_rows": args.block_rows, "C": args.C, "solvers": {}}
+
+    def record(name, cpu, passes, problems, **extra):
+        per = 1e9 * cpu / max(n * problems * max(passes, 1), 1)
+        report["solvers"][name] = {"cpu_s": round(cpu, 2), "passes": int(passes), "problems": problems,
+                                   "cpu_ns_per_row_class_pass": round(per, 3), **extra}
+        print(name, json.dumps(report["solvers"][name]), flush=True)
+
+    if "blocks" in args.solvers:
+        blocks = _CountedBlocks(fs, args.block_rows)
+        model = QuadraticHingeSVC(C=args.C, max_iter=args.max_iter)
+        cpu = time.process_time()
+        model.fit_blocks(blocks)
+        record("blocks", time.process_time() - cpu, blocks.passes, n_classes, n_iter=int(model.n_iter_))
+    if "sgd" in args.solvers:
+        model = QuadraticHingeSVC(C=args.C, n_epochs=args.epochs, streaming="sgd")
+        classes = np.unique(y)
+        cpu = time.process_time()
+        for _ in range(args.epochs):
+            for X_block, y_block in fs.iter_row_blocks("train", args.block_rows):
+                model.partial_fit(X_block, y_block, classes=classes, n_samples=n)
+        record("sgd", time.process_time() - cpu, args.epochs, n_classes)
+    if "per_class" in args.solvers:
+        X = np.asarray(fs.X_train)  # in memory, as on a worker
+        model = QuadraticHingeSVC(C=args.C, solver="features", max_iter=args.max_iter)
+        cpu = time.process_time()
+        model.fit_problem_group(X, y, 0, 1)
+        record("per_class", time.process_time() - cpu, model.n_iter_, 1)
+    return report
+
+
+def codec_costs(args) -> dict:
+    """One-threaded CPU per row of storing dense rows compressed (float16, pq8, pq16): encoding,
+    decoding, and learning the PQ codebooks (per training row and Lloyd iteration), on the
+    first rows of a feature set (Fisher vectors: 262 144 dims), with ``K = 256`` centroids.
+    The encode and decode costs depend on the shapes only, not on how well the codebooks fit,
+    so the codebooks are learnt with ``--fit-iter`` iterations (the build uses 10)."""
+    from classify_images.coding.product_quantizer import N_CENTROIDS, ProductQuantizer, pq_sub_dim, to_float16
+    from classify_images.pipeline.feature_store import load_feature_set
+
+    fs = load_feature_set(args.features)
+    wanted, blocks = max(args.rows, N_CENTROIDS), []
+    for block, _ in fs.iter_row_blocks("train"):
+        blocks.append(np.asarray(block, dtype=np.float32)[: wanted - sum(b.shape[0] for b in blocks)])
+        if sum(b.shape[0] for b in blocks) >= wanted:
+            break
+    rows = np.concatenate(blocks)
+    n = rows.shape[0]
+    d = rows.shape[1]
+
+    def cpu(fn):
+        start = time.process_time()
+        value = fn()
+        return value, time.process_time() - start
+
+    report = {"features": str(args.features), "rows": n, "n_features": d, "fit_iter": args.fit_iter, "codecs": {}}
+    half, t_encode = cpu(lambda: to_float16(rows))
+    _, t_decode = cpu(lambda: half.astype(np.float32))
+    report["codecs"]["float16"] = {"bytes_per_row": 2 * d, "encode_ms_per_row": round(1000 * t_encode / n, 3),
+                                   "decode_ms_per_row": round(1000 * t_decode / n, 3)}
+    for encoding in ("pq8", "pq16"):
+        quantizer, t_fit = cpu(lambda: ProductQuantizer(pq_sub_dim(encoding), n_iter=args.fit_iter).fit(rows))
+        codes, t_encode = cpu(lambda: quantizer.encode(rows))
+        decoded, t_decode = cpu(lambda: quantizer.decode(codes))
+        error = float(np.mean(np.sum((decoded - rows) ** 2, axis=1) / np.maximum(np.sum(rows ** 2, axis=1), 1e-30)))
+        report["codecs"][encoding] = {
+            "bytes_per_row": int(codes.shape[1]), "codebook_bytes": int(quantizer.codebooks_.nbytes),
+            "fit_ms_per_row_iteration": round(1000 * t_fit / (n * args.fit_iter), 3),
+            "encode_ms_per_row": round(1000 * t_encode / n, 3), "decode_ms_per_row": round(1000 * t_decode / n, 3),
+            "relative_squared_error": round(error, 4)}
+        print(encoding, json.dumps(report["codecs"][encoding]), flush=True)
     return report
 
 
@@ -644,6 +810,180 @@ def train_projection(train_costs: dict, *, n_train: int, nnz_per_row: float, n_c
     return out
 
 
+#: What each monitored stage of a compressed (PQ) build grows with: images, training images,
+#: rows, the PQ codebook sample (``min(n_train, PQ_SAMPLE_ROWS)`` rows), or nothing.
+_PQ_STAGE_COUNTS = {"discover": "n_images", "check images": "n_images", "split": "n_images",
+                    "sample descriptors": "n_train", "codebook": None, "pool (codebook sample)": "pq_sample",
+                    "after pool (codebook sample)": "pq_sample", "encode + pool": "rows", "normalise+write": "rows"}
+
+
+def _counts(report: dict) -> dict:
+    from classify_images.pipeline.build import PQ_SAMPLE_ROWS
+
+    return {"n_images": report["n_images"], "n_train": report["n_train"], "rows": report["rows"],
+            "pq_sample": min(report["n_train"], PQ_SAMPLE_ROWS), None: 1}
+
+
+def _line(a: tuple[float, float], b: tuple[float, float], x: float) -> tuple[float, float, float]:
+    """``(fixed, per_unit, value at x)`` of the line through two measurements ``(count, seconds)``
+    (a fixed part and a part per counted item, neither negative; one point: all fixed)."""
+    (xa, ya), (xb, yb) = a, b
+    slope = max((yb - ya) / (xb - xa), 0.0) if xb != xa else 0.0
+    fixed = max(yb - slope * xb, 0.0)
+    return fixed, slope, fixed + slope * x
+
+
+def project_from_two_runs(first: dict, second: dict, target: dict, train: tuple[dict, dict] | None = None) -> dict:
+    """A large build (and training) projected from two small ones of the same configuration:
+    each monitored stage's CPU and wall seconds is a fixed part plus a part per item it counts
+    (:data:`_PQ_STAGE_COUNTS`), the two parts solved from the two runs; the training's CPU and
+    wall a fixed part (the cluster's start, the workers' imports) plus a part per training row
+    (the same classes and L-BFGS passes: ``max_iter`` reached in every run).
+
+    ``target`` gives ``n_images``, ``n_train`` and ``rows`` of the large run."""
+    counts = [_counts(first), _counts(second), _counts(target)]
+    stages, cpu_total, wall_total = {}, 0.0, 0.0
+    for stage, key in _PQ_STAGE_COUNTS.items():
+        row = {"counts": key}
+        for clock, field in (("cpu", "stage_cpu_seconds"), ("wall", "monitor_stage_wall_seconds")):
+            a, b = first[field].get(stage, 0.0), second[field].get(stage, 0.0)
+            if key is None:
+                fixed, per, value = b, 0.0, b
+            else:
+                fixed, per, value = _line((counts[0][key], a), (counts[1][key], b), counts[2][key])
+            row[f"{clock}_fixed_s"], row[f"{clock}_per_item_ms"], row[f"projected_{clock}_s"] = (
+                round(fixed, 2), round(1000 * per, 4), round(value, 1))
+        stages[stage] = row
+        cpu_total += row["projected_cpu_s"]
+        wall_total += row["projected_wall_s"]
+    outside = second["wall_seconds"] - sum(second["monitor_stage_wall_seconds"].values())  # cluster start and stop
+    report = {"from": [first["n_images"], second["n_images"]], "to": target["n_images"],
+              "build": {"stages": stages, "projected_cpu_s": round(cpu_total, 1),
+                        "projected_wall_s": round(wall_total + max(outside, 0.0), 1)}}
+    cache = 0.0
+    for folder, per_image in second["cache_bytes_per_image"].items():  # a folder's bytes grow with what it counts
+        count, total = _CACHE_COUNTS.get(folder, "n_images"), per_image * second["n_images"]
+        cache += total if count is None else total * counts[2][count] / counts[1][count]
+    report["build"]["projected_cache_bytes"] = round(cache)
+    report["build"]["projected_store_bytes"] = round(_line((first["rows"], first["store_bytes_total"]),
+                                                           (second["rows"], second["store_bytes_total"]),
+                                                           target["rows"])[2])
+    if train is not None:
+        a, b = train
+        report["train"] = {}
+        for clock, field in (("cpu", "cpu_seconds"), ("wall", "wall_seconds")):
+            fixed, per, value = _line((a["n_train"], a[field]), (b["n_train"], b[field]), target["n_train"])
+            report["train"][f"{clock}_fixed_s"] = round(fixed, 2)
+            report["train"][f"{clock}_per_row_ms"] = round(1000 * per, 3)
+            report["train"][f"projected_{clock}_s"] = round(value, 1)
+    return report
+
+
+def compare_with_large(projection: dict, large: dict, large_train: dict | None) -> dict:
+    """The projection of :func:`project_from_two_runs` against the large run's measurements."""
+    def pair(projected, measured):
+        return {"projected": projected, "measured": measured,
+                "error_percent": round(100 * (projected - measured) / measured, 1) if measured else None}
+
+    build = projection["build"]
+    out = {"build_cpu_s": pair(build["projected_cpu_s"], large["cpu_seconds"]),
+           "build_wall_s": pair(build["projected_wall_s"], large["wall_seconds"]),
+           "cache_bytes": pair(build["projected_cache_bytes"], large["cache_bytes_total"]),
+           "store_bytes": pair(build["projected_store_bytes"], large["store_bytes_total"]),
+           "stages": {stage: {"cpu": pair(row["projected_cpu_s"], large["stage_cpu_seconds"].get(stage, 0.0)),
+                              "wall": pair(row["projected_wall_s"], large["monitor_stage_wall_seconds"].get(stage, 0.0))}
+                      for stage, row in build["stages"].items()}}
+    if large_train is not None and "train" in projection:
+        out["train_cpu_s"] = pair(projection["train"]["projected_cpu_s"], large_train["cpu_seconds"])
+        out["train_wall_s"] = pair(projection["train"]["projected_wall_s"], large_train["wall_seconds"])
+        out["total_cpu_s"] = pair(round(build["projected_cpu_s"] + projection["train"]["projected_cpu_s"], 1),
+                                  round(large["cpu_seconds"] + large_train["cpu_seconds"], 1))
+        out["total_wall_s"] = pair(round(build["projected_wall_s"] + projection["train"]["projected_wall_s"], 1),
+                                   round(large["wall_seconds"] + large_train["wall_seconds"], 1))
+    return out
+
+
+def project_fisher_imagenet(stage: dict, codec: dict, linear: dict, *, n_train: int, n_test: int, cores: list[int],
+                            image_bytes: int, overhead_ms: float, gmm_seconds: float, task_seconds: float,
+                            batch_size: int, fs_gb_per_s: float, classes: int, pq_sample_rows: int,
+                            pq_iterations: int) -> dict:
+    """A cold Fisher-vector build of ImageNet-1k and its linear training, per row format, from
+    measured per-image and per-row costs (docs/scaling.md, section 5; every input is a measurement
+    named in the report, or an assumption stated there):
+
+    * worker CPU per image: ``stage`` (stage-costs, one thread: fingerprint, decode, dense SIFT,
+      Fisher encoding), the larger JPEGs' extra decoding, ``overhead_ms`` of pipeline per image
+      (task handling, the stage-cache entry, the shard write), and the row's compression
+      (``codec``: float16 conversion or PQ encoding);
+    * fixed: the GMM (``gmm_seconds``) and, for PQ, the codebooks (``pq_sample_rows`` rows,
+      ``pq_iterations`` Lloyd iterations, ``codec``'s cost per row and iteration);
+    * time on ``p`` cores: fixed + max(worker CPU / p, tasks × ``task_seconds``), and no less
+      than the bytes over the shared file system at ``fs_gb_per_s``;
+    * training, one-vs-rest linear SVM streamed from the store (``linear``: CPU per row, class
+      and pass of each solver; passes as measured on 15-Scenes): ``p`` workers each own
+      ``classes / p`` classes and read every row at every pass, decoding it once per pass for
+      all its classes.
+    """
+    fisher = stage["configs"]["fisher"]
+    d = fisher["n_features"]
+    n_all = n_train + n_test
+    probe = stage["imagenet_like_decode"]
+    decode_ms = probe["cpu_ms_per_image"] * max(1.0, image_bytes / probe["file_bytes"])
+    extra_decode = 2 * max(decode_ms - fisher["cpu_ms_per_image"]["fingerprint"] - fisher["cpu_ms_per_image"]["decode"], 0.0)
+    compute = fisher["cpu_ms_per_image"]["total"]
+    cached = fisher["cache_bytes_per_image"]["codes_or_vector"]
+    n_tasks = math.ceil(n_all / batch_size) * 2 + 2 * math.ceil(n_all / (8 * batch_size))  # sample + encode, check
+    formats = {"float32": {"bytes_per_row": 4 * d, "encode_ms": 0.0, "decode_ms": 0.0, "codebook_bytes": 0, "fit_s": 0.0}}
+    formats["float16"] = {"bytes_per_row": codec["codecs"]["float16"]["bytes_per_row"],
+                          "encode_ms": codec["codecs"]["float16"]["encode_ms_per_row"],
+                          "decode_ms": codec["codecs"]["float16"]["decode_ms_per_row"], "codebook_bytes": 0, "fit_s": 0.0}
+    for name in ("pq8", "pq16"):
+        c = codec["codecs"][name]
+        formats[name] = {"bytes_per_row": c["bytes_per_row"], "encode_ms": c["encode_ms_per_row"],
+                         "decode_ms": c["decode_ms_per_row"], "codebook_bytes": c["codebook_bytes"],
+                         "fit_s": c["fit_ms_per_row_iteration"] * pq_sample_rows * pq_iterations / 1000}
+    solvers = linear["solvers"]
+    report = {"images": n_all, "n_features": d, "tasks": n_tasks,
+              "per_image_ms": {"compute_one_thread": compute, "extra_decode": round(extra_decode, 2),
+                               "pipeline_overhead": overhead_ms},
+              "gmm_s": gmm_seconds, "formats": {}}
+    for name, f in formats.items():
+        worker_ms = compute + extra_decode + overhead_ms + f["encode_ms"]
+        worker_cpu = worker_ms * n_all / 1000
+        fixed = gmm_seconds + f["fit_s"]
+        store = f["bytes_per_row"] * n_all
+        disk = {"store_GB": round(store / 1e9, 1), "stage_cache_GB": round(cached * n_all / 1e9, 1),
+                "images_GB": round(image_bytes * n_all / 1e9, 1)}
+        build = []
+        for p in cores:
+            network = image_bytes * n_all + cached * n_all + store + f["codebook_bytes"] * p
+            cpu_bound = fixed + max(worker_cpu / p, n_tasks * task_seconds)
+            build.append({"cores": p, "hours": round(max(cpu_bound, fixed + network / (fs_gb_per_s * 1e9)) / 3600, 2),
+                          "cpu_bound_hours": round(cpu_bound / 3600, 2), "network_GB": round(network / 1e9)})
+        training = {}
+        for solver in ("blocks", "sgd"):
+            if solver not in solvers:
+                continue
+            per = solvers[solver]["cpu_ns_per_row_class_pass"] * 1e-9
+            passes = solvers[solver]["passes"]
+            rows = []
+            for p in cores:
+                owned = math.ceil(classes / min(p, classes))
+                seconds = passes * n_train * (f["decode_ms"] / 1000 + owned * per)
+                rows.append({"cores": p, "hours": round(seconds / 3600, 1),
+                             "core_hours": round(seconds * min(p, classes) / 3600),
+                             "decode_share": round(f["decode_ms"] / 1000 / (f["decode_ms"] / 1000 + owned * per), 3),
+                             "read_TB": round(passes * min(p, classes) * store / 1e12, 1)})
+            training[solver] = {"passes": passes, "cpu_ns_per_row_class_pass": solvers[solver]["cpu_ns_per_row_class_pass"],
+                                "on": rows}
+        report["formats"][name] = {"bytes_per_image_stored": f["bytes_per_row"], "bytes_per_image_cached": cached,
+                                   "codebook_bytes": f["codebook_bytes"], "pq_fit_s": round(f["fit_s"], 1),
+                                   "worker_ms_per_image": round(worker_ms, 2),
+                                   "worker_core_hours": round(worker_cpu / 3600, 1), "disk": disk,
+                                   "build": build, "training": training}
+    return report
+
+
 def project(args) -> dict:
     load = lambda path: json.loads(Path(path).read_text()) if path else None  # noqa: E731
     report = {}
@@ -669,6 +1009,22 @@ def project(args) -> dict:
                                                        cores=args.cores)
     if args.check_small and args.check_large:
         report["check"] = check_projection(load(args.check_small), load(args.check_large))
+    if args.fisher_codec and args.fisher_linear and args.stage_costs:
+        from classify_images.pipeline.build import DEFAULT_BATCH_SIZE, PQ_SAMPLE_ROWS
+
+        report["imagenet_fisher"] = project_fisher_imagenet(
+            load(args.stage_costs), load(args.fisher_codec), load(args.fisher_linear), n_train=args.n_train,
+            n_test=args.n_test, cores=args.cores, image_bytes=args.image_bytes, overhead_ms=args.overhead_ms,
+            gmm_seconds=args.gmm_seconds, task_seconds=(args.task_ms or 0.93) / 1000,
+            batch_size=args.batch_size or DEFAULT_BATCH_SIZE, fs_gb_per_s=args.fs_gb_per_s[0], classes=args.classes,
+            pq_sample_rows=PQ_SAMPLE_ROWS, pq_iterations=10)
+    if args.two_runs:
+        train = tuple(load(path) for path in args.two_trains) if args.two_trains else None
+        target = {"n_images": args.target_images, "n_train": args.target_train, "rows": args.target_images}
+        report["two_run_projection"] = project_from_two_runs(load(args.two_runs[0]), load(args.two_runs[1]), target, train)
+        if args.large:
+            report["two_run_check"] = compare_with_large(report["two_run_projection"], load(args.large),
+                                                         load(args.large_train) if args.large_train else None)
     return report
 
 
@@ -703,6 +1059,8 @@ def main() -> int:
     build.add_argument("--cluster")
     build.add_argument("--store")
     build.add_argument("--batch-size", type=int, help="images per Dask task (default: the build's)")
+    build.add_argument("--rows", choices=("float32", "float16", "pq8", "pq16"),
+                       help="how the feature set stores its rows (build-features --rows)")
     build.add_argument("--json")
 
     costs = commands.add_parser("stage-costs", help="per-image CPU cost of each stage on real images")
@@ -714,10 +1072,32 @@ def main() -> int:
                        help="where the ImageNet-sized JPEGs are written")
     costs.add_argument("--json")
 
+    sim_train = commands.add_parser("train", help="train the linear SVM on a (simulated) feature set and measure")
+    sim_train.add_argument("--features", required=True)
+    sim_train.add_argument("--cluster", help="local:N: the one-vs-rest problems on a local Dask cluster")
+    sim_train.add_argument("--param", action="append", metavar="KEY=VALUE")
+    sim_train.add_argument("--out", required=True, help="model file")
+    sim_train.add_argument("--json")
+
     train = commands.add_parser("train-costs", help="training time per one-vs-rest problem on a feature set")
     train.add_argument("--features", required=True)
     train.add_argument("--classifiers", nargs="+", default=["nsvm", "linear", "pmsvm"])
     train.add_argument("--json")
+
+    lin = commands.add_parser("linear-costs", help="CPU per row, class and pass of the linear SVM's solvers")
+    lin.add_argument("--features", required=True)
+    lin.add_argument("--solvers", nargs="+", default=["blocks", "sgd", "per_class"])
+    lin.add_argument("--block-rows", type=int, default=256)
+    lin.add_argument("--C", type=float, default=1.0)
+    lin.add_argument("--max-iter", type=int, default=1000)
+    lin.add_argument("--epochs", type=int, default=10)
+    lin.add_argument("--json")
+
+    codec = commands.add_parser("codec-costs", help="CPU per row of float16 / PQ encoding, decoding, codebook learning")
+    codec.add_argument("--features", required=True)
+    codec.add_argument("--rows", type=int, default=256)
+    codec.add_argument("--fit-iter", type=int, default=2)
+    codec.add_argument("--json")
 
     proj = commands.add_parser("project", help="the projection of docs/scaling.md from the measurements")
     proj.add_argument("--build", help="a build report (build --json), or bench_cluster.py's JSON with --build-mode")
@@ -739,18 +1119,31 @@ def main() -> int:
     proj.add_argument("--nnz-per-row", type=float, default=1367.0, help="stored non-zeros per feature row")
     proj.add_argument("--check-small", help="build report of the small simulated run")
     proj.add_argument("--check-large", help="build report of the large simulated run")
+    proj.add_argument("--fisher-codec", help="codec-costs --json on Fisher-vector rows (the ImageNet FV projection)")
+    proj.add_argument("--fisher-linear", help="linear-costs --json on Fisher-vector rows")
+    proj.add_argument("--overhead-ms", type=float, default=12.4,
+                      help="pipeline CPU per image around the computation (bof-spm cluster build: 16.7 - 4.25 ms)")
+    proj.add_argument("--gmm-seconds", type=float, default=106.4,
+                      help="the GMM's time (the 15-Scenes fisher build's codebook step)")
+    proj.add_argument("--two-runs", nargs=2, metavar="BUILD_JSON",
+                      help="two small builds of one configuration (build --json): project a large one from them")
+    proj.add_argument("--two-trains", nargs=2, metavar="TRAIN_JSON", help="their trainings (train --json)")
+    proj.add_argument("--target-images", type=int, default=50_000)
+    proj.add_argument("--target-train", type=int, default=25_000)
+    proj.add_argument("--large", help="the large build's report, to compare with the projection")
+    proj.add_argument("--large-train", help="the large training's report")
     proj.add_argument("--json")
 
     args = parser.parse_args()
     if args.command == "generate":
         generate(args.out, args.n, args.classes, args.seed, args.min_side, args.max_side, args.quality)
         return 0
-    if args.command in ("stage-costs", "train-costs"):  # one thread: CPU seconds of one core
+    if args.command in ("stage-costs", "train-costs", "linear-costs", "codec-costs"):  # one thread: CPU seconds of one core
         os.environ["NUMBA_NUM_THREADS"] = "1"
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
-    commands_run = {"build": run_build, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
+    commands_run = {"build": run_build, "train": run_train, "linear-costs": linear_costs, "codec-costs": codec_costs, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
     report = commands_run[args.command](args)
     print(json.dumps(report, indent=2))
     from _bench_utils import write_json

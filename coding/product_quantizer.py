@@ -18,9 +18,10 @@ signatures compressed and decompress them on the fly while training a linear SVM
   so a row costs ``m`` bytes instead of ``4 d``: ``s = 8`` is 32 times smaller, ``s = 16``
   64 times.  The codebooks take ``m K s`` float32 (the size of 256 rows), once per feature set.
 
-The k-means runs on every sub-vector position at once (Lloyd's iterations [3]_, one
-batched matrix product per chunk of positions for the distances
-``||x||^2 - 2 x^T c + ||c||^2``); centroids start at ``K`` distinct training rows drawn with
+The k-means runs Lloyd's iterations [3]_ on every sub-vector position, with compiled kernels
+(:mod:`._pq_kernels`) that read the rows in place: the nearest centroid minimises
+``||c||^2 - 2 x^T c`` (``||x||^2`` is the same for all), then each centroid becomes the mean
+of its sub-vectors; centroids start at ``K`` distinct training rows drawn with
 a seed (the same rows for every position), an empty cluster keeps its centroid.
 Encoding uses the same distances; decoding is a table look-up.
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ClassifyImagesError
+from ._pq_kernels import centroid_sums, nearest_centroids
 
 __all__ = ["ROW_ENCODINGS", "RowCodecError", "ProductQuantizer", "to_float16", "pq_sub_dim"]
 
@@ -45,8 +47,6 @@ __all__ = ["ROW_ENCODINGS", "RowCodecError", "ProductQuantizer", "to_float16", "
 ROW_ENCODINGS = ("float32", "float16", "pq8", "pq16")
 #: Centroids per sub-vector codebook (one byte per code).
 N_CENTROIDS = 256
-#: Bytes of the ``(positions, rows, centroids)`` float32 distance block computed at a time.
-_DISTANCE_BLOCK_BYTES = 1 << 27
 
 
 class RowCodecError(ClassifyImagesError, ValueError):
@@ -103,64 +103,46 @@ class ProductQuantizer:
         self.sub_dim, self.n_iter, self.seed = int(sub_dim), int(n_iter), int(seed)
 
     # ----------------------------------------------------------------- shapes
-    def _positions(self, rows: np.ndarray) -> np.ndarray:
-        """``(m, n, s)`` float32 view of the rows cut into sub-vectors (the last one zero-padded)."""
+    def _sub_vectors(self, rows: np.ndarray) -> np.ndarray:
+        """``(m, n, s)`` float32 copy of (a few) rows cut into sub-vectors (the last one zero-padded)."""
         n, d = rows.shape
         m = -(-d // self.sub_dim)
         padded = np.zeros((n, m * self.sub_dim), dtype=np.float32)
         padded[:, :d] = rows
         return padded.reshape(n, m, self.sub_dim).transpose(1, 0, 2)
 
-    def _chunk(self, n_rows: int, n_centroids: int) -> int:
-        return max(1, _DISTANCE_BLOCK_BYTES // (4 * max(n_rows, 1) * n_centroids))
-
     @staticmethod
-    def _nearest(sub: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-        """Index of the nearest centroid, ``(p, n)``, of sub-vectors ``(p, n, s)`` among ``(p, K, s)``."""
-        cross = np.matmul(sub, centroids.transpose(0, 2, 1))  # (p, n, K)
-        squared = np.einsum("pks,pks->pk", centroids, centroids)
-        # ||x||^2 is the same for every centroid: argmin of ||c||^2 - 2 x.c
-        return np.argmin(squared[:, None, :] - 2.0 * cross, axis=2)
+    def _nearest(rows: np.ndarray, codebooks: np.ndarray) -> np.ndarray:
+        """``(n, m)`` int32 index of the nearest centroid of every sub-vector of ``rows`` (compiled kernel)."""
+        squared = np.einsum("pks,pks->pk", codebooks, codebooks)
+        return nearest_centroids(rows, np.ascontiguousarray(codebooks.transpose(0, 2, 1)), squared)
 
     # -------------------------------------------------------------------- fit
     def fit(self, rows: np.ndarray) -> "ProductQuantizer":
-        """Learn the codebooks from training rows ``(n, d)`` (k-means per sub-vector position)."""
-        rows = np.asarray(rows, dtype=np.float32)
+        """Learn the codebooks from training rows ``(n, d)`` (k-means per sub-vector position).
+
+        The rows are read in place (float32 C-ordered rows are not copied)."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
         if rows.ndim != 2 or rows.shape[0] < 1:
             raise RowCodecError(f"product quantisation needs a matrix of training rows, not shape {rows.shape}")
         n = rows.shape[0]
         k = min(N_CENTROIDS, n)
         start = np.sort(np.random.default_rng(self.seed).choice(n, size=k, replace=False))
-        positions = self._positions(rows)  # (m, n, s)
-        codebooks = np.ascontiguousarray(positions[:, start, :])  # (m, K, s)
-        chunk = self._chunk(n, k)
+        codebooks = np.ascontiguousarray(self._sub_vectors(rows[start]))  # (m, K, s)
         for _ in range(self.n_iter):
-            for first in range(0, positions.shape[0], chunk):
-                sub, centroids = positions[first:first + chunk], codebooks[first:first + chunk]
-                labels = self._nearest(sub, centroids)  # (p, n)
-                p = sub.shape[0]
-                flat = (labels + k * np.arange(p)[:, None]).ravel()
-                counts = np.bincount(flat, minlength=p * k).reshape(p, k)
-                for dim in range(self.sub_dim):
-                    sums = np.bincount(flat, weights=sub[:, :, dim].ravel(), minlength=p * k).reshape(p, k)
-                    filled = counts > 0
-                    centroids[:, :, dim][filled] = (sums[filled] / counts[filled]).astype(np.float32)
+            sums, counts = centroid_sums(rows, self._nearest(rows, codebooks), self.sub_dim, k)
+            filled = counts > 0  # an empty cluster keeps its centroid
+            codebooks[filled] = (sums[filled] / counts[filled][:, None]).astype(np.float32)
         self.codebooks_, self.n_features_ = codebooks, int(rows.shape[1])
         return self
 
     # --------------------------------------------------------- encode, decode
     def encode(self, rows: np.ndarray) -> np.ndarray:
         """The codes ``(n, m)`` uint8 of rows ``(n, d)``: the nearest centroid of each sub-vector."""
-        rows = np.asarray(rows, dtype=np.float32)
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
         if rows.ndim != 2 or rows.shape[1] != self.n_features_:
             raise RowCodecError(f"rows of shape {rows.shape} do not fit codebooks of {self.n_features_} dimensions")
-        positions = self._positions(rows)
-        codes = np.empty((rows.shape[0], positions.shape[0]), dtype=np.uint8)
-        chunk = self._chunk(rows.shape[0], self.codebooks_.shape[1])
-        for first in range(0, positions.shape[0], chunk):
-            codes[:, first:first + chunk] = self._nearest(positions[first:first + chunk],
-                                                          self.codebooks_[first:first + chunk]).T
-        return codes
+        return self._nearest(rows, self.codebooks_).astype(np.uint8)
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """Float32 rows ``(n, d)`` of codes ``(n, m)``: each sub-vector replaced by its centroid."""

@@ -347,9 +347,11 @@ def _write_shards(
                                        os.fspath(writer.shard_folder), part, k, shards.fmt, **options)
                 for part, k, rows in plan]
 
-    def run(plan, description, extractor, **options):
+    def run(plan, description, extractor, quantizer=None, **options):
+        # the codebooks (as large as 256 rows) travel to each worker once, as the extractor does
+        shared = {"extractor": extractor} if quantizer is None else {"extractor": extractor, "quantizer": quantizer}
         return runner.map(tasks(plan, **options), description, sizes=[len(rows) for _, _, rows in plan],
-                          shared={"extractor": extractor}, batch_size=1, max_nbytes="100K")
+                          shared=shared, batch_size=1, max_nbytes="100K")
 
     if not extractor.normalizer.is_fitted:
         training = [step for step in shards.plan if step[0] == "X_train"]

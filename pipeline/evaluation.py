@@ -165,7 +165,40 @@ def _class_indices(labels: np.ndarray, class_names: Sequence[str]) -> np.ndarray
     return np.array([index[str(label)] for label in labels], dtype=np.int64)
 
 
-def _timed_decisions(estimator: Any, X: np.ndarray, class_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, float]:
+@dataclass(frozen=True)
+class PooledRows:
+    """Rows ``indices`` of a feature set's pooled rows (training, then test), read block by
+    block when scored (:meth:`~classify_images.pipeline.feature_store.FeatureSet.iter_pooled_rows`):
+    an experiment's test rows are never held all at once."""
+
+    feature_set: FeatureSet
+    indices: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def _blockwise_decisions(estimator: Any, rows: PooledRows) -> tuple[np.ndarray, float]:
+    """Decision values of every row of ``rows``, one stored block at a time, and the seconds
+    spent in ``decision_function`` (reading the blocks is not counted)."""
+    raw, seconds, compiled = None, 0.0, False
+    for positions, block in rows.feature_set.iter_pooled_rows(rows.indices):
+        if not compiled:  # compile (or load) the numba kernels outside the timed calls
+            estimator.decision_function(block[:1])
+            compiled = True
+        start = time.perf_counter()
+        values = np.asarray(estimator.decision_function(block), dtype=np.float64)
+        seconds += time.perf_counter() - start
+        if raw is None:
+            raw = np.empty((len(rows),) + values.shape[1:])
+        raw[positions] = values
+    if raw is None:  # no row: the shape of one decision
+        raw = np.empty((0,) + np.shape(estimator.decision_function(np.zeros((1, rows.feature_set.n_features),
+                                                                            dtype=np.float32)))[1:])
+    return raw, seconds
+
+
+def _timed_decisions(estimator: Any, X: np.ndarray | PooledRows, class_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, float]:
     """Predicted class index and the decision values of every class, timed as ``predict``.
 
     ``predict`` is the class of the largest decision value (with two classes: the sign of
@@ -179,11 +212,14 @@ def _timed_decisions(estimator: Any, X: np.ndarray, class_names: Sequence[str]) 
         Of ``decision_function`` on all of ``X``, after one call on its first row: numba
         compiles a kernel on its first call in a process, and that time is not testing.
     """
-    if len(X):
-        estimator.decision_function(X[:1])  # compile (or load) the numba kernels outside the timed call
-    start = time.perf_counter()
-    raw = np.asarray(estimator.decision_function(X), dtype=np.float64)
-    seconds = time.perf_counter() - start
+    if isinstance(X, PooledRows):
+        raw, seconds = _blockwise_decisions(estimator, X)
+    else:
+        if len(X):
+            estimator.decision_function(X[:1])  # compile (or load) the numba kernels outside the timed call
+        start = time.perf_counter()
+        raw = np.asarray(estimator.decision_function(X), dtype=np.float64)
+        seconds = time.perf_counter() - start
     if raw.ndim == 1:
         raw = np.stack([-raw, raw], axis=1)
     columns = _class_indices(estimator.classes_, class_names)
@@ -450,15 +486,17 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     """
     check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features,
                         class_names=feature_set.class_names)
+    n_train = len(feature_set.y_train)  # the test rows are scored block by block, the training rows not read
     return _evaluation(
-        model, meta["classifier"], meta["params"], feature_set, np.asarray(feature_set.X_test), feature_set.y_test,
-        feature_set.test_paths, n_train=int(feature_set.X_train.shape[0]), train_seconds=meta.get("train_seconds"),
+        model, meta["classifier"], meta["params"], feature_set, PooledRows(feature_set, np.arange(
+            n_train, n_train + len(feature_set.y_test))), feature_set.y_test,
+        feature_set.test_paths, n_train=n_train, train_seconds=meta.get("train_seconds"),
         search=meta.get("search"),
     )
 
 
 def _evaluation(
-    model: Any, classifier: str, params: dict, feature_set: FeatureSet, X_test: np.ndarray, y_test: np.ndarray,
+    model: Any, classifier: str, params: dict, feature_set: FeatureSet, X_test: np.ndarray | PooledRows, y_test: np.ndarray,
     test_paths: Sequence[str], *, n_train: int, train_seconds: float | None, search: dict | None = None,
 ) -> Evaluation:
     """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``): confusion, predictions, provenance."""
@@ -471,7 +509,7 @@ def _evaluation(
         feature_set=str(feature_set.path),
         config_hash=feature_set.config_hash,
         n_train=n_train,
-        n_test=int(X_test.shape[0]),
+        n_test=len(X_test),
         n_features=feature_set.n_features,
         class_names=class_names,
         confusion=confusion_matrix(y_test, predicted, labels=np.arange(len(class_names))),
@@ -610,7 +648,8 @@ def run_experiment(
     ``search``, each split chooses those parameters by cross-validation on its own training
     rows (:func:`train_classifier`), recorded per run (``chosen``).
     """
-    X_all = np.concatenate([np.asarray(feature_set.X_train), np.asarray(feature_set.X_test)])
+    # no pooled copy: each split gathers its training rows (the one copy a fit needs) and
+    # scores its test rows block by block from the store
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
     paths_all = feature_set.train_paths + feature_set.test_paths
     split = feature_set.manifest["split"]
@@ -620,10 +659,10 @@ def run_experiment(
     for seed in progress(seeds) if progress else seeds:
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
-        training = train_classifier(name, params, X_all[train], y_all[train], seed=seed,
+        training = train_classifier(name, params, feature_set.pooled_rows(train), y_all[train], seed=seed,
                                     class_names=feature_set.class_names, search=search)
         evaluation = _evaluation(
-            training.estimator, name, training.params, feature_set, X_all[test], y_all[test],
+            training.estimator, name, training.params, feature_set, PooledRows(feature_set, test), y_all[test],
             [paths_all[k] for k in test], n_train=int(train.size), train_seconds=training.train_seconds,
             search=training.search,
         )

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import tokenize
 import zipfile
@@ -105,6 +106,8 @@ SHARDED_FORMAT_VERSION = 2
 STORE_LAYOUTS = ("npy", "sharded")
 #: Rows per block of :meth:`FeatureSet.iter_row_blocks` on the ``npy`` layout, by default.
 DEFAULT_ROWS_PER_BLOCK = 1024
+#: Bytes of a memory-mapped array read at a time by :meth:`FeatureSet.iter_pooled_rows`.
+POOLED_BLOCK_BYTES = 64 * 2**20
 #: The row arrays and the label arrays of a feature set.
 ROW_ARRAYS = ("X_train", "X_test")
 LABEL_ARRAYS = ("y_train", "y_test")
@@ -118,6 +121,17 @@ _FINITE_CHECK_ROWS = 4096
 
 class FeatureSetError(ClassifyImagesError, ValueError):
     """A feature-set folder is missing, incomplete or corrupt (user-facing, one line)."""
+
+
+def _release_mapped_pages(rows) -> None:
+    """Drop from this process the pages of a memory-mapped array that reading it made resident.
+
+    They are clean pages of a read-only file (read again from the page cache if needed), but
+    they count in the process's resident memory until unmapped: a pass over a 4.5 GB feature
+    set would otherwise leave 4.5 GB resident.  Nothing happens for other arrays."""
+    mapping = getattr(rows, "_mmap", None)  # numpy.memmap's mapping (np.load(..., mmap_mode="r"))
+    if mapping is not None and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 @dataclass(init=False)
@@ -198,6 +212,44 @@ class FeatureSet:
             raise ValueError(f"rows_per_block must be at least 1, not {step}")
         for start in range(0, rows.shape[0], step):
             yield rows[start : start + step], np.asarray(labels[start : start + step], dtype=np.int64)
+
+    def iter_pooled_rows(self, indices: np.ndarray, max_block_bytes: int | None = None):
+        """``(positions, X)`` over rows ``indices`` of the pooled rows (the training rows, then
+        the test rows), read one stored block at a time, in storage order.
+
+        ``X`` holds the selected rows of one block (dense float32) and ``positions`` where they
+        sit in ``indices``: ``X[i]`` is pooled row ``indices[positions[i]]``.  Memory: one block
+        (a shard, or ``max_block_bytes`` of a memory-mapped array), never the pooled rows.
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        max_block_bytes = POOLED_BLOCK_BYTES if max_block_bytes is None else max_block_bytes
+        order = np.argsort(indices, kind="stable")
+        wanted = indices[order]
+        offset = 0
+        for split in ("train", "test"):
+            rows = self.rows[split]
+            step = None if isinstance(rows, ShardedRows) else max(1, max_block_bytes // max(4 * rows.shape[1], 1))
+            for X_block, _ in self.iter_row_blocks(split, step):
+                n = X_block.shape[0]
+                low, high = np.searchsorted(wanted, (offset, offset + n))
+                if high > low:
+                    selected = X_block[wanted[low:high] - offset]
+                    selected = selected.toarray() if hasattr(selected, "toarray") else selected
+                    selected = np.asarray(selected, dtype=np.float32)  # fancy indexing: its own memory, not the map's
+                    _release_mapped_pages(rows)
+                    yield order[low:high], selected
+                offset += n
+
+    def pooled_rows(self, indices: np.ndarray) -> np.ndarray:
+        """Rows ``indices`` of the pooled rows (training, then test) as one dense float32 array.
+
+        The only copy made is the result (:meth:`iter_pooled_rows`): an experiment's split
+        gathers its training rows without concatenating the training and test sets first.
+        """
+        out = np.empty((len(indices), self.n_features), dtype=np.float32)
+        for positions, block in self.iter_pooled_rows(indices):
+            out[positions] = block
+        return out
 
     def to_dask_array(self, split: str):
         """The rows of ``split`` as a lazy ``dask.array`` (one chunk per shard, or per
@@ -310,8 +362,12 @@ def _load_array(folder: Path, name: str, mmap: bool = False) -> np.ndarray:
 
 def _require_finite(folder: Path, name: str, array: np.ndarray) -> None:
     """Raise :class:`FeatureSetError` if ``array`` holds NaN or ±inf (checked in row blocks)."""
-    for start in range(0, max(array.shape[0], 1), _FINITE_CHECK_ROWS):
-        if not np.isfinite(array[start : start + _FINITE_CHECK_ROWS]).all():
+    # at most _FINITE_CHECK_ROWS rows and POOLED_BLOCK_BYTES of them at a time (1 MB Fisher rows: 64)
+    step = max(1, min(_FINITE_CHECK_ROWS, POOLED_BLOCK_BYTES // max(array.itemsize * int(np.prod(array.shape[1:])), 1)))
+    for start in range(0, max(array.shape[0], 1), step):
+        finite = np.isfinite(array[start : start + step]).all()
+        _release_mapped_pages(array)  # checking a 4.5 GB set must not leave it resident
+        if not finite:
             raise FeatureSetError(f"feature set {folder}: {name} holds NaN or infinite values; rebuild it")
 
 

@@ -179,3 +179,26 @@ def test_pq_codebooks_learn_from_a_bounded_sample(tmp_path, monkeypatch):
     codebooks = np.load(tmp_path / "pq" / "pq_codebooks.npy")
     assert codebooks.shape == (256 // 16, 6, 16)  # 3 rows from each of 2 shards: 6 centroids per position
     assert feature_set.row_encoding == "pq16" and feature_set.X_train.shape[1] == 256
+
+
+def test_nearest_centroid_kernel_is_the_argmin_of_explicit_distances():
+    """The compiled nearest-centroid search against float64 distances, with 256 centroids and
+    a last sub-vector cut short (d = 8 m - 3): the chosen centroid is the nearest up to rounding."""
+    from classify_images.coding._pq_kernels import centroid_sums, nearest_centroids
+
+    rng = np.random.default_rng(5)
+    rows = rng.normal(size=(30, 37)).astype(np.float32)
+    codebooks = rng.normal(size=(5, 256, 8)).astype(np.float32)
+    labels = nearest_centroids(rows, np.ascontiguousarray(codebooks.transpose(0, 2, 1)),
+                               np.einsum("pks,pks->pk", codebooks, codebooks))
+    padded = np.zeros((30, 40))
+    padded[:, :37] = rows
+    sums = np.zeros((5, 256, 8))
+    for i in range(30):
+        for j in range(5):
+            distances = np.sum((padded[i, 8 * j:8 * j + 8] - codebooks[j].astype(np.float64)) ** 2, axis=1)
+            assert distances[labels[i, j]] <= distances.min() + 1e-4
+            sums[j, labels[i, j]] += padded[i, 8 * j:8 * j + 8]
+    got_sums, counts = centroid_sums(rows, labels, 8, 256)
+    np.testing.assert_allclose(got_sums, sums, atol=1e-5)
+    assert counts.sum() == 30 * 5 and (counts.sum(axis=1) == 30).all()

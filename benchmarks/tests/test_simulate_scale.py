@@ -103,3 +103,64 @@ def test_cluster_metrics_task_names():
     assert _cluster_metrics._prefix("encode-pool-1a2b3c4d-17") == "encode-pool"
     assert _cluster_metrics._prefix(("check-images-deadbeef", 3)) == "check-images"
     assert _cluster_metrics._prefix("f") == "f"
+
+
+def _pq_build(n_images, n_train, cpu_per_image, fixed, pq_fit_per_row, wall_extra=2.0):
+    """A build report whose stages cost ``fixed`` + ``cpu_per_image`` × what they count."""
+    counts = {"n_images": n_images, "n_train": n_train, "rows": n_images, "pq_sample": min(n_train, 1024), None: 1}
+    cpu = {stage: (fixed + (pq_fit_per_row if key == "pq_sample" else cpu_per_image) * counts[key]
+                   if key is not None else fixed)
+           for stage, key in simulate_scale._PQ_STAGE_COUNTS.items()}
+    return {"n_images": n_images, "n_train": n_train, "rows": n_images, "stage_cpu_seconds": cpu,
+            "monitor_stage_wall_seconds": {k: 2 * v for k, v in cpu.items()},
+            "wall_seconds": 2 * sum(cpu.values()) + wall_extra, "cpu_seconds": sum(cpu.values()),
+            "cache_bytes_per_image": {"check_image": 1000, "learn_codebook": 5000 / n_images},
+            "cache_bytes_total": 1000 * n_images + 5000, "store_bytes_total": 100 + 10 * n_images}
+
+
+def test_two_run_projection_separates_fixed_costs_and_caps_the_pq_sample():
+    small, medium = _pq_build(200, 100, 0.01, 3.0, 0.1), _pq_build(2000, 1000, 0.01, 3.0, 0.1)
+    large = _pq_build(50_000, 25_000, 0.01, 3.0, 0.1)
+    target = {"n_images": 50_000, "n_train": 25_000, "rows": 50_000}
+    train = ({"n_train": 100, "cpu_seconds": 5.0 + 0.1, "wall_seconds": 9.0 + 0.2},
+             {"n_train": 1000, "cpu_seconds": 5.0 + 1.0, "wall_seconds": 9.0 + 2.0})
+    projection = simulate_scale.project_from_two_runs(small, medium, target, train)
+    stages = projection["build"]["stages"]
+    assert stages["check images"]["cpu_fixed_s"] == pytest.approx(3.0)
+    assert stages["check images"]["projected_cpu_s"] == pytest.approx(3.0 + 500.0, abs=0.1)
+    # the PQ codebook sample stops growing at 1 024 rows: not projected from the 25 000 training rows
+    assert stages["after pool (codebook sample)"]["projected_cpu_s"] == pytest.approx(3.0 + 102.4, abs=0.1)
+    assert stages["codebook"]["projected_cpu_s"] == pytest.approx(3.0)
+    assert projection["build"]["projected_cpu_s"] == pytest.approx(large["cpu_seconds"], rel=1e-3)
+    assert projection["build"]["projected_wall_s"] == pytest.approx(large["wall_seconds"], rel=1e-3)
+    assert projection["build"]["projected_store_bytes"] == pytest.approx(large["store_bytes_total"])
+    assert projection["train"]["projected_cpu_s"] == pytest.approx(5.0 + 25.0)
+    check = simulate_scale.compare_with_large(projection, large, {"cpu_seconds": 30.0, "wall_seconds": 60.0})
+    assert abs(check["build_cpu_s"]["error_percent"]) < 0.1 and check["train_cpu_s"]["error_percent"] == 0.0
+    assert check["train_wall_s"]["error_percent"] == pytest.approx(100 * (59.0 - 60.0) / 60.0, abs=0.1)
+
+
+def test_fisher_projection_arithmetic():
+    stage = {"imagenet_like_decode": {"cpu_ms_per_image": 1.0, "file_bytes": 50_000},
+             "configs": {"fisher": {"n_features": 1000, "cache_bytes_per_image": {"codes_or_vector": 4000},
+                                    "cpu_ms_per_image": {"fingerprint": 0.1, "decode": 0.4, "total": 10.0}}}}
+    codec = {"codecs": {"float16": {"bytes_per_row": 2000, "encode_ms_per_row": 0.1, "decode_ms_per_row": 0.1},
+                        "pq8": {"bytes_per_row": 125, "codebook_bytes": 1_024_000, "fit_ms_per_row_iteration": 1.0,
+                                "encode_ms_per_row": 2.0, "decode_ms_per_row": 0.5},
+                        "pq16": {"bytes_per_row": 63, "codebook_bytes": 1_024_000, "fit_ms_per_row_iteration": 1.0,
+                                 "encode_ms_per_row": 1.0, "decode_ms_per_row": 0.25}}}
+    linear = {"solvers": {"sgd": {"cpu_ns_per_row_class_pass": 1000.0, "passes": 10}}}
+    report = simulate_scale.project_fisher_imagenet(
+        stage, codec, linear, n_train=9000, n_test=1000, cores=[10, 1000], image_bytes=100_000, overhead_ms=5.0,
+        gmm_seconds=100.0, task_seconds=0.001, batch_size=100, fs_gb_per_s=1.0, classes=100, pq_sample_rows=1000,
+        pq_iterations=10)
+    pq8 = report["formats"]["pq8"]
+    # 10 compute + 2 x (2 - 0.5) larger JPEGs + 5 overhead + 2 PQ encoding
+    assert pq8["worker_ms_per_image"] == pytest.approx(20.0)
+    assert pq8["pq_fit_s"] == pytest.approx(10.0)
+    assert pq8["build"][0]["cpu_bound_hours"] == pytest.approx((100 + 10 + 20e-3 * 10_000 / 10) / 3600, abs=0.01)
+    # training on 10 cores: 10 classes each, 10 passes x 9 000 rows x (0.5 ms decode + 10 x 1 us)
+    sgd = pq8["training"]["sgd"]["on"]
+    assert sgd[0]["hours"] == pytest.approx(round(10 * 9000 * (0.5e-3 + 10 * 1e-6) / 3600, 1))
+    assert sgd[1]["decode_share"] == pytest.approx(0.5e-3 / (0.5e-3 + 1e-6), abs=1e-3)  # 100 workers of 1 class
+    assert report["formats"]["float32"]["bytes_per_image_stored"] == 4000

@@ -1,0 +1,117 @@
+"""Memory of ``experiment`` and ``evaluate`` (issue 24): the rows a split needs are gathered
+from the store block by block, never through a pooled copy of the training and test rows.
+
+tracemalloc sees NumPy's allocations: the peak of an experiment on a small feature set must
+stay below the gathered training rows plus a margin, which fails as soon as one more copy of
+them (or a concatenation of the pooled rows) is made.  Not a timed test."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from classify_images.pipeline import feature_store
+from classify_images.pipeline.dataset import split_indices
+from classify_images.pipeline.evaluation import evaluate_model, run_experiment, train_classifier
+from classify_images.pipeline.feature_store import FeatureSet
+
+N_FEATURES = 30_000
+PER_CLASS = 14
+
+
+def _feature_set(path, n_features=N_FEATURES, per_class=PER_CLASS) -> FeatureSet:
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(3, n_features)).astype(np.float32)
+
+    def rows():
+        y = np.repeat(np.arange(3), per_class)
+        return (centres[y] + rng.normal(0, 2.0, (y.size, n_features))).astype(np.float32), y.astype(np.int64)
+
+    (X_train, y_train), (X_test, y_test) = rows(), rows()
+    n = 3 * per_class
+    manifest = {"class_names": ["a", "b", "c"], "config_hash": "c" * 40,
+                "split": {"train": [f"tr{i}" for i in range(n)], "test": [f"te{i}" for i in range(n)],
+                          "train_per_class": per_class, "test_per_class": None}}
+    return FeatureSet(path, manifest, X_train, X_test, y_train, y_test)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 4 * 7 * 50, 2**30])  # one row, 7 rows, everything per block
+def test_pooled_rows_are_the_rows_of_the_concatenation(tmp_path, monkeypatch, block_bytes):
+    """Reference: fancy indexing of the concatenated training and test rows."""
+    monkeypatch.setattr(feature_store, "POOLED_BLOCK_BYTES", block_bytes)
+    fs = _feature_set(tmp_path, n_features=50, per_class=5)
+    pooled = np.concatenate([fs.X_train, fs.X_test])
+    indices = np.random.default_rng(1).permutation(pooled.shape[0])[:17]
+    np.testing.assert_array_equal(fs.pooled_rows(indices), pooled[indices])
+    seen = np.zeros(indices.size, dtype=int)
+    for positions, block in fs.iter_pooled_rows(indices):
+        assert block.shape[0] <= max(1, block_bytes // (4 * 50))
+        np.testing.assert_array_equal(block, pooled[indices[positions]])
+        seen[positions] += 1
+    assert (seen == 1).all()
+
+
+def _peak_bytes(function) -> int:
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_experiment_gathers_the_training_rows_once_and_scores_the_test_rows_in_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(feature_store, "POOLED_BLOCK_BYTES", 8 * 4 * N_FEATURES)  # 8 rows per block
+    fs = _feature_set(tmp_path)
+    train_bytes = 3 * PER_CLASS * N_FEATURES * 4
+    run_experiment(fs, "linear", {"C": 1.0}, 1)  # compiled and imported before measuring
+    peak = _peak_bytes(lambda: run_experiment(fs, "linear", {"C": 1.0}, 1))
+    # the gathered training rows + the classifier's own arrays (d x classes, blocks of columns);
+    # one more copy of the training rows, or the pooled rows, would be >= 2x
+    assert peak < 1.6 * train_bytes, f"peak {peak / 2**20:.1f} MiB for {train_bytes / 2**20:.1f} MiB of training rows"
+
+
+def test_evaluate_reads_the_test_rows_one_block_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(feature_store, "POOLED_BLOCK_BYTES", 8 * 4 * N_FEATURES)
+    fs = _feature_set(tmp_path)
+    training = train_classifier("linear", {"C": 1.0}, fs.X_train, fs.y_train)
+    meta = {"classifier": "linear", "params": training.estimator.get_params(),
+            "feature_set": {"config_hash": fs.config_hash, "n_features": fs.n_features}}
+    whole = evaluate_model(training.estimator, meta, fs)
+    test_bytes = fs.X_test.nbytes
+    peak = _peak_bytes(lambda: evaluate_model(training.estimator, meta, fs))
+    assert peak < 0.5 * test_bytes, f"peak {peak / 2**20:.1f} MiB for {test_bytes / 2**20:.1f} MiB of test rows"
+    # the scores are those of the whole matrix at once
+    np.testing.assert_allclose(whole.predictions.scores, training.estimator.decision_function(fs.X_test),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_split_rows_match_the_split(tmp_path):
+    fs = _feature_set(tmp_path, n_features=20, per_class=6)
+    y_all = np.concatenate([fs.y_train, fs.y_test])
+    train, _ = split_indices(y_all, 6, None, 3)
+    np.testing.assert_array_equal(fs.pooled_rows(train), np.concatenate([fs.X_train, fs.X_test])[train])
+
+
+def _resident_file_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssFile"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/self/status (Linux)")
+def test_reading_memory_mapped_rows_leaves_their_pages_unmapped(tmp_path):
+    """A pass over memory-mapped rows does not leave them resident in the process (file pages
+    count in its resident memory until unmapped): 40 MB of rows, at most a block's worth left."""
+    fs = _feature_set(tmp_path, n_features=N_FEATURES, per_class=PER_CLASS)
+    X = np.concatenate([fs.X_train] * 6)  # 252 rows, 30 MB
+    np.save(tmp_path / "X.npy", X)
+    mapped = np.load(tmp_path / "X.npy", mmap_mode="r")
+    y = np.tile(fs.y_train, 6)
+    big = FeatureSet(tmp_path, {**fs.manifest}, mapped, mapped[:0], y, y[:0])
+    before = _resident_file_kib()
+    total = sum(float(block.sum()) for _, block in big.iter_pooled_rows(np.arange(252)))
+    assert total == pytest.approx(float(X.sum(dtype=np.float64)), rel=1e-5)
+    assert _resident_file_kib() - before < X.nbytes / 1024 / 4
