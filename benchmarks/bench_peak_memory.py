@@ -21,7 +21,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from _bench_utils import machine, processor_model, write_json
+from _bench_utils import announce_machine, write_json
 
 
 def _status_kib(pid: int) -> dict[str, int]:
@@ -63,10 +63,11 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
+    machine = announce_machine()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command after --")
-    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(), "processor_model": processor_model(),
+    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine,
               "label": args.label, "command": command, **measure(command, args.interval)}
     print(json.dumps(report, indent=2))
     write_json(args.json, report)

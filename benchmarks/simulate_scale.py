@@ -284,7 +284,6 @@ def run_build(args) -> dict:
     stage_wall = manifest["timings"]
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{os.cpu_count()} cores, shared",
         "images": str(args.images), "config": args.config,
         "overrides": overrides, "options": options, "n_jobs": args.n_jobs,
         "n_images": n_images, "rows": rows, "n_train": result.n_train, "n_features": result.n_features,
@@ -359,7 +358,7 @@ def run_train(args) -> dict:
     passes = int(getattr(estimator, "n_iter_", 0))
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{os.cpu_count()} cores, shared", "features": str(args.features),
+        "features": str(args.features),
         "rows_format": fs.manifest.get("store", {}).get("format", "dense"),
         "cluster": args.cluster, "params": params, "n_train": len(fs.y_train), "n_features": fs.n_features,
         "classes": n_classes, "n_iter": passes,
@@ -1143,11 +1142,13 @@ def main() -> int:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
+    from _bench_utils import announce_machine, write_json
+
+    machine = announce_machine()
     commands_run = {"build": run_build, "train": run_train, "linear-costs": linear_costs, "codec-costs": codec_costs, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
     report = commands_run[args.command](args)
+    report["machine"] = machine
     print(json.dumps(report, indent=2))
-    from _bench_utils import write_json
-
     write_json(args.json, report)
     return 0
 
