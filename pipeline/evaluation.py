@@ -44,6 +44,7 @@ from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_acc
 
 from ..classifiers.base import warm_up
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
+from .augment import averaged_decision_function, stored_rows, test_mirrors, with_mirrors
 from .dataset import split_indices
 from .feature_store import FeatureSet
 from .model_file import check_model_matches
@@ -165,8 +166,11 @@ def _class_indices(labels: np.ndarray, class_names: Sequence[str]) -> np.ndarray
     return np.array([index[str(label)] for label in labels], dtype=np.int64)
 
 
-def _timed_decisions(estimator: Any, X: np.ndarray, class_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, float]:
-    """Predicted class index and the decision values of every class, timed as ``predict``.
+def _timed_decisions(estimator: Any, X: np.ndarray, class_names: Sequence[str],
+                     X_mirror: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Predicted class index and the decision values of every class, timed as ``predict``
+    (with ``X_mirror``, the mirrored rows of ``X``: the decision values of each image and its
+    mirror averaged, :func:`~classify_images.pipeline.augment.averaged_decision_function`).
 
     ``predict`` is the class of the largest decision value (with two classes: the sign of
     the single value, read here as the scores ``(-s, s)``), so the two come from one pass.
@@ -182,7 +186,7 @@ def _timed_decisions(estimator: Any, X: np.ndarray, class_names: Sequence[str]) 
     if len(X):
         estimator.decision_function(X[:1])  # compile (or load) the numba kernels outside the timed call
     start = time.perf_counter()
-    raw = np.asarray(estimator.decision_function(X), dtype=np.float64)
+    raw = averaged_decision_function(estimator, X, X_mirror)
     seconds = time.perf_counter() - start
     if raw.ndim == 1:
         raw = np.stack([-raw, raw], axis=1)
@@ -310,6 +314,7 @@ def train_classifier(
     class_names: list[str] | None = None,
     wrapper: Callable[[Any], Any] | None = None,
     search: dict[str, list] | None = None,
+    mirrors: np.ndarray | None = None,
 ) -> TrainingResult:
     """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
 
@@ -326,7 +331,10 @@ def train_classifier(
     ``search`` (``{"C": [0.1, 1, 10, 100]}``) first chooses those parameters by stratified k-fold
     cross-validation on these rows (:func:`~classify_images.classifiers.model_selection.search_parameters`,
     folds seeded by ``seed``); the chosen values join ``params`` and the search is recorded in
-    the result (``search``), its time outside ``train_seconds``.
+    the result (``search``), its time outside ``train_seconds``.  ``mirrors`` (the rows of the
+    mirrored training images, aligned with ``X``: ``[augment] flip_train``) are added as more
+    training rows for the fit; a search chooses its parameters on ``X`` alone (folds of
+    images whose mirrors were in other folds would overrate the augmented model).
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
@@ -343,6 +351,8 @@ def train_classifier(
         found = {**result.to_dict(), "seconds": round(time.perf_counter() - started, 3)}
         params = {**params, **result.best}
         estimator.set_params(**result.best)
+    if mirrors is not None:
+        X, y = with_mirrors(X, y, mirrors)
     start = time.perf_counter()
     estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
@@ -453,17 +463,19 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     return _evaluation(
         model, meta["classifier"], meta["params"], feature_set, np.asarray(feature_set.X_test), feature_set.y_test,
         feature_set.test_paths, n_train=int(feature_set.X_train.shape[0]), train_seconds=meta.get("train_seconds"),
-        search=meta.get("search"),
+        search=meta.get("search"), X_mirror=test_mirrors(feature_set, feature_set.config.augment),
     )
 
 
 def _evaluation(
     model: Any, classifier: str, params: dict, feature_set: FeatureSet, X_test: np.ndarray, y_test: np.ndarray,
     test_paths: Sequence[str], *, n_train: int, train_seconds: float | None, search: dict | None = None,
+    X_mirror: np.ndarray | None = None,
 ) -> Evaluation:
-    """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``): confusion, predictions, provenance."""
+    """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``; with ``X_mirror``, their
+    mirrored rows, decision values averaged): confusion, predictions, provenance."""
     class_names = feature_set.class_names
-    predicted, scores, test_seconds = _timed_decisions(model, X_test, class_names)
+    predicted, scores, test_seconds = _timed_decisions(model, X_test, class_names, X_mirror)
     y_test = np.asarray(y_test, dtype=np.int64)
     return Evaluation(
         classifier=classifier,
@@ -608,9 +620,12 @@ def run_experiment(
     (:data:`EXPERIMENT_NOTE`).  A randomised classifier gets each run's split seed as its
     ``random_state`` unless ``params`` set one, so the experiment is reproducible.  With
     ``search``, each split chooses those parameters by cross-validation on its own training
-    rows (:func:`train_classifier`), recorded per run (``chosen``).
+    rows (:func:`train_classifier`), recorded per run (``chosen``).  With ``[augment]`` in the feature
+    set's config, each split trains on its training images' mirrors too (``flip_train``) and averages
+    the decision values of each test image and its mirror (``flip_test = "average"``): the mirrors
+    are stored row for row with the images, so they follow their images into each split.
     """
-    X_all = np.concatenate([np.asarray(feature_set.X_train), np.asarray(feature_set.X_test)])
+    augment = feature_set.config.augment
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
     paths_all = feature_set.train_paths + feature_set.test_paths
     split = feature_set.manifest["split"]
@@ -620,12 +635,18 @@ def run_experiment(
     for seed in progress(seeds) if progress else seeds:
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
-        training = train_classifier(name, params, X_all[train], y_all[train], seed=seed,
-                                    class_names=feature_set.class_names, search=search)
+        training = train_classifier(
+            name, params, stored_rows(feature_set, train), y_all[train], seed=seed,
+            class_names=feature_set.class_names, search=search,
+            mirrors=stored_rows(feature_set, train, mirrored=True, needed_by="[augment] flip_train = true")
+            if augment.flip_train else None,
+        )
         evaluation = _evaluation(
-            training.estimator, name, training.params, feature_set, X_all[test], y_all[test],
+            training.estimator, name, training.params, feature_set, stored_rows(feature_set, test), y_all[test],
             [paths_all[k] for k in test], n_train=int(train.size), train_seconds=training.train_seconds,
             search=training.search,
+            X_mirror=stored_rows(feature_set, test, mirrored=True, needed_by='[augment] flip_test = "average"')
+            if augment.flip_test == "average" else None,
         )
         first = first or evaluation
         random_state = training.estimator.get_params().get("random_state")

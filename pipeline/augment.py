@@ -1,0 +1,87 @@
+"""Horizontal flips (``[augment]``): mirrored training rows and test-time averaging.
+
+Chatfield et al. [1]_ (section 2.1.3, "data augmentation") add the left-right mirror of
+every training image as another training sample, and at test time average the classifier's
+scores over an image and its mirror.  With the decision values :math:`f_c(x)` of class
+:math:`c`, the test-time rule (``flip_test = "average"``) is
+
+.. math::
+
+    \\hat f_c(I) = \\tfrac12 \\big( f_c(x(I)) + f_c(x(\\mathrm{flip}(I))) \\big), \\qquad
+    \\hat y(I) = \\arg\\max_c \\hat f_c(I),
+
+where :math:`x(\\cdot)` is the feature vector of an image (the same extractor: codebook and
+normaliser are learnt from the unflipped training images only).  Training
+(``flip_train = true``) fits the classifier on the rows :math:`\\{x(I_i)\\} \\cup
+\\{x(\\mathrm{flip}(I_i))\\}` of the training images, each mirror with its image's label.
+
+A feature set built with ``[augment]`` stores the mirror of *every* image (training and
+test), aligned row for row with the rows (:data:`~classify_images.pipeline.feature_store.MIRROR_ARRAYS`):
+the re-splits of ``experiment`` choose images, and an image's mirror always follows it, so the
+mirror of a test image is never a training row.
+
+References
+----------
+.. [1] K. Chatfield, K. Simonyan, A. Vedaldi and A. Zisserman, "Return of the Devil in the
+   Details: Delving Deep into Convolutional Nets", BMVC 2014.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .config import AugmentConfig
+from .feature_store import FeatureSet
+
+__all__ = ["stored_rows", "with_mirrors", "averaged_decision_function", "training_rows", "test_mirrors"]
+
+
+def stored_rows(feature_set: FeatureSet, index: np.ndarray, *, mirrored: bool = False,
+                needed_by: str = "this option") -> np.ndarray:
+    """Rows ``index`` of the training rows followed by the test rows (the pooled order of
+    ``experiment``), or of their mirrors, gathered from the stored arrays without
+    concatenating them first (float32, ``(len(index), d)``)."""
+    index = np.asarray(index, dtype=np.int64)
+    parts = ({part: feature_set.mirrors(part, needed_by) for part in ("train", "test")} if mirrored
+             else {"train": feature_set.X_train, "test": feature_set.X_test})
+    n_train = parts["train"].shape[0]
+    out = np.empty((index.size, feature_set.n_features), dtype=np.float32)
+    in_train = index < n_train
+    if in_train.any():
+        out[in_train] = parts["train"][index[in_train]]
+    if (~in_train).any():
+        out[~in_train] = parts["test"][index[~in_train] - n_train]
+    return out
+
+
+def with_mirrors(X: np.ndarray, y: np.ndarray, X_mirror: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The training rows followed by their mirrors, and the labels twice."""
+    return np.concatenate([np.asarray(X), np.asarray(X_mirror)]), np.concatenate([np.asarray(y), np.asarray(y)])
+
+
+def training_rows(feature_set: FeatureSet, augment: AugmentConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The training rows and labels of ``feature_set``, with the mirrors when ``augment.flip_train``."""
+    X, y = np.asarray(feature_set.X_train), feature_set.y_train
+    if not augment.flip_train:
+        return X, y
+    return with_mirrors(X, y, feature_set.mirrors("train", "[augment] flip_train = true"))
+
+
+def test_mirrors(feature_set: FeatureSet, augment: AugmentConfig) -> np.ndarray | None:
+    """The mirrors of the test rows when ``augment.flip_test == "average"``, else None."""
+    if augment.flip_test != "average":
+        return None
+    return np.asarray(feature_set.mirrors("test", '[augment] flip_test = "average"'))
+
+
+def averaged_decision_function(estimator: Any, X: np.ndarray, X_mirror: np.ndarray | None) -> np.ndarray:
+    """``estimator.decision_function(X)``, averaged with that of the mirrored rows when given
+    (row ``i`` of ``X_mirror`` is the mirror of the image of row ``i`` of ``X``)."""
+    scores = np.asarray(estimator.decision_function(X), dtype=np.float64)
+    if X_mirror is None:
+        return scores
+    if len(X_mirror) != len(X):
+        raise ValueError(f"{len(X_mirror)} mirrored rows for {len(X)} rows")
+    return 0.5 * (scores + np.asarray(estimator.decision_function(X_mirror), dtype=np.float64))
