@@ -254,10 +254,12 @@ class TrainingResult:
     n_features: int  #: dimension of the rows
     #: the cross-validated choice of parameters (:func:`~classify_images.classifiers.model_selection.search_parameters`), if any
     search: dict[str, Any] | None = None
+    #: of the training rows, those of mirrored images (``[augment] flip_train``)
+    n_mirrors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (without the estimator: see :func:`~classify_images.pipeline.model_file.save_model`)."""
-        return _json_form(self, "classifier params n_samples n_features train_seconds search",
+        return _json_form(self, "classifier params n_samples n_mirrors n_features train_seconds search",
                           train_seconds=_seconds(self.train_seconds))
 
 
@@ -356,7 +358,8 @@ def train_classifier(
     start = time.perf_counter()
     estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
-    return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]), found)
+    return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]), found,
+                          0 if mirrors is None else int(len(mirrors)))
 
 
 @dataclass(frozen=True)
