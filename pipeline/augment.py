@@ -35,7 +35,13 @@ import numpy as np
 from .config import AugmentConfig
 from .feature_store import FeatureSet
 
-__all__ = ["stored_rows", "with_mirrors", "averaged_decision_function", "training_rows", "test_mirrors"]
+__all__ = ["augment_settings", "stored_rows", "with_mirrors", "averaged_decision_function", "test_mirrors"]
+
+
+def augment_settings(feature_set: FeatureSet) -> AugmentConfig:
+    """The ``[augment]`` table a feature set was built with (the defaults when its manifest records
+    no config, as feature sets assembled in memory)."""
+    return feature_set.config.augment if "config" in feature_set.manifest else AugmentConfig()
 
 
 def stored_rows(feature_set: FeatureSet, index: np.ndarray, *, mirrored: bool = False,
@@ -59,14 +65,6 @@ def stored_rows(feature_set: FeatureSet, index: np.ndarray, *, mirrored: bool = 
 def with_mirrors(X: np.ndarray, y: np.ndarray, X_mirror: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The training rows followed by their mirrors, and the labels twice."""
     return np.concatenate([np.asarray(X), np.asarray(X_mirror)]), np.concatenate([np.asarray(y), np.asarray(y)])
-
-
-def training_rows(feature_set: FeatureSet, augment: AugmentConfig) -> tuple[np.ndarray, np.ndarray]:
-    """The training rows and labels of ``feature_set``, with the mirrors when ``augment.flip_train``."""
-    X, y = np.asarray(feature_set.X_train), feature_set.y_train
-    if not augment.flip_train:
-        return X, y
-    return with_mirrors(X, y, feature_set.mirrors("train", "[augment] flip_train = true"))
 
 
 def test_mirrors(feature_set: FeatureSet, augment: AugmentConfig) -> np.ndarray | None:

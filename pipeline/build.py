@@ -274,7 +274,7 @@ def _encode_and_pool(
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
-    for index, vector in runner.progress_of(vectors, "encode + pool", len(order)):
+    for index, vector in runner.progress_of(vectors, "encode + pool", len(tasks)):
         part, row = rows[index]
         X[part][row] = vector
     return X

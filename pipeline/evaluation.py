@@ -44,7 +44,7 @@ from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_acc
 
 from ..classifiers.base import warm_up
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
-from .augment import averaged_decision_function, stored_rows, test_mirrors, with_mirrors
+from .augment import augment_settings, averaged_decision_function, stored_rows, test_mirrors, with_mirrors
 from .dataset import split_indices
 from .feature_store import FeatureSet
 from .model_file import check_model_matches
@@ -466,7 +466,7 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     return _evaluation(
         model, meta["classifier"], meta["params"], feature_set, np.asarray(feature_set.X_test), feature_set.y_test,
         feature_set.test_paths, n_train=int(feature_set.X_train.shape[0]), train_seconds=meta.get("train_seconds"),
-        search=meta.get("search"), X_mirror=test_mirrors(feature_set, feature_set.config.augment),
+        search=meta.get("search"), X_mirror=test_mirrors(feature_set, augment_settings(feature_set)),
     )
 
 
@@ -628,7 +628,7 @@ def run_experiment(
     the decision values of each test image and its mirror (``flip_test = "average"``): the mirrors
     are stored row for row with the images, so they follow their images into each split.
     """
-    augment = feature_set.config.augment
+    augment = augment_settings(feature_set)
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
     paths_all = feature_set.train_paths + feature_set.test_paths
     split = feature_set.manifest["split"]

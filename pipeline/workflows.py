@@ -92,6 +92,7 @@ def train_model(
     path : Path
         The model file written.
     """
+    from .augment import augment_settings
     from .evaluation import train_classifier
     from .extractor import FeatureExtractor
     from .model_file import save_model
@@ -116,7 +117,7 @@ def train_model(
         X = feature_set.rows["train"] if wrapper is not None and feature_set.layout == "sharded" \
             else np.asarray(feature_set.X_train)
         mirrors = None
-        if feature_set.config.augment.flip_train:
+        if augment_settings(feature_set).flip_train:
             if wrapper is not None:
                 raise ConfigError("[augment] flip_train = true trains in memory on this machine: leave out the "
                                   "cluster options and --block-rows")
