@@ -104,19 +104,23 @@ def _build_cost(fs, plain_path: str | None) -> dict:
     return cost
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("featureset", help="a feature set built with [augment] (mirrored rows stored)")
+    parser.add_argument("--json")
     parser.add_argument("--plain", help="the same feature set built without [augment] (its build timings)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--grid", type=float, nargs="+", default=DEFAULT_GRID)
     parser.add_argument("--check-product", action="store_true",
                         help="also run run_experiment (the product's path) and compare its accuracies")
-    parser.add_argument("--json")
-    args = parser.parse_args(argv)
-    print(f"processor: {processor_model()}; {machine()['cpu_count']} logical CPUs", flush=True)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _arguments(argv)
     fs = load_feature_set(args.featureset)
     fs.mirrors("train", "bench_augment")  # a one-line error without mirrors
+    print(f"processor: {processor_model()}; {machine()['cpu_count']} logical CPUs", flush=True)
     runs = []
     for seed in args.seeds:
         run = run_split(fs, seed, args.grid)
