@@ -32,16 +32,20 @@ from typing import Any
 
 import numpy as np
 
-from .config import AugmentConfig
+from .config import AugmentConfig, PipelineConfig
 from .feature_store import FeatureSet
 
 __all__ = ["augment_settings", "stored_rows", "with_mirrors", "averaged_decision_function", "test_mirrors"]
 
 
 def augment_settings(feature_set: FeatureSet) -> AugmentConfig:
-    """The ``[augment]`` table a feature set was built with (the defaults when its manifest records
-    no config, as feature sets assembled in memory)."""
-    return feature_set.config.augment if "config" in feature_set.manifest else AugmentConfig()
+    """The ``[augment]`` table a feature set was built with (its manifest's config; the defaults when
+    that records none, as older feature sets and those assembled in memory).  Only that table is read."""
+    config = feature_set.manifest.get("config")
+    table = config.get("augment") if isinstance(config, dict) else None
+    if not table:
+        return AugmentConfig()
+    return PipelineConfig.from_dict({"augment": table}, source=str(feature_set.path / "manifest.json")).augment
 
 
 def stored_rows(feature_set: FeatureSet, index: np.ndarray, *, mirrored: bool = False,
