@@ -14,7 +14,7 @@ through them, each read into its own frozen dataclass::
     [normalization]  NormalizationConfig  method
     [augment]        AugmentConfig        flip_train, flip_test
 
-and :class:`PipelineConfig` holds the six.  Every field has a default; a file or a
+and :class:`PipelineConfig` holds the seven.  Every field has a default; a file or a
 command-line flag overrides some of them.  The allowed values come from the module that
 uses them: pooling methods from :data:`~classify_images.coding.pooling.POOLING_METHODS`,
 normalisations from :data:`~classify_images.coding.normalize.NORMALIZATIONS`, encoder
