@@ -33,7 +33,11 @@ __all__ = [
     "wait_for",
     "resplit",
     "select_by_cv",
+    "EMULATION_VARIABLES",
     "machine",
+    "machine_line",
+    "announce_machine",
+    "instruction_set",
     "processor_model",
     "write_json",
     "mean_per_class_accuracy",
@@ -160,23 +164,96 @@ def best_time(fn: Callable[[], Any], repeats: int = 5, clock: Callable[[], float
     return min(times)
 
 
+#: Environment variables that make a library compile or dispatch for another processor than
+#: this one (``NUMBA_CPU_NAME=haswell OPENBLAS_CORETYPE=Haswell`` emulates an AVX2-only CPU).
+EMULATION_VARIABLES = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "OPENBLAS_CORETYPE", "MKL_ENABLE_INSTRUCTIONS",
+                       "NPY_DISABLE_CPU_FEATURES")
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    """The first ``model name`` and ``flags`` of ``/proc/cpuinfo`` (``("", set())`` without it)."""
+    model, flags = "", set()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not model:
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    return model, flags
+
+
 def processor_model() -> str:
     """The processor's model name (first ``model name`` of ``/proc/cpuinfo``; else the platform's word)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or platform.machine()
+    return _cpuinfo()[0] or platform.processor() or platform.machine()
+
+
+def instruction_set(flags: set[str]) -> str:
+    """The widest x86 vector extension among the CPU ``flags``: ``AVX-512``, ``AVX2``, ``SSE``
+    (or ``unknown`` without flags, e.g. not Linux or not x86)."""
+    if "avx512f" in flags:
+        return "AVX-512"
+    if "avx2" in flags:
+        return "AVX2"
+    return "SSE" if flags else "unknown"
 
 
 def machine() -> dict:
-    """Where a benchmark ran (recorded with its numbers)."""
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
+    """Where a benchmark ran, recorded with its numbers (``"machine"`` of its JSON output).
+
+    ``model`` and ``isa`` (the widest vector extension, :func:`instruction_set`) describe the
+    processor; ``numba_cpu`` is the processor numba compiles for (``NUMBA_CPU_NAME`` when set,
+    else LLVM's host name), ``emulation`` the variables of :data:`EMULATION_VARIABLES` that
+    are set, and ``blas`` the BLAS/OpenMP libraries loaded now (threadpoolctl: library,
+    version, threads and, for OpenBLAS, the core type its kernels were chosen for).
+    """
+    model, flags = _cpuinfo()
+    info: dict[str, Any] = {
+        "model": model or platform.processor() or platform.machine(),
+        "isa": instruction_set(flags),
+        "cores": os.cpu_count(),
         "cpu_count": os.cpu_count(),
-        "threads": 1,
+        "numba_cpu": None,
+        "emulation": {name: os.environ[name] for name in EMULATION_VARIABLES if os.environ.get(name)},
+        "blas": [],
+        "platform": platform.platform(),
         "python": platform.python_version(),
     }
+    try:
+        import llvmlite.binding as llvm
+
+        info["numba_cpu"] = os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
+    except Exception:  # noqa: BLE001 - informative only (no numba/llvmlite)
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        info["blas"] = [{key: pool.get(key) for key in ("internal_api", "version", "num_threads", "architecture")}
+                        for pool in threadpool_info()]
+    except Exception:  # noqa: BLE001 - informative only
+        pass
+    return info
+
+
+def machine_line(info: dict) -> str:
+    """One line saying where a benchmark ran, from :func:`machine`'s ``info``."""
+    pools = ", ".join(" ".join(str(part) for part in (pool["internal_api"], pool["architecture"]) if part)
+                      + f" {pool['num_threads']} thr" for pool in info["blas"])
+    emulation = " ".join(f"{name}={value}" for name, value in info["emulation"].items())
+    return (f"machine: {info['model']} ({info['isa']}), {info['cores']} cores; numba target {info['numba_cpu']}"
+            + (f"; {pools}" if pools else "") + (f"; emulating: {emulation}" if emulation else ""))
+
+
+def announce_machine() -> dict:
+    """Print where this benchmark runs (:func:`machine_line`) and return :func:`machine`'s
+    record for the script's JSON output: called first thing in every script's ``main()``
+    (after :func:`pin_threads`, so the thread counts shown are the ones measured)."""
+    info = machine()
+    print(machine_line(info), flush=True)
+    return info
 
 
 def write_json(path: str | os.PathLike | None, payload: dict) -> None:

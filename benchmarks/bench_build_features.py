@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -164,6 +163,9 @@ def main() -> int:
     parser.add_argument("--linear-svc", action="store_true", help="fit LinearSVC on the features (sanity check)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
+    from _bench_utils import announce_machine
+
+    machine = announce_machine()
 
     from classify_images.pipeline.build import build_feature_set
     from classify_images.pipeline.config import load_config
@@ -187,7 +189,7 @@ def main() -> int:
     fs = load_feature_set(out)
     report = {
         "date": date.today().isoformat(),
-        "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}",
+        "machine": machine,
         "dataset": args.dataset,
         "config": args.config,
         "n_jobs": args.n_jobs,

@@ -130,8 +130,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.modes and not args.dataset:
         parser.error("--dataset is needed to build (or give --modes with no value to measure --noop-tasks only)")
+    from _bench_utils import announce_machine, write_json
 
-    reports = {}
+    reports: dict = {"machine": announce_machine()}
     if args.noop_tasks:
         reports["noop"] = [task_overhead(n, args.noop_tasks, args.batch_size or 32) for n in (1, 2)]
         print(json.dumps(reports["noop"], indent=2), flush=True)
@@ -162,8 +163,6 @@ def main() -> int:
     print("|---|" + "---:|" * 11)
     for mode in args.modes:
         print(_row(mode, reports[mode], base))
-    from _bench_utils import write_json
-
     write_json(args.json, reports)
     return 0
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 
-from _bench_utils import LINEAR_C_GRID, machine, processor_model, scaled_C_grid, select_by_cv, write_json
+from _bench_utils import LINEAR_C_GRID, announce_machine, scaled_C_grid, select_by_cv, write_json
 
 from classify_images.classifiers import QuadraticHingeSVC
 from classify_images.pipeline.build import build_feature_set
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json")
     args = parser.parse_args(argv)
 
-    print(f"processor: {processor_model()}; {machine()['cpu_count']} logical CPUs; n_jobs={args.n_jobs}", flush=True)
+    machine = announce_machine()
+    print(f"n_jobs={args.n_jobs}", flush=True)
     work = Path(args.workdir)
     # One stage cache for every colour space: the image checks (which do not depend on the
     # descriptor) are computed once; every descriptor-dependent stage has its own entries.
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{color} - gray: {100 * (result['accuracy'] - results['gray']['accuracy']):+.2f} points; "
                       f"sample + codebook + encode time x"
                       f"{result['descriptor_stages_seconds'] / results['gray']['descriptor_stages_seconds']:.2f}")
-    write_json(args.json, {"command": sys.argv, "machine": {**machine(), "processor_model": processor_model()},
+    write_json(args.json, {"command": sys.argv, "machine": machine,
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
                            "results": results})
     return 0

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _bench_utils import machine, mean_per_class_accuracy, pin_threads, write_json
-from bench_startup import processor as processor_model  # the model name in /proc/cpuinfo
+from _bench_utils import announce_machine, mean_per_class_accuracy, pin_threads, write_json
 
 # The package's classifiers and codecs are imported by the functions that use them, after
 # main() has pinned the thread pools (importing this script leaves them as they were).
@@ -144,14 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encodings", nargs="+", default=list(ENCODINGS), choices=ENCODINGS)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
-    print(f"processor: {processor_model()}  ({machine()['cpu_count']} cores, 1 thread)", flush=True)
+    machine = announce_machine()
     from classify_images.pipeline.feature_store import load_feature_set
 
     feature_set = load_feature_set(args.features)
     results = measure(np.asarray(feature_set.X_train), np.asarray(feature_set.y_train),
                       np.asarray(feature_set.X_test), np.asarray(feature_set.y_test), encodings=args.encodings,
                       epochs=tuple(args.epochs), block_rows=args.block_rows)
-    results.update(feature_set=str(Path(args.features).resolve()), processor=processor_model(), machine=machine(),
+    results.update(feature_set=str(Path(args.features).resolve()), machine=machine,
                    date=time.strftime("%Y-%m-%d", time.gmtime()))
     write_json(args.json, results)
     return 0

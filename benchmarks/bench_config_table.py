@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(merged["markdown"])
         return 0
 
+    machine = U.announce_machine()
     folders, builds = _pairs(args.features, "--features"), _pairs(args.build, "--build")
     plan = [(name, [c.strip() for c in clfs.split(",") if c.strip()]) for name, clfs in _pairs(args.cells, "cells").items()]
     for name, clfs in plan:
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"error: --cells {name}: unknown classifier(s) {sorted(unknown)}; choose from {CLASSIFIERS}")
     out = Path(args.out)
     result = json.loads(out.read_text()) if out.exists() else {"feature_sets": {}}
-    result.update(repeats=args.repeats, train_per_class=args.train_per_class, machine=U.machine(),
+    result.update(repeats=args.repeats, train_per_class=args.train_per_class, machine=machine,
                   date=time.strftime("%Y-%m-%d"), linear_grid_before_scaling=U.LINEAR_C_GRID,
                   pmsvm_grid=args.pmsvm_grid, mbkl_params=MBKL_PARAMS)
     for name, clfs in plan:

@@ -123,7 +123,7 @@ def main() -> None:
 
     from classify_images.pipeline.cluster import ClusterSpec, open_client
 
-    result = {"machine": U.machine(), "workers": args.workers, "tasks": args.tasks, "repeats": args.repeats}
+    result = {"machine": U.announce_machine(), "workers": args.workers, "tasks": args.tasks, "repeats": args.repeats}
     batches = [1] + [int(b) for b in args.batches.split(",")]
     best: dict[str, float] = {}
     with open_client(ClusterSpec(n_workers=args.workers)) as client:

@@ -18,6 +18,8 @@ import warnings
 
 import numpy as np
 
+from _bench_utils import announce_machine
+
 from classify_images.classifiers import HIKnSVM, PmSVM, QuadraticHingeSVC
 from classify_images.classifiers.base import warm_up
 from classify_images.pipeline.evaluation import mean_per_class_accuracy
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("featureset")
     parser.add_argument("--only", nargs="*", help="substrings of the candidate names to run")
     args = parser.parse_args(argv)
+    announce_machine()
     fs = load_feature_set(args.featureset)
     X_train, X_test = np.asarray(fs.X_train), np.asarray(fs.X_test)
     print(f"{args.featureset}: {X_train.shape[0]} train, {X_test.shape[0]} test, {X_train.shape[1]} dims", flush=True)

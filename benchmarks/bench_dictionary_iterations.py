@@ -37,6 +37,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
+    from _bench_utils import announce_machine
+
+    machine = announce_machine()
 
     from classify_images.pipeline.build import build_feature_set
     from classify_images.pipeline.config import load_config
@@ -67,7 +70,7 @@ def main() -> int:
             "linear": json.loads(accuracy_json.read_text()),
             "load_average_after": os.getloadavg(),
         })
-        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
         print(json.dumps(rows[-1], indent=2), flush=True)
     return 0
 

@@ -59,6 +59,9 @@ def main() -> int:
     if args.fresh_only:
         print(_sha1(learn_sparse_dictionary(X, args.atoms, **learn)))
         return 0
+    from _bench_utils import announce_machine
+
+    machine = announce_machine()
 
     in_process = [_sha1(learn_sparse_dictionary(X, args.atoms, **learn)) for _ in range(args.repeats)]
     fresh = subprocess.run(
@@ -66,7 +69,7 @@ def main() -> int:
          "--iterations", str(args.iterations), "--fresh-only"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()
-    result = {"in_process": in_process, "fresh_process": fresh, "reproducible": len(set(in_process + [fresh])) == 1}
+    result = {"machine": machine, "in_process": in_process, "fresh_process": fresh, "reproducible": len(set(in_process + [fresh])) == 1}
     print(json.dumps(result), flush=True)
 
     Xf = np.asfortranarray(X.T, dtype=np.float64)

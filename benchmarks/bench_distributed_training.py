@@ -27,7 +27,7 @@ import tracemalloc
 import numpy as np
 import scipy.sparse as sp
 
-from _bench_utils import machine, mean_per_class_accuracy, pin_threads, write_json
+from _bench_utils import announce_machine, mean_per_class_accuracy, pin_threads, write_json
 from classify_images.classifiers import HIKnSVM, PmSVM
 from classify_images.classifiers.base import warm_up
 from classify_images.pipeline.cluster import ClusterSpec, open_client
@@ -64,12 +64,13 @@ def main() -> None:
     parser.add_argument("--out", default="bench-distributed-training.json")
     parser.add_argument("--skip-streaming", action="store_true", help="measure the cluster training only")
     args = parser.parse_args()
+    machine = announce_machine()
 
     feature_set = load_feature_set(args.featureset)
     X, y = np.asarray(feature_set.X_train), feature_set.y_train
     X_test, y_test = np.asarray(feature_set.X_test), feature_set.y_test
     rows = FeatureSetRows.of(feature_set)
-    results: dict = {"machine": machine(), "load_average_at_start": list(os.getloadavg()), "featureset": str(args.featureset), "shape": list(X.shape),
+    results: dict = {"machine": machine, "load_average_at_start": list(os.getloadavg()), "featureset": str(args.featureset), "shape": list(X.shape),
                      "density": float(np.count_nonzero(X) / X.size), "training": {}, "streaming": {}}
 
     local_models = {}

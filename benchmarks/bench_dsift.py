@@ -37,7 +37,7 @@ from pathlib import Path  # noqa: E402
 import cv2  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
-from _bench_utils import pin_threads  # noqa: E402
+from _bench_utils import announce_machine, pin_threads  # noqa: E402
 
 from classify_images.features import dense_sift, load_grayscale, opencv_keypoint_size  # noqa: E402
 from classify_images.features.dsift import grid_frames  # noqa: E402
@@ -47,21 +47,13 @@ DEFAULT_DATASET = REPO.parent / "shared" / "datasets" / "scene15"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".pgm", ".tif", ".tiff"}
 
 
-def machine_line() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+def run_line() -> str:
+    """When, under which load and with which library versions (the processor: ``announce_machine``)."""
     load = "n/a"
     if hasattr(os, "getloadavg"):
         load = "%.2f" % os.getloadavg()[0]
     return (
-        f"{datetime.datetime.now().astimezone().isoformat(timespec='seconds')} | {cpu} | "
+        f"{datetime.datetime.now().astimezone().isoformat(timespec='seconds')} | "
         f"{os.cpu_count()} logical cores (1 used) | load avg {load} | "
         f"Python {platform.python_version()}, numpy {np.__version__}, "
         f"OpenCV {cv2.__version__}, numba {numba.__version__}"
@@ -96,7 +88,7 @@ def bench(args: argparse.Namespace) -> dict:
     n_img = len(images)
 
     results: dict = {
-        "machine": machine_line(),
+        "run": run_line(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "dataset": str(args.dataset),
         "n_images": n_img,
@@ -176,12 +168,12 @@ def bench(args: argparse.Namespace) -> dict:
         "4sizes_step3_descriptors_per_s>=2e5": results["settings"]["dsift_4sizes_step3"]["descriptors_per_s"] >= 2e5,
         "speedup_vs_opencv>=40": results["speedup_vs_opencv_per_descriptor"] >= 40,
     }
-    results["machine_end"] = machine_line()
+    results["run_end"] = run_line()
     return results
 
 
 def report(res: dict) -> None:
-    print(res["machine"])
+    print(res["run"])
     print(f"command: {res['command']}")
     print(f"dataset: {res['dataset']}  images: {res['n_images']} (seed {res['seed']}, max side {res['max_side']}, "
           f"mean shape {res['mean_image_shape'][0]:.0f}x{res['mean_image_shape'][1]:.0f})  repeats: {res['repeats']}")
@@ -198,7 +190,7 @@ def report(res: dict) -> None:
           f"{res['speedup_vs_opencv_per_descriptor']:.1f}x wall, {res['speedup_vs_opencv_per_descriptor_cpu']:.1f}x CPU time")
     for k, v in res["targets"].items():
         print(f"target {k}: {'met' if v else 'MISSED'}")
-    print(res["machine_end"])
+    print(res["run_end"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed passes per setting, fastest reported (default: %(default)s)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
-    res = bench(args)
+    machine = announce_machine()
+    res = {"machine": machine, **bench(args)}
     report(res)
     if args.out is not None:
         args.out.write_text(json.dumps(res, indent=2) + "\n")

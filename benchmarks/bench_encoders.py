@@ -34,7 +34,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from _bench_utils import machine, pin_threads, write_json  # noqa: E402
+from _bench_utils import announce_machine, pin_threads, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("CLASSIFY_IMAGES_DATASETS", REPO.parent / "shared" / "datasets")) / "scene15"
@@ -115,6 +115,7 @@ def main(argv=None) -> dict:
     p.add_argument("--linear-n", type=int, default=0)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    machine = announce_machine()
 
     paths = sorted(args.data.glob("*/*.jpg"))
     if not paths:
@@ -138,7 +139,7 @@ def main(argv=None) -> dict:
         print(f"{name:40s} {row['cpu_seconds']:8.3f} CPU-s  {row['descriptors_per_cpu_second']:>10d} descriptors/CPU-s", flush=True)
     llc, lars = best["LLC (k=5, K=1024)"], best["sparse coding, LARS (λ=0.15, K=1024)"]
     print(f"LLC is {lars / llc:.1f}x faster than sparse coding (same descriptors, same run)", flush=True)
-    result = {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}, "n_descriptors": n_descriptors,
+    result = {"machine": machine, "args": {k: str(v) for k, v in vars(args).items()}, "n_descriptors": n_descriptors,
               "encoders": rows, "llc_speedup_over_lars": round(lars / llc, 2)}
     if args.linear_n:
         result["linear_on_fisher_sized_rows"] = _linear_check(args.linear_n, args.seed)

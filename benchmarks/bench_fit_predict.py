@@ -19,7 +19,7 @@ import os
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from _bench_utils import best_time, pin_threads  # noqa: E402
+from _bench_utils import announce_machine, best_time, pin_threads  # noqa: E402
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--label", default="", help="name of this installation in the output")
     args = parser.parse_args()
+    machine = announce_machine()
     folder = Path(args.features)
     X = np.tile(np.load(folder / "X_train.npy"), (args.tile, 1))
     y = np.tile(np.load(folder / "y_train.npy"), args.tile)
@@ -58,7 +59,7 @@ def main() -> None:
         fit_s = best_time(lambda: fitted.append(make_classifier(name, params).fit(X, y)), args.repeats, time.process_time)
         predict_s = best_time(lambda: fitted[-1].decision_function(X_test), args.repeats, time.process_time)
         result[run] = {"fit_cpu_s": round(fit_s, 4), "predict_cpu_s": round(predict_s, 4)}
-    print(json.dumps({"label": args.label, "shape": list(X.shape), "results": result}))
+    print(json.dumps({"machine": machine, "label": args.label, "shape": list(X.shape), "results": result}))
 
 
 if __name__ == "__main__":

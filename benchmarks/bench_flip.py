@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from _bench_utils import LINEAR_C_GRID, machine, processor_model, scaled_C_grid, select_by_cv, write_json
+from _bench_utils import LINEAR_C_GRID, announce_machine, scaled_C_grid, select_by_cv, write_json
 
 from classify_images.classifiers import QuadraticHingeSVC
 from classify_images.pipeline.evaluation import _image_paths, mean_per_class_accuracy
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    print(f"processor: {processor_model()}; {machine()['cpu_count']} logical CPUs", flush=True)
+    machine = announce_machine()
     fs = load_feature_set(args.featureset)
     extractor = FeatureExtractor.from_feature_set(fs, cache_dir=args.cache_dir)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         r = results[name]
         gain = 100 * (r["accuracy"] - results["plain"]["accuracy"])
         print(f"  {name:>10}: {100 * r['accuracy']:.2f} % ({gain:+.2f} points), training {r['train_seconds']:.2f} s")
-    write_json(args.json, {"command": sys.argv, "machine": {**machine(), "processor_model": processor_model()},
+    write_json(args.json, {"command": sys.argv, "machine": machine,
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "featureset": args.featureset,
                            "mirror_seconds": {"wall": wall, "cpu": cpu, "images": n_images}, "results": results})
     return 0

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -328,13 +327,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     threadpool_limits(1)  # single-threaded BLAS: ratios measured side by side
+    machine = U.announce_machine()
     X, y, manifest = load_rows(args.features, args.wait_minutes)
     A = to_csr(X)
     info = {
         "features": str(args.features), "config_hash": manifest.get("config_hash"),
         "rows": int(X.shape[0]), "dims": int(X.shape[1]), "density": A.nnz / X.size,
         "row_l1_mean": float(np.mean(A.sum(axis=1))), "nonzero_mean": float(A.data.mean()),
-        "machine": f"{platform.processor() or platform.machine()}, 2 cores (shared), single-threaded",
     }
     print(json.dumps(info), flush=True)
 
@@ -394,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, runs in results.items():
         print(f"| {name} | {summarise([r['acc'] for r in runs])} | {np.mean([r['fit_s'] for r in runs]):.1f} |")
     if args.out:
-        payload = {"info": info, "nsvm_params": nsvm_params, "selection": selection,
+        payload = {"machine": machine, "info": info, "nsvm_params": nsvm_params, "selection": selection,
                    "results": results, "speed": speed}
         args.out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 

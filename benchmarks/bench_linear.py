@@ -137,13 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-minutes", type=float, default=60.0, help="poll for the feature set this long")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
+    machine = U.announce_machine()
 
     feats = U.load_features(args.features, args.wait_minutes)
     print(f"{feats.path}: train {feats.X_train.shape} test {feats.X_test.shape} {feats.X_train.dtype}, "
           f"{feats.n_classes} classes; C={args.C:g}; single-threaded", flush=True)
     result = {"features": str(feats.path), "config_hash": feats.config_hash, "C": args.C, "tol": args.tol,
               "n_train": int(feats.X_train.shape[0]), "n_test": int(feats.X_test.shape[0]),
-              "n_features": int(feats.X_train.shape[1]), "machine": U.machine(),
+              "n_features": int(feats.X_train.shape[1]), "machine": machine,
               "date": time.strftime("%Y-%m-%d")}
     result["comparison"] = compare_solvers(feats, args.C, args.tol, args.timing_repeats)
     if not args.skip_tune:

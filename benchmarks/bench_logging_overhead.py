@@ -19,8 +19,7 @@ import time
 
 import numpy as np
 
-from _bench_utils import machine, pin_threads
-from bench_startup import processor
+from _bench_utils import announce_machine, pin_threads
 
 
 def _cpu_best(fn, repeats: int) -> tuple[float, object]:
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from classify_images.coding.codebook import learn_kmeans_codebook
     from classify_images.pipeline.stages import StageCache
 
-    print(f"processor: {processor()}; {machine()}")
+    announce_machine()
     rng = np.random.default_rng(0)
     X = rng.random((args.samples, 128), dtype=np.float32)
     logger = logging.getLogger(_log.PACKAGE_LOGGER)

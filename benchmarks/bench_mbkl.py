@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -443,7 +442,7 @@ def run_gap(args) -> dict:
     """Every requested variant (and PmSVM-HI) on every feature set, the same ``--repeats`` splits."""
     out = Path(args.out) if args.out else None
     results = json.loads(out.read_text()) if out and out.exists() else {"feature_sets": {}}
-    results.update(machine=U.machine(), date=time.strftime("%Y-%m-%d"), repeats=args.repeats,
+    results.update(machine=args.machine, date=time.strftime("%Y-%m-%d"), repeats=args.repeats,
                    variants={k: {"fixed": f, "grid": g} for k, (f, g) in GAP_VARIANTS.items()})
     for pair in args.feature_sets:
         name, _, folder = pair.partition("=")
@@ -509,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reuse", help="scenes: take the cross-validated parameters from this earlier --out JSON")
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args(argv)
-    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    args.machine = U.announce_machine()
     if args.part == "gap":
         unknown = set(args.variants) - {*GAP_VARIANTS, "pmsvm-hi"}
         if unknown or not args.feature_sets or any("=" not in p for p in args.feature_sets):
@@ -533,7 +532,7 @@ def main(argv: list[str] | None = None) -> None:
             table = scenes_table(results)
     print(table)
     if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1, default=float))
+        Path(args.out).write_text(json.dumps({"machine": args.machine, **results}, indent=1, default=float))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _bench_utils import best_time, pin_threads  # noqa: E402
+from _bench_utils import announce_machine, best_time, pin_threads  # noqa: E402
 
 
 
@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
+    announce_machine()
 
     from classify_images.classifiers.registry import make_classifier
     from classify_images.pipeline.config import load_config

@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(run_worker(args.features[0], args.worker, args.repeats)))
         return 0
-    everything = {}
+    everything: dict = {"machine": U.announce_machine()}
     for folder in args.features:
         U.wait_for(folder, args.wait_minutes)
         rows = []

@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.methods.split(",")) - set(METHODS))
     if unknown:
         parser.error(f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(METHODS)}")
-    everything = {}
+    everything: dict = {"machine": U.announce_machine()}
     with tempfile.TemporaryDirectory(prefix="bench-pmsvm-baseline-") as tmp:
         try:
             baseline = None if not args.baseline else (args.baseline, baseline_package(args.baseline, Path(tmp)))

@@ -42,12 +42,12 @@ def cpu(function):
 
 
 def main(argv=None) -> dict:
-    from _bench_utils import load_features, machine, pin_threads, write_json
+    from _bench_utils import announce_machine, load_features, pin_threads, write_json
     from sklearn.base import clone
     from sklearn.calibration import CalibratedClassifierCV
     from sklearn.metrics import log_loss
 
-    from bench_startup import processor, revision
+    from bench_startup import revision
     from classify_images.classifiers import make_classifier
     from classify_images.classifiers.base import warm_up
     from classify_images.classifiers.calibration import calibrate
@@ -62,6 +62,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     pin_threads()
+    machine = announce_machine()
     if args.featureset:
         fs = load_features(args.featureset)
         X, y, X_test, y_test = np.asarray(fs.X_train), fs.y_train, np.asarray(fs.X_test), fs.y_test
@@ -69,7 +70,7 @@ def main(argv=None) -> dict:
     else:
         X, y, X_test, y_test = synthetic(15, args.train_per_class, args.test_per_class, args.n_features)
         data = f"synthetic histograms, 15 classes, {args.train_per_class} train / {args.test_per_class} test per class"
-    print(f"processor: {processor()}; revision {revision(REPO)}; {data}; {X.shape[0]} x {X.shape[1]}; "
+    print(f"revision {revision(REPO)}; {data}; {X.shape[0]} x {X.shape[1]}; "
           f"{args.folds} folds; CPU seconds, one thread")
     results = {}
     for name in args.classifiers.split(","):
@@ -91,7 +92,7 @@ def main(argv=None) -> dict:
               f"({row['ratio_to_fit']:.1f} x); CalibratedClassifierCV {peer_seconds:7.2f} s; "
               f"max |difference| {row['max_abs_difference']:.1e}; test log-loss {row['test_log_loss']:.3f}, "
               f"accuracy {100 * row['test_accuracy']:.1f} %")
-    payload = {"machine": machine(), "processor": processor(), "data": data, "folds": args.folds, "results": results}
+    payload = {"machine": machine, "data": data, "folds": args.folds, "results": results}
     write_json(args.json, payload)
     return payload
 

@@ -119,7 +119,9 @@ def main() -> int:
     parser.add_argument("--load-dims", type=int, default=21504)
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more build-features arguments")
     args = parser.parse_args()
+    from _bench_utils import announce_machine
 
+    machine = announce_machine()
     if args.load_rows:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
@@ -129,7 +131,7 @@ def main() -> int:
             for round_ in range(args.rounds):
                 for tree in (("old", "new") if round_ % 2 == 0 else ("new", "old")):
                     runs[tree] += _time_load(paths[tree], tmp / "fs", 3)
-        print(json.dumps({"rows": args.load_rows, "dims": args.load_dims,
+        print(json.dumps({"machine": machine, "rows": args.load_rows, "dims": args.load_dims,
                           "median_seconds": {t: round(statistics.median(v), 3) for t, v in runs.items()},
                           "all_seconds": {t: [round(x, 3) for x in v] for t, v in runs.items()}}, indent=2))
         return 0
@@ -153,7 +155,7 @@ def main() -> int:
         for tree in ("old", "new"):
             shutil.rmtree(tmp / f"{tree}-0", ignore_errors=True)
     result = {
-        "dataset": str(args.dataset), "config": args.config, "rounds": args.rounds,
+        "machine": machine, "dataset": str(args.dataset), "config": args.config, "rounds": args.rounds,
         "median_seconds": {tree: {kind: round(statistics.median(v), 2) for kind, v in runs.items()} for tree, runs in times.items()},
         "all_seconds": {tree: {kind: [round(x, 2) for x in v] for kind, v in runs.items()} for tree, runs in times.items()},
         "cache_bytes": sizes,

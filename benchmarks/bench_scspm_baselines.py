@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = {"ScSPM": "ScSPM (sparse codes, max pooling) + QuadraticHingeSVC",
               "LSPM": "LSPM (k-means-512 SPM histograms) + QuadraticHingeSVC",
               "KSPM": "KSPM (k-means SPM histograms) + χ² kernel SVC"}
-    result = {"repeats": args.repeats, "train_per_class": args.train_per_class, "machine": U.machine(),
+    result = {"repeats": args.repeats, "train_per_class": args.train_per_class, "machine": U.announce_machine(),
               "date": time.strftime("%Y-%m-%d"), "linear_grid_before_scaling": U.LINEAR_C_GRID, "kernel_grid": KERNEL_GRID,
               "methods": {}}
     for method in methods:

@@ -22,7 +22,7 @@ import time
 import numpy as np
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 
-from _bench_utils import processor_model
+from _bench_utils import announce_machine
 
 from classify_images.classifiers import QuadraticHingeSVC
 from classify_images.classifiers.model_selection import search_parameters
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", choices=("gram", "refit"), required=True)
     parser.add_argument("--grid", default="0.1,1,10,100")
     args = parser.parse_args(argv)
-    print(f"processor: {processor_model()}", flush=True)
+    machine = announce_machine()
     fs = load_feature_set(args.featureset)
     X, y = np.asarray(fs.X_train), np.asarray(fs.y_train)
     grid = {"C": [float(v) for v in args.grid.split(",")]}
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         scores = list(search.cv_results_["mean_test_score"])
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"method": args.method, "rows": list(X.shape), "rows_MiB": round(X.nbytes / 2**20, 1),
+    print(json.dumps({"machine": machine, "method": args.method, "rows": list(X.shape), "rows_MiB": round(X.nbytes / 2**20, 1),
                       "grid": grid, "scores": [round(s, 6) for s in scores], "wall_seconds": round(wall, 1),
                       "cpu_seconds": round(cpu, 1), "peak_rss_MiB": round(peak / 1024, 1),
                       "peak_rss_before_search_MiB": round(before / 1024, 1)}))

@@ -133,6 +133,7 @@ def main() -> None:
                 results["rows"].setdefault(cells_name, {}).update(cells)
         print_table(results)
         return
+    results["machine"] = U.announce_machine()
     for spec in args.row:
         name, _, folder = spec.partition("=")
         if not (Path(folder) / "manifest.json").is_file():

@@ -3,7 +3,7 @@
 Runs ``classify-images --version``, ``classify-images --help`` and a ``train`` of a tiny
 problem (48 fixture images of ``tests/data/images``, the tests' small config, 64-d features)
 ``--repeats`` times each, every run in a fresh process, and prints the median / min / max wall
-seconds with the processor model and the revision.  The tiny feature set is built once (with
+seconds with the processor (model, instruction set) and the revision.  The tiny feature set is built once (with
 ``build-features``) into a temporary folder, and the first run of each command (not counted)
 fills the numba on-disk cache, so the numbers are "after warm-up".
 
@@ -35,16 +35,6 @@ SMALL_CONFIG_FILE = REPO / "tests" / "data" / "small.toml"
 #: pyproject.toml's package-dir: package → folder of the repository.
 PACKAGE_DIRS = {"": "api", "features": "features", "coding": "coding", "classifiers": "classifiers",
                 "pipeline": "pipeline", "configs": "configs"}
-
-
-def processor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def revision(repo: Path) -> str:
@@ -107,7 +97,10 @@ def main() -> int:
     parser.add_argument("--baseline-rev", help="also time this older revision (git worktree), side by side")
     args = parser.parse_args()
 
-    print(f"processor: {processor()}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} at start")
+    from _bench_utils import announce_machine  # in this process only: every timed run is a fresh process
+
+    announce_machine()
+    print(f"load average {os.getloadavg()[0]:.2f} at start")
     print(f"python {sys.version.split()[0]}; {args.repeats} runs per command, fresh processes, after one warm-up run")
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         work = Path(tmp)

@@ -57,6 +57,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _bench_utils import announce_machine
+
 from classify_images.features import load_grayscale
 from classify_images.features.dsift import dense_sift, quantize_descriptors
 
@@ -209,6 +211,7 @@ def main() -> None:
                     help="interior metrics only over patches whose raw norm (ours) exceeds this")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    machine = announce_machine()
 
     files = sorted(str(f) for f in args.dataset.glob("*/*") if f.is_file())
     picks = np.random.default_rng(args.seed).choice(len(files), size=args.n_images, replace=False)
@@ -224,7 +227,7 @@ def main() -> None:
               + (f"  norm ratio {e['norm_ratio_median']:.5f}, uint8 differ {e['uint8_entries_differing']:.3f}"
                  f" (truncating: {e['uint8_entries_differing_if_we_truncated']:.4f})" if "norm_ratio_median" in e else ""))
     if args.out:
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+        args.out.write_text(json.dumps({"machine": machine, "args": {k: str(v) for k, v in vars(args).items()},
                                         "images": [files[i] for i in picks], "summary": summary}, indent=1))
 
 

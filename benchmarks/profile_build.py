@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -48,32 +47,6 @@ STAGES = ("discover", "check", "sample", "codebook", "encode+pool", "write")
 _BAR_TO_STAGE = {"discover+check": "discover", "check images": "check", "after check images": "split",
                  "sample descriptors": "sample", "after sample descriptors": "codebook",
                  "encode + pool": "encode+pool", "after encode + pool": "write"}
-
-
-# ----------------------------------------------------------------------------- processor
-def processor() -> dict:
-    """The processor model, its widest vector extension, and what numba compiles for."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model in ("", platform.machine()):
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE" if flags else "unknown"
-    info = {"model": model, "isa": isa, "cores": os.cpu_count()}
-    try:
-        import llvmlite.binding as llvm
-
-        info["numba_cpu"] = os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
-    except Exception:  # noqa: BLE001 - informative only
-        pass
-    if os.environ.get("OPENBLAS_CORETYPE"):
-        info["openblas_coretype"] = os.environ["OPENBLAS_CORETYPE"]
-    return info
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -130,6 +103,7 @@ def kernel_cpu(feature_set_dir: Path, images: list[str], n_images: int) -> dict[
 def child(args) -> dict:
     """One cold build (empty stage cache) in this fresh process; the report as a dict."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _bench_utils import machine
     from bench_build_features import StageMonitor, _cache_sizes, _du
 
     from classify_images.pipeline.build import build_feature_set
@@ -218,7 +192,7 @@ def child(args) -> dict:
         "feature_set_bytes": _du(out),
         "parent_cpu_s_incl_kernel_timing": round(time.process_time() - start_cpu, 1),
         "load_average": [round(v, 2) for v in os.getloadavg()],
-        "processor": processor(),
+        "machine": machine(),
     }
 
 
@@ -317,7 +291,10 @@ def main() -> int:
         print("\n@@REPORT@@" + json.dumps(child(args)), flush=True)
         return 0
 
-    print(f"processor: {processor()}  (emulating: {args.cpu})")
+    from _bench_utils import announce_machine
+
+    info = announce_machine()
+    print(f"the builds emulate: {args.cpu}" + ("  (NUMBA_CPU_NAME=haswell OPENBLAS_CORETYPE=Haswell)" if args.cpu == "haswell" else ""))
     with tempfile.TemporaryDirectory(prefix="profile-build-") as temporary:
         scratch = Path(args.scratch or temporary)
         if args.per_class:
@@ -331,7 +308,7 @@ def main() -> int:
             if label == "warm" or args.numba != "warm":
                 reports.append(report)
                 print(table(report), flush=True)
-    payload = {"date": datetime.now(timezone.utc).isoformat(timespec="minutes"), "config": args.config,
+    payload = {"machine": info, "date": datetime.now(timezone.utc).isoformat(timespec="minutes"), "config": args.config,
                "n_jobs": args.n_jobs, "dataset": str(args.dataset), "per_class": args.per_class,
                "train_per_class": args.train_per_class, "cpu": args.cpu, "runs": reports}
     if args.json:

@@ -17,7 +17,7 @@ def test_bench_colour_on_the_fixture_images(tmp_path, capsys):
                               "--test-per-class", "6", "--colors", "gray", "opponent",
                               "--workdir", str(tmp_path / "work"), "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("processor: ") and "opponent - gray:" in printed
+    assert printed.startswith("machine: ") and "opponent - gray:" in printed
     results = json.loads(out.read_text())["results"]
     assert set(results) == {"gray", "opponent"}
     # VLAD keeps the descriptor length: 5 cells x 4 words x 128 (grey) or x 384 (opponent)
