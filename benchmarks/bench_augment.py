@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _bench_utils import machine, processor_model, write_json
+from _bench_utils import announce_machine, write_json
 
 from classify_images.pipeline.augment import averaged_decision_function, stored_rows
 from classify_images.pipeline.dataset import split_indices
@@ -118,9 +118,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = _arguments(argv)
+    machine = announce_machine()
     fs = load_feature_set(args.featureset)
     fs.mirrors("train", "bench_augment")  # a one-line error without mirrors
-    print(f"processor: {processor_model()}; {machine()['cpu_count']} logical CPUs", flush=True)
     runs = []
     for seed in args.seeds:
         run = run_split(fs, seed, args.grid)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
     cost = _build_cost(fs, args.plain)
     print(f"stored: rows {cost['rows_bytes'] / 1e9:.2f} GB + mirrors {cost['mirror_bytes'] / 1e9:.2f} GB; "
           f"build timings {cost['timings']}")
-    payload = {"command": ["python", *sys.argv], "machine": {**machine(), "processor_model": processor_model()},
+    payload = {"command": ["python", *sys.argv], "machine": machine,
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "featureset": args.featureset,
                "runs": runs, "summary": summary, "cost": cost}
     write_json(args.json, payload)
