@@ -61,7 +61,7 @@ from .._log import verbose_output
 from ..coding.encoders import make_encoder
 from ..coding.product_quantizer import ROW_ENCODINGS, ProductQuantizer, RowCodecError, pq_sub_dim
 from ..features.preprocess import ImageReadError
-from .config import PipelineConfig, stage_hash
+from .config import ConfigError, PipelineConfig, stage_hash
 from .dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
 from .protocols import short_classes
 from .cache_folder import default_cache_dir
@@ -263,12 +263,18 @@ def _encode_and_pool(
     rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
     order = np.concatenate([split.train, split.test])
     tasks = [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
+    if extractor.config.augment.mirrors:  # then the mirror of every image, row for row (feature_store.MIRROR_ARRAYS)
+        X |= {f"{part}_flip": writer.open_rows(f"X_{part}_flip", len(X[part]), extractor.n_features)
+              for part in ("train", "test")}
+        rows += [(f"{part}_flip", row) for part, row in rows]
+        tasks += [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized, flip=True)
+                  for i in order]
     if runner.client is None and runner.n_jobs != 1:  # the workers load the kernels the parent compiled
         warm_encoding(extractor)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
-    for index, vector in runner.progress_of(vectors, "encode + pool", len(order)):
+    for index, vector in runner.progress_of(vectors, "encode + pool", len(tasks)):
         part, row = rows[index]
         X[part][row] = vector
     return X
@@ -394,7 +400,10 @@ def _fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> No
 def _check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> None:
     """Refuse to write rows holding NaN or ±inf (a classifier would fail on them later)."""
     bad = []
-    for part, index in (("train", split.train), ("test", split.test)):
+    for part, index in (("train", split.train), ("test", split.test), ("train_flip", split.train),
+                        ("test_flip", split.test)):
+        if part not in X:
+            continue
         rows = X[part]
         for start in range(0, rows.shape[0], _NORMALISE_CHUNK):
             finite = np.isfinite(rows[start : start + _NORMALISE_CHUNK]).all(axis=1)
@@ -433,6 +442,9 @@ def _manifest(
 ) -> dict:
     dataset = images.dataset
     store = {} if shards is None else {"store": shards.manifest(extractor.n_features)}
+    if config.augment.mirrors:
+        store["augment"] = {"mirrors": True, "arrays": {"train": "X_train_flip", "test": "X_test_flip"},
+                            "aligned": "row i of X_<split>_flip is the mirrored image of row i of X_<split>"}
     return {
         "config": config.to_dict(),
         "config_hash": config_hash,
@@ -594,6 +606,9 @@ def _build(
                                  implementation_versions(make_encoder(config.codebook_params())))
     if store == "sharded":  # a compressed encoding of sparse rows is refused before any work
         shard_format(make_encoder(config.codebook_params()).sparse_rows, encoding)
+        if config.augment.mirrors:
+            raise ConfigError("[augment] (mirrored rows) needs the npy store: leave out --store sharded, --rows "
+                              "and the cluster options, or remove [augment] from the config")
     reused = _reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings, store, encoding)
     if reused is not None:
         return reused

@@ -12,8 +12,9 @@ through them, each read into its own frozen dataclass::
                                           assignment, soft_neighbors, soft_beta
     [pooling]        PoolingConfig        method, levels, level_normalization, level_weights
     [normalization]  NormalizationConfig  method
+    [augment]        AugmentConfig        flip_train, flip_test
 
-and :class:`PipelineConfig` holds the six.  Every field has a default; a file or a
+and :class:`PipelineConfig` holds the seven.  Every field has a default; a file or a
 command-line flag overrides some of them.  The allowed values come from the module that
 uses them: pooling methods from :data:`~classify_images.coding.pooling.POOLING_METHODS`,
 normalisations from :data:`~classify_images.coding.normalize.NORMALIZATIONS`, encoder
@@ -71,6 +72,8 @@ __all__ = [
     "CodebookConfig",
     "PoolingConfig",
     "NormalizationConfig",
+    "AugmentConfig",
+    "FLIP_TEST_MODES",
     "PipelineConfig",
     "TABLES",
     "load_config",
@@ -335,6 +338,30 @@ class NormalizationConfig:
     method: str = _setting("l1", _choice(NORMALIZATIONS))
 
 
+#: ``[augment] flip_test``: decision values of the image alone, or averaged with its mirror's.
+FLIP_TEST_MODES = ("none", "average")
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """``[augment]``: horizontal flips (Chatfield et al., BMVC 2014, section 2.1.3).
+
+    Both keys are left out of the hashes at their defaults, so a configuration without
+    ``[augment]`` keeps its config hash and cache keys.  Either one set stores the mirrored
+    row of every image beside its row (:mod:`~classify_images.pipeline.build`).
+    """
+
+    #: train on the training images and on their mirrors (one more row per training image)
+    flip_train: bool = _setting(False, _bool, semantic="unless-default")
+    #: "average": the decision values of an image and of its mirror, averaged, at test time
+    flip_test: str = _setting("none", _choice(FLIP_TEST_MODES), semantic="unless-default")
+
+    @property
+    def mirrors(self) -> bool:
+        """Whether the feature set stores the mirrored rows (either key set)."""
+        return self.flip_train or self.flip_test != "none"
+
+
 def _toml_key(f: dataclasses.Field) -> str:
     return f.metadata["key"] or f.name
 
@@ -413,6 +440,7 @@ class PipelineConfig:
     codebook: CodebookConfig = field(default_factory=CodebookConfig)
     pooling: PoolingConfig = field(default_factory=PoolingConfig)
     normalization: NormalizationConfig = field(default_factory=NormalizationConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config") -> "PipelineConfig":
@@ -441,9 +469,13 @@ class PipelineConfig:
         """The plain form ``{table: {key: value}}`` (lists for sequences).
 
         ``semantic_only`` leaves out the keys that change no computed number
-        (``sift.cache_descriptors``).
+        (``sift.cache_descriptors``), and ``[augment]`` when it is at its defaults (so that a
+        configuration without it keeps its hashes).
         """
-        return {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in TABLES}
+        tables = {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in TABLES}
+        if semantic_only and not tables["augment"]:
+            del tables["augment"]
+        return tables
 
     def codebook_params(self, *, learning: bool = False) -> dict[str, Any]:
         """The ``[codebook]`` table as the encoder and the cached stages take it: the common
@@ -604,5 +636,6 @@ def stage_hash(config: PipelineConfig, tables: list[str] | tuple[str, ...], *ext
     so an upstream change can never return a stale downstream result.
     """
     plain = config.to_dict(semantic_only=True)
-    text = json.dumps([{table: plain[table] for table in tables}, list(extra)], sort_keys=True, default=str)
+    text = json.dumps([{table: plain[table] for table in tables if table in plain}, list(extra)], sort_keys=True,
+                      default=str)
     return hashlib.sha1(text.encode()).hexdigest()

@@ -44,6 +44,7 @@ from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_acc
 
 from ..classifiers.base import warm_up
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
+from .augment import augment_settings, averaged_decision_function, with_mirrors
 from .dataset import split_indices
 from .feature_store import FeatureSet
 from .model_file import check_model_matches
@@ -167,12 +168,14 @@ def _class_indices(labels: np.ndarray, class_names: Sequence[str]) -> np.ndarray
 
 @dataclass(frozen=True)
 class PooledRows:
-    """Rows ``indices`` of a feature set's pooled rows (training, then test), read block by
-    block when scored (:meth:`~classify_images.pipeline.feature_store.FeatureSet.iter_pooled_rows`):
-    an experiment's test rows are never held all at once."""
+    """Rows ``indices`` of a feature set's pooled rows (training, then test), or of their stored
+    mirrors (``mirrored``), read block by block when scored
+    (:meth:`~classify_images.pipeline.feature_store.FeatureSet.iter_pooled_rows`): an
+    experiment's test rows are never held all at once."""
 
     feature_set: FeatureSet
     indices: np.ndarray
+    mirrored: bool = False
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -182,7 +185,8 @@ def _blockwise_decisions(estimator: Any, rows: PooledRows) -> tuple[np.ndarray, 
     """Decision values of every row of ``rows``, one stored block at a time, and the seconds
     spent in ``decision_function`` (reading the blocks is not counted)."""
     raw, seconds, compiled = None, 0.0, False
-    for positions, block in rows.feature_set.iter_pooled_rows(rows.indices):
+    for positions, block in rows.feature_set.iter_pooled_rows(
+            rows.indices, mirrored=rows.mirrored, needed_by='[augment] flip_test = "average"'):
         if not compiled:  # compile (or load) the numba kernels outside the timed calls
             estimator.decision_function(block[:1])
             compiled = True
@@ -198,8 +202,11 @@ def _blockwise_decisions(estimator: Any, rows: PooledRows) -> tuple[np.ndarray, 
     return raw, seconds
 
 
-def _timed_decisions(estimator: Any, X: np.ndarray | PooledRows, class_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, float]:
-    """Predicted class index and the decision values of every class, timed as ``predict``.
+def _timed_decisions(estimator: Any, X: np.ndarray | PooledRows, class_names: Sequence[str],
+                     X_mirror: np.ndarray | PooledRows | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Predicted class index and the decision values of every class, timed as ``predict``
+    (with ``X_mirror``, the mirrored rows of ``X``: the decision values of each image and its
+    mirror averaged, :func:`~classify_images.pipeline.augment.averaged_decision_function`).
 
     ``predict`` is the class of the largest decision value (with two classes: the sign of
     the single value, read here as the scores ``(-s, s)``), so the two come from one pass.
@@ -214,11 +221,14 @@ def _timed_decisions(estimator: Any, X: np.ndarray | PooledRows, class_names: Se
     """
     if isinstance(X, PooledRows):
         raw, seconds = _blockwise_decisions(estimator, X)
+        if X_mirror is not None:
+            mirrored, mirror_seconds = _blockwise_decisions(estimator, X_mirror)
+            raw, seconds = 0.5 * (raw + mirrored), seconds + mirror_seconds
     else:
         if len(X):
             estimator.decision_function(X[:1])  # compile (or load) the numba kernels outside the timed call
         start = time.perf_counter()
-        raw = np.asarray(estimator.decision_function(X), dtype=np.float64)
+        raw = averaged_decision_function(estimator, X, X_mirror)
         seconds = time.perf_counter() - start
     if raw.ndim == 1:
         raw = np.stack([-raw, raw], axis=1)
@@ -286,10 +296,12 @@ class TrainingResult:
     n_features: int  #: dimension of the rows
     #: the cross-validated choice of parameters (:func:`~classify_images.classifiers.model_selection.search_parameters`), if any
     search: dict[str, Any] | None = None
+    #: of the training rows, those of mirrored images (``[augment] flip_train``)
+    n_mirrors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (without the estimator: see :func:`~classify_images.pipeline.model_file.save_model`)."""
-        return _json_form(self, "classifier params n_samples n_features train_seconds search",
+        return _json_form(self, "classifier params n_samples n_mirrors n_features train_seconds search",
                           train_seconds=_seconds(self.train_seconds))
 
 
@@ -346,6 +358,7 @@ def train_classifier(
     class_names: list[str] | None = None,
     wrapper: Callable[[Any], Any] | None = None,
     search: dict[str, list] | None = None,
+    mirrors: np.ndarray | None = None,
 ) -> TrainingResult:
     """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
 
@@ -362,7 +375,10 @@ def train_classifier(
     ``search`` (``{"C": [0.1, 1, 10, 100]}``) first chooses those parameters by stratified k-fold
     cross-validation on these rows (:func:`~classify_images.classifiers.model_selection.search_parameters`,
     folds seeded by ``seed``); the chosen values join ``params`` and the search is recorded in
-    the result (``search``), its time outside ``train_seconds``.
+    the result (``search``), its time outside ``train_seconds``.  ``mirrors`` (the rows of the
+    mirrored training images, aligned with ``X``: ``[augment] flip_train``) are added as more
+    training rows for the fit; a search chooses its parameters on ``X`` alone (folds of
+    images whose mirrors were in other folds would overrate the augmented model).
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
@@ -379,10 +395,13 @@ def train_classifier(
         found = {**result.to_dict(), "seconds": round(time.perf_counter() - started, 3)}
         params = {**params, **result.best}
         estimator.set_params(**result.best)
+    if mirrors is not None:
+        X, y = with_mirrors(X, y, mirrors)
     start = time.perf_counter()
     estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
-    return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]), found)
+    return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]), found,
+                          0 if mirrors is None else int(len(mirrors)))
 
 
 @dataclass(frozen=True)
@@ -487,21 +506,25 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features,
                         class_names=feature_set.class_names)
     n_train = len(feature_set.y_train)  # the test rows are scored block by block, the training rows not read
+    test_rows = PooledRows(feature_set, np.arange(n_train, n_train + len(feature_set.y_test)))
     return _evaluation(
-        model, meta["classifier"], meta["params"], feature_set, PooledRows(feature_set, np.arange(
-            n_train, n_train + len(feature_set.y_test))), feature_set.y_test,
+        model, meta["classifier"], meta["params"], feature_set, test_rows, feature_set.y_test,
         feature_set.test_paths, n_train=n_train, train_seconds=meta.get("train_seconds"),
         search=meta.get("search"),
+        X_mirror=PooledRows(feature_set, test_rows.indices, mirrored=True)
+        if augment_settings(feature_set).flip_test == "average" else None,
     )
 
 
 def _evaluation(
     model: Any, classifier: str, params: dict, feature_set: FeatureSet, X_test: np.ndarray | PooledRows, y_test: np.ndarray,
     test_paths: Sequence[str], *, n_train: int, train_seconds: float | None, search: dict | None = None,
+    X_mirror: np.ndarray | PooledRows | None = None,
 ) -> Evaluation:
-    """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``): confusion, predictions, provenance."""
+    """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``; with ``X_mirror``, their
+    mirrored rows, decision values averaged): confusion, predictions, provenance."""
     class_names = feature_set.class_names
-    predicted, scores, test_seconds = _timed_decisions(model, X_test, class_names)
+    predicted, scores, test_seconds = _timed_decisions(model, X_test, class_names, X_mirror)
     y_test = np.asarray(y_test, dtype=np.int64)
     return Evaluation(
         classifier=classifier,
@@ -646,10 +669,14 @@ def run_experiment(
     (:data:`EXPERIMENT_NOTE`).  A randomised classifier gets each run's split seed as its
     ``random_state`` unless ``params`` set one, so the experiment is reproducible.  With
     ``search``, each split chooses those parameters by cross-validation on its own training
-    rows (:func:`train_classifier`), recorded per run (``chosen``).
+    rows (:func:`train_classifier`), recorded per run (``chosen``).  With ``[augment]`` in the feature
+    set's config, each split trains on its training images' mirrors too (``flip_train``) and averages
+    the decision values of each test image and its mirror (``flip_test = "average"``): the mirrors
+    are stored row for row with the images, so they follow their images into each split.
     """
     # no pooled copy: each split gathers its training rows (the one copy a fit needs) and
     # scores its test rows block by block from the store
+    augment = augment_settings(feature_set)
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
     paths_all = feature_set.train_paths + feature_set.test_paths
     split = feature_set.manifest["split"]
@@ -659,12 +686,17 @@ def run_experiment(
     for seed in progress(seeds) if progress else seeds:
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
-        training = train_classifier(name, params, feature_set.pooled_rows(train), y_all[train], seed=seed,
-                                    class_names=feature_set.class_names, search=search)
+        training = train_classifier(
+            name, params, feature_set.pooled_rows(train), y_all[train], seed=seed,
+            class_names=feature_set.class_names, search=search,
+            mirrors=feature_set.pooled_rows(train, mirrored=True, needed_by="[augment] flip_train = true")
+            if augment.flip_train else None,
+        )
         evaluation = _evaluation(
             training.estimator, name, training.params, feature_set, PooledRows(feature_set, test), y_all[test],
             [paths_all[k] for k in test], n_train=int(train.size), train_seconds=training.train_seconds,
             search=training.search,
+            X_mirror=PooledRows(feature_set, test, mirrored=True) if augment.flip_test == "average" else None,
         )
         first = first or evaluation
         random_state = training.estimator.get_params().get("random_state")

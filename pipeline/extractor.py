@@ -185,8 +185,8 @@ class FeatureExtractor:
         pooled = self.pooled(path, fingerprint, flip=True) if flip else self.pooled(path, fingerprint)
         return self.normalizer.transform(pooled)[0]
 
-    def transform_images(self, paths: list[str]) -> tuple[np.ndarray, list[dict[str, Any]]]:
-        """Feature vectors of image files; unreadable ones are reported, not raised.
+    def transform_images(self, paths: list[str], *, mirrored: bool = False) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """Feature vectors of image files (``mirrored``: of their mirrors); unreadable ones are reported, not raised.
 
         Returns
         -------
@@ -201,5 +201,5 @@ class FeatureExtractor:
             check = self.check(path, fingerprint) if fingerprint else {"ok": False, "reason": reason}
             status.append({"path": path, **check})
             if check["ok"]:
-                rows.append(self.vector(path, fingerprint))
+                rows.append(self.vector(path, fingerprint, flip=mirrored))
         return np.asarray(rows, dtype=np.float32).reshape(len(rows), self.n_features), status

@@ -17,6 +17,10 @@ Layout::
                                                :class:`~classify_images.coding.normalize.Normalizer`)
     pq_codebooks.npy  float32 (m, 256, s)      product-quantisation codebooks, only for rows
                                                stored ``--rows pq8`` / ``pq16`` (sharded layout)
+    X_train_flip.npy  float32 (n_train, d)     only with ``[augment]`` (manifest ``augment.mirrors``):
+    X_test_flip.npy   float32 (n_test, d)      row i is the row of the mirror (left-right) of the
+                                               image of row i of ``X_train`` / ``X_test``, so a
+                                               re-split that moves a row moves its mirror with it
 
 Two layouts hold the rows (``--store``).  ``npy`` (the default on one machine):
 ``X_train.npy`` and ``X_test.npy`` as above, filled by the building process.  ``sharded``
@@ -111,9 +115,12 @@ POOLED_BLOCK_BYTES = 64 * 2**20
 #: The row arrays and the label arrays of a feature set.
 ROW_ARRAYS = ("X_train", "X_test")
 LABEL_ARRAYS = ("y_train", "y_test")
+#: The mirrored rows (``[augment]``), aligned with the row arrays: ``MIRROR_ARRAYS[k]`` mirrors ``ROW_ARRAYS[k]``.
+MIRROR_ARRAYS = ("X_train_flip", "X_test_flip")
 #: Every file name a feature set may hold (what this project writes, and nothing else).
 FILE_NAMES = frozenset(
-    {MANIFEST, f"{CODEBOOK}.npz", *(f"{name}.npy" for name in (*ROW_ARRAYS, *LABEL_ARRAYS, CODEBOOK, NORMALIZER_STATISTICS, PQ_CODEBOOKS))}
+    {MANIFEST, f"{CODEBOOK}.npz", *(f"{name}.npy" for name in (*ROW_ARRAYS, *MIRROR_ARRAYS, *LABEL_ARRAYS, CODEBOOK, NORMALIZER_STATISTICS,
+                                                    PQ_CODEBOOKS))}
 )
 #: Rows checked for non-finite values at a time (bounded memory on memory-mapped arrays).
 _FINITE_CHECK_ROWS = 4096
@@ -143,7 +150,9 @@ class FeatureSet:
     :class:`~classify_images.pipeline.shard_store.ShardedRows` (``sharded`` layout), kept in
     :attr:`rows` (``{"train": …, "test": …}``).  :attr:`X_train` and :attr:`X_test` are dense
     float32 arrays in both layouts (the shards are assembled on first access);
-    :meth:`iter_row_blocks` reads one block at a time instead.
+    :meth:`iter_row_blocks` reads one block at a time instead.  :attr:`mirror_rows` holds the
+    mirrored rows of a feature set built with ``[augment]`` (``{"train": …, "test": …}``, aligned
+    with :attr:`rows`), else None; :meth:`mirrors` reads them.
     """
 
     path: Path
@@ -158,6 +167,25 @@ class FeatureSet:
         self.path, self.manifest = Path(path), manifest
         self.rows = {"train": X_train, "test": X_test}
         self.y_train, self.y_test, self._codebook = y_train, y_test, _codebook
+        self.mirror_rows: dict[str, np.ndarray] | None = None
+
+    @property
+    def has_mirrors(self) -> bool:
+        """Whether the mirrored rows are stored (a build with ``[augment]``)."""
+        return self.mirror_rows is not None
+
+    def mirrors(self, split: str, needed_by: str = "this option") -> np.ndarray:
+        """The mirrored rows of ``split`` (``"train"`` or ``"test"``), aligned with its rows.
+
+        Raises
+        ------
+        FeatureSetError
+            The feature set stores no mirrors (one line naming ``needed_by``).
+        """
+        if self.mirror_rows is None:
+            raise FeatureSetError(f"feature set {self.path} has no mirrored rows, which {needed_by} needs: "
+                                  "rebuild it with [augment] flip_train = true or flip_test = \"average\" in the config")
+        return self.mirror_rows[split]
 
     @property
     def X_train(self) -> np.ndarray:
@@ -213,9 +241,11 @@ class FeatureSet:
         for start in range(0, rows.shape[0], step):
             yield rows[start : start + step], np.asarray(labels[start : start + step], dtype=np.int64)
 
-    def iter_pooled_rows(self, indices: np.ndarray, max_block_bytes: int | None = None):
+    def iter_pooled_rows(self, indices: np.ndarray, max_block_bytes: int | None = None, *,
+                         mirrored: bool = False, needed_by: str = "this option"):
         """``(positions, X)`` over rows ``indices`` of the pooled rows (the training rows, then
-        the test rows), read one stored block at a time, in storage order.
+        the test rows; with ``mirrored``, of their stored mirrors, :meth:`mirrors`), read one
+        stored block at a time, in storage order.
 
         ``X`` holds the selected rows of one block (dense float32) and ``positions`` where they
         sit in ``indices``: ``X[i]`` is pooled row ``indices[positions[i]]``.  Memory: one block
@@ -227,9 +257,11 @@ class FeatureSet:
         wanted = indices[order]
         offset = 0
         for split in ("train", "test"):
-            rows = self.rows[split]
+            rows = self.mirrors(split, needed_by) if mirrored else self.rows[split]
             step = None if isinstance(rows, ShardedRows) else max(1, max_block_bytes // max(4 * rows.shape[1], 1))
-            for X_block, _ in self.iter_row_blocks(split, step):
+            blocks = ((rows[start:start + step], None) for start in range(0, rows.shape[0], step)) if mirrored \
+                else self.iter_row_blocks(split, step)
+            for X_block, _ in blocks:
                 n = X_block.shape[0]
                 low, high = np.searchsorted(wanted, (offset, offset + n))
                 if high > low:
@@ -240,14 +272,15 @@ class FeatureSet:
                     yield order[low:high], selected
                 offset += n
 
-    def pooled_rows(self, indices: np.ndarray) -> np.ndarray:
-        """Rows ``indices`` of the pooled rows (training, then test) as one dense float32 array.
+    def pooled_rows(self, indices: np.ndarray, *, mirrored: bool = False, needed_by: str = "this option") -> np.ndarray:
+        """Rows ``indices`` of the pooled rows (training, then test), or of their mirrors
+        (``mirrored``), as one dense float32 array.
 
         The only copy made is the result (:meth:`iter_pooled_rows`): an experiment's split
         gathers its training rows without concatenating the training and test sets first.
         """
         out = np.empty((len(indices), self.n_features), dtype=np.float32)
-        for positions, block in self.iter_pooled_rows(indices):
+        for positions, block in self.iter_pooled_rows(indices, mirrored=mirrored, needed_by=needed_by):
             out[positions] = block
         return out
 
@@ -555,7 +588,28 @@ def load_feature_set(path: str | os.PathLike) -> FeatureSet:
     arrays = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in names}
     _check_arrays(folder, manifest, arrays)
     rows = _sharded_rows(folder, manifest) if sharded else {"train": arrays["X_train"], "test": arrays["X_test"]}
-    return FeatureSet(folder, manifest, rows["train"], rows["test"], arrays["y_train"], arrays["y_test"])
+    feature_set = FeatureSet(folder, manifest, rows["train"], rows["test"], arrays["y_train"], arrays["y_test"])
+    if _has_mirrors(manifest):
+        feature_set.mirror_rows = _mirror_rows(folder, manifest)
+    return feature_set
+
+
+def _has_mirrors(manifest: dict) -> bool:
+    augment = manifest.get("augment")
+    return isinstance(augment, dict) and augment.get("mirrors") is True
+
+
+def _mirror_rows(folder: Path, manifest: dict) -> dict[str, np.ndarray]:
+    """The mirrored rows (memory-mapped), checked like the rows (:func:`_check_arrays`)."""
+    mirrors = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in MIRROR_ARRAYS}
+    n_features = manifest["n_features"]
+    for part, name in zip(("train", "test"), MIRROR_ARRAYS):
+        X, n_rows = mirrors[name], len(manifest["split"][part])
+        if X.ndim != 2 or X.dtype != np.float32 or X.shape != (n_rows, n_features):
+            raise FeatureSetError(f"feature set {folder}: {name}.npy is {X.dtype} {X.shape}, the manifest announces "
+                                  f"float32 ({n_rows}, {n_features}); rebuild it")
+        _require_finite(folder, f"{name}.npy", X)
+    return {"train": mirrors["X_train_flip"], "test": mirrors["X_test_flip"]}
 
 
 # --- what may be replaced ---
@@ -585,6 +639,8 @@ def _listed_files(manifest: dict) -> tuple[set[str], set[str]] | None:
     store = manifest.get("store")
     if store is None:
         required |= {f"{name}.npy" for name in ROW_ARRAYS}
+        if _has_mirrors(manifest):
+            required |= {f"{name}.npy" for name in MIRROR_ARRAYS}
     else:
         try:
             required |= {entry["file"] for part in ROW_ARRAYS for entry in store["shards"][part]}

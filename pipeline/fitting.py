@@ -195,6 +195,9 @@ def codebook_from_sample(sample, config: PipelineConfig, runner: Runner) -> tupl
     return _learn_codebook_on_cluster(sample, config, runner)
 
 
-def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool) -> np.ndarray:
-    """The vector of one image: normalised (:meth:`FeatureExtractor.vector`) or only pooled."""
+def image_row(path: str, fingerprint: str, *, extractor: FeatureExtractor, normalized: bool,
+              flip: bool = False) -> np.ndarray:
+    """The vector of one image (``flip``: of its mirror): normalised (:meth:`FeatureExtractor.vector`) or only pooled."""
+    if flip:
+        return extractor.vector(path, fingerprint, flip=True) if normalized else extractor.pooled(path, fingerprint, flip=True)
     return extractor.vector(path, fingerprint) if normalized else extractor.pooled(path, fingerprint)

@@ -24,6 +24,11 @@ of a cross-validation share the cached descriptors, and a codebook learnt once f
 same sample is reused by every candidate of a grid search.
 
 The ``[dataset]`` table of the configuration is not used: the caller splits the data.
+
+Flips (``[augment]``, :mod:`~classify_images.pipeline.augment`): ``transform_mirrored(paths)``
+gives the vectors of the mirrored images (row ``i``: the mirror of ``paths[i]``), to add as
+training rows or to average decision values with; :func:`load_image_model` of a model whose
+config says ``flip_test = "average"`` returns a pipeline that averages them itself.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 import numpy as np
 from joblib import delayed
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
 from .._log import verbose_output
@@ -43,7 +49,7 @@ from .config import PipelineConfig, load_config
 from .extractor import FeatureExtractor, check_image, readable_fingerprint
 from .stages import StageCache
 
-__all__ = ["ImageFeatures", "UnreadableImagesError", "load_image_model"]
+__all__ = ["ImageFeatures", "UnreadableImagesError", "load_image_model", "MirrorAveragedPipeline"]
 
 #: Unreadable images named in an error message (the rest are counted).
 _NAMED_IN_ERRORS = 3
@@ -246,8 +252,8 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         )
         return features
 
-    def transform(self, X: Any) -> np.ndarray:
-        """Feature vectors of the images ``X``.
+    def transform(self, X: Any, *, flip: bool = False) -> np.ndarray:
+        """Feature vectors of the images ``X`` (``flip``: of their mirrors, :meth:`transform_mirrored`).
 
         Returns
         -------
@@ -260,15 +266,21 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         extractor = self.extractor_
         with self._runner(extractor.cache) as runner:
             fingerprints = self._readable(paths, extractor.check, runner)
-            rows = self._rows(runner, extractor, paths, fingerprints, normalized=True)
+            rows = self._rows(runner, extractor, paths, fingerprints, normalized=True, flip=flip)
         return np.asarray(rows, dtype=np.float32).reshape(len(paths), extractor.n_features)
 
+    def transform_mirrored(self, X: Any) -> np.ndarray:
+        """Feature vectors of the left-right mirrors of the images ``X`` (row ``i``: the mirror of
+        ``X[i]``, as a feature set built with ``[augment]`` stores it)."""
+        return self.transform(X, flip=True)
+
     @staticmethod
-    def _rows(runner, extractor: FeatureExtractor, paths: list[str], fingerprints: list[str], *, normalized: bool):
-        """The vectors of the images, the extractor sent to each worker once."""
+    def _rows(runner, extractor: FeatureExtractor, paths: list[str], fingerprints: list[str], *, normalized: bool,
+              flip: bool = False):
+        """The vectors of the images (``flip``: of their mirrors), the extractor sent to each worker once."""
         from .fitting import image_row
 
-        calls = [delayed(image_row)(p, f, normalized=normalized) for p, f in zip(paths, fingerprints)]
+        calls = [delayed(image_row)(p, f, normalized=normalized, flip=flip) for p, f in zip(paths, fingerprints)]
         return runner.map(calls, "encode + pool", shared={"extractor": extractor})
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:
@@ -293,6 +305,7 @@ def load_image_model(path: str | os.PathLike):
         ``make_pipeline(ImageFeatures, classifier)``, fitted: ``predict(paths)`` gives class
         names (for models trained by the command line), ``decision_function(paths)`` the
         one-vs-rest decision values, ``classes_`` the classes.  New images are not cached.
+        A :class:`MirrorAveragedPipeline` when the model's config says ``[augment] flip_test = "average"``.
 
     Raises
     ------
@@ -300,12 +313,31 @@ def load_image_model(path: str | os.PathLike):
         The file cannot be read (:func:`~classify_images.pipeline.model_file.load_model`), or
         holds no feature extractor (saved from a classifier alone).
     """
-    from sklearn.pipeline import Pipeline
-
     from .model_file import ModelFileError, load_model_parts
 
     estimator, extractor, _ = load_model_parts(path)
     if extractor is None:
         raise ModelFileError(f"model file {path} holds no feature extractor (it classifies feature vectors only): "
                              "re-train it with classify-images train, or save it with save_model(..., extractor=...)")
-    return Pipeline([("features", ImageFeatures.from_extractor(extractor)), ("classifier", estimator)])
+    steps = [("features", ImageFeatures.from_extractor(extractor)), ("classifier", estimator)]
+    if extractor.config.augment.flip_test == "average":
+        return MirrorAveragedPipeline(steps)
+    return Pipeline(steps)
+
+
+class MirrorAveragedPipeline(Pipeline):
+    """A fitted ``(ImageFeatures, classifier)`` pipeline whose decision values are those of each
+    image and of its mirror, averaged (``[augment] flip_test = "average"``:
+    :func:`~classify_images.pipeline.augment.averaged_decision_function`); ``predict`` is the class
+    of the largest averaged value (two classes: its sign)."""
+
+    def decision_function(self, X, **params):
+        from .augment import averaged_decision_function
+
+        features, classifier = self.steps[0][1], self.steps[-1][1]
+        return averaged_decision_function(classifier, features.transform(X), features.transform_mirrored(X))
+
+    def predict(self, X, **params):
+        scores = self.decision_function(X)
+        classes = self.steps[-1][1].classes_
+        return classes[(scores > 0).astype(int)] if scores.ndim == 1 else classes[np.argmax(scores, axis=1)]

@@ -199,7 +199,9 @@ def build_text(result: "BuildResult", skipped: list[dict], timings: dict[str, fl
 def training_text(training: TrainingResult, model_path: str | os.PathLike) -> str:
     """One line: what was trained, on how much, how fast, and where it was saved (and a line on
     the parameter search, if any, and its warning when the choice is on the grid's edge)."""
-    text = (f"trained {training.classifier} on {training.n_samples} images × {training.n_features} dims "
+    images = (f"{training.n_samples} images" if not training.n_mirrors else
+              f"{training.n_samples - training.n_mirrors} images + {training.n_mirrors} mirrors")
+    text = (f"trained {training.classifier} on {images} × {training.n_features} dims "
             f"in {training.train_seconds:.2f} s -> {model_path}")
     return text + "".join(f"\n{line}" for line in search_lines(training.search))
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .config import ConfigError
 from .feature_store import FeatureSet, load_feature_set
 from .runner import Execution, Progress
 
@@ -91,6 +92,7 @@ def train_model(
     path : Path
         The model file written.
     """
+    from .augment import augment_settings
     from .evaluation import train_classifier
     from .extractor import FeatureExtractor
     from .model_file import save_model
@@ -114,8 +116,15 @@ def train_model(
         # on a cluster or streaming, a sharded set is never assembled here (the rows are read lazily)
         X = feature_set.rows["train"] if wrapper is not None and feature_set.layout == "sharded" \
             else np.asarray(feature_set.X_train)
+        mirrors = None
+        if augment_settings(feature_set).flip_train:
+            if wrapper is not None:
+                raise ConfigError("[augment] flip_train = true trains in memory on this machine: leave out the "
+                                  "cluster options and --block-rows")
+            mirrors = np.asarray(feature_set.mirrors("train", "[augment] flip_train = true"))
         training = train_classifier(classifier, params or {}, X, feature_set.y_train, seed=seed,
-                                    class_names=feature_set.class_names, wrapper=wrapper, search=search)
+                                    class_names=feature_set.class_names, wrapper=wrapper, search=search,
+                                    mirrors=mirrors)
         if probability_folds is not None:
             from ..classifiers.calibration import calibrate
 
@@ -205,22 +214,23 @@ def _not_a_file_reason(path: str) -> str:
     return f"{describe_file_kind(mode)}, not a regular file: skipped (only files and folders of images are read)"
 
 
-def _image_row(path: str, *, extractor) -> tuple[np.ndarray, dict[str, Any]]:
-    """The row and the status of one image (a cluster task's call)."""
-    X, status = extractor.transform_images([path])
+def _image_row(path: str, *, extractor, mirrored: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+    """The row (``mirrored``: of its mirror) and the status of one image (a cluster task's call)."""
+    X, status = extractor.transform_images([path], mirrored=mirrored)
     return X, status[0]
 
 
 def _transform_in_parallel(execution: Execution, extractor, files: list[str],
-                           progress: Progress | None = None) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """``extractor.transform_images(files)`` as joblib calls or cluster tasks (the extractor sent to
-    each worker once), results in input order."""
+                           progress: Progress | None = None, *, mirrored: bool = False
+                           ) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """``extractor.transform_images(files, mirrored=mirrored)`` as joblib calls or cluster tasks (the
+    extractor sent to each worker once), results in input order."""
     from joblib import delayed
 
     # Absolute paths: a cluster's workers do not share this process's current folder.
     with execution.runner(extractor.cache, progress, cached=False) as runner:
-        results = runner.map([delayed(_image_row)(os.path.abspath(path)) for path in files], "predict",
-                             shared={"extractor": extractor})
+        results = runner.map([delayed(_image_row)(os.path.abspath(path), mirrored=mirrored) for path in files],
+                             "predict" if not mirrored else "predict (mirrors)", shared={"extractor": extractor})
     results = [(X, {**status, "path": path}) for (X, status), path in zip(results, files)]  # the paths as given
     rows = [X for X, status in results if status["ok"]]
     X = np.concatenate(rows) if rows else np.zeros((0, extractor.n_features), dtype=np.float32)
@@ -250,7 +260,9 @@ def predict_images(model, files: list[str], top_k: int, execution: Execution | N
         default this process.
     probability : bool
         Rank by the calibrated probabilities (the model must hold them: ``predict_proba``)
-        instead of the decision values.
+        instead of the decision values.  A model whose config says ``[augment] flip_test =
+        "average"`` also encodes the mirror of every image and averages the two images'
+        decision values (or probabilities) (:mod:`~classify_images.pipeline.augment`).
     progress : callable, optional
         ``progress(iterable, description, total)`` wrapper over the images (a tqdm bar, say);
         the step is logged (INFO) whatever it is.
@@ -263,17 +275,31 @@ def predict_images(model, files: list[str], top_k: int, execution: Execution | N
         ``{"path", "reason"}`` of the images that could not be read.
     """
     classifier, extractor = model[-1], model[0].extractor_
-    if execution is None or (execution.cluster is None and execution.n_jobs == 1):
-        if files:
-            _log.info("predict: %d images", len(files))
-        X, status = extractor.transform_images(files if progress is None else progress(files, "predict", len(files)))
-    else:
-        X, status = _transform_in_parallel(execution, extractor, files, progress)
+
+    def transform(files: list[str], mirrored: bool = False) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        if execution is None or (execution.cluster is None and execution.n_jobs == 1):
+            if files:
+                _log.info("predict: %d images%s", len(files), " (mirrors)" if mirrored else "")
+            shown = files if progress is None else progress(files, "predict", len(files))
+            return extractor.transform_images(shown, mirrored=mirrored)
+        return _transform_in_parallel(execution, extractor, files, progress, mirrored=mirrored)
+
+    X, status = transform(files)
     read = [entry["path"] for entry in status if entry["ok"]]
     skipped = [{"path": entry["path"], "reason": entry["reason"]} for entry in status if not entry["ok"]]
     if not read:
         return [], skipped
-    scores = classifier.predict_proba(X) if probability else classifier.decision_function(X)
+    X_mirror = None
+    if extractor.config.augment.flip_test == "average":  # the images were read once already: all readable
+        X_mirror, _ = transform([entry["path"] for entry in status if entry["ok"]], mirrored=True)
+    if probability:
+        scores = classifier.predict_proba(X)
+        if X_mirror is not None:
+            scores = 0.5 * (scores + classifier.predict_proba(X_mirror))
+    else:
+        from .augment import averaged_decision_function
+
+        scores = averaged_decision_function(classifier, X, X_mirror)
     if scores.ndim == 1:  # two classes: one problem, positive for classes_[1]
         scores = np.stack([-scores, scores], axis=1)
     return list(zip(read, top_classes(scores, classifier.classes_, top_k))), skipped

@@ -129,7 +129,7 @@ def test_training_result(feature_set, evaluation):
     training, _ = evaluation
     assert (training.classifier, training.n_samples, training.n_features) == ("linear", 24, 6)
     assert training.train_seconds >= 0 and training.estimator.classes_.tolist() == [0, 1, 2]
-    assert training.to_dict() == {"classifier": "linear", "params": {"C": 1.0}, "n_samples": 24, "n_features": 6,
+    assert training.to_dict() == {"classifier": "linear", "params": {"C": 1.0}, "n_samples": 24, "n_mirrors": 0, "n_features": 6,
                                   "train_seconds": round(training.train_seconds, 4), "search": None}
 
 
