@@ -1,0 +1,208 @@
+"""Feature combination on real channels: each single channel against each combination rule, paired per split.
+
+The channels are feature sets of the *same images* (checked: the same image list; their stored
+order may differ, rows are matched by path), e.g. the grey Fisher vectors and the ScSPM codes
+of 15-Scenes.  For every seeded split of ``experiment`` (the pooled stored rows re-split by
+:func:`~classify_images.pipeline.dataset.split_indices`, seeds ``--seeds``) and every variant —
+each channel alone (its rows as stored, as ``experiment`` trains on them), and the rules of
+:mod:`~classify_images.classifiers.combination` (``concat``, ``average``; ``mbkl`` over the
+non-negative channels when there are two or more) — the classifier's ``C`` is chosen by
+``--search`` (stratified 3-fold cross-validation on the split's training rows,
+:func:`~classify_images.pipeline.evaluation.train_classifier`: no hand-set C) and the mean
+per-class accuracy is measured on the split's test rows.  Rows are read from the memory-mapped
+feature sets by index, one split's training rows and a block of test rows at a time (never the
+pooled multi-channel matrix)::
+
+    python benchmarks/bench_combination.py --channel fv=/tmp/shared/fv-scene15 \\
+        --channel scspm=/tmp/shared/scspm-scene15 --seeds 0,1,2 --json combination.json
+
+Results: docs/benchmarks/combination.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from _bench_utils import machine, processor_model, write_json
+
+from classify_images.classifiers.combination import COMBINE_RULES, Channel, combine_rows
+from classify_images.pipeline.dataset import split_indices
+from classify_images.pipeline.evaluation import mean_per_class_accuracy, train_classifier
+from classify_images.pipeline.feature_store import load_feature_set
+
+#: Test rows read, combined and classified at a time.
+TEST_BLOCK = 512
+
+
+@dataclass
+class ChannelRows:
+    """The pooled rows (stored training rows, then test rows, of the first channel's order) of several
+    aligned feature sets, read by index."""
+
+    names: list[str]
+    sets: list
+    orders: list[np.ndarray]  #: per channel, the stored pooled index of each pooled row
+    labels: np.ndarray
+    class_names: list[str]
+    channels: tuple[Channel, ...]
+    train_per_class: int
+    test_per_class: int | None
+
+    @classmethod
+    def open(cls, specs: list[tuple[str, str, float]]) -> "ChannelRows":
+        sets = [load_feature_set(path) for _, path, _ in specs]
+        pooled = [fs.train_paths + fs.test_paths for fs in sets]
+        first = {path: k for k, path in enumerate(pooled[0])}
+        orders = []
+        for (name, path, _), paths in zip(specs, pooled):
+            if sorted(paths) != sorted(pooled[0]) or sets[0].class_names != sets[len(orders)].class_names:
+                raise SystemExit(f"error: channel {name} ({path}) holds other images or classes than {specs[0][1]}")
+            order = np.empty(len(paths), dtype=np.int64)
+            order[[first[p] for p in paths]] = np.arange(len(paths))
+            orders.append(order)
+        labels = np.concatenate([sets[0].y_train, sets[0].y_test]).astype(np.int64)
+        channels, offset = [], 0
+        for (name, _, weight), fs in zip(specs, sets):
+            sample = np.asarray(fs.X_train[: min(256, fs.X_train.shape[0])])
+            channels.append(Channel(name, offset, fs.n_features, bool((sample < 0).any()), weight))
+            offset += fs.n_features
+        split = sets[0].manifest["split"]
+        return cls([s[0] for s in specs], sets, orders, labels, sets[0].class_names, tuple(channels),
+                   int(split["train_per_class"]), split["test_per_class"])
+
+    def rows(self, index: np.ndarray, names: list[str]) -> np.ndarray:
+        """Rows ``index`` (pooled order) of the channels ``names``, side by side (float32)."""
+        picked = [k for k, name in enumerate(self.names) if name in names]
+        out = np.empty((index.size, sum(self.sets[k].n_features for k in picked)), dtype=np.float32)
+        column = 0
+        for k in picked:
+            fs, stored = self.sets[k], self.orders[k][index]
+            n_train, width = fs.X_train.shape[0], fs.n_features
+            train, test = stored < n_train, stored >= n_train
+            out[train, column:column + width] = fs.X_train[stored[train]]
+            out[test, column:column + width] = fs.X_test[stored[test] - n_train]
+            column += width
+        return out
+
+    def layout(self, names: list[str]) -> tuple[Channel, ...]:
+        """The channels ``names`` as a row of their own (offsets from 0)."""
+        out, offset = [], 0
+        for channel in self.channels:
+            if channel.name in names:
+                out.append(Channel(channel.name, offset, channel.dims, channel.signed, channel.weight))
+                offset += channel.dims
+        return tuple(out)
+
+
+def variants(data: ChannelRows, classifier: str) -> list[dict]:
+    """Each channel alone, then ``concat`` and ``average`` of all, then ``mbkl`` over the non-negative ones."""
+    out = [{"label": name, "channels": [name], "rule": None, "classifier": classifier} for name in data.names]
+    if len(data.names) > 1:
+        out += [{"label": f"{rule}({'+'.join(data.names)})", "channels": list(data.names), "rule": rule,
+                 "classifier": classifier} for rule in ("concat", "average")]
+    unsigned = [c.name for c in data.channels if not c.signed]
+    if len(unsigned) > 1:
+        out.append({"label": f"mbkl({'+'.join(unsigned)})", "channels": unsigned, "rule": "mbkl", "classifier": "mbkl"})
+    return out
+
+
+def run_variant(data: ChannelRows, variant: dict, seed: int, grid: dict[str, list]) -> dict:
+    """One variant on one split: C searched on the training rows, accuracy on the test rows."""
+    train, test = split_indices(data.labels, data.train_per_class, data.test_per_class, seed)
+    layout = data.layout(variant["channels"])
+    rule, classifier = variant["rule"], variant["classifier"]
+    started = time.perf_counter()
+    X = data.rows(train, variant["channels"])
+    if rule is not None:
+        combine_rows(X, layout, rule, classifier, out=X)
+    training = train_classifier(classifier, {}, X, data.labels[train], seed=seed, class_names=data.class_names,
+                                search=grid)
+    del X
+    estimator, predicted = training.estimator, []
+    index = {name: k for k, name in enumerate(data.class_names)}
+    for start in range(0, test.size, TEST_BLOCK):
+        block = data.rows(test[start:start + TEST_BLOCK], variant["channels"])
+        if rule is not None:
+            combine_rows(block, layout, rule, classifier, out=block)
+        predicted += [index[str(name)] for name in estimator.predict(block)]
+    result = {"seed": seed, "accuracy": mean_per_class_accuracy(data.labels[test], np.array(predicted)),
+              "chosen": training.search["best"], "on_edge": training.search["on_edge"],
+              "search_seconds": training.search["seconds"], "train_seconds": round(training.train_seconds, 2),
+              "total_seconds": round(time.perf_counter() - started, 1)}
+    if rule == "mbkl":
+        from classify_images.classifiers.combination import mbkl_channel_weights
+
+        result["channel_weights"] = mbkl_channel_weights(estimator, layout)
+    return result
+
+
+def _channel_spec(text: str) -> tuple[str, str, float]:
+    name, _, rest = text.partition("=")
+    path, _, weight = rest.partition(":")
+    if not name or not path:
+        raise argparse.ArgumentTypeError(f"--channel {text!r}: expected NAME=FEATURESET[:WEIGHT]")
+    return name, path, float(weight or 1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--channel", type=_channel_spec, action="append", required=True,
+                        help="NAME=FEATURESET[:WEIGHT], one per channel (at least one)")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--search", default="C=0.1,1,10,100", help="the grid of the linear SVM (NAME=v1,v2,...)")
+    parser.add_argument("--mbkl-search", default="C=1,10,100", help="the grid of MBKL")
+    parser.add_argument("--classifier", default="linear")
+    parser.add_argument("--only", default=None, help="comma-separated variant labels to run (default: all)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    print(f"processor: {processor_model()}", flush=True)
+
+    def grid_of(text: str) -> dict[str, list]:
+        name, _, values = text.partition("=")
+        return {name: [float(v) for v in values.split(",")]}
+
+    data = ChannelRows.open(args.channel)
+    print("channels:", [c.to_dict() for c in data.channels], flush=True)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    chosen = variants(data, args.classifier)
+    if args.only:
+        chosen = [v for v in chosen if v["label"] in args.only.split(",")]
+    results = []
+    for variant in chosen:
+        grid = grid_of(args.mbkl_search if variant["classifier"] == "mbkl" else args.search)
+        runs = []
+        for seed in seeds:
+            runs.append(run_variant(data, variant, seed, grid))
+            print(json.dumps({"variant": variant["label"], **runs[-1]}), flush=True)
+        accuracies = 100 * np.array([r["accuracy"] for r in runs])
+        results.append({**variant, "grid": grid, "runs": runs, "mean": float(accuracies.mean()),
+                        "std": float(accuracies.std(ddof=1)) if len(runs) > 1 else 0.0})
+        print(f"{variant['label']}: {accuracies.mean():.2f} ± {results[-1]['std']:.2f} %", flush=True)
+    singles = [r for r in results if r["rule"] is None]
+    summary = {}
+    if singles:
+        best_single = max(singles, key=lambda r: r["mean"])
+        for r in results:
+            if r["rule"] is not None:
+                gain = 100 * (np.array([x["accuracy"] for x in r["runs"]])
+                              - np.array([x["accuracy"] for x in best_single["runs"]]))
+                summary[r["label"]] = {"over": best_single["label"], "paired_gain_points": gain.round(2).tolist(),
+                                       "mean_gain_points": round(float(gain.mean()), 2)}
+                print(f"{r['label']} - {best_single['label']}: {gain.round(2).tolist()} (mean {gain.mean():+.2f})")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak resident memory: {peak:.0f} MiB")
+    write_json(args.json, {"processor": processor_model(), "machine": machine(), "seeds": seeds,
+                           "channels": [c.to_dict() for c in data.channels], "rules": list(COMBINE_RULES),
+                           "results": results, "gains": summary, "peak_rss_MiB": round(peak),
+                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
