@@ -35,14 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from ..classifiers.combination import Channel
+from ..classifiers.combination import Channel, combine_rows
 from ..coding.encoders import encoder_class, make_encoder
 from ..coding.normalize import Normalizer
 from .config import CHANNEL_TABLE, ChannelsConfig, ConfigError, PipelineConfig
 from .extractor import FeatureExtractor, check_image
 from .stages import StageCache, implementation_versions
 
-__all__ = ["ChannelExtractor", "channel_is_signed", "channels_config_hash", "build_channel_feature_set",
+__all__ = ["ChannelExtractor", "extractor_of", "channel_is_signed", "channels_config_hash", "build_channel_feature_set",
            "channel_state_arrays", "channel_states"]
 
 #: Encoder kinds whose codes are never negative (pooled by any method, the rows stay non-negative).
@@ -71,6 +71,10 @@ class ChannelExtractor(FeatureExtractor):
     config : ChannelsConfig
     extractors : list of FeatureExtractor
         One per channel, in the configuration's order, each with a per-vector normaliser.
+    combine : (rule, classifier), optional
+        The rows are combined by this rule for this classifier
+        (:func:`~classify_images.classifiers.combination.combine_rows`): the extractor of a model
+        trained with ``--combine`` (:mod:`~classify_images.pipeline.model_file`).
 
     Attributes
     ----------
@@ -80,8 +84,9 @@ class ChannelExtractor(FeatureExtractor):
         The sum of the channels' dimensions.
     """
 
-    def __init__(self, config: ChannelsConfig, extractors: list[FeatureExtractor]) -> None:  # noqa: D107
-        self.config, self.extractors = config, list(extractors)
+    def __init__(self, config: ChannelsConfig, extractors: list[FeatureExtractor], *,
+                 combine: tuple[str, str] | None = None) -> None:  # noqa: D107
+        self.config, self.extractors, self.combine = config, list(extractors), combine
         self.cache = self.extractors[0].cache
         self.normalizer = Normalizer("none")
         layout, offset = [], 0
@@ -93,6 +98,15 @@ class ChannelExtractor(FeatureExtractor):
         self.codebook_digest = hashlib.sha1(" ".join(e.codebook_digest for e in self.extractors).encode()).hexdigest()
         self._check_config = _check_config(config)
 
+    @property
+    def codebook(self) -> list:
+        """The channels' fitted states, in order."""
+        return [extractor.codebook for extractor in self.extractors]
+
+    def with_cache(self, cache: StageCache) -> "ChannelExtractor":
+        """The same channels (and combination) reading and filling ``cache``."""
+        return ChannelExtractor.from_states(self.config, self.codebook, cache=cache, combine=self.combine)
+
     def check(self, path: str, fingerprint: str) -> dict[str, Any]:
         """:func:`~classify_images.pipeline.extractor.check_image` against the largest patch of all channels."""
         return check_image(self.cache, self._check_config, path, fingerprint)
@@ -102,15 +116,20 @@ class ChannelExtractor(FeatureExtractor):
         return self.vector(path, fingerprint, flip=flip)
 
     def vector(self, path: str, fingerprint: str, *, flip: bool = False) -> np.ndarray:
-        """The feature vector of a readable image: its channels' vectors concatenated (float32)."""
-        return np.concatenate([extractor.vector(path, fingerprint, flip=flip) for extractor in self.extractors]
-                              ).astype(np.float32, copy=False)
+        """The feature vector of a readable image: its channels' vectors concatenated (float32), combined
+        by :attr:`combine` when set."""
+        row = np.concatenate([extractor.vector(path, fingerprint, flip=flip) for extractor in self.extractors]
+                             ).astype(np.float32, copy=False)
+        if self.combine is None:
+            return row
+        return combine_rows(row[None, :], self.layout, *self.combine)[0]
 
     @classmethod
-    def from_states(cls, config: ChannelsConfig, states: list, *, cache: StageCache | None = None) -> "ChannelExtractor":
+    def from_states(cls, config: ChannelsConfig, states: list, *, cache: StageCache | None = None,
+                    combine: tuple[str, str] | None = None) -> "ChannelExtractor":
         """The extractor of fitted channel states (one codebook per channel, in order)."""
         return cls(config, [FeatureExtractor(channel.config, state, cache=cache)
-                            for channel, state in zip(config.channels, states)])
+                            for channel, state in zip(config.channels, states)], combine=combine)
 
     @classmethod
     def from_feature_set(cls, feature_set: Any, *, cache_dir: str | os.PathLike | None = None) -> "ChannelExtractor":
@@ -118,6 +137,16 @@ class ChannelExtractor(FeatureExtractor):
         config = feature_set.config
         states = channel_states(config, feature_set.codebook())
         return cls.from_states(config, states, cache=StageCache(cache_dir, cache_descriptors=False))
+
+
+def extractor_of(feature_set: Any, *, cache_dir: str | os.PathLike | None = None, combine: tuple[str, str] | None = None):
+    """The extractor a feature set was built with: a :class:`ChannelExtractor` (rows combined by
+    ``combine``, if given) for a multi-channel set, else a :class:`FeatureExtractor`."""
+    if not feature_set.channels:
+        return FeatureExtractor.from_feature_set(feature_set, cache_dir=cache_dir)
+    extractor = ChannelExtractor.from_feature_set(feature_set, cache_dir=cache_dir)
+    extractor.combine = combine
+    return extractor
 
 
 def channel_state_arrays(extractor: ChannelExtractor) -> dict[str, np.ndarray]:

@@ -43,6 +43,7 @@ import numpy as np
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_accuracy_score
 
 from ..classifiers.base import warm_up
+from ..classifiers.combination import check_combination, combine_rows
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
 from .dataset import split_indices
 from .feature_store import FeatureSet
@@ -63,6 +64,7 @@ __all__ = [
     "named_class_weight",
     "evaluate_model",
     "run_experiment",
+    "combination_record",
 ]
 
 _log = logging.getLogger(__name__)
@@ -370,6 +372,8 @@ class Evaluation:
     search: dict | None = None  #: the model's cross-validated parameter choice (model file header), if any
     versions: dict | None = None  #: :func:`~classify_images.pipeline.provenance.library_versions` at evaluation
     date: str | None = None  #: when the evaluation ran (ISO 8601, UTC)
+    #: the channel combination of a multi-channel model (``{"rule", "channels"}``; None: rows as stored)
+    combine: dict | None = None
 
     def most_confused(self, limit: int = 20) -> list[dict[str, Any]]:
         """The largest off-diagonal cells: ``true`` predicted as ``predicted``, ``count`` times.
@@ -422,7 +426,7 @@ class Evaluation:
             self,
             "classifier params feature_set config_hash n_train n_test n_features mean_per_class_accuracy "
             "overall_accuracy top_k_accuracy per_class_accuracy class_names confusion train_seconds test_seconds "
-            "most_confused misclassified predictions config search versions date",
+            "most_confused misclassified predictions config search versions date combine",
             top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
             per_class_accuracy={name: float(rate) for name, rate in zip(self.class_names, self.per_class_accuracy)},
             confusion=self.confusion.tolist(),
@@ -450,16 +454,25 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     """
     check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features,
                         class_names=feature_set.class_names)
+    X_test, combine = np.asarray(feature_set.X_test), meta.get("combine")
+    if combine is not None:  # (a model trained with --combine: its rows combined the same way)
+        X_test = combine_rows(X_test, feature_set.channels, combine["rule"], meta["classifier"])
     return _evaluation(
-        model, meta["classifier"], meta["params"], feature_set, np.asarray(feature_set.X_test), feature_set.y_test,
+        model, meta["classifier"], meta["params"], feature_set, X_test, feature_set.y_test,
         feature_set.test_paths, n_train=int(feature_set.X_train.shape[0]), train_seconds=meta.get("train_seconds"),
-        search=meta.get("search"),
+        search=meta.get("search"), combine=combine,
     )
+
+
+def combination_record(feature_set: FeatureSet, rule: str | None) -> dict | None:
+    """What a model and a report record of ``--combine``: the rule and the channel layout (None without)."""
+    return None if rule is None else {"rule": rule, "channels": [c.to_dict() for c in feature_set.channels]}
 
 
 def _evaluation(
     model: Any, classifier: str, params: dict, feature_set: FeatureSet, X_test: np.ndarray, y_test: np.ndarray,
     test_paths: Sequence[str], *, n_train: int, train_seconds: float | None, search: dict | None = None,
+    combine: dict | None = None,
 ) -> Evaluation:
     """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``): confusion, predictions, provenance."""
     class_names = feature_set.class_names
@@ -483,6 +496,7 @@ def _evaluation(
         search=search,
         versions=library_versions(),
         date=_now(),
+        combine=combine,
     )
 
 
@@ -526,6 +540,7 @@ class Experiment:
     config_hash: str  #: pipeline config the features were computed with
     runs: tuple[ExperimentRun, ...]  #: one per seed, in seed order
     first: Evaluation | None = field(default=None, repr=False)  #: the full evaluation of the first seed's split
+    combine: dict | None = None  #: the channel combination (``{"rule", "channels"}``), if any
 
     @property
     def accuracies(self) -> np.ndarray:
@@ -581,7 +596,7 @@ class Experiment:
             keys = names if names is not None else [str(k) for k in range(len(statistics[0]))]
             per_class = {name: {"mean": float(m), "std": float(s)} for name, m, s in zip(keys, *statistics)}
         return _json_form(self, "classifier params feature_set config_hash repeats runs mean std top_k_accuracy "
-                          "per_class_accuracy note",
+                          "per_class_accuracy combine note",
                           repeats=len(self.runs), runs=[run.to_dict(names) for run in self.runs],
                           top_k_accuracy={str(k): {"mean": m, "std": s} for k, (m, s) in self.top_k_statistics().items()},
                           per_class_accuracy=per_class, note=EXPERIMENT_NOTE)
@@ -596,6 +611,7 @@ def run_experiment(
     first_seed: int = 0,
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
     search: dict[str, list] | None = None,
+    combine: str | None = None,
 ) -> Experiment:
     """Train and test ``repeats`` times on seeded re-splits of the stored rows.
 
@@ -608,9 +624,16 @@ def run_experiment(
     (:data:`EXPERIMENT_NOTE`).  A randomised classifier gets each run's split seed as its
     ``random_state`` unless ``params`` set one, so the experiment is reproducible.  With
     ``search``, each split chooses those parameters by cross-validation on its own training
-    rows (:func:`train_classifier`), recorded per run (``chosen``).
+    rows (:func:`train_classifier`), recorded per run (``chosen``).  With ``combine`` (a rule of
+    :mod:`~classify_images.classifiers.combination`), the rows of a multi-channel feature set are
+    combined by it first (in place, in the pooled copy).
     """
+    record = combination_record(feature_set, combine)
+    if combine is not None:  # refused before the rows are read
+        check_combination(combine, feature_set.channels, name)
     X_all = np.concatenate([np.asarray(feature_set.X_train), np.asarray(feature_set.X_test)])
+    if combine is not None:
+        combine_rows(X_all, feature_set.channels, combine, name, out=X_all)
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
     paths_all = feature_set.train_paths + feature_set.test_paths
     split = feature_set.manifest["split"]
@@ -625,7 +648,7 @@ def run_experiment(
         evaluation = _evaluation(
             training.estimator, name, training.params, feature_set, X_all[test], y_all[test],
             [paths_all[k] for k in test], n_train=int(train.size), train_seconds=training.train_seconds,
-            search=training.search,
+            search=training.search, combine=record,
         )
         first = first or evaluation
         random_state = training.estimator.get_params().get("random_state")
@@ -634,4 +657,4 @@ def run_experiment(
                                   per_class_accuracy=tuple(float(r) for r in evaluation.per_class_accuracy),
                                   top_k_accuracy=evaluation.top_k_accuracy,
                                   chosen=None if training.search is None else training.search["best"]))
-    return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first)
+    return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first, record)

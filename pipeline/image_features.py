@@ -156,7 +156,8 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
             folder = default_cache_dir()
         else:
             folder = self.cache_dir
-        return StageCache(folder, cache_descriptors=config.sift.cache_descriptors)
+        channels = getattr(config, "channels", None) or [config]  # ([[channel]] tables: each channel's config)
+        return StageCache(folder, cache_descriptors=all(getattr(c, "config", c).sift.cache_descriptors for c in channels))
 
     @contextlib.contextmanager
     def _runner(self, cache: StageCache):
@@ -240,10 +241,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     ) -> "ImageFeatures":
         """A fitted transformer applying ``extractor`` (e.g. the one stored in a model file)."""
         features = cls(extractor.config, cache_dir=cache_dir, n_jobs=n_jobs)
-        features._set_fitted(
-            FeatureExtractor(extractor.config, extractor.codebook, extractor.normalizer,
-                             cache=features._stage_cache(extractor.config))
-        )
+        features._set_fitted(extractor.with_cache(features._stage_cache(extractor.config)))
         return features
 
     def transform(self, X: Any) -> np.ndarray:

@@ -104,3 +104,74 @@ def test_multi_channel_build_reuses_the_single_channel_cache_and_concatenates_ro
     assert multi.config_hash != single.config_hash and isinstance(multi.config, ChannelsConfig)
     again = build_feature_set(FIXTURE_IMAGES, tmp_path / "multi", config, cache_dir=cache)
     assert again.reused
+
+
+def _multi_feature_set(tmp_path, channels) -> Path:
+    from classify_images.pipeline.cli import main
+
+    config = channels_toml(tmp_path / "multi.toml", channels)
+    out = tmp_path / "multi"
+    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(out),
+                 "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    return out
+
+
+def test_train_evaluate_predict_a_combined_multi_channel_model(tmp_path, capsys):
+    import json
+
+    from classify_images.classifiers.combination import combine_rows
+    from classify_images.pipeline.cli import main
+    from classify_images.pipeline.image_features import load_image_model
+    from classify_images.pipeline.model_file import load_model, load_model_parts, read_model_meta
+
+    fs_path = _multi_feature_set(tmp_path, [("bof", 1.0, _own(SMALL_CONFIG)), ("other", 2.0, OTHER)])
+    fs = load_feature_set(fs_path)
+    model_path = tmp_path / "model.npz"
+    assert main(["train", str(fs_path), "--classifier", "linear", "--combine", "average", "--search", "C=1,100",
+                 "--out", str(model_path), "-q"]) == 0
+    meta = read_model_meta(model_path)
+    assert meta["combine"]["rule"] == "average" and [c["name"] for c in meta["combine"]["channels"]] == ["bof", "other"]
+    assert meta["search"]["best"]["C"] in (1, 100)
+    # the model's extractor makes the combined rows of new images, bit for bit those evaluate scores
+    classifier, extractor, _ = load_model_parts(model_path)
+    image = str(FIXTURE_IMAGES / fs.test_paths[0])
+    X, status = extractor.transform_images([image])
+    expected = combine_rows(np.asarray(fs.X_test[:1]), fs.channels, "average", "linear")
+    np.testing.assert_allclose(X, expected, rtol=1e-6, atol=1e-7)
+    assert status[0]["ok"]
+    model = load_image_model(model_path)
+    assert model.predict([image])[0] == classifier.predict(expected)[0]
+    report = tmp_path / "report"
+    assert main(["evaluate", str(fs_path), str(model_path), "--out", str(report), "-q"]) == 0
+    saved = json.loads((report / "report.json").read_text())
+    assert saved["combine"]["rule"] == "average"
+    estimator, meta = load_model(model_path)
+    test = combine_rows(np.asarray(fs.X_test), fs.channels, "average", "linear")
+    assert saved["mean_per_class_accuracy"] == pytest.approx(
+        float(np.mean([np.mean(estimator.predict(test)[np.asarray(fs.y_test) == k]
+                               == np.asarray(fs.class_names)[k]) for k in range(len(fs.class_names))])))
+
+
+def test_experiment_with_each_rule_and_the_refusals(tmp_path, capsys):
+    import json
+
+    from classify_images.pipeline.cli import main
+
+    fs_path = _multi_feature_set(tmp_path, [("bof", 1.0, _own(SMALL_CONFIG)), ("other", 2.0, OTHER)])
+    for rule, classifier in (("concat", "linear"), ("average", "pmsvm"), ("mbkl", "mbkl")):
+        out = tmp_path / f"exp-{rule}"
+        assert main(["experiment", str(fs_path), "--classifier", classifier, "--combine", rule, "--repeats", "2",
+                     "--out", str(out), "-q"]) == 0
+        saved = json.loads((out / "experiment.json").read_text())
+        assert saved["combine"]["rule"] == rule and len(saved["runs"]) == 2
+    capsys.readouterr()
+    assert main(["experiment", str(fs_path), "--classifier", "linear", "--combine", "mbkl",
+                 "--out", str(tmp_path / "bad"), "-q"]) == 2
+    assert "use --classifier mbkl" in capsys.readouterr().err
+    single = tmp_path / "single"
+    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(write_config_toml(tmp_path / "s.toml")),
+                 "--out", str(single), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["train", str(single), "--classifier", "linear", "--combine", "concat", "-q",
+                 "--out", str(tmp_path / "m.npz")]) == 2
+    assert "no channel layout" in capsys.readouterr().err
