@@ -159,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mbkl-search", default="C=1,10,100", help="the grid of MBKL")
     parser.add_argument("--classifier", default="linear")
     parser.add_argument("--only", default=None, help="comma-separated variant labels to run (default: all)")
+    parser.add_argument("--previous", action="append", default=[],
+                        help="a JSON file of an earlier run on the same channels and seeds: its variants are "
+                             "taken as measured there (the paired gains then span both runs)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     print(f"processor: {processor_model()}", flush=True)
@@ -174,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         chosen = [v for v in chosen if v["label"] in args.only.split(",")]
     results = []
+    for previous in args.previous:
+        earlier = json.loads(open(previous, encoding="utf-8").read())
+        if earlier["seeds"] != seeds:
+            raise SystemExit(f"error: {previous} measured the seeds {earlier['seeds']}, not {seeds}")
+        results += [r for r in earlier["results"] if r["label"] not in {v["label"] for v in chosen}]
     for variant in chosen:
         grid = grid_of(args.mbkl_search if variant["classifier"] == "mbkl" else args.search)
         runs = []

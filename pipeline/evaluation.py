@@ -89,6 +89,11 @@ def _json_form(result: Any, keys: str, **converted: Any) -> dict[str, Any]:
     return {key: converted[key] if key in converted else getattr(result, key) for key in keys.split()}
 
 
+def _combine_entry(combine: dict | None) -> dict[str, Any]:
+    """``{"combine": …}`` of a result whose channels were combined (``--combine``), else nothing."""
+    return {} if combine is None else {"combine": combine}
+
+
 def per_class_accuracy(confusion: np.ndarray) -> np.ndarray:
     """Diagonal of the row-normalised confusion matrix, :math:`C_{ii} / \\sum_j C_{ij}`.
 
@@ -426,7 +431,7 @@ class Evaluation:
             self,
             "classifier params feature_set config_hash n_train n_test n_features mean_per_class_accuracy "
             "overall_accuracy top_k_accuracy per_class_accuracy class_names confusion train_seconds test_seconds "
-            "most_confused misclassified predictions config search versions date combine",
+            "most_confused misclassified predictions config search versions date",
             top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
             per_class_accuracy={name: float(rate) for name, rate in zip(self.class_names, self.per_class_accuracy)},
             confusion=self.confusion.tolist(),
@@ -434,7 +439,7 @@ class Evaluation:
             most_confused=self.most_confused(),
             misclassified=self.misclassified(),
             predictions=PREDICTIONS_FILE if self.predictions is not None else None,
-        )
+        ) | _combine_entry(self.combine)
 
 
 def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluation:
@@ -596,10 +601,10 @@ class Experiment:
             keys = names if names is not None else [str(k) for k in range(len(statistics[0]))]
             per_class = {name: {"mean": float(m), "std": float(s)} for name, m, s in zip(keys, *statistics)}
         return _json_form(self, "classifier params feature_set config_hash repeats runs mean std top_k_accuracy "
-                          "per_class_accuracy combine note",
+                          "per_class_accuracy note",
                           repeats=len(self.runs), runs=[run.to_dict(names) for run in self.runs],
                           top_k_accuracy={str(k): {"mean": m, "std": s} for k, (m, s) in self.top_k_statistics().items()},
-                          per_class_accuracy=per_class, note=EXPERIMENT_NOTE)
+                          per_class_accuracy=per_class, note=EXPERIMENT_NOTE) | _combine_entry(self.combine)
 
 
 def run_experiment(
