@@ -11,7 +11,19 @@ non-negative channels when there are two or more) — the classifier's ``C`` is 
 :func:`~classify_images.pipeline.evaluation.train_classifier`: no hand-set C) and the mean
 per-class accuracy is measured on the split's test rows.  Rows are read from the memory-mapped
 feature sets by index, one split's training rows and a block of test rows at a time (never the
-pooled multi-channel matrix)::
+pooled multi-channel matrix).
+
+``--method gram`` (the default; the linear SVM only) computes each channel's pooled Gram matrix
+``K_c = X_c X_cᵀ`` once (float32 blocks of columns summed in float64; saved under ``--gram-dir``),
+and every linear variant's kernel from them — as stored ``K_c``, ``concat``
+``Σ w_c² K̂_c``, ``average`` ``Σ β_c K̂_c`` with ``K̂_c(i, j) = K_c(i, j) / √(K_c(i, i) K_c(j, j))``
+(:mod:`~classify_images.classifiers.combination`) — then, per split, trains on the training rows
+in the eigenbasis of their span (``Z_T = U diag(λ)^{1/2}``, test rows ``K_HT U diag(λ)^{-1/2}``:
+:func:`~classify_images.classifiers.model_selection._fold_coordinates`).  The squared-hinge
+objective sees ``W`` only through ``‖W‖²`` and ``X W``, so this is the same classifier as on the
+rows, and the search's folds are the same (the test checks both methods agree); it saves
+computing a 1500 × 1500 Gram matrix of Fisher vectors for every variant and split.
+``--method rows`` trains on the combined rows themselves (:func:`train_classifier`)::
 
     python benchmarks/bench_combination.py --channel fv=/tmp/shared/fv-scene15 \\
         --channel scspm=/tmp/shared/scspm-scene15 --seeds 0,1,2 --json combination.json
@@ -100,6 +112,70 @@ class ChannelRows:
         return tuple(out)
 
 
+def channel_gram(fs, block: int = 8192) -> np.ndarray:
+    """``X Xᵀ`` of a feature set's stored pooled rows (training then test), float64, from float32 column blocks."""
+    n_train, n = fs.X_train.shape[0], fs.X_train.shape[0] + fs.X_test.shape[0]
+    K = np.zeros((n, n))
+    for start in range(0, fs.n_features, block):
+        columns = slice(start, start + block)
+        B = np.empty((n, min(block, fs.n_features - start)), dtype=np.float32)
+        B[:n_train], B[n_train:] = fs.X_train[:, columns], fs.X_test[:, columns]
+        K += (B @ B.T).astype(np.float64)
+    return K
+
+
+def pooled_grams(data: "ChannelRows", folder: str | None) -> dict[str, np.ndarray]:
+    """Each channel's Gram matrix in the pooled order (cached as ``folder/gram-<name>.npy``)."""
+    from pathlib import Path
+
+    grams = {}
+    for name, fs, order in zip(data.names, data.sets, data.orders):
+        path = Path(folder) / f"gram-{name}-{fs.config_hash[:12]}.npy" if folder else None
+        if path is not None and path.exists():
+            K = np.load(path)
+        else:
+            started = time.perf_counter()
+            K = channel_gram(fs)
+            print(f"gram of {name}: {time.perf_counter() - started:.0f} s", flush=True)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                np.save(path, K)
+        grams[name] = K[np.ix_(order, order)]
+    return grams
+
+
+def variant_kernel(grams: dict[str, np.ndarray], layout: tuple[Channel, ...], rule: str | None) -> np.ndarray:
+    """The linear kernel of a variant's rows (module docstring), from the channels' Gram matrices."""
+    if rule is None:
+        return grams[layout[0].name]
+    weights = np.array([c.weight for c in layout])
+    factors = weights ** 2 if rule == "concat" else weights / weights.sum()
+    K = np.zeros_like(grams[layout[0].name])
+    for channel, factor in zip(layout, factors):
+        G = grams[channel.name]
+        norms = np.sqrt(np.diag(G))
+        norms[norms == 0] = 1.0
+        K += factor * G / np.outer(norms, norms)
+    return K
+
+
+def run_variant_gram(data: "ChannelRows", K: np.ndarray, seed: int, grid: dict[str, list]) -> dict:
+    """One linear variant on one split, from its kernel (module docstring)."""
+    from classify_images.classifiers.model_selection import _fold_coordinates
+
+    train, test = split_indices(data.labels, data.train_per_class, data.test_per_class, seed)
+    started = time.perf_counter()
+    Z_train, Z_test = _fold_coordinates(K, train, test, K.shape[0])
+    training = train_classifier("linear", {"solver": "features"}, Z_train, data.labels[train], seed=seed,
+                                class_names=data.class_names, search=grid)
+    index = {name: k for k, name in enumerate(data.class_names)}
+    predicted = np.array([index[str(name)] for name in training.estimator.predict(Z_test)])
+    return {"seed": seed, "accuracy": mean_per_class_accuracy(data.labels[test], predicted),
+            "chosen": training.search["best"], "on_edge": training.search["on_edge"],
+            "search_seconds": training.search["seconds"], "train_seconds": round(training.train_seconds, 2),
+            "total_seconds": round(time.perf_counter() - started, 1), "method": "gram"}
+
+
 def variants(data: ChannelRows, classifier: str) -> list[dict]:
     """Each channel alone, then ``concat`` and ``average`` of all, then ``mbkl`` over the non-negative ones."""
     out = [{"label": name, "channels": [name], "rule": None, "classifier": classifier} for name in data.names]
@@ -134,7 +210,7 @@ def run_variant(data: ChannelRows, variant: dict, seed: int, grid: dict[str, lis
     result = {"seed": seed, "accuracy": mean_per_class_accuracy(data.labels[test], np.array(predicted)),
               "chosen": training.search["best"], "on_edge": training.search["on_edge"],
               "search_seconds": training.search["seconds"], "train_seconds": round(training.train_seconds, 2),
-              "total_seconds": round(time.perf_counter() - started, 1)}
+              "total_seconds": round(time.perf_counter() - started, 1), "method": "rows"}
     if rule == "mbkl":
         from classify_images.classifiers.combination import mbkl_channel_weights
 
@@ -159,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mbkl-search", default="C=1,10,100", help="the grid of MBKL")
     parser.add_argument("--classifier", default="linear")
     parser.add_argument("--only", default=None, help="comma-separated variant labels to run (default: all)")
+    parser.add_argument("--method", choices=("gram", "rows"), default="gram",
+                        help="linear variants from the channels' Gram matrices (default) or on the rows")
+    parser.add_argument("--gram-dir", default=None, help="where the channels' Gram matrices are kept between runs")
     parser.add_argument("--previous", action="append", default=[],
                         help="a JSON file of an earlier run on the same channels and seeds: its variants are "
                              "taken as measured there (the paired gains then span both runs)")
@@ -182,11 +261,15 @@ def main(argv: list[str] | None = None) -> int:
         if earlier["seeds"] != seeds:
             raise SystemExit(f"error: {previous} measured the seeds {earlier['seeds']}, not {seeds}")
         results += [r for r in earlier["results"] if r["label"] not in {v["label"] for v in chosen}]
+    gram = args.method == "gram" and any(v["classifier"] == "linear" for v in chosen)
+    grams = pooled_grams(data, args.gram_dir) if gram else None
     for variant in chosen:
         grid = grid_of(args.mbkl_search if variant["classifier"] == "mbkl" else args.search)
+        by_gram = gram and variant["classifier"] == "linear"
+        K = variant_kernel(grams, data.layout(variant["channels"]), variant["rule"]) if by_gram else None
         runs = []
         for seed in seeds:
-            runs.append(run_variant(data, variant, seed, grid))
+            runs.append(run_variant_gram(data, K, seed, grid) if by_gram else run_variant(data, variant, seed, grid))
             print(json.dumps({"variant": variant["label"], **runs[-1]}), flush=True)
         accuracies = 100 * np.array([r["accuracy"] for r in runs])
         results.append({**variant, "grid": grid, "runs": runs, "mean": float(accuracies.mean()),
