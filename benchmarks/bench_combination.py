@@ -166,7 +166,7 @@ def run_variant_gram(data: "ChannelRows", K: np.ndarray, seed: int, grid: dict[s
     train, test = split_indices(data.labels, data.train_per_class, data.test_per_class, seed)
     started = time.perf_counter()
     Z_train, Z_test = _fold_coordinates(K, train, test, K.shape[0])
-    training = train_classifier("linear", {"solver": "features"}, Z_train, data.labels[train], seed=seed,
+    training = train_classifier("linear", {}, Z_train, data.labels[train], seed=seed,
                                 class_names=data.class_names, search=grid)
     index = {name: k for k, name in enumerate(data.class_names)}
     predicted = np.array([index[str(name)] for name in training.estimator.predict(Z_test)])
