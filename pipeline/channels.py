@@ -42,8 +42,8 @@ from .config import CHANNEL_TABLE, ChannelsConfig, ConfigError, PipelineConfig
 from .extractor import FeatureExtractor, check_image
 from .stages import StageCache, implementation_versions
 
-__all__ = ["ChannelExtractor", "extractor_of", "channel_is_signed", "channels_config_hash", "build_channel_feature_set",
-           "channel_state_arrays", "channel_states"]
+__all__ = ["ChannelExtractor", "extractor_of", "check_config_of", "channel_is_signed", "channels_config_hash",
+           "build_channel_feature_set", "channel_state_arrays", "channel_states"]
 
 #: Encoder kinds whose codes are never negative (pooled by any method, the rows stay non-negative).
 _NON_NEGATIVE_CODES = ("kmeans",)
@@ -58,8 +58,11 @@ def channel_is_signed(config: PipelineConfig) -> bool:
     return kind not in _NON_NEGATIVE_CODES and config.pooling.method in ("average", "signed_max")
 
 
-def _check_config(config: ChannelsConfig) -> PipelineConfig:
-    """The channel whose largest patch is the largest: an image smaller than it has no row in some channel."""
+def check_config_of(config: PipelineConfig | ChannelsConfig) -> PipelineConfig:
+    """The configuration images are checked with: ``config`` itself, or for ``[[channel]]`` tables the
+    channel whose largest patch is the largest (an image smaller than it has no row in some channel)."""
+    if isinstance(config, PipelineConfig):
+        return config
     return max((channel.config for channel in config.channels), key=lambda c: max(c.sift.patch_sizes))
 
 
@@ -96,16 +99,18 @@ class ChannelExtractor(FeatureExtractor):
             offset += extractor.n_features
         self.layout, self.n_features = tuple(layout), offset
         self.codebook_digest = hashlib.sha1(" ".join(e.codebook_digest for e in self.extractors).encode()).hexdigest()
-        self._check_config = _check_config(config)
+        self._check_config = check_config_of(config)
 
     @property
-    def codebook(self) -> list:
-        """The channels' fitted states, in order."""
-        return [extractor.codebook for extractor in self.extractors]
+    def codebook(self) -> dict[str, np.ndarray]:
+        """The channels' fitted states as the named arrays a multi-channel feature set stores
+        (:func:`channel_state_arrays`)."""
+        return channel_state_arrays(self)
 
     def with_cache(self, cache: StageCache) -> "ChannelExtractor":
         """The same channels (and combination) reading and filling ``cache``."""
-        return ChannelExtractor.from_states(self.config, self.codebook, cache=cache, combine=self.combine)
+        return ChannelExtractor.from_states(self.config, [e.codebook for e in self.extractors], cache=cache,
+                                            combine=self.combine)
 
     def check(self, path: str, fingerprint: str) -> dict[str, Any]:
         """:func:`~classify_images.pipeline.extractor.check_image` against the largest patch of all channels."""
@@ -191,7 +196,7 @@ def build_channel_feature_set(dataset_dir, out: Path, config: ChannelsConfig, *,
     from .runner import DEFAULT_BATCH_SIZE, Runner
 
     timer = build.StageTimer()
-    check_config = _check_config(config)
+    check_config = check_config_of(config)
     with timer("discover"):
         images = build._discover(dataset_dir, check_config, n_jobs)
         config_hash = channels_config_hash(config, images.digest)
