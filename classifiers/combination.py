@@ -67,14 +67,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ClassifyImagesError
+from .registry import COMBINE_RULES
 
 __all__ = [
     "COMBINE_RULES", "ADDITIVE_CLASSIFIERS", "Channel", "CombinationError", "channels_from_dicts",
     "check_combination", "combine_rows", "channel_scales", "mbkl_channel_weights",
 ]
 
-#: The rules of ``--combine``.
-COMBINE_RULES = ("concat", "average", "mbkl")
 #: Classifiers whose kernel is additive and homogeneous of degree 1 (the ``average`` rule uses L1 blocks).
 ADDITIVE_CLASSIFIERS = ("pmsvm", "nsvm")
 #: Rows combined at a time (a chunk of Fisher-vector rows is a few hundred MB at most).

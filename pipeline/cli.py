@@ -673,7 +673,7 @@ def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_combine_argument(parser: argparse.ArgumentParser) -> None:
-    from ..classifiers.combination import COMBINE_RULES
+    from ..classifiers.registry import COMBINE_RULES
 
     parser.add_argument("--combine", choices=COMBINE_RULES,
                         help="combine the channels of a multi-channel feature set ([[channel]] tables): concat "
