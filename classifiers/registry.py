@@ -13,11 +13,15 @@ from typing import Any
 
 from ..errors import ClassifyImagesError
 
-__all__ = ["ClassifierParameterError", "CLASSIFIERS", "classifier_class", "classifier_name", "make_classifier", "parse_param"]
+__all__ = ["ClassifierParameterError", "CLASSIFIERS", "COMBINE_RULES", "classifier_class", "classifier_name", "make_classifier", "parse_param"]
 
 class ClassifierParameterError(ClassifyImagesError, ValueError):
     """Unknown classifier name or parameter (a user error: one-line message)."""
 
+
+#: The channel-combination rules of ``--combine`` (:mod:`~classify_images.classifiers.combination`),
+#: named here so that the command line's parser reads them without importing NumPy.
+COMBINE_RULES = ("concat", "average", "mbkl")
 
 CLASSIFIERS: dict[str, str] = {
     "linear": "classify_images.classifiers.quadratic_hinge:QuadraticHingeSVC",

@@ -270,7 +270,8 @@ def _encode_and_pool(
         tasks += [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized, flip=True)
                   for i in order]
     if runner.client is None and runner.n_jobs != 1:  # the workers load the kernels the parent compiled
-        warm_encoding(extractor)
+        for channel in getattr(extractor, "extractors", [extractor]):  # (a multi-channel extractor: each channel)
+            warm_encoding(channel)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
@@ -440,11 +441,25 @@ def _manifest(
     config: PipelineConfig, config_hash: str, images: _Images, split: _Split, extractor: FeatureExtractor,
     n_training_descriptors: int, timings: dict[str, float], shards: _Shards | None = None,
 ) -> dict:
-    dataset = images.dataset
     store = {} if shards is None else {"store": shards.manifest(extractor.n_features)}
     if config.augment.mirrors:
         store["augment"] = {"mirrors": True, "arrays": {"train": "X_train_flip", "test": "X_test_flip"},
                             "aligned": "row i of X_<split>_flip is the mirrored image of row i of X_<split>"}
+    return {
+        **_images_manifest(config, config_hash, images, split, timings),
+        "n_features": extractor.n_features,
+        "codebook": {
+            "kind": config.codebook.kind, "size": extractor.encoder.n_words(extractor.codebook),
+            "n_training_descriptors": n_training_descriptors, "digest": extractor.codebook_digest,
+        },
+        "implementation_versions": implementation_versions(extractor.encoder),
+        **store,
+    }
+
+
+def _images_manifest(config: Any, config_hash: str, images: _Images, split: _Split, timings: dict[str, float]) -> dict:
+    """The manifest entries of any feature set: config, images, split, skipped files, timings, versions."""
+    dataset = images.dataset
     return {
         "config": config.to_dict(),
         "config_hash": config_hash,
@@ -459,15 +474,8 @@ def _manifest(
         },
         "skipped": split.skipped,
         "decoder_warnings": split.warnings,
-        "n_features": extractor.n_features,
-        "codebook": {
-            "kind": config.codebook.kind, "size": extractor.encoder.n_words(extractor.codebook),
-            "n_training_descriptors": n_training_descriptors, "digest": extractor.codebook_digest,
-        },
         "timings": timings,
         "versions": library_versions(),
-        "implementation_versions": implementation_versions(extractor.encoder),
-        **store,
     }
 
 
@@ -560,6 +568,13 @@ def build_feature_set(
     out = check_destination(out, dataset_dir, force=force)
     with verbose_output(verbose) as bars:
         progress = progress or tqdm_progress(bars)
+        if not isinstance(config, PipelineConfig):  # [[channel]] tables (pipeline/channels.py)
+            from .channels import build_channel_feature_set, refuse_channels
+
+            if spec is not None or store != "npy":
+                raise refuse_channels("a cluster, --store sharded or compressed --rows")
+            return build_channel_feature_set(dataset_dir, out, config, n_jobs=n_jobs, cache_dir=cache_dir,
+                                             progress=progress, force=force)
         if spec is None:
             return _build(dataset_dir, out, config, n_jobs, cache_dir, progress, None, store, batch_size, force, rows)
         return _build_on_cluster(execution, dataset_dir, out, config, n_jobs, cache_dir, progress, store, batch_size,

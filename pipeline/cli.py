@@ -381,11 +381,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     feature_set = load_feature_set(args.featureset)
     block_rows = (getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS) if getattr(args, "streaming", False) else None
     folds = _probability_folds(args, spec)
-    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind), \
+    if args.combine is not None and (spec is not None or block_rows is not None):
+        raise UsageError("--combine combines the rows on this machine in memory: drop --scheduler/--cluster/--streaming")
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, _encoder_kind(feature_set.config)), \
             _writing("--out", out, "model file"):
         training, path = train_model(feature_set, args.classifier, params, out=out, seed=args.seed,
                                      execution=Execution(cluster=spec), block_rows=block_rows,
-                                     probability_folds=folds, search=search)
+                                     probability_folds=folds, search=search, combine=args.combine)
     print(training_text(training, path))
     if folds is not None:
         print(f"  calibrated probabilities: Platt scaling on the decision values of {folds} held-out folds "
@@ -455,9 +457,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         "params": params, "search": search, "seed": args.seed, "repeats": args.repeats})
     guard.check(args.force)
     feature_set = load_feature_set(args.featureset)
-    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, feature_set.config.codebook.kind):
+    with _classifier_errors_as_usage_errors(args.classifier, args.featureset, _encoder_kind(feature_set.config)):
         experiment = run_experiment_on(feature_set, args.classifier, params, args.repeats, args.seed,
-                                       Execution(cluster=spec), search=search)
+                                       Execution(cluster=spec), search=search, combine=args.combine)
     with _writing("--out", out, "report"):
         guard.check(args.force)
         guard.claim()
@@ -583,12 +585,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     config, _, cache_dir, execution = _build_options(args, out / "features")
     _check_seeds(0 if args.seed is None else args.seed)
-    with _classifier_errors_as_usage_errors(name, str(out / "features"), config.codebook.kind), \
+    with _classifier_errors_as_usage_errors(name, str(out / "features"), _encoder_kind(config)), \
             _writing("--out", out, "run folder"):
         result = run_pipeline(args.dataset, out, config, name, params, seed=0 if args.seed is None else args.seed,
                               execution=execution, cache_dir=cache_dir, store=args.store,
                               progress=_tqdm_progress(not args.quiet), force=args.force,
-                              search=search)
+                              search=search, combine=args.combine)
     _print_build(result.build, cache_dir)
     print(training_text(result.training, result.model))
     print(evaluation_text(result.evaluation, result.report))
@@ -667,6 +669,21 @@ def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)")
     _add_search_argument(parser)
+    _add_combine_argument(parser)
+
+
+def _add_combine_argument(parser: argparse.ArgumentParser) -> None:
+    from ..classifiers.registry import COMBINE_RULES
+
+    parser.add_argument("--combine", choices=COMBINE_RULES,
+                        help="combine the channels of a multi-channel feature set ([[channel]] tables): concat "
+                             "(weighted, each block normalised), average (the average of the channels' kernels), "
+                             "mbkl (weights learnt by MBKL, non-negative channels); recorded in the model and report")
+
+
+def _encoder_kind(config: Any) -> str | None:
+    """The encoder kind of a single-channel config (None for [[channel]] tables: several)."""
+    return getattr(getattr(config, "codebook", None), "kind", None)
 
 
 def _add_search_argument(parser: argparse.ArgumentParser) -> None:
@@ -770,6 +787,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--classifier", choices=sorted(CLASSIFIERS), help="default: the config's [classifier] table")
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable")
     _add_search_argument(parser)
+    _add_combine_argument(parser)
     parser.add_argument("--seed", type=int, help="seed of the split (default: the config's) and of a randomised "
                         "classifier (default: 0)")
     parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>[-<params>])")

@@ -82,6 +82,10 @@ __all__ = [
     "named_configs",
     "CLASSIFIER_TABLE",
     "classifier_table",
+    "CHANNEL_TABLE",
+    "ChannelConfig",
+    "ChannelsConfig",
+    "read_any_config",
 ]
 
 
@@ -507,6 +511,123 @@ def _check_level_weights(pooling: PoolingConfig, source: str) -> None:
 TABLES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(PipelineConfig)}
 
 
+#: The array of tables of a multi-channel configuration (``[[channel]]``).
+CHANNEL_TABLE = "channel"
+#: The tables a ``[[channel]]`` table holds (its descriptor, encoder, pyramid, normalisation);
+#: ``[dataset]`` and ``[image]`` stay at the top, shared by every channel (one split, one decode size).
+CHANNEL_TABLES = ("sift", "codebook", "pooling", "normalization")
+#: Channel names: a letter, then letters, digits, ``_`` or ``-`` (they name columns and arrays).
+_CHANNEL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    """One ``[[channel]]`` table: a name, a weight, and the channel's whole configuration (the
+    shared ``[dataset]`` and ``[image]`` tables with its own ``[sift]``, ``[codebook]``,
+    ``[pooling]``, ``[normalization]``), exactly the :class:`PipelineConfig` of the single-channel
+    file with those tables, so that its stage-cache keys are that file's."""
+
+    name: str
+    weight: float
+    config: PipelineConfig
+
+    def to_dict(self, *, semantic_only: bool = False) -> dict[str, Any]:
+        plain = self.config.to_dict(semantic_only=semantic_only)
+        return {"name": self.name, "weight": self.weight, **{table: plain[table] for table in CHANNEL_TABLES}}
+
+
+@dataclass(frozen=True)
+class ChannelsConfig:
+    """A multi-channel configuration: ``[dataset]``, ``[image]`` and one or more ``[[channel]]`` tables::
+
+        [dataset]
+        train_per_class = 100
+        [[channel]]
+        name = "fv"
+        weight = 1.0
+        [channel.sift]
+        step = 4
+        [channel.codebook]
+        kind = "fisher"
+        [[channel]]
+        name = "scspm"
+        [channel.codebook]
+        kind = "sparse"
+
+    A feature set built from it holds, per image, the concatenation of its channels' rows
+    (:mod:`~classify_images.pipeline.channels`).
+    """
+
+    channels: tuple[ChannelConfig, ...]
+
+    @property
+    def dataset(self) -> DatasetConfig:
+        return self.channels[0].config.dataset
+
+    @property
+    def image(self) -> ImageConfig:
+        return self.channels[0].config.image
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "config") -> "ChannelsConfig":
+        """Read and check ``{"dataset": …, "image": …, "channel": [{name, weight, sift, …}, …]}``.
+
+        Raises
+        ------
+        ConfigError
+            A table other than ``[dataset]``, ``[image]`` at the top, a channel without a valid
+            unique name, an unknown key, a bad weight, a normalisation fitted on training rows
+            (``minmax``: not per channel yet), or any error of a channel's own tables.
+        """
+        entries = raw.get(CHANNEL_TABLE)
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+            raise ConfigError(f"{source}: [[{CHANNEL_TABLE}]] must be one or more tables (write [[channel]] lines)")
+        misplaced = sorted(set(raw) - {"dataset", "image", CHANNEL_TABLE})
+        if misplaced:
+            raise ConfigError(f"{source}: [{misplaced[0]}] cannot stand beside [[channel]] tables: put it inside each "
+                              f"[[channel]] as [channel.{misplaced[0]}]" if misplaced[0] in CHANNEL_TABLES else
+                              f"{source}: unknown table [{misplaced[0]}]; known tables: dataset, image, [[channel]]")
+        shared = {table: raw[table] for table in ("dataset", "image") if table in raw}
+        channels, names = [], set()
+        for number, entry in enumerate(entries, 1):
+            name = entry.get("name")
+            if not isinstance(name, str) or not name or not name[0].isalpha() or set(name) - _CHANNEL_NAME_CHARS:
+                raise ConfigError(f"{source}: channel {number}: name = {name!r}: give each [[channel]] a name of "
+                                  "letters, digits, '_' or '-', starting with a letter")
+            if name in names:
+                raise ConfigError(f"{source}: two channels are named {name!r}: give each a name of its own")
+            names.add(name)
+            where = f"{source}: channel {name!r}"
+            unknown = sorted(set(entry) - {"name", "weight", *CHANNEL_TABLES})
+            if unknown:
+                raise ConfigError(f"{where}: unknown key {unknown[0]!r}; a [[channel]] holds name, weight and the "
+                                  f"tables {', '.join(CHANNEL_TABLES)}")
+            weight = _float(0.0)(f"{where}: weight", entry.get("weight", 1.0))
+            if weight <= 0:
+                raise ConfigError(f"{where}: weight = {weight}: expected a number > 0")
+            config = PipelineConfig.from_dict({**shared, **{t: entry[t] for t in CHANNEL_TABLES if t in entry}},
+                                              source=where)
+            if config.normalization.method == "minmax":
+                raise ConfigError(f"{where}: normalization.method = 'minmax' is fitted on training rows, not "
+                                  "available in a [[channel]] yet: use a per-vector normalisation (l1, l2, power)")
+            channels.append(ChannelConfig(name, weight, config))
+        return cls(tuple(channels))
+
+    def to_dict(self, *, semantic_only: bool = False) -> dict[str, Any]:
+        """The plain form: ``[dataset]``, ``[image]`` and the list of channels (:meth:`ChannelConfig.to_dict`)."""
+        plain = self.channels[0].config.to_dict(semantic_only=semantic_only)
+        return {"dataset": plain["dataset"], "image": plain["image"],
+                CHANNEL_TABLE: [channel.to_dict(semantic_only=semantic_only) for channel in self.channels]}
+
+
+def read_any_config(raw: dict[str, Any], *, source: str = "config") -> "PipelineConfig | ChannelsConfig":
+    """A plain configuration read as :class:`ChannelsConfig` when it has ``[[channel]]`` tables,
+    else as :class:`PipelineConfig`."""
+    if isinstance(raw, dict) and CHANNEL_TABLE in raw:
+        return ChannelsConfig.from_dict(raw, source=source)
+    return PipelineConfig.from_dict(raw, source=source)
+
+
 def validate_config(config: dict[str, Any], *, source: str = "config") -> PipelineConfig:
     """Read ``{table: {key: value}}`` over the defaults (:meth:`PipelineConfig.from_dict`)."""
     return PipelineConfig.from_dict(config, source=source)
@@ -564,7 +685,7 @@ CLASSIFIER_TABLE = "classifier"
 
 def load_config(
     path: str | os.PathLike | None = None, overrides: dict[str, dict[str, Any]] | None = None
-) -> PipelineConfig:
+) -> "PipelineConfig | ChannelsConfig":
     """Load and check a configuration.
 
     Parameters
@@ -578,9 +699,9 @@ def load_config(
 
     Returns
     -------
-    PipelineConfig
-        The feature pipeline's tables; a ``[classifier]`` table is read by
-        :func:`classifier_table`, not here.
+    PipelineConfig or ChannelsConfig
+        The feature pipeline's tables (a :class:`ChannelsConfig` when the file has ``[[channel]]``
+        tables); a ``[classifier]`` table is read by :func:`classifier_table`, not here.
     """
     raw, source = _read_toml(path) if path is not None else ({}, "defaults")
     raw.pop(CLASSIFIER_TABLE, None)
@@ -588,7 +709,7 @@ def load_config(
         if not isinstance(raw.setdefault(table, {}), dict):
             raise ConfigError(f"{source}: [{table}] must be a table of key = value")
         raw[table].update({k: v for k, v in values.items() if v is not None})
-    return PipelineConfig.from_dict(raw, source=source)
+    return read_any_config(raw, source=source)
 
 
 def classifier_table(path: str | os.PathLike | None) -> tuple[str | None, dict[str, Any]]:

@@ -35,6 +35,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ import numpy as np
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_accuracy_score
 
 from ..classifiers.base import warm_up
+from ..classifiers.combination import check_combination, combine_rows
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
 from .augment import augment_settings, averaged_decision_function, with_mirrors
 from .dataset import split_indices
@@ -64,6 +66,7 @@ __all__ = [
     "named_class_weight",
     "evaluate_model",
     "run_experiment",
+    "combination_record",
 ]
 
 _log = logging.getLogger(__name__)
@@ -86,6 +89,11 @@ def _seconds(value: float | None) -> float | None:
 def _json_form(result: Any, keys: str, **converted: Any) -> dict[str, Any]:
     """``{key: result.<key>}`` for the space-separated ``keys``, in order; ``converted`` replaces some values."""
     return {key: converted[key] if key in converted else getattr(result, key) for key in keys.split()}
+
+
+def _combine_entry(combine: dict | None) -> dict[str, Any]:
+    """``{"combine": …}`` of a result whose channels were combined (``--combine``), else nothing."""
+    return {} if combine is None else {"combine": combine}
 
 
 def per_class_accuracy(confusion: np.ndarray) -> np.ndarray:
@@ -176,9 +184,16 @@ class PooledRows:
     feature_set: FeatureSet
     indices: np.ndarray
     mirrored: bool = False
+    #: applied to each block as read (e.g. the rows of a multi-channel set combined, ``--combine``)
+    transform: Callable[[np.ndarray], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.indices)
+
+
+def _in_place(transform: Callable[..., np.ndarray] | None, rows: np.ndarray) -> np.ndarray:
+    """``rows`` transformed in place by ``transform`` (``out=rows``), or as they are without one."""
+    return rows if transform is None else transform(rows, out=rows)
 
 
 def _blockwise_decisions(estimator: Any, rows: PooledRows) -> tuple[np.ndarray, float]:
@@ -187,6 +202,8 @@ def _blockwise_decisions(estimator: Any, rows: PooledRows) -> tuple[np.ndarray, 
     raw, seconds, compiled = None, 0.0, False
     for positions, block in rows.feature_set.iter_pooled_rows(
             rows.indices, mirrored=rows.mirrored, needed_by='[augment] flip_test = "average"'):
+        if rows.transform is not None:
+            block = rows.transform(block, out=block)
         if not compiled:  # compile (or load) the numba kernels outside the timed calls
             estimator.decision_function(block[:1])
             compiled = True
@@ -425,6 +442,8 @@ class Evaluation:
     search: dict | None = None  #: the model's cross-validated parameter choice (model file header), if any
     versions: dict | None = None  #: :func:`~classify_images.pipeline.provenance.library_versions` at evaluation
     date: str | None = None  #: when the evaluation ran (ISO 8601, UTC)
+    #: the channel combination of a multi-channel model (``{"rule", "channels"}``; None: rows as stored)
+    combine: dict | None = None
 
     def most_confused(self, limit: int = 20) -> list[dict[str, Any]]:
         """The largest off-diagonal cells: ``true`` predicted as ``predicted``, ``count`` times.
@@ -485,7 +504,7 @@ class Evaluation:
             most_confused=self.most_confused(),
             misclassified=self.misclassified(),
             predictions=PREDICTIONS_FILE if self.predictions is not None else None,
-        )
+        ) | _combine_entry(self.combine)
 
 
 def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluation:
@@ -506,20 +525,28 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
     check_model_matches(meta, config_hash=feature_set.config_hash, n_features=feature_set.n_features,
                         class_names=feature_set.class_names)
     n_train = len(feature_set.y_train)  # the test rows are scored block by block, the training rows not read
-    test_rows = PooledRows(feature_set, np.arange(n_train, n_train + len(feature_set.y_test)))
+    combine = meta.get("combine")
+    combined = None if combine is None else partial(  # a model trained with --combine: its rows combined the same way
+        combine_rows, channels=feature_set.channels, rule=combine["rule"], classifier=meta["classifier"])
+    test_rows = PooledRows(feature_set, np.arange(n_train, n_train + len(feature_set.y_test)), transform=combined)
     return _evaluation(
         model, meta["classifier"], meta["params"], feature_set, test_rows, feature_set.y_test,
         feature_set.test_paths, n_train=n_train, train_seconds=meta.get("train_seconds"),
-        search=meta.get("search"),
-        X_mirror=PooledRows(feature_set, test_rows.indices, mirrored=True)
+        search=meta.get("search"), combine=combine,
+        X_mirror=PooledRows(feature_set, test_rows.indices, mirrored=True, transform=combined)
         if augment_settings(feature_set).flip_test == "average" else None,
     )
+
+
+def combination_record(feature_set: FeatureSet, rule: str | None) -> dict | None:
+    """What a model and a report record of ``--combine``: the rule and the channel layout (None without)."""
+    return None if rule is None else {"rule": rule, "channels": [c.to_dict() for c in feature_set.channels]}
 
 
 def _evaluation(
     model: Any, classifier: str, params: dict, feature_set: FeatureSet, X_test: np.ndarray | PooledRows, y_test: np.ndarray,
     test_paths: Sequence[str], *, n_train: int, train_seconds: float | None, search: dict | None = None,
-    X_mirror: np.ndarray | PooledRows | None = None,
+    X_mirror: np.ndarray | PooledRows | None = None, combine: dict | None = None,
 ) -> Evaluation:
     """Score ``model`` on ``X_test`` (images ``test_paths`` of ``feature_set``; with ``X_mirror``, their
     mirrored rows, decision values averaged): confusion, predictions, provenance."""
@@ -544,6 +571,7 @@ def _evaluation(
         search=search,
         versions=library_versions(),
         date=_now(),
+        combine=combine,
     )
 
 
@@ -587,6 +615,7 @@ class Experiment:
     config_hash: str  #: pipeline config the features were computed with
     runs: tuple[ExperimentRun, ...]  #: one per seed, in seed order
     first: Evaluation | None = field(default=None, repr=False)  #: the full evaluation of the first seed's split
+    combine: dict | None = None  #: the channel combination (``{"rule", "channels"}``), if any
 
     @property
     def accuracies(self) -> np.ndarray:
@@ -645,7 +674,7 @@ class Experiment:
                           "per_class_accuracy note",
                           repeats=len(self.runs), runs=[run.to_dict(names) for run in self.runs],
                           top_k_accuracy={str(k): {"mean": m, "std": s} for k, (m, s) in self.top_k_statistics().items()},
-                          per_class_accuracy=per_class, note=EXPERIMENT_NOTE)
+                          per_class_accuracy=per_class, note=EXPERIMENT_NOTE) | _combine_entry(self.combine)
 
 
 def run_experiment(
@@ -657,6 +686,7 @@ def run_experiment(
     first_seed: int = 0,
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
     search: dict[str, list] | None = None,
+    combine: str | None = None,
 ) -> Experiment:
     """Train and test ``repeats`` times on seeded re-splits of the stored rows.
 
@@ -672,8 +702,16 @@ def run_experiment(
     rows (:func:`train_classifier`), recorded per run (``chosen``).  With ``[augment]`` in the feature
     set's config, each split trains on its training images' mirrors too (``flip_train``) and averages
     the decision values of each test image and its mirror (``flip_test = "average"``): the mirrors
-    are stored row for row with the images, so they follow their images into each split.
+    are stored row for row with the images, so they follow their images into each split.  With
+    ``combine`` (a rule of :mod:`~classify_images.classifiers.combination`), the rows of a
+    multi-channel feature set are combined by it first (each split's training rows in place, the
+    test rows block by block).
     """
+    record = combination_record(feature_set, combine)
+    combined = None
+    if combine is not None:  # refused before the rows are read
+        check_combination(combine, feature_set.channels, name)
+        combined = partial(combine_rows, channels=feature_set.channels, rule=combine, classifier=name)
     # no pooled copy: each split gathers its training rows (the one copy a fit needs) and
     # scores its test rows block by block from the store
     augment = augment_settings(feature_set)
@@ -686,17 +724,19 @@ def run_experiment(
     for seed in progress(seeds) if progress else seeds:
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
-        training = train_classifier(
-            name, params, feature_set.pooled_rows(train), y_all[train], seed=seed,
-            class_names=feature_set.class_names, search=search,
-            mirrors=feature_set.pooled_rows(train, mirrored=True, needed_by="[augment] flip_train = true")
-            if augment.flip_train else None,
-        )
+        X_train = _in_place(combined, feature_set.pooled_rows(train))
+        mirrors = _in_place(combined, feature_set.pooled_rows(train, mirrored=True, needed_by="[augment] flip_train = true")
+                            ) if augment.flip_train else None
+        training = train_classifier(name, params, X_train, y_all[train], seed=seed,
+                                    class_names=feature_set.class_names, search=search, mirrors=mirrors)
+        del X_train, mirrors
         evaluation = _evaluation(
-            training.estimator, name, training.params, feature_set, PooledRows(feature_set, test), y_all[test],
+            training.estimator, name, training.params, feature_set, PooledRows(feature_set, test, transform=combined),
+            y_all[test],
             [paths_all[k] for k in test], n_train=int(train.size), train_seconds=training.train_seconds,
-            search=training.search,
-            X_mirror=PooledRows(feature_set, test, mirrored=True) if augment.flip_test == "average" else None,
+            search=training.search, combine=record,
+            X_mirror=PooledRows(feature_set, test, mirrored=True, transform=combined)
+            if augment.flip_test == "average" else None,
         )
         first = first or evaluation
         random_state = training.estimator.get_params().get("random_state")
@@ -705,4 +745,4 @@ def run_experiment(
                                   per_class_accuracy=tuple(float(r) for r in evaluation.per_class_accuracy),
                                   top_k_accuracy=evaluation.top_k_accuracy,
                                   chosen=None if training.search is None else training.search["best"]))
-    return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first)
+    return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first, record)

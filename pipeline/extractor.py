@@ -147,6 +147,10 @@ class FeatureExtractor:
             cache=StageCache(cache_dir, cache_descriptors=False),
         )
 
+    def with_cache(self, cache: StageCache) -> "FeatureExtractor":
+        """The same extractor (configuration, codebook, normaliser) reading and filling ``cache``."""
+        return FeatureExtractor(self.config, self.codebook, self.normalizer, cache=cache)
+
     def check(self, path: str, fingerprint: str) -> dict[str, Any]:
         """``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}`` for one image.
 

@@ -81,7 +81,8 @@ from ..files import (
 from ..coding.normalize import Normalizer
 from ..coding.product_quantizer import ROW_ENCODINGS, ProductQuantizer, RowCodecError, pq_sub_dim
 from .atomic import atomic_write_json, fsync_file, remove_stale_siblings, replace_folder
-from .config import ConfigError, PipelineConfig
+from ..classifiers.combination import Channel, channels_from_dicts
+from .config import ChannelsConfig, ConfigError, PipelineConfig, read_any_config
 from .shard_store import (ENCODING_FORMATS, SHARD_FORMATS, ShardedRows, ShardError, file_sha1, is_shard_name,
                           is_shard_temporary, shard_name)
 
@@ -306,9 +307,18 @@ class FeatureSet:
         return str(self.manifest["config_hash"])
 
     @property
-    def config(self) -> PipelineConfig:
-        """The configuration the feature set was built with."""
-        return PipelineConfig.from_dict(self.manifest["config"], source=str(self.path / MANIFEST))
+    def config(self) -> PipelineConfig | ChannelsConfig:
+        """The configuration the feature set was built with (a :class:`ChannelsConfig` for ``[[channel]]`` tables)."""
+        return read_any_config(self.manifest["config"], source=str(self.path / MANIFEST))
+
+    @property
+    def channels(self) -> tuple[Channel, ...]:
+        """The channel layout of a multi-channel feature set (:mod:`~classify_images.pipeline.channels`);
+        empty for a single channel."""
+        entries = self.manifest.get("channels")
+        if not entries:
+            return ()
+        return channels_from_dicts(entries, self.n_features, source=f"feature set {self.path}")
 
     @property
     def n_features(self) -> int:
@@ -342,6 +352,8 @@ class FeatureSet:
 
     def normalizer(self) -> Normalizer:
         """The normaliser the rows were normalised with, fitted on the training rows."""
+        if self.manifest.get("channels"):  # each channel normalised per vector when built
+            return Normalizer("none")
         method = self.config.normalization.method
         statistics = None
         if not Normalizer(method).per_vector:
@@ -449,7 +461,7 @@ def _check_manifest(folder: Path, manifest) -> None:
     if split.get("test_per_class") is not None and not _is_count(split.get("test_per_class"), 1):
         raise bad("has an invalid split.test_per_class")
     try:
-        PipelineConfig.from_dict(manifest["config"], source=str(folder / MANIFEST))
+        read_any_config(manifest["config"], source=str(folder / MANIFEST))
     except ConfigError as exc:
         raise FeatureSetError(f"{exc}; rebuild the feature set") from None
     if "store" in manifest:

@@ -45,7 +45,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._log import verbose_output
 from ..errors import ClassifyImagesError
-from .config import PipelineConfig, load_config
+from .config import ChannelsConfig, PipelineConfig, load_config
 from .extractor import FeatureExtractor, check_image, readable_fingerprint
 from .stages import StageCache
 
@@ -151,7 +151,9 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------ helpers
     def _read_config(self) -> PipelineConfig:
-        return self.config if isinstance(self.config, PipelineConfig) else load_config(self.config)
+        if isinstance(self.config, (PipelineConfig, ChannelsConfig)):
+            return self.config
+        return load_config(self.config)
 
     def _stage_cache(self, config: PipelineConfig) -> StageCache:
         if self.cache_dir is False:
@@ -162,7 +164,8 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
             folder = default_cache_dir()
         else:
             folder = self.cache_dir
-        return StageCache(folder, cache_descriptors=config.sift.cache_descriptors)
+        channels = getattr(config, "channels", None) or [config]  # ([[channel]] tables: each channel's config)
+        return StageCache(folder, cache_descriptors=all(getattr(c, "config", c).sift.cache_descriptors for c in channels))
 
     @contextlib.contextmanager
     def _runner(self, cache: StageCache):
@@ -219,15 +222,23 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
         paths = _image_paths(X)
         if not paths:
             raise ValueError("ImageFeatures.fit needs at least one image")
+        from .channels import ChannelExtractor, check_config_of
+
         config = self._read_config()
         cache = self._stage_cache(config)
+        checked = check_config_of(config)  # ([[channel]] tables: the channel of the largest patch)
 
         def check(path, fingerprint):
-            return check_image(cache, config, path, fingerprint)
+            return check_image(cache, checked, path, fingerprint)
 
         with self._runner(cache) as runner:
             fingerprints = self._readable(paths, check, runner)
-            _, extractor = fit_extractor(paths, fingerprints, np.arange(len(paths)), config, runner)
+            if isinstance(config, PipelineConfig):
+                _, extractor = fit_extractor(paths, fingerprints, np.arange(len(paths)), config, runner)
+            else:  # one extractor per channel, each with a per-vector normaliser (ChannelsConfig refuses minmax)
+                extractor = ChannelExtractor(config, [
+                    fit_extractor(paths, fingerprints, np.arange(len(paths)), channel.config, runner)[1]
+                    for channel in config.channels])
             if not extractor.normalizer.is_fitted:
                 pooled = self._rows(runner, extractor, paths, fingerprints, normalized=False)
                 extractor.normalizer.fit(np.asarray(pooled, dtype=np.float32))
@@ -246,10 +257,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
     ) -> "ImageFeatures":
         """A fitted transformer applying ``extractor`` (e.g. the one stored in a model file)."""
         features = cls(extractor.config, cache_dir=cache_dir, n_jobs=n_jobs)
-        features._set_fitted(
-            FeatureExtractor(extractor.config, extractor.codebook, extractor.normalizer,
-                             cache=features._stage_cache(extractor.config))
-        )
+        features._set_fitted(extractor.with_cache(features._stage_cache(extractor.config)))
         return features
 
     def transform(self, X: Any, *, flip: bool = False) -> np.ndarray:

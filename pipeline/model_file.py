@@ -139,6 +139,7 @@ def save_model(
     feature_set: dict | None = None,
     train_seconds: float | None = None,
     search: dict | None = None,
+    combine: dict | None = None,
 ) -> Path:
     """Save a fitted classifier, with the extractor that makes its features, to ``path`` (``.npz``).
 
@@ -161,6 +162,11 @@ def save_model(
     search : dict, optional
         The cross-validated choice of parameters (``SearchResult.to_dict()``), recorded in the
         header as ``search`` (grid, chosen values, scores, folds, seed).
+    combine : dict, optional
+        The channel combination of a multi-channel model (``{"rule", "channels"}``:
+        :func:`~classify_images.pipeline.evaluation.combination_record`), recorded as ``combine``;
+        the stored extractor (a :class:`~classify_images.pipeline.channels.ChannelExtractor`) then
+        gives combined rows.
 
     Returns
     -------
@@ -177,8 +183,13 @@ def save_model(
     if extractor is not None:
         extractor_meta = {"config": extractor.config.to_dict(), "n_features": int(extractor.n_features),
                           "codebook_digest": extractor.codebook_digest}
-        arrays.update({_STATE_PREFIX + name: np.asarray(array)
-                       for name, array in extractor.encoder.to_arrays(extractor.codebook).items()})
+        if hasattr(extractor, "extractors"):  # several channels (pipeline/channels.py)
+            from .channels import channel_state_arrays
+
+            state = channel_state_arrays(extractor)
+        else:
+            state = extractor.encoder.to_arrays(extractor.codebook)
+        arrays.update({_STATE_PREFIX + name: np.asarray(array) for name, array in state.items()})
         statistics = extractor.normalizer.statistics()
         if statistics is not None:
             arrays[_NORMALIZER_KEY] = np.asarray(statistics, dtype=np.float32)
@@ -195,6 +206,7 @@ def save_model(
         "probability": None if not hasattr(estimator, "platt_") else
         {"method": "Platt scaling (sigmoid) on held-out decision values", "folds": int(estimator.platt_folds_)},
         **({"search": _jsonable(search)} if search is not None else {}),
+        **({"combine": _jsonable(combine)} if combine is not None else {}),
         "versions": library_versions(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -353,13 +365,15 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
     from ..coding.encoders import make_encoder
     from ..coding.normalize import Normalizer
     from ..features.descriptors import make_descriptor
-    from .config import PipelineConfig, cap_received_limits
+    from .config import CHANNEL_TABLE, PipelineConfig, cap_received_limits
     from .extractor import FeatureExtractor
 
     raw = cap_received_limits(meta["extractor"]["config"], "the model file's config")
+    state = {key[len(_STATE_PREFIX):]: value for key, value in arrays.items() if key.startswith(_STATE_PREFIX)}
+    if isinstance(raw, dict) and CHANNEL_TABLE in raw:
+        return _restore_channel_extractor(meta, raw, state, n_features)
     config = PipelineConfig.from_dict(raw, source="model file's extractor config")
     encoder = make_encoder(config.codebook_params())
-    state = {key[len(_STATE_PREFIX):]: value for key, value in arrays.items() if key.startswith(_STATE_PREFIX)}
     if meta["format_version"] == 2 and _LEGACY_CODEBOOK_KEY in arrays:
         state = {"codebook": arrays[_LEGACY_CODEBOOK_KEY]}
     _expect(bool(state), "the extractor's encoder state (codebook) is missing")
@@ -374,6 +388,29 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
     extractor = FeatureExtractor(config, codebook, Normalizer.from_statistics(config.normalization.method, statistics))
     _expect(extractor.n_features == n_features, f"the extractor makes {extractor.n_features}-dimensional vectors "
             f"but the classifier takes {n_features}")
+    return extractor
+
+
+def _restore_channel_extractor(meta: dict, raw: dict, state: dict[str, np.ndarray], n_features: int) -> Any:
+    """The :class:`~classify_images.pipeline.channels.ChannelExtractor` of a multi-channel model, its
+    rows combined as the header's ``combine`` says (checked against the layout)."""
+    from ..classifiers.combination import channels_from_dicts, check_combination
+    from .channels import ChannelExtractor, channel_states
+    from .config import ChannelsConfig
+
+    config = ChannelsConfig.from_dict(raw, source="model file's extractor config")
+    combine = meta.get("combine")
+    if combine is not None:
+        _expect(isinstance(combine, dict) and isinstance(combine.get("channels"), list), "its combine entry is malformed")
+        layout = channels_from_dicts(combine["channels"], n_features, source="the model file's combine entry")
+        check_combination(combine.get("rule"), layout, meta["classifier"])
+    extractor = ChannelExtractor.from_states(config, channel_states(config, state),
+                                             combine=None if combine is None else (combine["rule"], meta["classifier"]))
+    _expect(extractor.n_features == n_features, f"the extractor makes {extractor.n_features}-dimensional vectors "
+            f"but the classifier takes {n_features}")
+    if combine is not None:
+        _expect([c.to_dict() for c in extractor.layout] == [c.to_dict() for c in layout],
+                "its combine entry's channels differ from its extractor's")
     return extractor
 
 

@@ -56,6 +56,7 @@ def train_model(
     block_rows: int | None = None,
     probability_folds: int | None = None,
     search: dict[str, list] | None = None,
+    combine: str | None = None,
 ) -> tuple[Any, Path]:
     """Train ``classifier`` on the training rows of ``feature_set`` and save it, with the feature
     extractor, as a self-contained model file.
@@ -84,6 +85,10 @@ def train_model(
     search : dict, optional
         Parameters to choose by cross-validation on the training rows first (``{"C": [0.1, 1, 10]}``;
         :func:`~classify_images.pipeline.evaluation.train_classifier`), recorded in the model file.
+    combine : {"concat", "average", "mbkl"}, optional
+        Combine the channels of a multi-channel feature set by this rule
+        (:mod:`~classify_images.classifiers.combination`), on this machine with the rows in memory;
+        recorded in the model file, whose extractor then gives combined rows.
 
     Returns
     -------
@@ -92,13 +97,16 @@ def train_model(
     path : Path
         The model file written.
     """
+    from ..classifiers.combination import check_combination, combine_rows
     from .augment import augment_settings
-    from .evaluation import train_classifier
-    from .extractor import FeatureExtractor
+    from .channels import extractor_of
+    from .evaluation import combination_record, train_classifier
     from .model_file import save_model
 
     if not isinstance(feature_set, FeatureSet):
         feature_set = load_feature_set(feature_set)
+    if combine is not None:
+        check_combination(combine, feature_set.channels, classifier)
     with contextlib.ExitStack() as stack:
         wrapper = None
         if execution is not None and execution.cluster is not None:
@@ -122,6 +130,10 @@ def train_model(
                 raise ConfigError("[augment] flip_train = true trains in memory on this machine: leave out the "
                                   "cluster options and --block-rows")
             mirrors = np.asarray(feature_set.mirrors("train", "[augment] flip_train = true"))
+        if combine is not None:
+            X = combine_rows(np.asarray(X), feature_set.channels, combine, classifier)
+            if mirrors is not None:
+                mirrors = combine_rows(mirrors, feature_set.channels, combine, classifier)
         training = train_classifier(classifier, params or {}, X, feature_set.y_train, seed=seed,
                                     class_names=feature_set.class_names, wrapper=wrapper, search=search,
                                     mirrors=mirrors)
@@ -130,38 +142,43 @@ def train_model(
 
             names = np.asarray(feature_set.class_names, dtype=str)[np.asarray(feature_set.y_train)]
             calibrate(training.estimator, np.asarray(X), names, folds=probability_folds)
-    path = save_model(out, training.estimator, extractor=FeatureExtractor.from_feature_set(feature_set),
-                      feature_set=feature_set.identity(), train_seconds=training.train_seconds, search=training.search)
+    path = save_model(out, training.estimator,
+                      extractor=extractor_of(feature_set, combine=None if combine is None else (combine, classifier)),
+                      feature_set=feature_set.identity(), train_seconds=training.train_seconds, search=training.search,
+                      combine=combination_record(feature_set, combine))
     return training, path
 
 
 # ---------------------------------------------------------------------- experiments
-def _experiment_repeat(featureset: str, name: str, params: dict[str, Any], seed: int, search=None):
+def _experiment_repeat(featureset: str, name: str, params: dict[str, Any], seed: int, search=None, combine=None):
     """One repeat of an experiment, on a cluster worker: the worker reads the feature set itself."""
     from .evaluation import run_experiment
 
-    return run_experiment(load_feature_set(featureset), name, params, 1, first_seed=seed, search=search)
+    return run_experiment(load_feature_set(featureset), name, params, 1, first_seed=seed, search=search,
+                          combine=combine)
 
 
 def run_experiment_on(feature_set: FeatureSet, classifier: str, params: dict[str, Any], repeats: int,
-                      first_seed: int = 0, execution: Execution | None = None, search: dict[str, list] | None = None):
+                      first_seed: int = 0, execution: Execution | None = None, search: dict[str, list] | None = None,
+                      combine: str | None = None):
     """:func:`~classify_images.pipeline.evaluation.run_experiment` here, or its repeats as cluster
     tasks (one per seed), gathered into one ``Experiment`` (the same runs, in seed order)."""
     from joblib import delayed
 
     from .cluster import run_tasks, scheduler_errors
-    from .evaluation import Experiment, run_experiment
+    from .evaluation import Experiment, combination_record, run_experiment
 
     if execution is None or execution.cluster is None:
-        return run_experiment(feature_set, classifier, params, repeats, first_seed=first_seed, search=search)
+        return run_experiment(feature_set, classifier, params, repeats, first_seed=first_seed, search=search,
+                              combine=combine)
     where = os.fspath(Path(feature_set.path).resolve())
-    calls = [delayed(_experiment_repeat)(where, classifier, params, seed, search)
+    calls = [delayed(_experiment_repeat)(where, classifier, params, seed, search, combine)
              for seed in range(first_seed, first_seed + repeats)]
     with execution.client() as client, scheduler_errors(execution.cluster):
         parts = run_tasks(client, calls, "experiment", batch_size=1)
     first = dataclasses.replace(parts[0].first, feature_set=str(feature_set.path))
     return Experiment(classifier, params, str(feature_set.path), feature_set.config_hash,
-                      tuple(run for part in parts for run in part.runs), first)
+                      tuple(run for part in parts for run in part.runs), first, combination_record(feature_set, combine))
 
 
 # ------------------------------------------------------------------------ prediction
@@ -334,6 +351,7 @@ def run_pipeline(
     step: Callable[[str], None] = lambda name: None,
     force: bool = False,
     search: dict[str, list] | None = None,
+    combine: str | None = None,
 ) -> RunResult:
     """Build the feature set of ``dataset``, train ``classifier`` on it and evaluate it, into
     ``out``: ``out/features/``, ``out/model.npz``, ``out/report/`` (VLFeat's ``phow_caltech101``
@@ -345,9 +363,9 @@ def run_pipeline(
         Folder of class folders.
     out : path-like
         The run's folder.
-    config : PipelineConfig
-    classifier, params, seed, search
-        As :func:`train_model`.
+    config : PipelineConfig or ChannelsConfig
+    classifier, params, seed, search, combine
+        As :func:`train_model` (``combine``: a config with ``[[channel]]`` tables).
     execution : Execution, optional
         Where the per-image work and the training run (default: this machine, one process).
     cache_dir, store, progress, verbose
@@ -384,7 +402,8 @@ def run_pipeline(
     out = Path(out)
     config_digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
     run = {"command": "run", "dataset": os.path.abspath(dataset), "config": config_digest[:16],
-           "classifier": classifier, "params": params or {}, "search": search, "seed": seed}
+           "classifier": classifier, "params": params or {}, "search": search, "seed": seed,
+           **({"combine": combine} if combine is not None else {})}
     folder = OutputFolder(out, ("features", "model.npz", "report"), "run", run=run)
     report = report_folder(out / "report", run=run)
     folder.check(force)  # every output checked before any work
@@ -399,7 +418,7 @@ def run_pipeline(
         begin("train")
         feature_set = load_feature_set(built.path)
         training, model_path = train_model(feature_set, classifier, params, out=out / "model.npz", seed=seed,
-                                           execution=execution, search=search)
+                                           execution=execution, search=search, combine=combine)
         begin("evaluate")
         model, meta = load_model(model_path)
         evaluation = evaluate_model(model, meta, feature_set)

@@ -37,7 +37,7 @@ import pytest
 
 from classify_images.classifiers import registry
 from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import CLASSIFIER_TABLE, named_configs
+from classify_images.pipeline.config import CHANNEL_TABLE, CLASSIFIER_TABLE, named_configs
 
 from .conftest import FIXTURE_IMAGES
 
@@ -80,11 +80,15 @@ def shrunk_config(name: str) -> dict:
     normalisation untouched.  Its ``[classifier]`` table is dropped: each cell names its own."""
     config = tomllib.loads(named_configs()[name].read_text(encoding="utf-8"))
     config.pop(CLASSIFIER_TABLE, None)
+    # [[channel]] tables: [dataset] and [image] at the top, the other tables inside each channel
+    holders = config.get(CHANNEL_TABLE, [config])
     for (table, key), value in ALWAYS.items():
-        config.setdefault(table, {})[key] = value
+        for holder in ([config] if table in ("dataset", "image") else holders):
+            holder.setdefault(table, {})[key] = value
     for (table, key), shrink in IF_SET.items():
-        if key in config.get(table, {}):
-            config[table][key] = shrink(config[table][key])
+        for holder in holders:
+            if key in holder.get(table, {}):
+                holder[table][key] = shrink(holder[table][key])
     return config
 
 
@@ -99,9 +103,10 @@ def _toml_value(value) -> str:
 def write_toml(path: Path, config: dict) -> Path:
     lines = []
     for table, values in config.items():
-        lines.append(f"[{table}]")
-        lines += [f"{json.dumps(str(key))} = {_toml_value(value)}" for key, value in values.items()]
-        lines.append("")
+        for entry in (values if table == CHANNEL_TABLE else [values]):  # [[channel]]: an array of tables
+            lines.append(f"[[{table}]]" if table == CHANNEL_TABLE else f"[{table}]")
+            lines += [f"{json.dumps(str(key))} = {_toml_value(value)}" for key, value in entry.items()]
+            lines.append("")
     path.write_text("\n".join(lines), encoding="utf-8")
     assert tomllib.loads(path.read_text(encoding="utf-8")) == config  # what we meant is what is read
     return path

@@ -37,3 +37,19 @@ def test_caltech_mini_end_to_end(tmp_path, caltech_mini, capsys):
     result = json.loads((report / "report.json").read_text())
     assert result["class_names"] == ["Faces_easy", "accordion", "airplanes", "car_side"]
     assert result["mean_per_class_accuracy"] > 0.5  # four easy Caltech classes; chance 0.25
+
+
+def test_caltech_mini_combined_channels_end_to_end(tmp_path, caltech_mini, capsys):
+    """``run`` with the shipped two-channel config (Fisher vectors + ScSPM, ``--combine average``, C searched)
+    on caltech101-mini: one command builds both channels, combines them and records the rule."""
+    out = tmp_path / "run"
+    assert main(["run", str(caltech_mini), "--config", "scene15-combined", "--classifier", "linear",
+                 "--combine", "average", "--search", "C=1,10,100", "--train-per-class", "10",
+                 "--test-per-class", "10", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    manifest = json.loads((out / "features" / "manifest.json").read_text())
+    assert [(c["name"], c["dims"], c["signed"]) for c in manifest["channels"]] == [
+        ("fisher", 262144, True), ("scspm", 21504, False)]
+    result = json.loads((out / "report" / "report.json").read_text())
+    assert result["combine"]["rule"] == "average" and result["search"]["best"]["C"] in (1, 10, 100)
+    assert result["class_names"] == ["Faces_easy", "accordion", "airplanes", "car_side"]
+    assert result["mean_per_class_accuracy"] > 0.8  # four easy Caltech classes; chance 0.25
