@@ -568,6 +568,11 @@ class ChannelsConfig:
     def image(self) -> ImageConfig:
         return self.channels[0].config.image
 
+    @property
+    def augment(self) -> AugmentConfig:
+        """No flips: ``[augment]`` is not read with ``[[channel]]`` tables (not implemented yet)."""
+        return AugmentConfig()
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config") -> "ChannelsConfig":
         """Read and check ``{"dataset": …, "image": …, "channel": [{name, weight, sift, …}, …]}``.

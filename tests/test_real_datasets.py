@@ -39,16 +39,75 @@ def test_caltech_mini_end_to_end(tmp_path, caltech_mini, capsys):
     assert result["mean_per_class_accuracy"] > 0.5  # four easy Caltech classes; chance 0.25
 
 
-def test_caltech_mini_combined_channels_end_to_end(tmp_path, caltech_mini, capsys):
-    """``run`` with the shipped two-channel config (Fisher vectors + ScSPM, ``--combine average``, C searched)
-    on caltech101-mini: one command builds both channels, combines them and records the rule."""
+def test_caltech_mini_best_config_end_to_end(tmp_path, caltech_mini, capsys):
+    """The most accurate shipped config (``fisher-flip``: Fisher vectors + flips, BENCHMARKS.md), as
+    shipped, by one ``run`` with C searched on caltech101-mini: mirrors stored, used in training and
+    averaged at test time."""
     out = tmp_path / "run"
-    assert main(["run", str(caltech_mini), "--config", "scene15-combined", "--classifier", "linear",
-                 "--combine", "average", "--search", "C=1,10,100", "--train-per-class", "10",
-                 "--test-per-class", "10", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    assert main(["run", str(caltech_mini), "--config", "fisher-flip", "--classifier", "linear",
+                 "--search", "C=1,10,100", "--train-per-class", "10", "--test-per-class", "10",
+                 "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--n-jobs", "2", "-q"]) == 0
+    manifest = json.loads((out / "features" / "manifest.json").read_text())
+    assert manifest["augment"]["mirrors"]
+    result = json.loads((out / "report" / "report.json").read_text())
+    assert result["search"]["best"]["C"] in (1, 10, 100)
+    assert result["class_names"] == ["Faces_easy", "accordion", "airplanes", "car_side"]
+    assert result["mean_per_class_accuracy"] > 0.8  # four easy Caltech classes; chance 0.25
+
+
+_TWO_SMALL_CHANNELS = """
+[dataset]
+train_per_class = 10
+test_per_class = 10
+
+[image]
+max_side = 200
+
+[[channel]]
+name = "fisher"
+[channel.sift]
+patch_sizes = [16, 24]
+step = 8
+[channel.codebook]
+kind = "fisher"
+size = 16
+pca_dims = 32
+n_samples = 20000
+n_iter = 10
+[channel.pooling]
+levels = [1, 2]
+[channel.normalization]
+method = "none"
+
+[[channel]]
+name = "scspm"
+[channel.sift]
+patch_sizes = [16]
+step = 8
+[channel.codebook]
+kind = "sparse"
+size = 128
+n_samples = 20000
+lambda = 0.15
+n_iter = 50
+[channel.pooling]
+method = "max"
+levels = [1, 2]
+"""
+
+
+def test_caltech_mini_combined_channels_end_to_end(tmp_path, caltech_mini, capsys):
+    """``run`` with a two-channel config (the shape of ``scene15-combined``, Fisher vectors + ScSPM, with
+    small codebooks so that CI stays short; ``--combine average``, C searched) on caltech101-mini: one
+    command builds both channels, combines them and records the rule."""
+    out, config = tmp_path / "run", tmp_path / "two-channels.toml"
+    config.write_text(_TWO_SMALL_CHANNELS, encoding="utf-8")
+    assert main(["run", str(caltech_mini), "--config", str(config), "--classifier", "linear",
+                 "--combine", "average", "--search", "C=1,10,100",
+                 "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--n-jobs", "2", "-q"]) == 0
     manifest = json.loads((out / "features" / "manifest.json").read_text())
     assert [(c["name"], c["dims"], c["signed"]) for c in manifest["channels"]] == [
-        ("fisher", 262144, True), ("scspm", 21504, False)]
+        ("fisher", 2 * 16 * 32 * 5, True), ("scspm", 128 * 5, False)]
     result = json.loads((out / "report" / "report.json").read_text())
     assert result["combine"]["rule"] == "average" and result["search"]["best"]["C"] in (1, 10, 100)
     assert result["class_names"] == ["Faces_easy", "accordion", "airplanes", "car_side"]
