@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from _bench_utils import machine, processor_model, write_json
+from _bench_utils import announce_machine, write_json
 
 from classify_images.classifiers.combination import COMBINE_RULES, Channel, combine_rows
 from classify_images.pipeline.dataset import split_indices
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                              "taken as measured there (the paired gains then span both runs)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    print(f"processor: {processor_model()}", flush=True)
+    machine = announce_machine()
 
     def grid_of(text: str) -> dict[str, list]:
         name, _, values = text.partition("=")
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r['label']} - {best_single['label']}: {gain.round(2).tolist()} (mean {gain.mean():+.2f})")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak resident memory: {peak:.0f} MiB")
-    write_json(args.json, {"processor": processor_model(), "machine": machine(), "seeds": seeds,
+    write_json(args.json, {"machine": machine, "seeds": seeds,
                            "channels": [c.to_dict() for c in data.channels], "rules": list(COMBINE_RULES),
                            "results": results, "gains": summary, "peak_rss_MiB": round(peak),
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})

@@ -31,7 +31,7 @@ def test_bench_combination_on_fixture_channels(tmp_path, capsys):
     assert bench_combination.main(["--channel", f"bof={bof}", "--channel", f"max={maxpool}:2", "--seeds", "0,1",
                                    "--search", "C=1,100", "--mbkl-search", "C=10,100", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("processor: ") and "peak resident memory" in printed
+    assert printed.startswith("machine: ") and "peak resident memory" in printed
     report = json.loads(out.read_text())
     labels = [r["label"] for r in report["results"]]
     assert labels == ["bof", "max", "concat(bof+max)", "average(bof+max)", "mbkl(bof+max)"]
