@@ -25,8 +25,8 @@ rows, and the search's folds are the same (the test checks both methods agree); 
 computing a 1500 × 1500 Gram matrix of Fisher vectors for every variant and split.
 ``--method rows`` trains on the combined rows themselves (:func:`train_classifier`)::
 
-    python benchmarks/bench_combination.py --channel fv=/tmp/shared/fv-scene15 \\
-        --channel scspm=/tmp/shared/scspm-scene15 --seeds 0,1,2 --json combination.json
+    python benchmarks/bench_combination.py --channel fv=feature-sets/scene15-fisher \\
+        --channel scspm=feature-sets/scene15-scspm --seeds 0,1,2 --json combination.json
 
 Results: docs/benchmarks/combination.md.
 """

@@ -15,9 +15,6 @@ import _bench_utils as U
 BENCHMARKS = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p for pattern in ("bench_*.py", "profile_*.py", "simulate_*.py", "compare_*.py")
                  for p in BENCHMARKS.glob(pattern))
-#: Scripts other helpers were changing when the call was added: the lead adds the line on
-#: merging (strict: this test fails as soon as the line is there, to drop the entry).
-PENDING: set[str] = set()
 #: How a script writes its results as JSON.
 _WRITES_JSON = re.compile(r"write_json\(|json\.dumps\(|json\.dump\(")
 
@@ -27,9 +24,7 @@ def test_the_script_list_is_not_empty():
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_every_benchmark_announces_its_machine_and_stores_it(script, request):
-    if script.name in PENDING:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="the lead adds the announce_machine() line"))
+def test_every_benchmark_announces_its_machine_and_stores_it(script):
     source = script.read_text(encoding="utf-8")
     assert "announce_machine()" in source, f"{script.name}: no announce_machine() call"
     if _WRITES_JSON.search(source):
