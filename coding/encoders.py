@@ -207,6 +207,8 @@ class Encoder:
     signed: ClassVar[bool] = False
     #: Rows are sparse enough to be stored as CSR shards.
     sparse_rows: ClassVar[bool] = False
+    #: Codes are never negative (hard or soft assignment weights): any pooling keeps rows non-negative.
+    non_negative_codes: ClassVar[bool] = False
     #: Own keys that change how descriptors are coded but not what :meth:`learn` learns: left out
     #: of the learning stage's cache key, so that configurations differing only in them share a codebook.
     coding_only_keys: ClassVar[tuple[str, ...]] = ()
@@ -414,6 +416,7 @@ class VectorQuantization(PooledCodes):
     (:mod:`~classify_images.coding.soft_assignment`).  The state is the k-means centres."""
 
     kind = "kmeans"
+    non_negative_codes = True
     Params = VectorQuantizationParams
     sparse_rows = True
     coding_only_keys = ("assignment", "soft_neighbors", "soft_beta")

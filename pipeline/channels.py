@@ -45,17 +45,13 @@ from .stages import StageCache, implementation_versions
 __all__ = ["ChannelExtractor", "extractor_of", "check_config_of", "channel_is_signed", "channels_config_hash",
            "build_channel_feature_set", "channel_state_arrays", "channel_states"]
 
-#: Encoder kinds whose codes are never negative (pooled by any method, the rows stay non-negative).
-_NON_NEGATIVE_CODES = ("kmeans",)
-
-
 def channel_is_signed(config: PipelineConfig) -> bool:
     """Whether a channel's rows can be negative: a signed encoder (Fisher vectors, VLAD), or signed
     codes (sparse coding, LLC) pooled by a method that keeps their sign (``average``, ``signed_max``)."""
-    kind = config.codebook.kind
-    if encoder_class(kind).signed:
+    encoder = encoder_class(config.codebook.kind)
+    if encoder.signed:
         return True
-    return kind not in _NON_NEGATIVE_CODES and config.pooling.method in ("average", "signed_max")
+    return not encoder.non_negative_codes and config.pooling.method in ("average", "signed_max")
 
 
 def check_config_of(config: PipelineConfig | ChannelsConfig) -> PipelineConfig:
