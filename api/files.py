@@ -24,6 +24,7 @@ import math
 import os
 import re
 import stat
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from .errors import ClassifyImagesError
@@ -40,6 +41,7 @@ __all__ = [
     "load_npy_checked",
     "loads_bounded_json",
     "open_regular_file",
+    "read_format_json",
     "read_npy_header",
     "read_regular_bytes",
 ]
@@ -176,6 +178,20 @@ def loads_bounded_json(text: str | bytes, *, what: str, max_bytes: int = MAX_JSO
     if depth > max_depth:
         raise JsonBoundsError(f"{what} nests its JSON {depth} levels deep, more than the {max_depth} accepted")
     return json.loads(text)
+
+
+def read_format_json(path: str | os.PathLike, format_name: str, *, max_bytes: int) -> dict | None:
+    """The JSON object in ``path`` when it is a regular file (not a link) of at most ``max_bytes``,
+    valid and bounded JSON (:func:`loads_bounded_json`) whose ``"format"`` is ``format_name``;
+    None otherwise — the test of "a file we wrote" before replacing anything beside it."""
+    path = Path(path)
+    try:
+        if path.is_symlink():
+            return None
+        data = loads_bounded_json(read_regular_bytes(path, max_bytes=max_bytes), what=str(path), max_bytes=max_bytes)
+    except (OSError, ValueError):  # (not a regular file, too large, too deep, not JSON)
+        return None
+    return data if isinstance(data, dict) and data.get("format") == format_name else None
 
 
 def read_npy_header(handle: BinaryIO, held_bytes: int) -> tuple[tuple[int, ...], bool, Any, int]:

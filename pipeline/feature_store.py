@@ -76,6 +76,7 @@ from ..files import (
     load_npz_checked,
     loads_bounded_json,
     open_regular_file,
+    read_format_json,
     read_regular_bytes,
 )
 from ..coding.normalize import Normalizer
@@ -633,15 +634,7 @@ _MAX_MANIFEST_BYTES = 256 << 20
 
 def _read_own_manifest(folder: Path) -> dict | None:
     """The manifest of ``folder`` when it is a regular file of JSON announcing our format (None otherwise)."""
-    path = folder / MANIFEST
-    try:
-        if path.is_symlink():
-            return None
-        manifest = loads_bounded_json(read_regular_bytes(path, max_bytes=_MAX_MANIFEST_BYTES), what=str(path),
-                                      max_bytes=_MAX_MANIFEST_BYTES)
-    except (OSError, ValueError):  # (not a regular file, too large, too deep, not JSON)
-        return None
-    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME else None
+    return read_format_json(folder / MANIFEST, FORMAT_NAME, max_bytes=_MAX_MANIFEST_BYTES)
 
 
 def _listed_files(manifest: dict) -> tuple[set[str], set[str]] | None:

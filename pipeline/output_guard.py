@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClassifyImagesError
-from ..files import loads_bounded_json, read_regular_bytes
+from ..files import read_format_json
 from .atomic import atomic_write_json
 
 __all__ = [
@@ -87,15 +87,8 @@ def _listing(names: Iterable[str]) -> str:
 def read_marker(folder: str | os.PathLike) -> dict | None:
     """The marker of ``folder`` when it is ours (a regular file, our format key, a list of
     names); None otherwise."""
-    path = Path(folder) / MARKER
-    try:
-        if path.is_symlink():
-            return None
-        marker = loads_bounded_json(read_regular_bytes(path, max_bytes=_MAX_MARKER_BYTES), what=str(path),
-                                    max_bytes=_MAX_MARKER_BYTES)
-    except (OSError, ValueError):  # (not a regular file, too large, too deep, not JSON)
-        return None
-    if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT:
+    marker = read_format_json(Path(folder) / MARKER, MARKER_FORMAT, max_bytes=_MAX_MARKER_BYTES)
+    if marker is None:
         return None
     names = marker.get("files")
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
