@@ -73,7 +73,7 @@ def run_split(fs, seed: int, grid: list[float]) -> dict:
     plain = train_classifier("linear", {}, X, y_all[train], seed=seed, class_names=names, search={"C": grid})
     plain_cpu = time.process_time() - cpu
     C = plain.search["best"]["C"]
-    # the rows and their mirrors, as train_classifier(..., mirrors=) stacks them, stacked here so that
+    # the rows and their mirrors in one array, as train_classifier(..., mirrored=True) takes them, so that
     # the unstacked copies are freed before the fit (1.5 GB each on 15-Scenes Fisher vectors)
     X = np.concatenate([X, fs.pooled_rows(train, mirrored=True)])
     cpu = time.process_time()

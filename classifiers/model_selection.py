@@ -26,6 +26,17 @@ Two ways to fit the folds
     fold's decomposition serves every grid point.  The scores equal the generic path's up to
     the solver tolerance (tested).
 
+With mirrors (``mirrored=True``: ``[augment] flip_train``)
+    ``X`` holds ``2n`` rows, the ``n`` training images then their mirrors in the same order
+    (row ``n + i`` mirrors row ``i``), and ``y`` the ``n`` labels of the images.  The folds are
+    drawn over the *images* (stratified on ``y``), and an image's mirror goes wherever the image
+    goes: a fold trains on its training images and their mirrors (``T ∪ (T + n)``) and never
+    sees the mirror of a held-out image.  It scores each held-out image ``i ∈ H`` as the test is
+    scored with ``flip_test = "average"``: the class of the largest averaged decision value
+    ``½ (f_c(x_i) + f_c(x_{n+i}))``.  On the Gram path ``K`` is the ``2n × 2n`` Gram matrix of
+    all the rows (one for every fold and grid point, no row copies); the generic path fits each
+    fold on its own copy of its rows.
+
 References
 ----------
 .. [1] R. Kohavi, "A study of cross-validation and bootstrap for accuracy estimation and model
@@ -68,11 +79,12 @@ class SearchResult:
     seed: int  #: seed of the fold assignment
     method: str  #: ``"gram"`` (one Gram matrix, no row copies) or ``"refit"`` (GridSearchCV)
     on_edge: list[str] = field(default_factory=list)  #: parameters whose choice is the first or last value of a grid of ≥ 3
+    mirrored: bool = False  #: folds of images with their mirrors, held-out images scored averaged with their mirrors
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (model file header, report)."""
         return {"grid": self.grid, "best": self.best, "scores": self.scores, "folds": self.folds,
-                "seed": self.seed, "method": self.method, "on_edge": self.on_edge}
+                "seed": self.seed, "method": self.method, "on_edge": self.on_edge, "mirrored": self.mirrored}
 
     def warning(self) -> str | None:
         """The one-line warning when a choice is on its grid's edge, else None (:func:`edge_warning`)."""
@@ -88,8 +100,10 @@ def search_summary(search: dict[str, Any]) -> str:
     """One line: what a search (``SearchResult.to_dict()``) chose, from which grid, by what."""
     grid = "; ".join(f"{name} in {', '.join(map(str, values))}" for name, values in search["grid"].items())
     best = max(entry["score"] for entry in search["scores"])
+    rows = ("training images and their mirrors, each image in one fold with its mirror" if search.get("mirrored")
+            else "training rows")
     return (f"{_values_text(search['best'])} chosen by {search['folds']}-fold stratified cross-validation on the "
-            f"training rows ({grid}; held-out mean per-class accuracy {100 * best:.2f} %)")
+            f"{rows} ({grid}; held-out mean per-class accuracy {100 * best:.2f} %)")
 
 
 def edge_warning(search: dict[str, Any]) -> str | None:
@@ -151,19 +165,53 @@ def _fold_coordinates(K: np.ndarray, train: np.ndarray, held_out: np.ndarray, d:
     return U * root, K[np.ix_(held_out, train)] @ (U / root)
 
 
-def _gram_scores(estimator: Any, X: np.ndarray, y: np.ndarray, points: list[dict], splits: list) -> np.ndarray:
+def _with_mirrors(images: np.ndarray, n: int, mirrored: bool) -> np.ndarray:
+    """Row indices of the images ``images`` and, with ``mirrored``, of their mirrors (``images + n``) after them."""
+    return np.concatenate([images, images + n]) if mirrored else images
+
+
+def _held_out_predictions(model: Any, X_held: Any, mirrored: bool) -> np.ndarray:
+    """The classes predicted for the held-out images: ``model.predict``, or, with ``mirrored``
+    (``X_held``: the images then their mirrors), the class of the largest decision value
+    averaged over each image and its mirror (``flip_test = "average"``)."""
+    if not mirrored:
+        return model.predict(X_held)
+    values = np.asarray(model.decision_function(X_held), dtype=np.float64)
+    half = values.shape[0] // 2
+    averaged = 0.5 * (values[:half] + values[half:])
+    winners = (averaged > 0).astype(np.int64) if averaged.ndim == 1 else np.argmax(averaged, axis=1)
+    return model.classes_[winners]
+
+
+def _gram_scores(estimator: Any, X: np.ndarray, y: np.ndarray, points: list[dict], splits: list,
+                 mirrored: bool) -> np.ndarray:
     K = gram_matrix(X)
+    n, labels = y.size, np.concatenate([y, y]) if mirrored else y
     scores = np.zeros((len(points), len(splits)))
     for j, (train, held_out) in enumerate(splits):
-        Z_train, Z_held = _fold_coordinates(K, train, held_out, X.shape[1])
+        rows = _with_mirrors(train, n, mirrored)
+        Z_train, Z_held = _fold_coordinates(K, rows, _with_mirrors(held_out, n, mirrored), X.shape[1])
         for i, point in enumerate(points):
-            model = clone(estimator).set_params(**point, solver="features").fit(Z_train, y[train])
-            scores[i, j] = balanced_accuracy_score(y[held_out], model.predict(Z_held))
+            model = clone(estimator).set_params(**point, solver="features").fit(Z_train, labels[rows])
+            scores[i, j] = balanced_accuracy_score(y[held_out], _held_out_predictions(model, Z_held, mirrored))
+    return scores.mean(axis=1)
+
+
+def _refit_mirrored_scores(estimator: Any, X: Any, y: np.ndarray, points: list[dict], splits: list) -> np.ndarray:
+    """The generic path with mirrors: each fold and grid point fitted on a copy of the fold's rows."""
+    labels = np.concatenate([y, y])
+    scores = np.zeros((len(points), len(splits)))
+    for j, (train, held_out) in enumerate(splits):
+        rows, held_rows = _with_mirrors(train, y.size, True), _with_mirrors(held_out, y.size, True)
+        for i, point in enumerate(points):
+            model = clone(estimator).set_params(**point).fit(X[rows], labels[rows])
+            scores[i, j] = balanced_accuracy_score(y[held_out], _held_out_predictions(model, X[held_rows], True))
     return scores.mean(axis=1)
 
 
 def search_parameters(
     estimator: Any, X: Any, y: Any, grid: dict[str, list], *, folds: int = DEFAULT_FOLDS, seed: int = 0,
+    mirrored: bool = False,
 ) -> SearchResult:
     """The point of ``grid`` with the best mean held-out per-class accuracy (module docstring).
 
@@ -171,14 +219,18 @@ def search_parameters(
     ----------
     estimator : unfitted scikit-learn classifier
         Its other parameters are kept; the grid's are set on clones.
-    X : array-like or sparse matrix, shape (n_samples, n_features)
-        The training rows (nothing else is seen).
+    X : array-like or sparse matrix, shape (n_samples, n_features), or (2 n_samples, n_features) with ``mirrored``
+        The training rows (nothing else is seen); with ``mirrored``, followed by their mirrors.
     y : array-like, shape (n_samples,)
+        The labels of the training images (not repeated for the mirrors).
     grid : dict of str to list
         Values to try per parameter.
     folds : int, default 3
     seed : int, default 0
         Seed of the shuffled stratified folds.
+    mirrored : bool, default False
+        ``X`` holds the images then their mirrors: folds keep each image with its mirror and
+        score the held-out images by the decision values averaged with their mirrors' (module docstring).
 
     Returns
     -------
@@ -195,17 +247,21 @@ def search_parameters(
     if counts.min() < folds:
         raise SearchError(f"--search: a class has {counts.min()} training rows, fewer than the {folds} folds "
                           "of the cross-validation; give more training images per class")
+    if mirrored and X.shape[0] != 2 * y.size:
+        raise ValueError(f"{X.shape[0]} rows for {y.size} images and their mirrors (expected {2 * y.size})")
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     points = _points(grid)
+    splits = list(splitter.split(np.zeros(y.size), y))
     if _gram_applies(estimator, X, grid):
-        splits = list(splitter.split(np.zeros(y.size), y))
-        mean_scores, method = _gram_scores(estimator, X, y, points, splits), "gram"
+        mean_scores, method = _gram_scores(estimator, X, y, points, splits, mirrored), "gram"
+    elif mirrored:
+        mean_scores, method = _refit_mirrored_scores(estimator, X, y, points, splits), "refit"
     else:
-        search = GridSearchCV(estimator, grid, scoring="balanced_accuracy", cv=splitter, refit=False,
+        search = GridSearchCV(estimator, grid, scoring="balanced_accuracy", cv=splits, refit=False,
                               error_score="raise").fit(X, y)
         order = {tuple(sorted(p.items())): s for p, s in zip(search.cv_results_["params"],
                                                               search.cv_results_["mean_test_score"])}
         mean_scores, method = np.array([order[tuple(sorted(p.items()))] for p in points]), "refit"
     best = points[int(np.argmax(mean_scores))]
     scores = [{"params": point, "score": float(score)} for point, score in zip(points, mean_scores)]
-    return SearchResult(grid, dict(best), scores, folds, seed, method, _edges(grid, best))
+    return SearchResult(grid, dict(best), scores, folds, seed, method, _edges(grid, best), mirrored)

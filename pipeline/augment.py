@@ -35,7 +35,7 @@ import numpy as np
 from .config import AugmentConfig, PipelineConfig
 from .feature_store import FeatureSet
 
-__all__ = ["augment_settings", "with_mirrors", "averaged_decision_function"]
+__all__ = ["augment_settings", "rows_and_mirrors", "averaged_decision_function"]
 
 
 def augment_settings(feature_set: FeatureSet) -> AugmentConfig:
@@ -48,9 +48,16 @@ def augment_settings(feature_set: FeatureSet) -> AugmentConfig:
     return PipelineConfig.from_dict({"augment": table}, source=str(feature_set.path / "manifest.json")).augment
 
 
-def with_mirrors(X: np.ndarray, y: np.ndarray, X_mirror: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The training rows followed by their mirrors, and the labels twice."""
-    return np.concatenate([np.asarray(X), np.asarray(X_mirror)]), np.concatenate([np.asarray(y), np.asarray(y)])
+def rows_and_mirrors(feature_set: FeatureSet, indices: np.ndarray) -> np.ndarray:
+    """The pooled rows ``indices`` (:meth:`~classify_images.pipeline.feature_store.FeatureSet.pooled_rows`)
+    followed by their mirrors in the same order: one float32 array of shape ``(2 n, d)``, row
+    ``n + i`` the mirror of row ``i``, filled block by block from the store (the one copy a
+    fit with ``flip_train`` needs; the rows and the mirrors are never held apart as well)."""
+    n = len(indices)
+    stacked = np.empty((2 * n, feature_set.n_features), dtype=np.float32)
+    feature_set.pooled_rows(indices, out=stacked[:n])
+    feature_set.pooled_rows(indices, mirrored=True, needed_by="[augment] flip_train = true", out=stacked[n:])
+    return stacked
 
 
 def averaged_decision_function(estimator: Any, X: np.ndarray, X_mirror: np.ndarray | None) -> np.ndarray:

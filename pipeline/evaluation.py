@@ -46,7 +46,7 @@ from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_acc
 from ..classifiers.base import warm_up
 from ..classifiers.combination import check_combination, combine_rows
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
-from .augment import augment_settings, averaged_decision_function, with_mirrors
+from .augment import augment_settings, averaged_decision_function, rows_and_mirrors
 from .dataset import split_indices
 from .feature_store import FeatureSet
 from .model_file import check_model_matches
@@ -375,7 +375,7 @@ def train_classifier(
     class_names: list[str] | None = None,
     wrapper: Callable[[Any], Any] | None = None,
     search: dict[str, list] | None = None,
-    mirrors: np.ndarray | None = None,
+    mirrored: bool = False,
 ) -> TrainingResult:
     """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
 
@@ -392,33 +392,38 @@ def train_classifier(
     ``search`` (``{"C": [0.1, 1, 10, 100]}``) first chooses those parameters by stratified k-fold
     cross-validation on these rows (:func:`~classify_images.classifiers.model_selection.search_parameters`,
     folds seeded by ``seed``); the chosen values join ``params`` and the search is recorded in
-    the result (``search``), its time outside ``train_seconds``.  ``mirrors`` (the rows of the
-    mirrored training images, aligned with ``X``: ``[augment] flip_train``) are added as more
-    training rows for the fit; a search chooses its parameters on ``X`` alone (folds of
-    images whose mirrors were in other folds would overrate the augmented model).
+    the result (``search``), its time outside ``train_seconds``.  With ``mirrored``
+    (``[augment] flip_train``), ``X`` holds the ``n`` training images' rows followed by their
+    mirrors' (``2n`` rows, :func:`~classify_images.pipeline.augment.rows_and_mirrors`; ``y``: the
+    ``n`` labels of the images): the fit sees all ``2n`` rows, each mirror with its image's label,
+    and a search folds each image with its mirror and scores held-out images averaged with their
+    mirrors, as the test is scored (``search_parameters(..., mirrored=True)``).
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
     if class_names is not None:
         estimator.set_params(**named_class_weight(params, list(class_names)))
         y = np.asarray(class_names, dtype=str)[np.asarray(y)]
-    warm_up(estimator, X, y)
+    n_images = len(y)
+    if mirrored and X.shape[0] != 2 * n_images:
+        raise ValueError(f"{X.shape[0]} rows for {n_images} training images and their mirrors")
+    warm_up(estimator, X[:n_images] if mirrored else X, y)
     found = None
     if search:
         from ..classifiers.model_selection import search_parameters
 
         started = time.perf_counter()
-        result = search_parameters(estimator, X, y, search, seed=0 if seed is None else seed)
+        result = search_parameters(estimator, X, y, search, seed=0 if seed is None else seed, mirrored=mirrored)
         found = {**result.to_dict(), "seconds": round(time.perf_counter() - started, 3)}
         params = {**params, **result.best}
         estimator.set_params(**result.best)
-    if mirrors is not None:
-        X, y = with_mirrors(X, y, mirrors)
+    if mirrored:
+        y = np.concatenate([y, y])
     start = time.perf_counter()
     estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
     return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]), found,
-                          0 if mirrors is None else int(len(mirrors)))
+                          n_images if mirrored else 0)
 
 
 @dataclass(frozen=True)
@@ -724,12 +729,11 @@ def run_experiment(
     for seed in progress(seeds) if progress else seeds:
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
         train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
-        X_train = _in_place(combined, feature_set.pooled_rows(train))
-        mirrors = _in_place(combined, feature_set.pooled_rows(train, mirrored=True, needed_by="[augment] flip_train = true")
-                            ) if augment.flip_train else None
+        X_train = _in_place(combined, rows_and_mirrors(feature_set, train) if augment.flip_train
+                            else feature_set.pooled_rows(train))
         training = train_classifier(name, params, X_train, y_all[train], seed=seed,
-                                    class_names=feature_set.class_names, search=search, mirrors=mirrors)
-        del X_train, mirrors
+                                    class_names=feature_set.class_names, search=search, mirrored=augment.flip_train)
+        del X_train
         evaluation = _evaluation(
             training.estimator, name, training.params, feature_set, PooledRows(feature_set, test, transform=combined),
             y_all[test],

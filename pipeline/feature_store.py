@@ -274,14 +274,17 @@ class FeatureSet:
                     yield order[low:high], selected
                 offset += n
 
-    def pooled_rows(self, indices: np.ndarray, *, mirrored: bool = False, needed_by: str = "this option") -> np.ndarray:
+    def pooled_rows(self, indices: np.ndarray, *, mirrored: bool = False, needed_by: str = "this option",
+                    out: np.ndarray | None = None) -> np.ndarray:
         """Rows ``indices`` of the pooled rows (training, then test), or of their mirrors
-        (``mirrored``), as one dense float32 array.
+        (``mirrored``), as one dense float32 array (``out``, shape ``(len(indices), n_features)``,
+        when given: e.g. one half of a preallocated array).
 
         The only copy made is the result (:meth:`iter_pooled_rows`): an experiment's split
         gathers its training rows without concatenating the training and test sets first.
         """
-        out = np.empty((len(indices), self.n_features), dtype=np.float32)
+        if out is None:
+            out = np.empty((len(indices), self.n_features), dtype=np.float32)
         for positions, block in self.iter_pooled_rows(indices, mirrored=mirrored, needed_by=needed_by):
             out[positions] = block
         return out

@@ -98,7 +98,7 @@ def train_model(
         The model file written.
     """
     from ..classifiers.combination import check_combination, combine_rows
-    from .augment import augment_settings
+    from .augment import augment_settings, rows_and_mirrors
     from .channels import extractor_of
     from .evaluation import combination_record, train_classifier
     from .model_file import save_model
@@ -122,26 +122,25 @@ def train_model(
 
             wrapper = functools.partial(Incremental, block_rows=block_rows, seed=seed)
         # on a cluster or streaming, a sharded set is never assembled here (the rows are read lazily)
-        X = feature_set.rows["train"] if wrapper is not None and feature_set.layout == "sharded" \
-            else np.asarray(feature_set.X_train)
-        mirrors = None
-        if augment_settings(feature_set).flip_train:
-            if wrapper is not None:
-                raise ConfigError("[augment] flip_train = true trains in memory on this machine: leave out the "
-                                  "cluster options and --block-rows")
-            mirrors = np.asarray(feature_set.mirrors("train", "[augment] flip_train = true"))
+        mirrored = augment_settings(feature_set).flip_train
+        if mirrored and wrapper is not None:
+            raise ConfigError("[augment] flip_train = true trains in memory on this machine: leave out the "
+                              "cluster options and --block-rows")
+        if mirrored:  # the rows then their mirrors, in one array filled block by block
+            X = rows_and_mirrors(feature_set, np.arange(len(feature_set.y_train)))
+        else:
+            X = feature_set.rows["train"] if wrapper is not None and feature_set.layout == "sharded" \
+                else np.asarray(feature_set.X_train)
         if combine is not None:
-            X = combine_rows(np.asarray(X), feature_set.channels, combine, classifier)
-            if mirrors is not None:
-                mirrors = combine_rows(mirrors, feature_set.channels, combine, classifier)
+            X = combine_rows(X, feature_set.channels, combine, classifier, out=X if mirrored else None)
         training = train_classifier(classifier, params or {}, X, feature_set.y_train, seed=seed,
                                     class_names=feature_set.class_names, wrapper=wrapper, search=search,
-                                    mirrors=mirrors)
+                                    mirrored=mirrored)
         if probability_folds is not None:
             from ..classifiers.calibration import calibrate
 
             names = np.asarray(feature_set.class_names, dtype=str)[np.asarray(feature_set.y_train)]
-            calibrate(training.estimator, np.asarray(X), names, folds=probability_folds)
+            calibrate(training.estimator, np.asarray(X[:len(names)] if mirrored else X), names, folds=probability_folds)
     path = save_model(out, training.estimator,
                       extractor=extractor_of(feature_set, combine=None if combine is None else (combine, classifier)),
                       feature_set=feature_set.identity(), train_seconds=training.train_seconds, search=training.search,

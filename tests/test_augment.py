@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from classify_images.pipeline import evaluation
-from classify_images.pipeline.augment import averaged_decision_function
+from classify_images.pipeline.augment import averaged_decision_function, rows_and_mirrors
 from classify_images.pipeline.cli import main
 from classify_images.pipeline.config import load_config, stage_hash, validate_config
 from classify_images.pipeline.dataset import file_fingerprint
@@ -131,8 +131,9 @@ def test_experiment_splits_never_leak_a_mirror(built, monkeypatch, tmp_path):
 
     seen = []
     train, score = evaluation.train_classifier, evaluation._evaluation
-    monkeypatch.setattr(evaluation, "train_classifier", lambda *a, **k: seen.append((a[2], k["mirrors"]))
-                        or train(*a, **k))
+    # the training rows then their mirrors, in one array (y: the images' labels)
+    monkeypatch.setattr(evaluation, "train_classifier", lambda *a, **k: k["mirrored"] and seen.append(
+        (a[2][:len(a[3])], a[2][len(a[3]):])) or train(*a, **k))
     monkeypatch.setattr(evaluation, "_evaluation", lambda *a, **k: seen.append((a[4], k["X_mirror"]))
                         or score(*a, **k))
     experiment = evaluation.run_experiment(fs, "linear", {}, 12)
@@ -173,8 +174,9 @@ def test_averaging_is_the_mean_of_the_two_decision_functions(built, tmp_path):
 
 def test_training_uses_the_mirrors_as_more_rows(built):
     fs = built["augmented"]
-    flipped = evaluation.train_classifier("linear", {}, np.asarray(fs.X_train), fs.y_train,
-                                          mirrors=np.asarray(fs.mirrors("train")))
+    stacked = rows_and_mirrors(fs, np.arange(len(fs.y_train)))  # one array: the rows, then their mirrors
+    np.testing.assert_array_equal(stacked, np.concatenate([fs.X_train, fs.mirrors("train")]))
+    flipped = evaluation.train_classifier("linear", {}, stacked, fs.y_train, mirrored=True)
     reference = evaluation.train_classifier("linear", {}, np.concatenate([fs.X_train, fs.mirrors("train")]),
                                             np.concatenate([fs.y_train, fs.y_train]))
     assert flipped.n_samples == 2 * len(fs.y_train) and flipped.n_mirrors == len(fs.y_train)

@@ -115,3 +115,25 @@ def test_reading_memory_mapped_rows_leaves_their_pages_unmapped(tmp_path):
     total = sum(float(block.sum()) for _, block in big.iter_pooled_rows(np.arange(252)))
     assert total == pytest.approx(float(X.sum(dtype=np.float64)), rel=1e-5)
     assert _resident_file_kib() - before < X.nbytes / 1024 / 4
+
+
+def _mirrored_feature_set(path) -> FeatureSet:
+    """The small feature set with stored "mirrors" (the rows reversed along the features) and ``[augment]``."""
+    fs = _feature_set(path)
+    fs.manifest["config"] = {"augment": {"flip_train": True, "flip_test": "average"}}
+    fs.mirror_rows = {"train": np.ascontiguousarray(fs.X_train[:, ::-1]), "test": np.ascontiguousarray(fs.X_test[:, ::-1])}
+    return fs
+
+
+@pytest.mark.parametrize("search", [None, {"C": [0.1, 1.0]}])
+def test_a_flipped_experiment_holds_the_rows_and_mirrors_once(tmp_path, monkeypatch, search):
+    """``flip_train``: the training rows and their mirrors are gathered into one array (2n rows),
+    never gathered apart and then concatenated (which peaked at 2x that array); the search with
+    mirrors makes no per-fold copy of them."""
+    monkeypatch.setattr(feature_store, "POOLED_BLOCK_BYTES", 8 * 4 * N_FEATURES)
+    fs = _mirrored_feature_set(tmp_path)
+    stacked_bytes = 2 * 3 * PER_CLASS * N_FEATURES * 4
+    experiment = run_experiment(fs, "linear", {"C": 1.0}, 1, search=search)  # compiled and imported before measuring
+    assert experiment.runs[0].chosen == (None if search is None else {"C": experiment.runs[0].chosen["C"]})
+    peak = _peak_bytes(lambda: run_experiment(fs, "linear", {"C": 1.0}, 1, search=search))
+    assert peak < 1.6 * stacked_bytes, f"peak {peak / 2**20:.1f} MiB for {stacked_bytes / 2**20:.1f} MiB of rows + mirrors"

@@ -121,3 +121,110 @@ def test_run_searches_and_reports(small_dataset, tmp_path, capsys):
     _, meta = load_model(out / "model.npz")
     assert meta["search"]["best"]["C"] in (0.1, 1, 10)
     assert json.loads((out / "report" / "report.json").read_text())["search"] == meta["search"]
+
+
+# ------------------------------------------------------------------ with mirrors ([augment] flip_train)
+def _mirrored_problem(n_per_class=14, d=200, k=3, seed=0):
+    """Images and their "mirrors" (the rows with permuted, noisy features), stacked as the search takes them."""
+    X, y = _problem(n_per_class, d, k, seed)
+    rng = np.random.default_rng(seed + 100)
+    mirrors = (X[:, rng.permutation(d)] + rng.normal(0, 0.5, X.shape)).astype(np.float32)
+    return X, mirrors, y
+
+
+def _reference_mirrored_scores(X, mirrors, y, Cs, folds=3, seed=0, **params):
+    """Slow and obvious: per fold, fit on copies of the training images and their mirrors, score each
+    held-out image by the class of its decision values averaged with its mirror's."""
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    scores = []
+    for C in Cs:
+        per_fold = []
+        for tr, va in splitter.split(X, y):
+            model = QuadraticHingeSVC(C=C, tol=1e-8, **params).fit(np.concatenate([X[tr], mirrors[tr]]),
+                                                                   np.concatenate([y[tr], y[tr]]))
+            averaged = 0.5 * (model.decision_function(X[va]) + model.decision_function(mirrors[va]))
+            per_fold.append(balanced_accuracy_score(y[va], model.classes_[np.argmax(averaged, axis=1)]))
+        scores.append(np.mean(per_fold))
+    return scores
+
+
+def test_the_mirrored_search_equals_a_slow_reference_on_both_paths():
+    X, mirrors, y = _mirrored_problem()
+    Cs = [1e-4, 1e-3, 1e-2, 1e-1, 1.0]
+    reference = _reference_mirrored_scores(X, mirrors, y, Cs, seed=2)
+    stacked = np.concatenate([X, mirrors])
+    fast = search_parameters(QuadraticHingeSVC(tol=1e-8), stacked, y, {"C": Cs}, seed=2, mirrored=True)
+    assert fast.method == "gram" and fast.mirrored and fast.to_dict()["mirrored"] is True
+    np.testing.assert_allclose([s["score"] for s in fast.scores], reference, atol=1e-12)
+    slow = search_parameters(QuadraticHingeSVC(tol=1e-8, solver="features"), stacked, y, {"C": Cs}, seed=2,
+                             mirrored=True)
+    assert slow.method == "refit"
+    np.testing.assert_allclose([s["score"] for s in slow.scores], reference, atol=1e-12)
+    assert fast.best == slow.best == {"C": Cs[int(np.argmax(reference))]}
+    # the mirrors do count: scoring without them (or fitting without them) gives other scores
+    plain = search_parameters(QuadraticHingeSVC(tol=1e-8), X, y, {"C": Cs}, seed=2)
+    assert [s["score"] for s in plain.scores] != [s["score"] for s in fast.scores]
+    with pytest.raises(ValueError, match="their mirrors"):
+        search_parameters(QuadraticHingeSVC(), X, y, {"C": Cs}, mirrored=True)
+
+
+class _RowSpy(QuadraticHingeSVC):
+    """Records the rows it is fitted on and asked about (rows are identified by their bytes)."""
+
+    fitted: list = []
+    scored: list = []
+
+    def fit(self, X, y):
+        _RowSpy.fitted.append(np.array(X))
+        return super().fit(X, y)
+
+    def decision_function(self, X):
+        _RowSpy.scored.append(np.array(X))
+        return super().decision_function(X)
+
+
+def test_an_image_and_its_mirror_are_always_in_the_same_fold(monkeypatch):
+    """Tagged rows: every row of the search's fits and scores is traced back to its image and
+    whether it is the mirror; no fold trains on an image (or mirror) whose image it holds out."""
+    from classify_images.classifiers import model_selection
+
+    X, mirrors, y = _mirrored_problem(n_per_class=9, d=60)
+    n = y.size
+    stacked = np.concatenate([X, mirrors])
+    tag = {row.tobytes(): (i % n, i >= n) for i, row in enumerate(stacked)}  # row -> (image, is mirror)
+    assert len(tag) == 2 * n
+
+    def images(rows):
+        return [tag[row.tobytes()] for row in rows]
+
+    _RowSpy.fitted.clear(), _RowSpy.scored.clear()
+    search_parameters(_RowSpy(solver="features"), stacked, y, {"C": [0.1, 1.0]}, mirrored=True)
+    fits = [images(rows) for rows in _RowSpy.fitted]
+    scores = [images(rows) for rows in _RowSpy.scored]
+    assert len(fits) == len(scores) == 2 * 3
+    held_out_sets = []
+    for fitted, scored in zip(fits, scores):
+        trained = {image for image, _ in fitted}
+        held = {image for image, _ in scored}
+        assert not trained & held  # no image (nor its mirror) on both sides
+        assert set(fitted) == {(i, m) for i in trained for m in (False, True)}  # each training image with its mirror
+        assert set(scored) == {(i, m) for i in held for m in (False, True)}  # each held-out image with its mirror
+        assert len(trained) + len(held) == n
+        held_out_sets.append(frozenset(held))
+    assert len(set(held_out_sets)) == 3 and set().union(*held_out_sets) == set(range(n))  # 3 folds cover the images
+
+    # the Gram path: the rows of every fold's decomposition
+    seen = []
+    original = model_selection._fold_coordinates
+
+    def spy(K, train, held_out, d):
+        seen.append((train.copy(), held_out.copy()))
+        return original(K, train, held_out, d)
+
+    monkeypatch.setattr(model_selection, "_fold_coordinates", spy)
+    search_parameters(QuadraticHingeSVC(), stacked, y, {"C": [0.1, 1.0]}, mirrored=True)
+    assert len(seen) == 3
+    for train, held_out in seen:
+        assert not set(train % n) & set(held_out % n)
+        assert sorted(train) == sorted(np.r_[train[train < n], train[train < n] + n])
+        assert sorted(held_out) == sorted(np.r_[held_out[held_out < n], held_out[held_out < n] + n])
