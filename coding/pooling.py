@@ -56,6 +56,8 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ._pooling_kernels import max_abs_pool_csr
+
 __all__ = [
     "IMPLEMENTATION_VERSION",
     "LEVEL_NORMALIZATIONS",
@@ -211,10 +213,8 @@ def spatial_pyramid_pool(
     if method == "signed_max":
         return _signed_max_pool(matrix, cells, counts, n_cells, n_words)
     if method == "max":
-        magnitude = abs(matrix).tocoo()
         pooled = np.zeros((n_cells, n_words), dtype=np.float64)
-        for level_cells in cells:
-            np.maximum.at(pooled, (level_cells[magnitude.row], magnitude.col), magnitude.data)
+        max_abs_pool_csr(matrix.data, matrix.indices, matrix.indptr, cells, pooled)
         return pooled.astype(np.float32).ravel()
     if method == "sqrt":
         values = matrix.multiply(matrix)
