@@ -20,7 +20,9 @@ __all__ = ["max_abs_pool_csr"]
 def max_abs_pool_csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, cells: np.ndarray,
                      out: np.ndarray) -> None:
     """``out[cells[l, i], indices[p]] = max(out[...], |data[p]|)`` for every stored entry ``p`` of
-    row ``i`` and every level ``l``; ``out`` (n_cells, K) is zeros on entry."""
+    row ``i`` and every level ``l``; ``out`` (n_cells, K) is zeros on entry (float32 for float64
+    codes too: rounding is monotonic, so storing each new maximum rounded gives the rounded
+    maximum)."""
     for i in range(indptr.shape[0] - 1):
         for level in range(cells.shape[0]):
             row = out[cells[level, i]]

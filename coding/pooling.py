@@ -209,13 +209,16 @@ def spatial_pyramid_pool(
             pooled = np.sqrt(pooled)
         return pooled.astype(np.float32).ravel()
 
+    if method == "max":
+        # in the codes' own dtype, straight into float32: rounding is monotonic, so the
+        # float32 of the maximum is the maximum of the float32 values
+        matrix = sp.csr_matrix(codes)
+        pooled = np.zeros((n_cells, n_words), dtype=np.float32)
+        max_abs_pool_csr(matrix.data, matrix.indices, matrix.indptr, cells, pooled)
+        return pooled.ravel()
     matrix = sp.csr_matrix(codes, dtype=np.float64)
     if method == "signed_max":
         return _signed_max_pool(matrix, cells, counts, n_cells, n_words)
-    if method == "max":
-        pooled = np.zeros((n_cells, n_words), dtype=np.float64)
-        max_abs_pool_csr(matrix.data, matrix.indices, matrix.indptr, cells, pooled)
-        return pooled.astype(np.float32).ravel()
     if method == "sqrt":
         values = matrix.multiply(matrix)
     elif method == "abs":

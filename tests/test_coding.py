@@ -68,6 +68,9 @@ def test_max_pooling_kernel_equals_per_cell_maximum_exactly():
         for i in range(n):
             want[level[i]] = np.maximum(want[level[i]], np.abs(dense[i]))
     np.testing.assert_array_equal(got, want.ravel())
+    as_float64 = spatial_pyramid_pool(sp.csr_matrix(dense.astype(np.float64) * (1 + 1e-9)), x, y, shape, K,
+                                      (1, 2, "3x1"), "max")
+    np.testing.assert_array_equal(as_float64, (want.astype(np.float64) * (1 + 1e-9)).astype(np.float32).ravel())
     dense[0, 0] = np.nan
     with_nan = spatial_pyramid_pool(sp.csr_matrix(dense), x, y, shape, K, (1,), "max")
     assert np.isnan(with_nan[0]) and np.isfinite(with_nan[1:]).all()
