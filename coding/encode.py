@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .lars import lasso_lars_codes
+from .lars import LassoDictionary, lasso_lars_codes
 
 from collections.abc import Iterator
 
@@ -99,12 +99,14 @@ class SparseCoder:
 
     def __init__(self, dictionary: np.ndarray, lambda1: float = 0.15) -> None:
         self.dictionary = np.ascontiguousarray(np.asarray(dictionary, dtype=np.float64))
-        self.gram = self.dictionary @ self.dictionary.T
+        # the Gram matrix, its float32 copy and Dᵀ, computed once for every image's call
+        self.products = LassoDictionary(self.dictionary)
+        self.gram = self.products.gram
         self.lambda1 = float(lambda1)
 
     def encode(self, descriptors: np.ndarray) -> sp.csr_matrix:
         """Sparse codes, CSR float32 of shape (n, K)."""
-        return lasso_lars_codes(np.asarray(descriptors), self.dictionary, self.lambda1, gram=self.gram)
+        return lasso_lars_codes(np.asarray(descriptors), self.products, self.lambda1)
 
 
 def sparse_encode(descriptors: np.ndarray, dictionary: np.ndarray, lambda1: float = 0.15) -> sp.csr_matrix:

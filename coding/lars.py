@@ -135,7 +135,7 @@ from numpy.typing import DTypeLike
 
 from ._lars_kernels import correlations, encode_block
 
-__all__ = ["lasso_lars_codes", "lasso_objective"]
+__all__ = ["LassoDictionary", "lasso_lars_codes", "lasso_objective"]
 
 # A change to the solutions computed here must bump ``encode.IMPLEMENTATION_VERSION``.
 
@@ -151,9 +151,49 @@ _PIVOT_RTOL = 1e-10
 _KKT_MARGIN = 1e-5
 
 
+class LassoDictionary:
+    """A dictionary with the products every lasso solve over it needs, computed once.
+
+    The Gram matrix :math:`G = DD^\\top` (float64, for the Cholesky factors and the
+    final coefficients), its float32 copy (for the KKT checks and the homotopy's
+    directions) and the transposed atoms :math:`D^\\top` in the correlations' dtype.
+    :func:`lasso_lars_codes` builds one per call when given a bare array; a caller that
+    codes many batches over one dictionary (:class:`~classify_images.coding.encode.SparseCoder`,
+    one call per image) keeps one and passes it instead, so that no call copies the
+    ``K × K`` matrices again.  The codes are the same either way.
+
+    Parameters
+    ----------
+    dictionary : ndarray, shape (K, d)
+        Atoms as rows.
+    gram : ndarray, shape (K, K), optional
+        Precomputed :math:`DD^\\top`.
+    """
+
+    def __init__(self, dictionary: np.ndarray, *, gram: np.ndarray | None = None) -> None:
+        D = np.asarray(dictionary, dtype=np.float64)
+        if D.ndim != 2:
+            raise ValueError(f"dictionary must be 2-D (K, d), got shape {D.shape}")
+        K = D.shape[0]
+        G = np.ascontiguousarray(D @ D.T if gram is None else gram, dtype=np.float64)
+        if G.shape != (K, K):
+            raise ValueError(f"gram must have shape ({K}, {K}), got {G.shape}")
+        self.dictionary = D
+        self.gram = G
+        self.gram32 = G.astype(np.float32)
+        self._atoms_by_column: dict[np.dtype, np.ndarray] = {}
+
+    def atoms_by_column(self, dtype: DTypeLike) -> np.ndarray:
+        """:math:`D^\\top` (d, K), C-contiguous, in ``dtype`` (kept per dtype)."""
+        dtype = np.dtype(dtype)
+        if dtype not in self._atoms_by_column:
+            self._atoms_by_column[dtype] = np.ascontiguousarray(self.dictionary.T, dtype=dtype)
+        return self._atoms_by_column[dtype]
+
+
 def lasso_lars_codes(
     X: np.ndarray,
-    dictionary: np.ndarray,
+    dictionary: np.ndarray | LassoDictionary,
     lambda1: float,
     *,
     gram: np.ndarray | None = None,
@@ -186,8 +226,9 @@ def lasso_lars_codes(
         Descriptors as rows (any float dtype).  Rows with
         :math:`\\max_k |(DX^\\top)_k| \\le \\lambda` (e.g. zero rows) get an
         empty code.
-    dictionary : ndarray, shape (K, d)
-        Atoms as rows (ScSPM's :math:`V`); unit norm is usual but not required.
+    dictionary : ndarray, shape (K, d), or LassoDictionary
+        Atoms as rows (ScSPM's :math:`V`); unit norm is usual but not required.  A
+        :class:`LassoDictionary` brings its Gram matrices along (``gram`` is then ignored).
     lambda1 : float
         :math:`\\lambda \\ge 0`, weight of the ℓ1 penalty (0.15 in ScSPM).
     gram : ndarray, shape (K, K), optional
@@ -231,26 +272,19 @@ def lasso_lars_codes(
     .. [4] H. Lee, A. Battle, R. Raina and A. Y. Ng, "Efficient sparse coding
        algorithms", NIPS 19 (NIPS 2006), 801–808, 2007.
     """
-    D = np.asarray(dictionary, dtype=np.float64)
-    if D.ndim != 2:
-        raise ValueError(f"dictionary must be 2-D (K, d), got shape {D.shape}")
-    K, d = D.shape
+    products = dictionary if isinstance(dictionary, LassoDictionary) else LassoDictionary(dictionary, gram=gram)
+    K, d = products.dictionary.shape
     X = np.asarray(X)
     if X.ndim != 2 or X.shape[1] != d:
         raise ValueError(f"X must be 2-D (n, {d}) to match the dictionary, got shape {X.shape}")
     lam = float(lambda1)
     if not np.isfinite(lam) or lam < 0:
         raise ValueError(f"lambda1 must be a finite number >= 0, got {lambda1!r}")
-    if gram is None:
-        gram = D @ D.T
-    G = np.ascontiguousarray(gram, dtype=np.float64)
-    if G.shape != (K, K):
-        raise ValueError(f"gram must have shape ({K}, {K}), got {G.shape}")
-    G32 = G.astype(np.float32)
+    G, G32 = products.gram, products.gram32
     cdtype = np.dtype(correlation_dtype)
     if cdtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"correlation_dtype must be float32 or float64, got {correlation_dtype!r}")
-    DcT = np.ascontiguousarray(D.T, dtype=cdtype)
+    DcT = products.atoms_by_column(cdtype)
     steps = int(max_steps) if max_steps is not None else 4 * min(K, d) + 16
     if n_candidates is not None and (not isinstance(n_candidates, (int, np.integer)) or n_candidates < 1):
         raise ValueError(f"n_candidates must be a positive integer or None, got {n_candidates!r}")

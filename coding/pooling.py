@@ -56,6 +56,8 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ._pooling_kernels import max_abs_pool_csr
+
 __all__ = [
     "IMPLEMENTATION_VERSION",
     "LEVEL_NORMALIZATIONS",
@@ -207,15 +209,16 @@ def spatial_pyramid_pool(
             pooled = np.sqrt(pooled)
         return pooled.astype(np.float32).ravel()
 
+    if method == "max":
+        # in the codes' own dtype, straight into float32: rounding is monotonic, so the
+        # float32 of the maximum is the maximum of the float32 values
+        matrix = sp.csr_matrix(codes)
+        pooled = np.zeros((n_cells, n_words), dtype=np.float32)
+        max_abs_pool_csr(matrix.data, matrix.indices, matrix.indptr, cells, pooled)
+        return pooled.ravel()
     matrix = sp.csr_matrix(codes, dtype=np.float64)
     if method == "signed_max":
         return _signed_max_pool(matrix, cells, counts, n_cells, n_words)
-    if method == "max":
-        magnitude = abs(matrix).tocoo()
-        pooled = np.zeros((n_cells, n_words), dtype=np.float64)
-        for level_cells in cells:
-            np.maximum.at(pooled, (level_cells[magnitude.row], magnitude.col), magnitude.data)
-        return pooled.astype(np.float32).ravel()
     if method == "sqrt":
         values = matrix.multiply(matrix)
     elif method == "abs":

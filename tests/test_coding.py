@@ -8,6 +8,7 @@ from classify_images.coding import (
     learn_kmeans_codebook,
     learn_sparse_dictionary,
     pooled_dimension,
+    pyramid_cells,
     spatial_pyramid_pool,
     vq_encode,
 )
@@ -51,6 +52,28 @@ def test_pooling_matches_reference_sparse_and_vq(method):
     onehot = np.eye(K)[index]
     got_vq = spatial_pyramid_pool(index, x, y, shape, K, (1, 3), method)
     np.testing.assert_allclose(got_vq, _reference_pool(onehot, x, y, shape, (1, 3), method), rtol=1e-5, atol=1e-6)
+
+
+def test_max_pooling_kernel_equals_per_cell_maximum_exactly():
+    """The compiled max pooling (one pass over the CSR entries) gives the obvious per-cell
+    max of |u| bit for bit, on float32 codes with a non-square level; a NaN code stays NaN."""
+    rng = np.random.default_rng(3)
+    n, K, shape = 300, 9, (61, 97)
+    x, y = rng.uniform(0, 97, n), rng.uniform(0, 61, n)
+    dense = (rng.normal(size=(n, K)) * (rng.random((n, K)) < 0.2)).astype(np.float32)
+    got = spatial_pyramid_pool(sp.csr_matrix(dense), x, y, shape, K, (1, 2, "3x1"), "max")
+    cells = pyramid_cells(x, y, shape, (1, 2, "3x1"))
+    want = np.zeros((cells.max() + 1, K), dtype=np.float32)
+    for level in cells:
+        for i in range(n):
+            want[level[i]] = np.maximum(want[level[i]], np.abs(dense[i]))
+    np.testing.assert_array_equal(got, want.ravel())
+    as_float64 = spatial_pyramid_pool(sp.csr_matrix(dense.astype(np.float64) * (1 + 1e-9)), x, y, shape, K,
+                                      (1, 2, "3x1"), "max")
+    np.testing.assert_array_equal(as_float64, (want.astype(np.float64) * (1 + 1e-9)).astype(np.float32).ravel())
+    dense[0, 0] = np.nan
+    with_nan = spatial_pyramid_pool(sp.csr_matrix(dense), x, y, shape, K, (1,), "max")
+    assert np.isnan(with_nan[0]) and np.isfinite(with_nan[1:]).all()
 
 
 def test_average_vq_pooling_is_normalised_histogram_and_empty_cells_zero():

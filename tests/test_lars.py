@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from classify_images.coding import SparseCoder
-from classify_images.coding.lars import lasso_lars_codes, lasso_objective
+from classify_images.coding.lars import LassoDictionary, lasso_lars_codes, lasso_objective
 
 from .conftest import FIXTURE_IMAGES, FIXTURE_PHOTO, SCENE15
 
@@ -161,6 +161,25 @@ def test_sparse_coder_uses_lars_and_precomputed_gram():
     # 1.4e-4 (measured; BLAS's float32 product: 8e-5)
     np.testing.assert_allclose(U.toarray(), _spams_codes(X, D, LAM), atol=3e-4, rtol=0)
     assert coder.encode(np.zeros((0, 24), np.float32)).shape == (0, 60)
+
+
+def test_lasso_dictionary_gives_the_same_codes_as_the_bare_array():
+    """A LassoDictionary (Gram matrices computed once, as SparseCoder keeps them) gives the codes of
+    the bare dictionary bit for bit, in either correlation dtype, and keeps one Dᵀ per dtype."""
+    rng = np.random.default_rng(11)
+    D = rng.normal(size=(80, 16))
+    D /= np.linalg.norm(D, axis=1, keepdims=True)
+    X = rng.normal(size=(40, 16)).astype(np.float32)
+    products = LassoDictionary(D)
+    for dtype in (np.float32, np.float64, np.float32):
+        a = lasso_lars_codes(X, products, LAM, correlation_dtype=dtype)
+        b = lasso_lars_codes(X, D, LAM, correlation_dtype=dtype)
+        assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+        assert np.array_equal(a.data, b.data)
+    assert products.atoms_by_column(np.float32) is products.atoms_by_column(np.float32)
+    assert products.gram32.dtype == np.float32 and np.array_equal(products.gram32, (D @ D.T).astype(np.float32))
+    with pytest.raises(ValueError, match="gram must have shape"):
+        LassoDictionary(D, gram=np.eye(3))
 
 
 def test_bad_arguments():
