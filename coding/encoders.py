@@ -485,8 +485,8 @@ class VectorQuantization(PooledCodes):
 class SparseCodingParams:
     """``[codebook]`` keys of ``kind = "sparse"``."""
 
-    #: dictionary learner: "online" (ours, deterministic on any number of threads) or "spams"
-    #: (spams.trainDL, GPL: needs the extra classify-images[spams]); unset: "online"
+    #: dictionary learner: "spams" (spams.trainDL, one thread) or "online" (ours, on every core with
+    #: the same bits as on one; docs/benchmarks/sparse-coding.md); unset: "spams"
     dictionary_solver: str | None = parameter(None, one_of(*codebook_module.DICTIONARY_SOLVERS))
 
 
@@ -501,12 +501,12 @@ class SparseCoding(PooledCodes):
 
     @property
     def solver(self) -> str:
-        """The dictionary learner (``codebook.dictionary_solver``; unset: ``"online"``)."""
-        return self.params.dictionary_solver or "online"
+        """The dictionary learner (``codebook.dictionary_solver``; unset: ``"spams"``)."""
+        return self.params.dictionary_solver or "spams"
 
     @classmethod
     def check_rules(cls, params, size):
-        if params.dictionary_solver == "spams" and (missing := codebook_module.spams_missing()):
+        if (params.dictionary_solver or "spams") == "spams" and (missing := codebook_module.spams_missing()):
             raise EncoderParameterError("dictionary_solver", missing)
 
     def implementation_versions(self):

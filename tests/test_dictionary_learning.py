@@ -106,8 +106,8 @@ def test_an_atom_never_used_is_replaced_by_a_training_descriptor():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_held_out_objective_is_within_two_percent_of_spams(seed):
-    spams = pytest.importorskip("spams", reason="spams (the optional extra classify-images[spams]) is the "
-                                                "reference of this comparison and is not installed")
+    spams = pytest.importorskip("spams", reason="spams (spams-bin) is the "
+                                                "reference of this comparison and cannot be imported")
     X = _sparse_mixtures(10 + seed, 6000, 32, 64)
     train, held_out = X[:5000], X[5000:]
     D0 = _initial(train, 64, seed)
@@ -123,11 +123,12 @@ def test_asking_for_spams_without_it_names_the_extra(monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "spams" else real_find_spec(name, *a))
     table = {"kind": "sparse", "size": 8, "n_samples": 100, "lambda": 0.15, "n_iter": 2, "seed": 0}
-    with pytest.raises(EncoderParameterError, match=r"classify-images\[spams\]") as error:
-        make_encoder({**table, "dictionary_solver": "spams"})
-    assert "\n" not in str(error.value)
-    with pytest.raises(MissingSolverError, match=r"classify-images\[spams\]"):
+    for asked in ({"dictionary_solver": "spams"}, {}):  # "spams" is the default
+        with pytest.raises(EncoderParameterError, match=r"pip install spams-bin") as error:
+            make_encoder({**table, **asked})
+        assert "\n" not in str(error.value)
+    with pytest.raises(MissingSolverError, match=r"pip install spams-bin"):
         learn_sparse_dictionary(_sparse_mixtures(0, 50, 4, 4), 8, n_iter=2, solver="spams")
-    # the default learner needs no spams
-    assert make_encoder(table).solver == "online"
+    # our learner needs no spams
+    assert make_encoder({**table, "dictionary_solver": "online"}).solver == "online"
     assert codebook_module.spams_missing() is not None

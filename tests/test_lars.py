@@ -13,9 +13,9 @@ from .conftest import FIXTURE_IMAGES, FIXTURE_PHOTO, SCENE15
 
 LAM = 0.15
 
-#: Why a comparison with spams.lasso skips (spams is the optional extra classify-images[spams];
-#: the test extra, hence CI, installs it).  The tests that need no spams run without it.
-NO_SPAMS = "spams (the optional extra classify-images[spams]) is this test's reference and is not installed"
+#: Why a comparison with spams.lasso skips (spams-bin is a dependency: only when it cannot be
+#: imported).  The tests that need no spams run without it.
+NO_SPAMS = "spams (spams-bin) is this test's reference and cannot be imported"
 
 
 def _spams():

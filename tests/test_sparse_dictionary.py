@@ -62,7 +62,7 @@ def test_initial_atoms_fill_with_seeded_directions_when_few_descriptors_are_non_
 
 
 def test_dictionary_does_not_depend_on_earlier_spams_calls_in_the_process(tmp_path):
-    pytest.importorskip("spams", reason="spams (the optional extra classify-images[spams]) is not installed")
+    pytest.importorskip("spams", reason="spams (spams-bin) cannot be imported")
     X = _descriptors(0)
     np.save(tmp_path / "X.npy", X)
     # The reference: the same call as the first thing a fresh process does.
@@ -90,7 +90,7 @@ def test_dictionary_does_not_depend_on_earlier_spams_calls_in_the_process(tmp_pa
 @pytest.mark.parametrize("zero_fraction", [0.0, 0.95])
 def test_dictionary_atoms_are_bounded_and_finite(zero_fraction, solver):
     if solver == "spams":
-        pytest.importorskip("spams", reason="spams (the optional extra classify-images[spams]) is not installed")
+        pytest.importorskip("spams", reason="spams (spams-bin) cannot be imported")
     D = learn_sparse_dictionary(_descriptors(4, zero_fraction=zero_fraction), 24, **_SMALL, solver=solver)
     assert D.shape == (24, 16) and D.dtype == np.float32 and np.isfinite(D).all()
     assert np.all(np.linalg.norm(D, axis=1) <= 1 + 1e-4)
