@@ -73,7 +73,8 @@ def test_the_dictionary_is_the_same_bits_on_one_two_and_three_threads():
     for other in learnt[1:]:
         np.testing.assert_array_equal(other, learnt[0])
     # the public entry point too (float32 atoms, the build's call)
-    by_threads = [learn_sparse_dictionary(X, 24, n_iter=12, batch_size=70, n_threads=threads) for threads in (1, 2)]
+    by_threads = [learn_sparse_dictionary(X, 24, n_iter=12, batch_size=70, solver="online", n_threads=threads)
+                  for threads in (1, 2)]
     np.testing.assert_array_equal(by_threads[0], by_threads[1])
 
 
