@@ -239,8 +239,8 @@ def learn_sparse_dictionary(
     X = np.asfortranarray(descriptors.T, dtype=np.float64)
     init = initial_atoms(X, n_atoms, random_state)
     # Progress: the time so far (SPAMS prints from C++, not through sys.stdout, and learns in one call).
-    with step_progress(_log, f"sparse-coding dictionary ({n_atoms} atoms, {n_iter} mini-batches of {batch_size}, "
-                             f"{solver})"):
+    with step_progress(_log, f"sparse-coding dictionary ({n_atoms} atoms, {n_iter} mini-batches of {batch_size})"
+                             + (" by the online learner" if solver == "online" else "")):
         if solver == "online":
             from .dictionary import learn_online_dictionary
 
