@@ -55,7 +55,7 @@ def main() -> int:
     from classify_images.coding.codebook import initial_atoms, learn_sparse_dictionary
 
     X = _descriptors(args.sample)
-    learn = dict(n_iter=args.iterations, batch_size=512, lambda1=0.15, random_state=0)
+    learn = dict(n_iter=args.iterations, batch_size=512, lambda1=0.15, random_state=0, solver="spams")
     if args.fresh_only:
         print(_sha1(learn_sparse_dictionary(X, args.atoms, **learn)))
         return 0

@@ -481,16 +481,45 @@ class VectorQuantization(PooledCodes):
         return pool_cell_statistics(item, pyramid.method)
 
 
+@dataclass(frozen=True)
+class SparseCodingParams:
+    """``[codebook]`` keys of ``kind = "sparse"``."""
+
+    #: dictionary learner: "spams" (spams.trainDL, one thread) or "online" (ours, on every core with
+    #: the same bits as on one; docs/benchmarks/sparse-coding.md); unset: "spams"
+    dictionary_solver: str | None = parameter(None, one_of(*codebook_module.DICTIONARY_SOLVERS))
+
+
 class SparseCoding(PooledCodes):
     """Sparse coding over a learnt dictionary (ScSPM; Yang et al. 2009, Eq. 3), λ =
     ``codebook.lambda``; codes by feature-sign search (:class:`~classify_images.coding.encode.SparseCoder`).
-    The state is the dictionary, atoms as rows."""
+    The state is the dictionary, atoms as rows, learnt by ``codebook.dictionary_solver``
+    (:func:`~classify_images.coding.codebook.learn_sparse_dictionary`)."""
 
     kind = "sparse"
+    Params = SparseCodingParams
+
+    @property
+    def solver(self) -> str:
+        """The dictionary learner (``codebook.dictionary_solver``; unset: ``"spams"``)."""
+        return self.params.dictionary_solver or "spams"
+
+    @classmethod
+    def check_rules(cls, params, size):
+        if (params.dictionary_solver or "spams") == "spams" and (missing := codebook_module.spams_missing()):
+            raise EncoderParameterError("dictionary_solver", missing)
+
+    def implementation_versions(self):
+        if self.solver != "online":
+            return {}
+        from . import dictionary
+
+        return {"dictionary": dictionary.IMPLEMENTATION_VERSION}
 
     def learn(self, descriptors):
         return codebook_module.learn_sparse_dictionary(descriptors, self.size, lambda1=self.table["lambda"],
-                                                       n_iter=self.table["n_iter"], random_state=self.table["seed"])
+                                                       n_iter=self.table["n_iter"], random_state=self.table["seed"],
+                                                       solver=self.solver)
 
     def prepare(self, state):
         from .encode import SparseCoder

@@ -11,12 +11,19 @@ from classify_images.coding.lars import LassoDictionary, lasso_lars_codes, lasso
 
 from .conftest import FIXTURE_IMAGES, FIXTURE_PHOTO, SCENE15
 
-spams = pytest.importorskip("spams")
-
 LAM = 0.15
+
+#: Why a comparison with spams.lasso skips (spams-bin is a dependency: only when it cannot be
+#: imported).  The tests that need no spams run without it.
+NO_SPAMS = "spams (spams-bin) is this test's reference and cannot be imported"
+
+
+def _spams():
+    return pytest.importorskip("spams", reason=NO_SPAMS)
 
 
 def _spams_codes(X, D, lam):
+    spams = _spams()
     X = np.asarray(X, dtype=np.float64)
     D = np.asarray(D, dtype=np.float64)
     G = np.asfortranarray(D @ D.T)
@@ -150,6 +157,8 @@ def test_sparse_coder_uses_lars_and_precomputed_gram():
     assert sp.isspmatrix_csr(U) and U.dtype == np.float32 and U.shape == (50, 60)
     # the solver: spams.lasso on the same float32 correlations X Dᵀ (computed by the kernel) and Gram
     from classify_images.coding._lars_kernels import correlations
+
+    spams = _spams()
 
     C = np.empty((50, 60), np.float32)
     correlations(X, np.ascontiguousarray(D.T, dtype=np.float32), C)

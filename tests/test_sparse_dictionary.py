@@ -1,4 +1,4 @@
-"""The sparse-coding dictionary (``spams.trainDL``) is a function of its arguments only.
+"""The sparse-coding dictionary is a function of its arguments only (both solvers).
 
 SPAMS fills a zero initial atom with Gaussian noise from a generator whose state lives
 in the library and is never reseeded, so before :func:`initial_atoms` the second
@@ -14,6 +14,7 @@ import pytest
 from classify_images.coding.codebook import initial_atoms, learn_sparse_dictionary
 
 _SMALL = dict(n_iter=5, batch_size=32, lambda1=0.15, random_state=0)
+_SPAMS = dict(_SMALL, solver="spams")
 
 
 def _descriptors(seed: int, n_rows: int = 300, n_dims: int = 16, zero_fraction: float = 0.3) -> np.ndarray:
@@ -61,6 +62,7 @@ def test_initial_atoms_fill_with_seeded_directions_when_few_descriptors_are_non_
 
 
 def test_dictionary_does_not_depend_on_earlier_spams_calls_in_the_process(tmp_path):
+    pytest.importorskip("spams", reason="spams (spams-bin) cannot be imported")
     X = _descriptors(0)
     np.save(tmp_path / "X.npy", X)
     # The reference: the same call as the first thing a fresh process does.
@@ -68,24 +70,27 @@ def test_dictionary_does_not_depend_on_earlier_spams_calls_in_the_process(tmp_pa
         "import numpy as np\n"
         "from classify_images.coding.codebook import learn_sparse_dictionary\n"
         f"X = np.load({str(tmp_path / 'X.npy')!r})\n"
-        f"np.save({str(tmp_path / 'fresh.npy')!r}, learn_sparse_dictionary(X, 24, **{_SMALL!r}))\n"
+        f"np.save({str(tmp_path / 'fresh.npy')!r}, learn_sparse_dictionary(X, 24, **{_SPAMS!r}))\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     fresh = np.load(tmp_path / "fresh.npy")
 
     # Here: other dictionaries (other data and parameters) and a SPAMS call that draws
     # from SPAMS' own generator come first.
-    learn_sparse_dictionary(_descriptors(5, n_rows=200), 20, n_iter=3, batch_size=16, random_state=1)
+    learn_sparse_dictionary(_descriptors(5, n_rows=200), 20, n_iter=3, batch_size=16, random_state=1, solver="spams")
     _advance_spams_generator()
-    first = learn_sparse_dictionary(X, 24, **_SMALL)
+    first = learn_sparse_dictionary(X, 24, **_SPAMS)
     _advance_spams_generator()
-    second = learn_sparse_dictionary(X, 24, **_SMALL)
+    second = learn_sparse_dictionary(X, 24, **_SPAMS)
     np.testing.assert_array_equal(first, fresh)
     np.testing.assert_array_equal(second, fresh)
 
 
+@pytest.mark.parametrize("solver", ["online", "spams"])
 @pytest.mark.parametrize("zero_fraction", [0.0, 0.95])
-def test_dictionary_atoms_are_bounded_and_finite(zero_fraction):
-    D = learn_sparse_dictionary(_descriptors(4, zero_fraction=zero_fraction), 24, **_SMALL)
+def test_dictionary_atoms_are_bounded_and_finite(zero_fraction, solver):
+    if solver == "spams":
+        pytest.importorskip("spams", reason="spams (spams-bin) cannot be imported")
+    D = learn_sparse_dictionary(_descriptors(4, zero_fraction=zero_fraction), 24, **_SMALL, solver=solver)
     assert D.shape == (24, 16) and D.dtype == np.float32 and np.isfinite(D).all()
     assert np.all(np.linalg.norm(D, axis=1) <= 1 + 1e-4)
