@@ -149,6 +149,8 @@ def main() -> int:
     parser.add_argument("--block-rows", type=int, default=256)
     parser.add_argument("--work", default="bench-streaming-linear", help="folder of the children's results")
     parser.add_argument("--json")
+    parser.add_argument("--reuse", action="store_true",
+                        help="take a mode and seed whose results are already in --work instead of running it again")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     work = Path(args.work)
@@ -166,19 +168,27 @@ def main() -> int:
               "load_average_at_start": list(os.getloadavg()), "runs": [], "pairs": []}
     for seed in args.seeds:
         for mode in args.modes:
-            command = [sys.executable, __file__, args.featureset, "--block-rows", str(args.block_rows),
-                       "--work", str(work), "--child", mode, str(seed)]
-            process = measure(command, interval=0.2)
-            if process["returncode"] != 0:
-                raise SystemExit(f"{mode} seed {seed} failed (exit {process['returncode']})")
-            result = json.loads((work / f"{mode}-{seed}.json").read_text())
-            result.update({key: process[key] for key in ("wall_s", "sampled_peak_rss_mib", "sampled_peak_anonymous_mib",
-                                                         "sampled_peak_file_mib")})
-            result["peak_rss_mib"] = round(result.pop("peak_kib")["VmHWM"] / 1024, 1)
+            done = work / f"{mode}-{seed}.json"
+            if args.reuse and done.exists() and (work / f"{mode}-{seed}.npz").exists():
+                result = json.loads(done.read_text())
+                print(f"seed {seed} {mode}: reusing {done}", flush=True)
+            else:
+                command = [sys.executable, __file__, args.featureset, "--block-rows", str(args.block_rows),
+                           "--work", str(work), "--child", mode, str(seed)]
+                process = measure(command, interval=0.2)
+                if process["returncode"] != 0:
+                    raise SystemExit(f"{mode} seed {seed} failed (exit {process['returncode']})")
+                result = json.loads(done.read_text())
+                result.update({key: process[key] for key in ("wall_s", "sampled_peak_rss_mib",
+                                                             "sampled_peak_anonymous_mib", "sampled_peak_file_mib")})
+            if "peak_kib" in result:  # the kernel's peak resident set of the child (VmHWM)
+                result["peak_rss_mib"] = round(result.pop("peak_kib")["VmHWM"] / 1024, 1)
+            write_json(done, result)
             report["runs"].append(result)
             print(f"seed {seed} {mode}: {100 * result['accuracy']:.2f} %, train CPU {result['train_cpu_s']:.1f} s, "
                   f"wall {result['train_wall_s']:.1f} s, {result['n_iter']} iterations, peak RSS "
-                  f"{result['peak_rss_mib']:.0f} MiB (anonymous {result['sampled_peak_anonymous_mib']:.0f})", flush=True)
+                  f"{result['peak_rss_mib']:.0f} MiB (sampled anonymous peak {result.get('sampled_peak_anonymous_mib')})",
+                  flush=True)
         if set(args.modes) == set(MODES):
             runs = {r["mode"]: r for r in report["runs"] if r["seed"] == seed}
             pair = compare_pair(runs["memory"], runs["streaming"], np.load(work / f"memory-{seed}.npz"),
@@ -187,6 +197,7 @@ def main() -> int:
             print(f"seed {seed}: streaming - memory {pair['difference_points']:+.2f} points, max |dw| "
                   f"{pair['max_abs_dw_relative']:.2e} (relative), predictions agree {100 * pair['prediction_agreement']:.2f} %",
                   flush=True)
+        write_json(args.json, report)  # after every split: a cut run keeps what it measured
     report["load_average_at_end"] = list(os.getloadavg())
     write_json(args.json, report)
     return 0

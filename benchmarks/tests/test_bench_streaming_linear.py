@@ -54,3 +54,19 @@ def test_blockwise_objective_is_the_estimators_objective():
 def test_an_unknown_mode_is_refused(feature_set_path):
     with pytest.raises(ValueError, match="mode must be one of"):
         bench.run_one(feature_set_path, "gpu", 0, block_rows=4)
+
+
+def test_the_script_pairs_the_modes_per_split_and_reuses_what_it_measured(feature_set_path, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    command = [sys.executable, bench.__file__, feature_set_path, "--seeds", "0", "--block-rows", "4",
+               "--work", str(tmp_path / "work"), "--json", str(tmp_path / "out.json")]
+    first = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert first.startswith("machine: ") and len(report["runs"]) == 2 and len(report["pairs"]) == 1
+    assert all(run["peak_rss_mib"] > 0 and run["sampled_peak_rss_mib"] is not None for run in report["runs"])
+    again = subprocess.run(command + ["--reuse"], capture_output=True, text=True, check=True).stdout
+    assert again.count("reusing") == 2
+    assert json.loads((tmp_path / "out.json").read_text())["pairs"] == report["pairs"]
