@@ -19,7 +19,8 @@ For each ``tol``: ``QuadraticHingeSVC(tol=tol)`` (otherwise its defaults: ``C="a
 the workers' CPU from ``client.run(time.process_time)`` before and after; the client's own CPU;
 the cluster's start-up timed apart, and the first call — the workers opening the rows — reported
 as such).  Bytes moved: the scheduler's counters (``_cluster_metrics``: graphs submitted,
-scheduler-to-worker messages, result bytes) plus the labels scattered to every worker.  The two
+scheduler-to-worker messages, result bytes) plus the labels scattered to every worker and the
+groups' coefficient arrays gathered by the client.  The two
 models compared: max |w_cluster - w_local| relative to max |w_local|, max |b_cluster - b_local|,
 objectives (float64, on the training rows), agreement of the test predictions, accuracies.
 """
@@ -135,9 +136,13 @@ def main() -> int:
                 metrics = _cluster_metrics.snapshot()
                 moved = {"graph_bytes": metrics["graph_bytes"], "scheduler_to_worker_bytes": metrics["scheduler_to_worker_bytes"],
                          "result_bytes": metrics["result_bytes"], "labels_scattered_bytes": int(y_train.nbytes) * args.workers,
-                         "training_rows_bytes_read_by_each_worker": int(X_train.nbytes)}
+                         "training_rows_bytes_read_by_each_worker": int(X_train.nbytes),
+                         # the groups' coefficients gathered by the client (the scheduler's result_bytes
+                         # counts what dask's sizeof sees of the estimators: not their arrays)
+                         "models_returned_bytes": int(model.coef_.nbytes + model.intercept_.nbytes)}
                 moved["total_through_network_bytes"] = (moved["graph_bytes"] + moved["scheduler_to_worker_bytes"]
-                                                        + moved["result_bytes"] + moved["labels_scattered_bytes"])
+                                                        + moved["result_bytes"] + moved["labels_scattered_bytes"]
+                                                        + moved["models_returned_bytes"])
                 run = report["runs"][index]
                 run["cluster"] = {**timing, "first_call_opens_rows": index == 0, "tasks": metrics["tasks"], "bytes": moved}
                 run["comparison"] = compare_models(local_models[tol], model, X_train, y_train,
