@@ -368,6 +368,37 @@ def run_train(args) -> dict:
     }
 
 
+def cluster_startup(args) -> dict:
+    """The fixed part of a training on ``--cluster local:N``, measured apart from any training run:
+    ``--repeats`` times, a LocalCluster started and the linear SVM's one-vs-rest problems of a tiny
+    problem (``--classes`` classes, 4 rows each, 16 dimensions: nothing per row to speak of) trained
+    on it by ``fit_distributed`` — the cluster's start and stop, the workers' imports, the scatter of
+    the labels, one task per group of classes and the merge — with the CPU of the process tree and
+    the wall time of each run (:func:`project_from_two_runs` takes their median as the training's
+    fixed part)."""
+    from classify_images.classifiers import QuadraticHingeSVC
+    from classify_images.pipeline.cluster import ClusterSpec, open_client
+    from classify_images.pipeline.distributed_training import fit_distributed
+
+    n_workers = int(args.cluster.split(":", 1)[1])
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(args.classes), 4)
+    X = rng.normal(size=(y.size, 16)).astype(np.float32)
+    runs = []
+    for _ in range(args.repeats):
+        with ProcessTreeMonitor() as monitor:
+            monitor.mark("start")
+            start = time.perf_counter()
+            with open_client(ClusterSpec(n_workers=n_workers)) as client:
+                fit_distributed(client, QuadraticHingeSVC(solver="features", max_iter=40, tol=1e-12), X, y)
+            wall = time.perf_counter() - start
+        runs.append({"wall_seconds": round(wall, 2), "cpu_seconds": round(monitor.stage_cpu.get("start", 0.0), 2)})
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cluster": args.cluster,
+            "classes": args.classes, "runs": runs,
+            "cpu_seconds": float(np.median([r["cpu_seconds"] for r in runs])),
+            "wall_seconds": float(np.median([r["wall_seconds"] for r in runs]))}
+
+
 # ------------------------------------------------------------------ per-image stage costs
 
 
@@ -832,12 +863,24 @@ def _line(a: tuple[float, float], b: tuple[float, float], x: float) -> tuple[flo
     return fixed, slope, fixed + slope * x
 
 
-def project_from_two_runs(first: dict, second: dict, target: dict, train: tuple[dict, dict] | None = None) -> dict:
+def _fixed_plus_rows(fixed: float, runs: list[tuple[float, float]], x: float) -> tuple[float, float, float]:
+    """``(fixed, per_row, value at x)`` with the fixed part given (measured apart) and the part
+    per row fitted by least squares to what the runs ``(rows, seconds)`` spent beyond it (not negative)."""
+    rows = np.array([r for r, _ in runs], dtype=np.float64)
+    beyond = np.array([s - fixed for _, s in runs], dtype=np.float64)
+    per = max(float(rows @ beyond / (rows @ rows)), 0.0)
+    return fixed, per, fixed + per * x
+
+
+def project_from_two_runs(first: dict, second: dict, target: dict, train: tuple[dict, dict] | None = None,
+                          startup: dict | None = None) -> dict:
     """A large build (and training) projected from two small ones of the same configuration:
     each monitored stage's CPU and wall seconds is a fixed part plus a part per item it counts
     (:data:`_PQ_STAGE_COUNTS`), the two parts solved from the two runs; the training's CPU and
     wall a fixed part (the cluster's start, the workers' imports) plus a part per training row
-    (the same classes and L-BFGS passes: ``max_iter`` reached in every run).
+    (the same classes and L-BFGS passes: ``max_iter`` reached in every run).  With ``startup``
+    (:func:`cluster_startup`'s report) the training's fixed part is that measurement, not solved
+    from the two runs, and only the part per row is fitted to them (:func:`_fixed_plus_rows`).
 
     ``target`` gives ``n_images``, ``n_train`` and ``rows`` of the large run."""
     counts = [_counts(first), _counts(second), _counts(target)]
@@ -869,9 +912,13 @@ def project_from_two_runs(first: dict, second: dict, target: dict, train: tuple[
                                                            target["rows"])[2])
     if train is not None:
         a, b = train
-        report["train"] = {}
+        report["train"] = {"fixed_from": "the two runs" if startup is None else "cluster-startup (measured apart)"}
         for clock, field in (("cpu", "cpu_seconds"), ("wall", "wall_seconds")):
-            fixed, per, value = _line((a["n_train"], a[field]), (b["n_train"], b[field]), target["n_train"])
+            if startup is None:
+                fixed, per, value = _line((a["n_train"], a[field]), (b["n_train"], b[field]), target["n_train"])
+            else:
+                fixed, per, value = _fixed_plus_rows(startup[field], [(a["n_train"], a[field]), (b["n_train"], b[field])],
+                                                     target["n_train"])
             report["train"][f"{clock}_fixed_s"] = round(fixed, 2)
             report["train"][f"{clock}_per_row_ms"] = round(1000 * per, 3)
             report["train"][f"projected_{clock}_s"] = round(value, 1)
@@ -1020,7 +1067,8 @@ def project(args) -> dict:
     if args.two_runs:
         train = tuple(load(path) for path in args.two_trains) if args.two_trains else None
         target = {"n_images": args.target_images, "n_train": args.target_train, "rows": args.target_images}
-        report["two_run_projection"] = project_from_two_runs(load(args.two_runs[0]), load(args.two_runs[1]), target, train)
+        report["two_run_projection"] = project_from_two_runs(load(args.two_runs[0]), load(args.two_runs[1]), target, train,
+                                                             load(args.train_startup))
         if args.large:
             report["two_run_check"] = compare_with_large(report["two_run_projection"], load(args.large),
                                                          load(args.large_train) if args.large_train else None)
@@ -1078,6 +1126,12 @@ def main() -> int:
     sim_train.add_argument("--out", required=True, help="model file")
     sim_train.add_argument("--json")
 
+    startup = commands.add_parser("cluster-startup", help="the fixed part of a cluster training, measured apart")
+    startup.add_argument("--cluster", default="local:2", help="local:N")
+    startup.add_argument("--classes", type=int, default=10)
+    startup.add_argument("--repeats", type=int, default=3)
+    startup.add_argument("--json")
+
     train = commands.add_parser("train-costs", help="training time per one-vs-rest problem on a feature set")
     train.add_argument("--features", required=True)
     train.add_argument("--classifiers", nargs="+", default=["nsvm", "linear", "pmsvm"])
@@ -1127,6 +1181,7 @@ def main() -> int:
     proj.add_argument("--two-runs", nargs=2, metavar="BUILD_JSON",
                       help="two small builds of one configuration (build --json): project a large one from them")
     proj.add_argument("--two-trains", nargs=2, metavar="TRAIN_JSON", help="their trainings (train --json)")
+    proj.add_argument("--train-startup", help="cluster-startup --json: the training's fixed part, measured apart")
     proj.add_argument("--target-images", type=int, default=50_000)
     proj.add_argument("--target-train", type=int, default=25_000)
     proj.add_argument("--large", help="the large build's report, to compare with the projection")
@@ -1145,7 +1200,7 @@ def main() -> int:
     from _bench_utils import announce_machine, write_json
 
     machine = announce_machine()
-    commands_run = {"build": run_build, "train": run_train, "linear-costs": linear_costs, "codec-costs": codec_costs, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
+    commands_run = {"build": run_build, "train": run_train, "cluster-startup": cluster_startup, "linear-costs": linear_costs, "codec-costs": codec_costs, "stage-costs": stage_costs, "train-costs": train_costs, "project": project}
     report = commands_run[args.command](args)
     report["machine"] = machine
     print(json.dumps(report, indent=2))

@@ -704,11 +704,11 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
                         "feature set); an existing file is replaced only if it is a model file of ours (else --force)")
     where = parser.add_argument_group("where to train (default: this machine, all rows in memory)")
     where.add_argument("--scheduler", metavar="tcp://HOST:PORT",
-                       help="train the one-vs-rest problems in groups on a running Dask cluster (pmsvm, nsvm); the "
+                       help="train the one-vs-rest problems in groups on a running Dask cluster (pmsvm, nsvm, linear); the "
                        "workers read the feature set from its path, which they must see (a shared filesystem)")
     where.add_argument("--cluster", metavar="local:N", help="the same on a local Dask cluster of N worker processes")
     where.add_argument("--streaming", action="store_true",
-                       help="learn from blocks of training rows, one block in memory at a time (nsvm only)")
+                       help="learn from blocks of training rows, one block in memory at a time (nsvm, linear)")
     where.add_argument("--block-rows", type=int, metavar="N",
                        help=f"rows per block with --streaming (default {DEFAULT_BLOCK_ROWS})")
     _add_force_argument(parser)

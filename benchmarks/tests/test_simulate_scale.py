@@ -164,3 +164,26 @@ def test_fisher_projection_arithmetic():
     assert sgd[0]["hours"] == pytest.approx(round(10 * 9000 * (0.5e-3 + 10 * 1e-6) / 3600, 1))
     assert sgd[1]["decode_share"] == pytest.approx(0.5e-3 / (0.5e-3 + 1e-6), abs=1e-3)  # 100 workers of 1 class
     assert report["formats"]["float32"]["bytes_per_image_stored"] == 4000
+
+
+def test_a_training_fixed_part_measured_apart_leaves_only_the_per_row_part_to_fit():
+    fixed, per, value = simulate_scale._fixed_plus_rows(5.0, [(100, 5.0 + 0.1), (1000, 5.0 + 1.0)], 25_000)
+    assert (fixed, value) == (5.0, pytest.approx(5.0 + 25.0)) and per == pytest.approx(1e-3)
+    # runs whose fixed part was larger than the one measured apart: the excess goes per row
+    _, per, _ = simulate_scale._fixed_plus_rows(3.0, [(100, 5.1), (1000, 6.0)], 25_000)
+    assert per == pytest.approx((100 * 2.1 + 1000 * 3.0) / (100 ** 2 + 1000 ** 2))
+    small, medium = _pq_build(200, 100, 0.01, 3.0, 0.1), _pq_build(2000, 1000, 0.01, 3.0, 0.1)
+    train = ({"n_train": 100, "cpu_seconds": 9.0 + 0.1, "wall_seconds": 20.0},
+             {"n_train": 1000, "cpu_seconds": 9.0 + 1.0, "wall_seconds": 22.0})
+    startup = {"cpu_seconds": 9.0, "wall_seconds": 18.0}
+    projection = simulate_scale.project_from_two_runs(small, medium, {"n_images": 50_000, "n_train": 25_000,
+                                                                     "rows": 50_000}, train, startup)
+    assert projection["train"]["cpu_fixed_s"] == 9.0 and projection["train"]["projected_cpu_s"] == pytest.approx(34.0)
+    assert projection["train"]["wall_fixed_s"] == 18.0 and "measured apart" in projection["train"]["fixed_from"]
+
+
+def test_cluster_startup_measures_a_tiny_training_on_a_local_cluster():
+    import argparse
+
+    report = simulate_scale.cluster_startup(argparse.Namespace(cluster="local:1", classes=3, repeats=1))
+    assert len(report["runs"]) == 1 and report["wall_seconds"] > 0 and report["cpu_seconds"] > 0
