@@ -5,8 +5,9 @@ declares the channels; :func:`build_channel_feature_set` builds them into one fe
 
 1. ``discover``, ``check``, ``split`` — once, for every channel (one list of images, one
    seeded split; an image is checked against the largest patch of all channels);
-2. ``sample`` + ``codebook`` — per channel, each with its own configuration
-   (:func:`~classify_images.pipeline.fitting.fit_extractor`);
+2. ``sample`` — one pass over the training images, each image's descriptor sample of every
+   channel (:func:`~classify_images.pipeline.fitting.fit_channel_extractors`), then ``codebook``
+   per channel, each with its own configuration;
 3. ``encode+pool`` — per image, the rows of its channels, side by side
    (:class:`ChannelExtractor`), written like a single-channel row.
 
@@ -15,9 +16,11 @@ its own :class:`~classify_images.pipeline.config.PipelineConfig` (the shared ``[
 ``[image]`` with its own tables), so its stage-cache entries (image checks, descriptors, descriptor
 samples, codebook, encodings) are keyed by its own settings only: a channel equal to a
 single-channel configuration reuses that configuration's cached entries, and two channels with the
-same ``[sift]`` share their cached descriptors.  On a cold cache an image is decoded once per
-stage that reads it (as in a single-channel build), per channel: the stages are cached per
-channel, not fused.
+same ``[sift]`` share their cached descriptors.  The stages are cached per channel, not fused,
+but each pass's per-image task runs all the channels on one decoded image
+(:func:`~classify_images.pipeline.shared_reads.decoded_once`): on a cold cache an image is
+decoded once per pass that reads it (sample, encode+pool), as in a single-channel build, not
+once per channel and pass (on a cluster the sample is still drawn per channel).
 
 The manifest records the layout (``channels``: name, offset, dims, signed, weight, and the
 channel's codebook), which the combination rules read
@@ -40,6 +43,7 @@ from ..coding.encoders import encoder_class, make_encoder
 from ..coding.normalize import Normalizer
 from .config import CHANNEL_TABLE, ChannelsConfig, ConfigError, PipelineConfig
 from .extractor import FeatureExtractor, check_image
+from .shared_reads import decoded_once
 from .stages import StageCache, implementation_versions
 
 __all__ = ["ChannelExtractor", "extractor_of", "check_config_of", "channel_is_signed", "channels_config_hash",
@@ -119,8 +123,9 @@ class ChannelExtractor(FeatureExtractor):
     def vector(self, path: str, fingerprint: str, *, flip: bool = False) -> np.ndarray:
         """The feature vector of a readable image: its channels' vectors concatenated (float32), combined
         by :attr:`combine` when set."""
-        row = np.concatenate([extractor.vector(path, fingerprint, flip=flip) for extractor in self.extractors]
-                             ).astype(np.float32, copy=False)
+        with decoded_once():  # the image decoded once for all the channels (pipeline/shared_reads.py)
+            row = np.concatenate([extractor.vector(path, fingerprint, flip=flip) for extractor in self.extractors]
+                                 ).astype(np.float32, copy=False)
         if self.combine is None:
             return row
         return combine_rows(row[None, :], self.layout, *self.combine)[0]
@@ -188,7 +193,7 @@ def build_channel_feature_set(dataset_dir, out: Path, config: ChannelsConfig, *,
     """
     from . import build
     from .feature_store import FeatureSetWriter
-    from .fitting import fit_extractor
+    from .fitting import fit_channel_extractors
     from .runner import DEFAULT_BATCH_SIZE, Runner
 
     timer = build.StageTimer()
@@ -206,12 +211,11 @@ def build_channel_feature_set(dataset_dir, out: Path, config: ChannelsConfig, *,
     with timer("split"):
         split = build._split(images, readable, skipped, check_config)
         split.warnings = warned
-    extractors, n_descriptors = [], {}
     with build._image_errors_as_dataset_errors(images):
-        for channel in config.channels:
-            n_descriptors[channel.name], extractor = fit_extractor(images.paths, images.fingerprints, split.train,
-                                                                   channel.config, runner, timer=None)
-            extractors.append(extractor)
+        fitted = fit_channel_extractors(images.paths, images.fingerprints, split.train,
+                                        [channel.config for channel in config.channels], runner)
+    n_descriptors = {channel.name: n for channel, (n, _) in zip(config.channels, fitted)}
+    extractors = [extractor for _, extractor in fitted]
     extractor = ChannelExtractor(config, extractors)
     with FeatureSetWriter(out, dataset_dir, force=force) as writer:
         with timer("encode+pool"), build._image_errors_as_dataset_errors(images):

@@ -33,11 +33,13 @@ from .config import PipelineConfig
 from .dataset import DatasetError
 from .extractor import FeatureExtractor
 from .runner import Runner
+from .shared_reads import decoded_once
 from .stages import StageCache
 from .warm_up import encoder_compiled_aside, warm_descriptors
 
 __all__ = [
-    "fit_extractor", "sample_descriptors", "codebook_sample", "codebook_from_sample", "learn_codebook", "image_row",
+    "fit_extractor", "fit_channel_extractors", "sample_descriptors", "codebook_sample", "codebook_from_sample",
+    "learn_codebook", "image_row",
 ]
 
 _log = logging.getLogger(__name__)
@@ -61,6 +63,41 @@ def fit_extractor(paths: list[str], fingerprints: list[str], train: np.ndarray, 
             n_descriptors, codebook = codebook_from_sample(sample, config, runner)
     del sample
     return n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)
+
+
+def fit_channel_extractors(paths: list[str], fingerprints: list[str], train: np.ndarray,
+                           configs: list[PipelineConfig], runner: Runner) -> list[tuple[int, FeatureExtractor]]:
+    """:func:`fit_extractor` of each channel's configuration, their samples drawn in one pass.
+
+    Each training image's task draws every channel's sample from one decoded image
+    (:func:`~classify_images.pipeline.shared_reads.decoded_once`), through the same cached stage
+    calls as :func:`sample_descriptors` (the same cache entries and the same samples, bit for
+    bit); then each channel's codebook.  On a cluster, :func:`fit_extractor` per channel.
+    """
+    if runner.client is not None:
+        return [fit_extractor(paths, fingerprints, train, config, runner) for config in configs]
+    with contextlib.ExitStack() as asides:
+        if runner.n_jobs != 1:  # the encoders' kernels compile aside; the workers load the descriptors' kernels
+            for config in configs:
+                asides.enter_context(encoder_compiled_aside(config))
+                warm_descriptors(config.sift_params())
+        channel_calls = [_sample_calls(paths, fingerprints, train, config, runner) for config in configs]
+        tasks = [delayed(_channel_samples)([calls[k] for calls in channel_calls]) for k in range(len(train))]
+        per_image = runner.map(tasks, "sample descriptors")
+        fitted = []
+        for c, config in enumerate(configs):
+            sample = _combine_samples([samples[c] for samples in per_image], config.codebook.n_samples,
+                                      config.codebook.seed)
+            n_descriptors, codebook = codebook_from_sample(sample, config, runner)
+            del sample
+            fitted.append((n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)))
+    return fitted
+
+
+def _channel_samples(calls: list) -> list[np.ndarray]:
+    """One training image's sample of each channel (its :func:`_sample_calls` entries), the image decoded once."""
+    with decoded_once():
+        return [function(*args, **kwargs) for function, args, kwargs in calls]
 
 
 def sample_descriptors(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,

@@ -60,6 +60,7 @@ from ..features.descriptors import make_descriptor
 from ..features.dsift import dequantize_descriptors, quantize_descriptors
 from ..features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, load_colour, load_grayscale, load_grayscale_checked
 from .cache_store import BACKEND_NAME, secure_cache_folder
+from .shared_reads import load_image
 
 #: Key added to the ``[sift]`` table a stage receives for the left-right mirror of an image.
 FLIP_KEY = "flip"
@@ -156,11 +157,13 @@ def compute_descriptors(
     them on the image mirrored left-right after decoding and shrinking (augmentation, Chatfield et
     al., BMVC 2014): a flipped image is its own cache entry in every stage keyed by ``sift``.
 
-    With ``fingerprint``, the bytes decoded must be the bytes fingerprinted.
+    With ``fingerprint``, the bytes decoded must be the bytes fingerprinted.  Inside
+    :func:`~classify_images.pipeline.shared_reads.decoded_once` (a multi-channel pass) the image is
+    decoded once for every channel that reads it.
     """
     descriptor = make_descriptor({key: value for key, value in sift.items() if key != FLIP_KEY})
     load = load_colour if getattr(descriptor, "needs_colour", False) else load_grayscale
-    image = load(path, max_side=max_side, sha1=fingerprint)
+    image = load_image(load, path, max_side, fingerprint)  # once for all channels inside shared_reads.decoded_once
     if sift.get(FLIP_KEY, False):
         image = np.ascontiguousarray(image[:, ::-1])
     result = descriptor.compute(image)

@@ -175,3 +175,63 @@ def test_experiment_with_each_rule_and_the_refusals(tmp_path, capsys):
     assert main(["train", str(single), "--classifier", "linear", "--combine", "concat", "-q",
                  "--out", str(tmp_path / "m.npz")]) == 2
     assert "no channel layout" in capsys.readouterr().err
+
+
+def _count_decodes(monkeypatch) -> dict[str, int]:
+    """Count the images the descriptor stages decode (the grey loader they call), per ``class/file``."""
+    from classify_images.pipeline import stages
+
+    counts: dict[str, int] = {}
+    real = stages.load_grayscale
+
+    def counting(path, *args, **kwargs):
+        name = Path(path).relative_to(FIXTURE_IMAGES).as_posix()
+        counts[name] = counts.get(name, 0) + 1
+        return real(path, *args, **kwargs)
+
+    counting.__module__, counting.__qualname__ = real.__module__, real.__qualname__
+    monkeypatch.setattr(stages, "load_grayscale", counting)
+    return counts
+
+
+def test_a_cold_two_channel_build_decodes_each_image_once_per_pass(tmp_path, monkeypatch):
+    """Two channels with their own [sift] (no descriptor shared through the cache, none cached): each
+    training image is decoded once by the sample pass and once by the encode pass, each test image
+    once (by the encode pass), not once per channel; the rows equal the channels' single builds."""
+    no_cache = {"cache_descriptors": False}
+    bof = {**_own(SMALL_CONFIG), "sift": {**SMALL_CONFIG["sift"], **no_cache}}
+    other = {**OTHER, "sift": {**SMALL_CONFIG["sift"], "step": 6, **no_cache}}
+    config = load_config(channels_toml(tmp_path / "m.toml", [("bof", 1.0, bof), ("other", 1.0, other)]))
+    counts = _count_decodes(monkeypatch)
+    multi = load_feature_set(build_feature_set(FIXTURE_IMAGES, tmp_path / "multi", config,
+                                               cache_dir=tmp_path / "cache").path)
+    expected = {p: 2 for p in multi.train_paths} | {p: 1 for p in multi.test_paths}
+    assert len(expected) == len(multi.train_paths) + len(multi.test_paths) and counts == expected
+    monkeypatch.undo()
+    columns = 0
+    for name, tables in (("bof", bof), ("other", other)):  # each channel alone, on a cold cache of its own
+        single = load_feature_set(build_feature_set(
+            FIXTURE_IMAGES, tmp_path / name, load_config(write_config_toml(tmp_path / f"{name}.toml",
+                                                                           {**SMALL_CONFIG, **tables})),
+            cache_dir=tmp_path / f"cache-{name}").path)
+        for part in ("X_train", "X_test"):
+            block = np.asarray(getattr(multi, part))[:, columns:columns + single.n_features]
+            assert block.tobytes() == np.asarray(getattr(single, part)).tobytes()
+        columns += single.n_features
+    assert columns == multi.n_features
+
+
+def test_a_single_config_reuses_every_entry_of_a_cold_multi_channel_build(tmp_path, monkeypatch):
+    """The shared decodes leave the cache keys as they were: after a cold [[channel]] build whose first
+    channel is the single config (descriptors cached, the default), the single build adds no entry
+    and decodes no image for its descriptors."""
+    cache = tmp_path / "cache"
+    config = load_config(channels_toml(tmp_path / "m.toml", [("bof", 1.0, _own(SMALL_CONFIG)), ("other", 2.0, OTHER)]))
+    build_feature_set(FIXTURE_IMAGES, tmp_path / "multi", config, cache_dir=cache)
+    stages = ("check_image", "image_descriptors", "descriptor_sample", "learn_codebook", "image_encoding")
+    before = {stage: _entries(cache, stage) for stage in stages}
+    counts = _count_decodes(monkeypatch)
+    build_feature_set(FIXTURE_IMAGES, tmp_path / "single", load_config(write_config_toml(tmp_path / "s.toml")),
+                      cache_dir=cache)
+    assert {stage: _entries(cache, stage) for stage in stages} == before and all(before.values())
+    assert counts == {}
