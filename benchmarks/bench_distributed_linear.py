@@ -2,7 +2,7 @@
 """Benchmark: the linear SVM's one-vs-rest problems trained in groups on a Dask LocalCluster
 against the joint L-BFGS on one machine, at 101 classes of real rows.
 
-    python benchmarks/bench_distributed_linear.py /tmp/shared/fv-scene15 --classes 101 \\
+    python benchmarks/bench_distributed_linear.py feature-sets/scene15-fisher --classes 101 \\
         --workers 2 --tols 1e-4 --json bench-distributed-linear.json
 
 The problem: the feature set's rows relabelled into ``--classes`` classes as the PmSVM benchmark

@@ -2,8 +2,8 @@
 """Benchmark: the linear SVM trained from row blocks (``fit_streaming``, the streaming default:
 L-BFGS over the blocks) against the in-memory fit, on the same rows of an experiment's splits.
 
-    python benchmarks/bench_streaming_linear.py /tmp/shared/fv-scene15 --seeds 0 1 2 \\
-        --block-rows 256 --work /tmp/scale-stream --json bench-streaming-linear.json
+    python benchmarks/bench_streaming_linear.py feature-sets/scene15-fisher --seeds 0 1 2 \\
+        --block-rows 256 --work WORK --json bench-streaming-linear.json
 
 For every split seed (the experiment's re-splits: :func:`~classify_images.pipeline.dataset.split_indices`
 on the pooled rows, as ``classify-images experiment --repeats 3 --seed 0`` draws them) and every
