@@ -309,6 +309,7 @@ def learn_fisher_model(
     max_iter: int = 100,
     random_state: int = 0,
     n_threads: int | None = None,
+    coordinates: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """PCA + diagonal GMM for improved Fisher vectors (Perronnin et al. 2010, §2 and §4.1).
 
@@ -336,12 +337,18 @@ def learn_fisher_model(
         Seed of the GMM's initialisation.
     n_threads : int, optional
         Threads of k-means and EM (default: the cores available); changes no number.
+    coordinates : ndarray (n_samples, 2), optional
+        The descriptors' relative keypoint coordinates
+        (:func:`~classify_images.coding.fisher.spatial_coordinates`), appended to the
+        projections before the GMM (Sánchez et al. 2012): the GMM then has ``D + 2`` dimensions.
+        The PCA is learnt on the descriptors alone.
 
     Returns
     -------
     model : dict of float64 ndarrays
         ``pca_mean`` (P,), ``pca_components`` (D, P), ``weights`` (K,), ``means`` (K, D),
-        ``variances`` (K, D) — :data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`.
+        ``variances`` (K, D) — :data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`
+        (``D + 2`` columns of ``means`` and ``variances`` with ``coordinates``).
     """
     from sklearn.decomposition import PCA
     from sklearn.exceptions import ConvergenceWarning
@@ -355,6 +362,8 @@ def learn_fisher_model(
             f"Fisher-vector GMM: pca_dims must be in [1, {descriptors.shape[1]}] (the descriptor length), got {pca_dims}"
         )
     X = descriptors.astype(np.float64)
+    if coordinates is not None and np.shape(coordinates) != (X.shape[0], 2):
+        raise ValueError(f"Fisher-vector GMM: coordinates must have shape ({X.shape[0]}, 2), got {np.shape(coordinates)}")
     # One BLAS / OpenMP thread: the SVD's partial sums depend on the number of threads,
     # which differs between this process and a Dask worker; EM's threads each run one chunk
     # on one BLAS thread (coding/gmm.py).
@@ -363,7 +372,10 @@ def learn_fisher_model(
             _log, f"Fisher-vector GMM ({n_components} components, at most {max_iter} EM iterations)",
             capture_stdout=True) as verbose:
         pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)
-        gmm, converged = fit_diagonal_gmm(pca.transform(X), n_components, max_iter=max_iter,
+        projected = pca.transform(X)
+        if coordinates is not None:
+            projected = np.concatenate([projected, np.asarray(coordinates, dtype=np.float64)], axis=1)
+        gmm, converged = fit_diagonal_gmm(projected, n_components, max_iter=max_iter,
                                           random_state=random_state, n_threads=n_threads,
                                           progress=print if verbose else None)
     if not converged:

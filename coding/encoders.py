@@ -157,6 +157,13 @@ def positive_number(value: Any) -> Any:
     return float(value)
 
 
+def boolean(value: Any) -> Any:
+    """Check: true or false."""
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
 def one_of(*allowed: str) -> Callable[[Any], Any]:
     """Check: one of ``allowed``."""
 
@@ -212,6 +219,13 @@ class Encoder:
     #: Own keys that change how descriptors are coded but not what :meth:`learn` learns: left out
     #: of the learning stage's cache key, so that configurations differing only in them share a codebook.
     coding_only_keys: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def learns_from_positions(self) -> bool:
+        """Whether :meth:`learn` takes the sampled descriptors' relative keypoint coordinates too
+        (``coordinates=``, :func:`~classify_images.coding.fisher.spatial_coordinates`): the
+        pipeline then samples them with the descriptors."""
+        return False
 
     def __init__(self, table: Mapping[str, Any]) -> None:
         self.table = dict(table)
@@ -578,7 +592,12 @@ class _AggregatesCells(Encoder):
 
     def cached_item(self, coder, descriptors, x, y, image_shape, **dependencies):
         levels = dependencies["levels"]
-        return coder.encode(descriptors, pyramid_cells(x, y, image_shape, levels), n_pyramid_cells(levels))
+        return coder.encode(descriptors, pyramid_cells(x, y, image_shape, levels), n_pyramid_cells(levels),
+                            **self.encode_inputs(x, y, image_shape))
+
+    def encode_inputs(self, x: np.ndarray, y: np.ndarray, image_shape: tuple[int, int]) -> dict[str, Any]:
+        """Keyword arguments of the coder's ``encode`` beyond the descriptors and their cells (none)."""
+        return {}
 
     def pool(self, coder, item, pyramid):
         return item
@@ -613,6 +632,9 @@ class FisherVectorsParams:
     #: PCA dimensions of the descriptors (unset: 64; at most the descriptor length, 128 grey or
     #: 384 colour, checked when the model is learnt)
     pca_dims: int | None = parameter(None, integer_at_least(1, 384))
+    #: append each keypoint's relative coordinates (x/w - 0.5, y/h - 0.5) to its PCA-reduced
+    #: descriptor before the GMM (Sánchez et al. 2012): 2·K·(D + 2) per cell
+    spatial_coordinates: bool = parameter(False, boolean)
 
 
 class FisherVectors(_AggregatesCells):
@@ -634,14 +656,25 @@ class FisherVectors(_AggregatesCells):
         return {"vlad": vlad.IMPLEMENTATION_VERSION, "fisher": fisher.IMPLEMENTATION_VERSION,
                 "gmm": gmm.IMPLEMENTATION_VERSION}
 
-    def learn(self, descriptors):
+    @property
+    def learns_from_positions(self) -> bool:
+        return self.params.spatial_coordinates
+
+    def learn(self, descriptors, coordinates=None):
+        if (coordinates is not None) != self.params.spatial_coordinates:
+            raise ValueError("the fisher encoder learns from the descriptors' coordinates exactly when "
+                             "codebook.spatial_coordinates is true")
         return codebook_module.learn_fisher_model(descriptors, self.size, pca_dims=self.pca_dims,
-                                                  max_iter=self.table["n_iter"], random_state=self.table["seed"])
+                                                  max_iter=self.table["n_iter"], random_state=self.table["seed"],
+                                                  coordinates=coordinates)
 
     def state_spec(self, descriptor_length):
+        from .fisher import N_SPATIAL_COORDINATES
+
         K, D, P = self.size, self.pca_dims, descriptor_length
+        G = D + (N_SPATIAL_COORDINATES if self.params.spatial_coordinates else 0)  # the GMM's dimensions
         return {"pca_mean": ((P,), np.float64), "pca_components": ((D, P), np.float64),
-                "weights": ((K,), np.float64), "means": ((K, D), np.float64), "variances": ((K, D), np.float64)}
+                "weights": ((K,), np.float64), "means": ((K, G), np.float64), "variances": ((K, G), np.float64)}
 
     def check_state_values(self, arrays):
         if not (arrays["weights"] > 0).all() or not (arrays["variances"] > 0).all():
@@ -662,7 +695,14 @@ class FisherVectors(_AggregatesCells):
     def prepare(self, state):
         from .fisher import FisherEncoder
 
-        return FisherEncoder(state)
+        return FisherEncoder(state, spatial_coordinates=self.params.spatial_coordinates)
+
+    def encode_inputs(self, x, y, image_shape):
+        if not self.params.spatial_coordinates:
+            return {}
+        from .fisher import spatial_coordinates
+
+        return {"coordinates": spatial_coordinates(x, y, image_shape)}
 
 
 # --------------------------------------------------------------------------- registry

@@ -43,6 +43,24 @@ and the per-atom products in float32 (single-precision BLAS: twice the throughpu
 the memory traffic) and everything from the atom statistics on in float64;
 :func:`gmm_posteriors` is the float64 version of the same posteriors.
 
+Spatial coordinates (optional; Sánchez, Perronnin & de Campos, 2012 [3]_, §3; also
+Chatfield et al. 2014 [4]_): each PCA-reduced descriptor is extended with the relative
+position of its keypoint in the image,
+
+.. math::  \tilde x_i = \left[x_i,\ \frac{u_i}{w} - \tfrac12,\ \frac{v_i}{h} - \tfrac12\right]
+           \qquad (D + 2 \text{ dimensions}),
+
+``(u_i, v_i)`` the keypoint's centre in pixels (column, row) and ``w × h`` the image the
+descriptors were computed on (a mirror's own coordinates for a mirror); the GMM is learnt on
+the :math:`\tilde x` of the training sample and every formula above applies to
+:math:`\tilde x` unchanged, so each Gaussian models appearance and location jointly ([3]_,
+Eqs. 7–8) and the vector has ``2K(D + 2)`` dimensions per cell.  :func:`spatial_coordinates`
+is the one function that computes the two columns, for the sample the GMM is learnt from and
+for every encoded image.  Deviations from [3]_: the coordinates are neither whitened nor
+rescaled against the descriptors (as in VLFeat's recognition application used by [4]_); they
+are added to the spatial pyramid rather than replacing it ([3]_ compares both; [4]_
+combines them).
+
 The model (PCA and GMM) is a dict of plain arrays, ``FISHER_MODEL_KEYS``, learnt by
 :func:`~classify_images.coding.codebook.learn_fisher_model` and stored in the feature
 set without pickle.
@@ -53,6 +71,10 @@ References
    large-scale image classification", ECCV 2010.
 .. [2] K. Chatfield, V. Lempitsky, A. Vedaldi and A. Zisserman, "The devil is in the
    details: an evaluation of recent feature encoding methods", BMVC 2011.
+.. [3] J. Sánchez, F. Perronnin and T. de Campos, "Modeling the spatial layout of images
+   beyond spatial pyramids", Pattern Recognition Letters 33(16), 2012.
+.. [4] K. Chatfield, K. Simonyan, A. Vedaldi and A. Zisserman, "Return of the devil in
+   the details: delving deep into convolutional nets", BMVC 2014.
 """
 
 from __future__ import annotations
@@ -61,7 +83,8 @@ import numpy as np
 
 from .vlad import l2_normalize_rows, signed_sqrt
 
-__all__ = ["IMPLEMENTATION_VERSION", "FISHER_MODEL_KEYS", "gmm_posteriors", "pyramid_atoms", "FisherEncoder"]
+__all__ = ["IMPLEMENTATION_VERSION", "FISHER_MODEL_KEYS", "N_SPATIAL_COORDINATES", "spatial_coordinates",
+           "gmm_posteriors", "pyramid_atoms", "FisherEncoder"]
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
@@ -71,6 +94,25 @@ IMPLEMENTATION_VERSION = 2
 #: The arrays of a Fisher-vector model: PCA mean (P,) and components (D, P); GMM
 #: weights (K,), means (K, D) and diagonal variances (K, D).
 FISHER_MODEL_KEYS = ("pca_mean", "pca_components", "weights", "means", "variances")
+
+
+#: Columns :func:`spatial_coordinates` appends to each PCA-reduced descriptor.
+N_SPATIAL_COORDINATES = 2
+
+
+def spatial_coordinates(x: np.ndarray, y: np.ndarray, image_shape: tuple[int, int]) -> np.ndarray:
+    """The relative keypoint coordinates :math:`(u/w - 1/2,\ v/h - 1/2)` ([3]_, §3), (n, 2) float32.
+
+    Parameters
+    ----------
+    x, y : ndarray (n,)
+        Keypoint centres in pixels (column, row) in the image the descriptors came from.
+    image_shape : (height, width)
+        That image's size.
+    """
+    height, width = image_shape
+    return np.stack([np.asarray(x, dtype=np.float64) / width - 0.5,
+                     np.asarray(y, dtype=np.float64) / height - 0.5], axis=1).astype(np.float32)
 
 
 def _log_joint_terms(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,12 +194,16 @@ class FisherEncoder:
     ----------
     model : dict of ndarray
         ``FISHER_MODEL_KEYS``: PCA mean and components, GMM weights, means and variances.
+    spatial_coordinates : bool
+        The GMM models each PCA-reduced descriptor extended with its keypoint's relative
+        coordinates (:func:`spatial_coordinates`): its means have ``D + 2`` columns for
+        ``D`` PCA components, and :meth:`encode` needs the coordinates.
     """
 
     #: Precision of the projection, the posteriors and the per-atom BLAS products.
     compute_dtype = np.float32
 
-    def __init__(self, model: dict[str, np.ndarray]) -> None:
+    def __init__(self, model: dict[str, np.ndarray], spatial_coordinates: bool = False) -> None:
         missing = [key for key in FISHER_MODEL_KEYS if key not in model]
         if missing:
             raise ValueError(f"Fisher-vector model lacks {', '.join(missing)}")
@@ -165,6 +211,12 @@ class FisherEncoder:
             np.asarray(model[key], dtype=np.float64) for key in FISHER_MODEL_KEYS
         )
         self.n_components, self.n_dims = self.means.shape
+        self.spatial_coordinates = bool(spatial_coordinates)
+        expected = self.pca_components.shape[0] + (N_SPATIAL_COORDINATES if self.spatial_coordinates else 0)
+        if self.n_dims != expected:
+            raise ValueError(f"Fisher-vector model: the GMM has {self.n_dims} dimensions, expected {expected} "
+                             f"({self.pca_components.shape[0]} PCA components"
+                             + (" + 2 spatial coordinates)" if self.spatial_coordinates else ")"))
         self.std = np.sqrt(self.variances)
         dtype = self.compute_dtype
         # x = s·Pᵀ - m·Pᵀ: the mean's projection subtracted after the product.
@@ -183,16 +235,23 @@ class FisherEncoder:
         projected -= self._projected_mean
         return projected
 
-    def encode(self, descriptors: np.ndarray, cells: np.ndarray, n_cells: int) -> np.ndarray:
+    def encode(self, descriptors: np.ndarray, cells: np.ndarray, n_cells: int,
+               coordinates: np.ndarray | None = None) -> np.ndarray:
         """The improved Fisher vector of every pyramid cell, concatenated and L2-normalised.
 
-        The arguments are those of :meth:`~classify_images.coding.vlad.VladEncoder.encode`
-        (``descriptors`` before PCA, ``(n, P)``); the result is float32 of
-        ``n_cells · 2 · K · D`` entries.
+        The first three arguments are those of :meth:`~classify_images.coding.vlad.VladEncoder.encode`
+        (``descriptors`` before PCA, ``(n, P)``); ``coordinates`` (n, 2), the descriptors'
+        :func:`spatial_coordinates`, when the model has them (and only then).  The result is
+        float32 of ``n_cells · 2 · K · D`` entries (``D`` the GMM's dimensions).
         """
+        if (coordinates is not None) != self.spatial_coordinates:
+            raise ValueError("Fisher-vector model " + ("needs the descriptors' spatial coordinates"
+                                                       if self.spatial_coordinates else "has no spatial coordinates"))
         K, D = self.n_components, self.n_dims
         order, bounds, atom_cells = pyramid_atoms(cells, n_cells)
         x = self.project(np.asarray(descriptors)[order])
+        if coordinates is not None:
+            x = np.concatenate([x, np.asarray(coordinates, dtype=self.compute_dtype)[order]], axis=1)
         moments = _moments(x)
         posteriors = _posteriors(moments, *self._terms)
         n_atoms = bounds.shape[0] - 1

@@ -29,6 +29,7 @@ from joblib import delayed
 
 from .._log import step_progress
 from .cluster import iter_kept, submit_kept
+from ..coding.encoders import make_encoder
 from .config import PipelineConfig
 from .dataset import DatasetError
 from .extractor import FeatureExtractor
@@ -125,7 +126,8 @@ def _sample_calls(paths: list[str], fingerprints: list[str], train: np.ndarray, 
     """The per-image calls of :func:`sample_descriptors`: ``ceil(n_samples / n_train)`` descriptors of each image."""
     per_image = max(1, math.ceil(config.codebook.n_samples / len(train)))
     sift, max_side = config.sift_params(), config.image.max_side
-    sample_of = delayed(runner.cache.descriptor_sample)
+    positioned = make_encoder(config.codebook_params()).learns_from_positions  # the sample carries coordinates
+    sample_of = delayed(runner.cache.positioned_descriptor_sample if positioned else runner.cache.descriptor_sample)
     return [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, config.codebook.seed) for i in train]
 
 

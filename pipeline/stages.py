@@ -54,6 +54,7 @@ from ..coding import normalize as normalize_module
 from ..coding import pooling as pooling_module
 from ..coding.codebook import sample_rows
 from ..coding.encoders import Encoder, make_encoder
+from ..coding.fisher import N_SPATIAL_COORDINATES, spatial_coordinates
 from ..features import dsift as dsift_module
 from ..features import preprocess as preprocess_module
 from ..features.descriptors import make_descriptor
@@ -72,6 +73,7 @@ __all__ = [
     "compute_descriptors",
     "image_descriptors",
     "descriptor_sample",
+    "positioned_descriptor_sample",
     "learn_codebook",
     "image_encoding",
     "StageCache",
@@ -108,6 +110,7 @@ _STAGE_MODULES = {
     "check_image": ("preprocess",),
     "image_descriptors": ("preprocess", "dense_sift"),
     "descriptor_sample": ("preprocess", "dense_sift"),
+    "positioned_descriptor_sample": ("preprocess", "dense_sift"),
     "learn_codebook": ("codebook",),
     "image_encoding": ("preprocess", "dense_sift", "encode", "pooling"),
 }
@@ -204,16 +207,44 @@ def descriptor_sample(
 ) -> np.ndarray:
     """``n_samples`` random descriptors (uint8) of one training image, seeded by image content."""
     data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
-    rows = sample_rows(data["descriptors"].shape[0], n_samples, np.random.default_rng(_image_seed(seed, fingerprint)))
-    return data["descriptors"][rows]
+    return data["descriptors"][_sampled_rows(data, n_samples, seed, fingerprint)]
+
+
+def _sampled_rows(data: dict[str, np.ndarray], n_samples: int, seed: int, fingerprint: str) -> np.ndarray:
+    return sample_rows(data["descriptors"].shape[0], n_samples, np.random.default_rng(_image_seed(seed, fingerprint)))
+
+
+def positioned_descriptor_sample(
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    sift: dict[str, Any],
+    n_samples: int,
+    seed: int,
+    descriptors_fn=None,
+    implementation: tuple = (),
+) -> np.ndarray:
+    """:func:`descriptor_sample`'s descriptors (the same rows) as float32, each followed by its
+    keypoint's relative coordinates (:func:`~classify_images.coding.fisher.spatial_coordinates`):
+    (n, length + 2), for an encoder that :attr:`~classify_images.coding.encoders.Encoder.learns_from_positions`.
+    A stage of its own, so that :func:`descriptor_sample`'s cache keys are unchanged."""
+    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
+    rows = _sampled_rows(data, n_samples, seed, fingerprint)
+    coordinates = spatial_coordinates(data["x"][rows], data["y"][rows], tuple(int(v) for v in data["shape"]))
+    return np.concatenate([data["descriptors"][rows].astype(np.float32), coordinates], axis=1)
 
 
 def learn_codebook(
     sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()
 ) -> np.ndarray | dict[str, np.ndarray]:
     """The fitted state of the encoder of the ``[codebook]`` table ``codebook`` (its
-    :meth:`~classify_images.coding.encoders.Encoder.learn`) from a uint8 descriptor sample."""
-    return make_encoder(codebook).learn(dequantize_descriptors(sample))
+    :meth:`~classify_images.coding.encoders.Encoder.learn`) from a uint8 descriptor sample, or
+    from a :func:`positioned_descriptor_sample` when the encoder learns from positions."""
+    encoder = make_encoder(codebook)
+    if encoder.learns_from_positions:
+        n_coordinates = N_SPATIAL_COORDINATES
+        return encoder.learn(dequantize_descriptors(sample[:, :-n_coordinates]), coordinates=sample[:, -n_coordinates:])
+    return encoder.learn(dequantize_descriptors(sample))
 
 
 def image_encoding(
@@ -267,6 +298,7 @@ class StageCache:
         self.learn_codebook = self._cached(learn_codebook, [])
         self._descriptors = self._cached(image_descriptors, ["path"]) if cache_descriptors else None
         self._sample = self._cached(descriptor_sample, ["path", "descriptors_fn"])
+        self._positioned_sample = self._cached(positioned_descriptor_sample, ["path", "descriptors_fn"])
         self._encoding = self._cached(image_encoding, ["path", "codebook", "descriptors_fn"])
 
     def _cached(self, stage, ignore: list[str]):
@@ -280,6 +312,10 @@ class StageCache:
 
     def descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
         return self._sample(path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors)
+
+    def positioned_descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
+        return self._positioned_sample(path, fingerprint, max_side, sift, n_samples, seed,
+                                       descriptors_fn=self._descriptors)
 
     def image_encoding(self, path, fingerprint, max_side, sift, encoder: Encoder, codebook_params, dependencies,
                        codebook_digest, codebook):
