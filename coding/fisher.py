@@ -47,19 +47,19 @@ Spatial coordinates (optional; Sánchez, Perronnin & de Campos, 2012 [3]_, §3; 
 Chatfield et al. 2014 [4]_): each PCA-reduced descriptor is extended with the relative
 position of its keypoint in the image,
 
-.. math::  \tilde x_i = \left[x_i,\ \frac{u_i}{w} - \tfrac12,\ \frac{v_i}{h} - \tfrac12\right]
-           \qquad (D + 2 \text{ dimensions}),
+.. math::  \\tilde x_i = \\left[x_i,\\ \\frac{u_i}{w} - \\tfrac12,\\ \\frac{v_i}{h} - \\tfrac12\\right]
+           \\qquad (D + 2 \\text{ dimensions}),
 
 ``(u_i, v_i)`` the keypoint's centre in pixels (column, row) and ``w × h`` the image the
 descriptors were computed on (a mirror's own coordinates for a mirror); the GMM is learnt on
-the :math:`\tilde x` of the training sample and every formula above applies to
-:math:`\tilde x` unchanged, so each Gaussian models appearance and location jointly ([3]_,
-Eqs. 7–8) and the vector has ``2K(D + 2)`` dimensions per cell.  :func:`spatial_coordinates`
+the :math:`\\tilde x` of the training sample and every formula above applies to
+:math:`\\tilde x` unchanged, so each Gaussian models appearance and location jointly ([3]_)
+and the vector has ``2K(D + 2)`` dimensions per cell.  :func:`spatial_coordinates`
 is the one function that computes the two columns, for the sample the GMM is learnt from and
-for every encoded image.  Deviations from [3]_: the coordinates are neither whitened nor
-rescaled against the descriptors (as in VLFeat's recognition application used by [4]_); they
-are added to the spatial pyramid rather than replacing it ([3]_ compares both; [4]_
-combines them).
+for every encoded image.  Deviations from [3]_: the coordinates are appended as they are,
+neither whitened nor rescaled against the descriptors, and they are added to the spatial
+pyramid rather than replacing it ([3]_ proposes them as a compact alternative to the
+pyramid; [4]_ uses both, with VLFeat's ``extendDescriptorsWithGeometry``).
 
 The model (PCA and GMM) is a dict of plain arrays, ``FISHER_MODEL_KEYS``, learnt by
 :func:`~classify_images.coding.codebook.learn_fisher_model` and stored in the feature
@@ -101,7 +101,7 @@ N_SPATIAL_COORDINATES = 2
 
 
 def spatial_coordinates(x: np.ndarray, y: np.ndarray, image_shape: tuple[int, int]) -> np.ndarray:
-    """The relative keypoint coordinates :math:`(u/w - 1/2,\ v/h - 1/2)` ([3]_, §3), (n, 2) float32.
+    """The relative keypoint coordinates :math:`(u/w - 1/2,\\ v/h - 1/2)` ([3]_, §3), (n, 2) float32.
 
     Parameters
     ----------

@@ -19,7 +19,9 @@ What is cached per image is compact:
   positions (only when ``sift.cache_descriptors`` is true: ``n`` descriptors take
   ``128 n`` bytes, large for dense grids with several patch sizes, and recomputing
   them is cheap; see docs/benchmarks/build-and-cache.md);
-* ``descriptor_sample`` — the few descriptors of a training image that feed the codebook;
+* ``descriptor_sample`` — the few descriptors of a training image that feed the codebook
+  (``positioned_descriptor_sample``: the same with their keypoints' relative coordinates,
+  for an encoder that learns from positions, Fisher vectors with ``spatial_coordinates``);
 * ``image_encoding``    — what the image's encoder keeps
   (:meth:`~classify_images.coding.encoders.Encoder.cached_item`): VQ indices (int16) or
   sparse / LLC codes (CSR float32) + positions, pooled afterwards, so that a change of
@@ -29,8 +31,8 @@ What is cached per image is compact:
   depends on (:meth:`~classify_images.coding.encoders.Encoder.cache_dependencies`) and the
   versions of the encoder's modules.  No stage names an encoder: they ask it.
 
-The codebook itself is learnt by :func:`learn_codebook`, cached on the content of
-the descriptor sample.  The cached functions take plain values (dicts, lists, numbers,
+The codebook itself is learnt by :func:`learn_codebook` (:func:`learn_positioned_codebook`
+from a positioned sample), cached on the content of the descriptor sample.  The cached functions take plain values (dicts, lists, numbers,
 strings): joblib's cache key is a hash of their arguments.
 
 References
@@ -75,6 +77,7 @@ __all__ = [
     "descriptor_sample",
     "positioned_descriptor_sample",
     "learn_codebook",
+    "learn_positioned_codebook",
     "image_encoding",
     "StageCache",
 ]
@@ -112,6 +115,7 @@ _STAGE_MODULES = {
     "descriptor_sample": ("preprocess", "dense_sift"),
     "positioned_descriptor_sample": ("preprocess", "dense_sift"),
     "learn_codebook": ("codebook",),
+    "learn_positioned_codebook": ("codebook",),
     "image_encoding": ("preprocess", "dense_sift", "encode", "pooling"),
 }
 
@@ -207,11 +211,8 @@ def descriptor_sample(
 ) -> np.ndarray:
     """``n_samples`` random descriptors (uint8) of one training image, seeded by image content."""
     data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
-    return data["descriptors"][_sampled_rows(data, n_samples, seed, fingerprint)]
-
-
-def _sampled_rows(data: dict[str, np.ndarray], n_samples: int, seed: int, fingerprint: str) -> np.ndarray:
-    return sample_rows(data["descriptors"].shape[0], n_samples, np.random.default_rng(_image_seed(seed, fingerprint)))
+    rows = sample_rows(data["descriptors"].shape[0], n_samples, np.random.default_rng(_image_seed(seed, fingerprint)))
+    return data["descriptors"][rows]
 
 
 def positioned_descriptor_sample(
@@ -227,9 +228,10 @@ def positioned_descriptor_sample(
     """:func:`descriptor_sample`'s descriptors (the same rows) as float32, each followed by its
     keypoint's relative coordinates (:func:`~classify_images.coding.fisher.spatial_coordinates`):
     (n, length + 2), for an encoder that :attr:`~classify_images.coding.encoders.Encoder.learns_from_positions`.
-    A stage of its own, so that :func:`descriptor_sample`'s cache keys are unchanged."""
+    A stage of its own, so that :func:`descriptor_sample`'s cache entries stay valid (joblib
+    drops a stage's entries when its code changes)."""
     data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
-    rows = _sampled_rows(data, n_samples, seed, fingerprint)
+    rows = sample_rows(data["descriptors"].shape[0], n_samples, np.random.default_rng(_image_seed(seed, fingerprint)))
     coordinates = spatial_coordinates(data["x"][rows], data["y"][rows], tuple(int(v) for v in data["shape"]))
     return np.concatenate([data["descriptors"][rows].astype(np.float32), coordinates], axis=1)
 
@@ -238,13 +240,18 @@ def learn_codebook(
     sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()
 ) -> np.ndarray | dict[str, np.ndarray]:
     """The fitted state of the encoder of the ``[codebook]`` table ``codebook`` (its
-    :meth:`~classify_images.coding.encoders.Encoder.learn`) from a uint8 descriptor sample, or
-    from a :func:`positioned_descriptor_sample` when the encoder learns from positions."""
-    encoder = make_encoder(codebook)
-    if encoder.learns_from_positions:
-        n_coordinates = N_SPATIAL_COORDINATES
-        return encoder.learn(dequantize_descriptors(sample[:, :-n_coordinates]), coordinates=sample[:, -n_coordinates:])
-    return encoder.learn(dequantize_descriptors(sample))
+    :meth:`~classify_images.coding.encoders.Encoder.learn`) from a uint8 descriptor sample."""
+    return make_encoder(codebook).learn(dequantize_descriptors(sample))
+
+
+def learn_positioned_codebook(
+    sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()
+) -> np.ndarray | dict[str, np.ndarray]:
+    """:func:`learn_codebook` from a :func:`positioned_descriptor_sample`, for an encoder that
+    :attr:`~classify_images.coding.encoders.Encoder.learns_from_positions`: it learns from the
+    descriptors and their coordinates."""
+    descriptors, coordinates = sample[:, :-N_SPATIAL_COORDINATES], sample[:, -N_SPATIAL_COORDINATES:]
+    return make_encoder(codebook).learn(dequantize_descriptors(descriptors), coordinates=coordinates)
 
 
 def image_encoding(
@@ -295,7 +302,8 @@ class StageCache:
         # Keys are image *content* (fingerprint) and parameters; the path is not
         # part of the key, so moving a dataset keeps its cache.
         self.check_image = self._cached(check_image, ["path"])
-        self.learn_codebook = self._cached(learn_codebook, [])
+        # The codebook learner by whether the encoder learns from positions too (its own stage).
+        self._learners = {False: self._cached(learn_codebook, []), True: self._cached(learn_positioned_codebook, [])}
         self._descriptors = self._cached(image_descriptors, ["path"]) if cache_descriptors else None
         self._sample = self._cached(descriptor_sample, ["path", "descriptors_fn"])
         self._positioned_sample = self._cached(positioned_descriptor_sample, ["path", "descriptors_fn"])
@@ -305,10 +313,19 @@ class StageCache:
         """``stage`` memoised, with its modules' implementation versions bound (and keyed)."""
         return functools.partial(self.memory.cache(stage, ignore=ignore), implementation=_stage_versions(stage.__name__))
 
+    def _learner(self, codebook_params: dict[str, Any]):
+        return self._learners[make_encoder(codebook_params).learns_from_positions]
+
+    def learn_codebook(self, sample: np.ndarray, codebook_params: dict[str, Any]):
+        """The codebook of ``codebook_params`` learnt from ``sample`` (:func:`learn_codebook`,
+        or :func:`learn_positioned_codebook` for an encoder that learns from positions)."""
+        return self._learner(codebook_params)(sample, codebook_params)
+
     def has_codebook(self, sample: np.ndarray, codebook_params: dict[str, Any]) -> bool:
         """Whether :meth:`learn_codebook` of these arguments comes from the cache (hashes the
         sample, learns nothing)."""
-        return self.learn_codebook.func.check_call_in_cache(sample, codebook_params, **self.learn_codebook.keywords)
+        learner = self._learner(codebook_params)
+        return learner.func.check_call_in_cache(sample, codebook_params, **learner.keywords)
 
     def descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
         return self._sample(path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors)

@@ -25,13 +25,14 @@ def _random_model(rng, K=4, D=3, P=6):
     }
 
 
-def _reference_fisher(S, model, cells):
+def _reference_fisher(S, model, cells, extra=None):
     """G_μk and G_σk per cell by loops over descriptors, components and dimensions
-    (DESIGN.md §6), then signed sqrt and L2 per cell, then L2 of the concatenation."""
+    (DESIGN.md §6), then signed sqrt and L2 per cell, then L2 of the concatenation;
+    ``extra`` (n, e): columns appended to each projected descriptor (spatial coordinates)."""
     m, P = model["pca_mean"], model["pca_components"]
     pi, mu, var = model["weights"], model["means"], model["variances"]
     K, D = mu.shape
-    X = np.array([P @ (s - m) for s in S])
+    X = np.array([np.concatenate([P @ (s - m), [] if extra is None else extra[i]]) for i, s in enumerate(S)])
     gamma = np.zeros((len(X), K))
     for i, x in enumerate(X):
         likelihood = [
