@@ -32,11 +32,15 @@ the feature space (see docs/benchmarks/linear.md).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-__all__ = ["EigenBasis", "gram_matrix", "second_moment_matrix"]
+__all__ = ["EigenBasis", "gram_matrix", "second_moment_matrix", "reused_gram"]
 
 #: Columns (Gram matrix) or rows (second-moment matrix, coordinates) of a
 #: float32 ``X`` converted to float64 at a time.
@@ -56,6 +60,41 @@ def gram_matrix(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
         block = X[:, start : start + _BLOCK].astype(np.float64)
         K += block @ block.T  # numpy dispatches A @ A.T to syrk
     return K
+
+
+#: ``(layout of X, K)`` inside :func:`reused_gram`.
+_KNOWN_GRAM: contextvars.ContextVar = contextvars.ContextVar("known_gram", default=None)
+
+
+def _layout(X) -> tuple | None:
+    """Buffer address, shape, strides and dtype of a dense array (None otherwise): equal layouts
+    inside one :func:`reused_gram` block are the same rows."""
+    if not isinstance(X, np.ndarray):
+        return None
+    return X.__array_interface__["data"][0], X.shape, X.strides, X.dtype.str
+
+
+@contextlib.contextmanager
+def reused_gram(X: np.ndarray, K: np.ndarray) -> Iterator[None]:
+    """Within the block, :class:`EigenBasis` of the rows ``X`` (the same buffer, shape, strides and
+    dtype) takes ``K``, which must be ``gram_matrix(X)``, instead of computing it again (a grid
+    search's Gram matrix reused by the final fit: the same bits, so the same model).  ``X`` must
+    not change inside the block."""
+    if _layout(X) is None or K.shape != (X.shape[0], X.shape[0]):
+        raise ValueError(f"reused_gram: a dense X and its ({X.shape[0]}, {X.shape[0]}) Gram matrix, got {K.shape}")
+    token = _KNOWN_GRAM.set((_layout(X), K))
+    try:
+        yield
+    finally:
+        _KNOWN_GRAM.reset(token)
+
+
+def _gram_of(X) -> np.ndarray:
+    """``gram_matrix(X)``, or the one :func:`reused_gram` holds for these rows."""
+    known = _KNOWN_GRAM.get()
+    if known is not None and _layout(X) is not None and known[0] == _layout(X):
+        return known[1]
+    return gram_matrix(X)
 
 
 def second_moment_matrix(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
@@ -101,7 +140,7 @@ class EigenBasis:
     def __init__(self, X: np.ndarray | sp.csr_matrix) -> None:
         n, d = X.shape
         from_gram = n <= d
-        lam, vectors = la.eigh(gram_matrix(X) if from_gram else second_moment_matrix(X), check_finite=False)
+        lam, vectors = la.eigh(_gram_of(X) if from_gram else second_moment_matrix(X), check_finite=False)
         keep = lam > max(n, d) * np.finfo(np.float64).eps * max(float(lam[-1]), 0.0)
         if not np.any(keep):  # X = 0: W = 0 is the only direction; keep one null coordinate
             self.eigenvalues, self.rank = np.zeros(1), 1

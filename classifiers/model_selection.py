@@ -80,6 +80,9 @@ class SearchResult:
     method: str  #: ``"gram"`` (one Gram matrix, no row copies) or ``"refit"`` (GridSearchCV)
     on_edge: list[str] = field(default_factory=list)  #: parameters whose choice is the first or last value of a grid of ≥ 3
     mirrored: bool = False  #: folds of images with their mirrors, held-out images scored averaged with their mirrors
+    #: the Gram matrix ``X Xᵀ`` of the rows searched (``method == "gram"``), for the final fit
+    #: (:func:`~classify_images.classifiers.eigenbasis.reused_gram`); not part of :meth:`to_dict`
+    gram: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (model file header, report)."""
@@ -184,8 +187,7 @@ def _held_out_predictions(model: Any, X_held: Any, mirrored: bool) -> np.ndarray
 
 
 def _gram_scores(estimator: Any, X: np.ndarray, y: np.ndarray, points: list[dict], splits: list,
-                 mirrored: bool) -> np.ndarray:
-    K = gram_matrix(X)
+                 mirrored: bool, K: np.ndarray) -> np.ndarray:
     n, labels = y.size, np.concatenate([y, y]) if mirrored else y
     scores = np.zeros((len(points), len(splits)))
     for j, (train, held_out) in enumerate(splits):
@@ -252,8 +254,10 @@ def search_parameters(
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     points = _points(grid)
     splits = list(splitter.split(np.zeros(y.size), y))
+    gram = None
     if _gram_applies(estimator, X, grid):
-        mean_scores, method = _gram_scores(estimator, X, y, points, splits, mirrored), "gram"
+        gram = gram_matrix(X)
+        mean_scores, method = _gram_scores(estimator, X, y, points, splits, mirrored, gram), "gram"
     elif mirrored:
         mean_scores, method = _refit_mirrored_scores(estimator, X, y, points, splits), "refit"
     else:
@@ -264,4 +268,4 @@ def search_parameters(
         mean_scores, method = np.array([order[tuple(sorted(p.items()))] for p in points]), "refit"
     best = points[int(np.argmax(mean_scores))]
     scores = [{"params": point, "score": float(score)} for point, score in zip(points, mean_scores)]
-    return SearchResult(grid, dict(best), scores, folds, seed, method, _edges(grid, best), mirrored)
+    return SearchResult(grid, dict(best), scores, folds, seed, method, _edges(grid, best), mirrored, gram)

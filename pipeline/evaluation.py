@@ -30,6 +30,7 @@ References
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
@@ -44,6 +45,7 @@ import numpy as np
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_accuracy_score
 
 from ..classifiers.base import warm_up
+from ..classifiers.eigenbasis import reused_gram
 from ..classifiers.combination import check_combination, combine_rows
 from ..classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
 from .augment import augment_settings, averaged_decision_function, rows_and_mirrors
@@ -420,7 +422,9 @@ def train_classifier(
     if mirrored:
         y = np.concatenate([y, y])
     start = time.perf_counter()
-    estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
+    # The search's Gram matrix of these rows serves the final fit's eigenbasis (the same bits).
+    with reused_gram(X, result.gram) if found and result.gram is not None and wrapper is None else contextlib.nullcontext():
+        estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
     return TrainingResult(name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]), found,
                           n_images if mirrored else 0)

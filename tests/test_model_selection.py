@@ -228,3 +228,38 @@ def test_an_image_and_its_mirror_are_always_in_the_same_fold(monkeypatch):
         assert not set(train % n) & set(held_out % n)
         assert sorted(train) == sorted(np.r_[train[train < n], train[train < n] + n])
         assert sorted(held_out) == sorted(np.r_[held_out[held_out < n], held_out[held_out < n] + n])
+
+
+def test_the_final_fit_reuses_the_searchs_gram_matrix_and_gives_the_same_model(monkeypatch):
+    from classify_images.classifiers import eigenbasis, model_selection
+    from classify_images.pipeline.evaluation import train_classifier
+
+    images, mirrors, y = _mirrored_problem()
+    X = np.concatenate([images, mirrors])
+    calls = []
+    counted = eigenbasis.gram_matrix
+    for module in (eigenbasis, model_selection):  # every Gram matrix of all the rows, counted
+        monkeypatch.setattr(module, "gram_matrix", lambda M: calls.append(M.shape) or counted(M))
+    searched = train_classifier("linear", {}, X, y, seed=0, search={"C": [0.1, 1.0, 10.0]}, mirrored=True)
+    assert searched.search["method"] == "gram" and calls.count(X.shape) == 1  # the search's: none for the fit
+    calls.clear()
+    plain = train_classifier("linear", {"C": searched.params["C"]}, X, y, seed=0, mirrored=True)
+    assert calls.count(X.shape) == 1  # computed by the fit itself
+    np.testing.assert_array_equal(searched.estimator.coef_, plain.estimator.coef_)
+    np.testing.assert_array_equal(searched.estimator.intercept_, plain.estimator.intercept_)
+
+
+def test_a_reused_gram_matrix_serves_only_the_same_rows():
+    from classify_images.classifiers.eigenbasis import EigenBasis, gram_matrix, reused_gram
+
+    X, y = _problem(d=200)
+    wrong = gram_matrix(X) * 2.0  # a Gram matrix the rows do not have, to see which one is used
+    reference = EigenBasis(X).Z
+    with reused_gram(X, wrong):
+        assert not np.allclose(np.abs(EigenBasis(X).Z), np.abs(reference))  # these rows: the given matrix
+        np.testing.assert_array_equal(EigenBasis(X.copy()).Z, reference)  # other rows (a copy): computed
+        np.testing.assert_array_equal(EigenBasis(X[:-1]).Z, EigenBasis(X[:-1].copy()).Z)
+    np.testing.assert_array_equal(EigenBasis(X).Z, reference)  # after the block: computed again
+    with pytest.raises(ValueError, match="reused_gram"):
+        with reused_gram(X, wrong[:-1]):
+            pass
