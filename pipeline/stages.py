@@ -215,16 +215,8 @@ def descriptor_sample(
     return data["descriptors"][rows]
 
 
-def positioned_descriptor_sample(
-    path: str,
-    fingerprint: str,
-    max_side: int,
-    sift: dict[str, Any],
-    n_samples: int,
-    seed: int,
-    descriptors_fn=None,
-    implementation: tuple = (),
-) -> np.ndarray:
+def positioned_descriptor_sample(path: str, fingerprint: str, max_side: int, sift: dict[str, Any], n_samples: int,
+                                 seed: int, descriptors_fn=None, implementation: tuple = ()) -> np.ndarray:
     """:func:`descriptor_sample`'s descriptors (the same rows) as float32, each followed by its
     keypoint's relative coordinates (:func:`~classify_images.coding.fisher.spatial_coordinates`):
     (n, length + 2), for an encoder that :attr:`~classify_images.coding.encoders.Encoder.learns_from_positions`.
