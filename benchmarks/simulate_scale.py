@@ -41,8 +41,8 @@ Fisher vectors and compressed rows (issue 24; docs/scaling.md sections 6 and 7):
     # the ImageNet-1k FV projection, and a large run projected from two small ones:
     python benchmarks/simulate_scale.py project --config fisher --stage-costs stage-costs-fisher.json \
         --fisher-codec codec-costs.json --fisher-linear linear-costs.json --json projection-fv.json
-    python benchmarks/simulate_scale.py project --two-runs sim-200.json sim-2k.json \
-        --two-trains train-200.json train-2k.json --large sim-50k.json --large-train train-50k.json
+    python benchmarks/simulate_scale.py project --runs sim-200.json sim-2k.json sim-2k-t20.json \
+        --trains train-200.json train-2k.json train-2k-i400.json --large sim-50k.json --large-train train-50k.json
 
 The synthetic images are oriented sinusoidal gratings under smoothed noise: class ``c``
 sets the orientation, the spatial frequency and the noise's smoothing, each image draws
@@ -374,8 +374,8 @@ def cluster_startup(args) -> dict:
     problem (``--classes`` classes, 4 rows each, 16 dimensions: nothing per row to speak of) trained
     on it by ``fit_distributed`` — the cluster's start and stop, the workers' imports, the scatter of
     the labels, one task per group of classes and the merge — with the CPU of the process tree and
-    the wall time of each run (:func:`project_from_two_runs` takes their median as the training's
-    fixed part)."""
+    the wall time of each run (docs/scaling.md section 7.1: less than a training's fixed part, which
+    :func:`project_from_runs` solves from a training on a few rows through the same path instead)."""
     from classify_images.classifiers import QuadraticHingeSVC
     from classify_images.pipeline.cluster import ClusterSpec, open_client
     from classify_images.pipeline.distributed_training import fit_distributed
@@ -840,93 +840,128 @@ def train_projection(train_costs: dict, *, n_train: int, nnz_per_row: float, n_c
     return out
 
 
-#: What each monitored stage of a compressed (PQ) build grows with: images, training images,
-#: rows, the PQ codebook sample (``min(n_train, PQ_SAMPLE_ROWS)`` rows), or nothing.
-_PQ_STAGE_COUNTS = {"discover": "n_images", "check images": "n_images", "split": "n_images",
-                    "sample descriptors": "n_train", "codebook": None, "pool (codebook sample)": "pq_sample",
-                    "after pool (codebook sample)": "pq_sample", "encode + pool": "rows", "normalise+write": "rows"}
+#: What each monitored stage of a compressed (PQ) build grows with: images, training images, rows,
+#: the images the PQ sample pass encodes (every image of its training shards,
+#: :func:`pq_sample_images`), the PQ codebook sample's rows (``min(n_train, PQ_SAMPLE_ROWS)``), or
+#: nothing (the GMM).  The encode step computes the rows the sample pass did not ("fresh rows")
+#: and reads the others' vectors from the stage cache: two counts, each with its own cost.
+_PQ_STAGE_COUNTS = {"discover": ("n_images",), "check images": ("n_images",), "split": ("n_images",),
+                    "sample descriptors": ("n_train",), "codebook": (),
+                    "pool (codebook sample)": ("pq_sample_images",), "after pool (codebook sample)": ("pq_sample",),
+                    "encode + pool": ("fresh_rows", "pq_sample_images"), "normalise+write": ("rows",)}
+
+
+def pq_sample_images(n_train: int, shard_size: int) -> int:
+    """Images the PQ sample pass encodes: all images of the training shards
+    :func:`~classify_images.pipeline.build.pq_sample_shards` picks (shards of ``shard_size``
+    training images, the last one shorter)."""
+    from classify_images.pipeline.build import pq_sample_shards
+
+    if n_train <= 0:
+        return 0
+    picked = pq_sample_shards(-(-n_train // shard_size))
+    return int(sum(min(shard_size, n_train - k * shard_size) for k in picked))
 
 
 def _counts(report: dict) -> dict:
+    """What a build report (or a target ``{n_images, n_train, rows[, options]}``) counts: the
+    shard size is the build's ``--batch-size``, else the default; a stage cache is assumed."""
     from classify_images.pipeline.build import PQ_SAMPLE_ROWS
+    from classify_images.pipeline.defaults import DEFAULT_BATCH_SIZE
 
+    shard_size = (report.get("options") or {}).get("batch_size") or DEFAULT_BATCH_SIZE
+    sampled = pq_sample_images(report["n_train"], shard_size)
     return {"n_images": report["n_images"], "n_train": report["n_train"], "rows": report["rows"],
-            "pq_sample": min(report["n_train"], PQ_SAMPLE_ROWS), None: 1}
+            "pq_sample": min(report["n_train"], PQ_SAMPLE_ROWS), "pq_sample_images": sampled,
+            "fresh_rows": report["rows"] - sampled}
 
 
-def _line(a: tuple[float, float], b: tuple[float, float], x: float) -> tuple[float, float, float]:
-    """``(fixed, per_unit, value at x)`` of the line through two measurements ``(count, seconds)``
-    (a fixed part and a part per counted item, neither negative; one point: all fixed)."""
-    (xa, ya), (xb, yb) = a, b
-    slope = max((yb - ya) / (xb - xa), 0.0) if xb != xa else 0.0
-    fixed = max(yb - slope * xb, 0.0)
-    return fixed, slope, fixed + slope * x
+def _fit_linear(counts: list[list[float]], seconds: list[float]) -> tuple[float, list[float]]:
+    """``(fixed, [cost per item of each count])``: non-negative least squares of
+    ``seconds ≈ fixed + Σ cost_k × count_k`` over the runs (no counts: the mean)."""
+    from scipy.optimize import nnls
+
+    if not counts or not counts[0]:
+        return float(np.mean(seconds)), []
+    design = np.column_stack([np.ones(len(counts)), np.asarray(counts, dtype=np.float64)])
+    solution, _ = nnls(design, np.asarray(seconds, dtype=np.float64))
+    return float(solution[0]), [float(v) for v in solution[1:]]
 
 
-def _fixed_plus_rows(fixed: float, runs: list[tuple[float, float]], x: float) -> tuple[float, float, float]:
-    """``(fixed, per_row, value at x)`` with the fixed part given (measured apart) and the part
-    per row fitted by least squares to what the runs ``(rows, seconds)`` spent beyond it (not negative)."""
-    rows = np.array([r for r, _ in runs], dtype=np.float64)
-    beyond = np.array([s - fixed for _, s in runs], dtype=np.float64)
-    per = max(float(rows @ beyond / (rows @ rows)), 0.0)
-    return fixed, per, fixed + per * x
+def pq_codebook_bytes(n_features: int, n_train: int) -> int:
+    """Bytes of the PQ codebooks (float32): ``min(n_train, 256)`` centroids of every sub-vector,
+    i.e. that many rows of ``n_features`` (:mod:`~classify_images.coding.product_quantizer`)."""
+    from classify_images.coding.product_quantizer import N_CENTROIDS
+
+    return 4 * n_features * min(n_train, N_CENTROIDS)
 
 
-def project_from_two_runs(first: dict, second: dict, target: dict, train: tuple[dict, dict] | None = None,
-                          startup: dict | None = None) -> dict:
-    """A large build (and training) projected from two small ones of the same configuration:
-    each monitored stage's CPU and wall seconds is a fixed part plus a part per item it counts
-    (:data:`_PQ_STAGE_COUNTS`), the two parts solved from the two runs; the training's CPU and
-    wall a fixed part (the cluster's start, the workers' imports) plus a part per training row
-    (the same classes and L-BFGS passes: ``max_iter`` reached in every run).  With ``startup``
-    (:func:`cluster_startup`'s report) the training's fixed part is that measurement, not solved
-    from the two runs, and only the part per row is fitted to them (:func:`_fixed_plus_rows`).
+def _train_terms(run: dict, iterations: int | None = None) -> list[float]:
+    """A training's counts: its rows, and rows × L-BFGS iterations."""
+    passes = iterations if iterations is not None else (run.get("n_iter") or run["params"]["max_iter"])
+    return [run["n_train"], run["n_train"] * passes]
+
+
+def project_from_runs(builds: list[dict], target: dict, trains: list[dict] | None = None,
+                      target_iterations: int = 40) -> dict:
+    """A large build (and training) projected from small ones of the same configuration.
+
+    Build: each monitored stage's CPU and wall seconds is a fixed part plus a cost per item of
+    what it counts (:data:`_PQ_STAGE_COUNTS`), solved by non-negative least squares over the
+    runs (the encode step's two costs need runs of different training shares).  The store is
+    the PQ codebooks (:func:`pq_codebook_bytes`) plus the largest run's bytes per row beyond them.
+
+    Training (the same classes, every run reaching its ``max_iter``): a fixed part (cluster start,
+    worker imports, loading the feature set, each worker opening the shards and codebooks, the
+    model written) plus a cost per row (decoding the compressed rows) plus a cost per row and
+    L-BFGS iteration, solved from at least three trainings: a few rows (mostly fixed), and runs
+    whose rows × iterations dominate.
 
     ``target`` gives ``n_images``, ``n_train`` and ``rows`` of the large run."""
-    counts = [_counts(first), _counts(second), _counts(target)]
+    counts = [_counts(run) for run in builds]
+    target_counts = _counts(target)
     stages, cpu_total, wall_total = {}, 0.0, 0.0
-    for stage, key in _PQ_STAGE_COUNTS.items():
-        row = {"counts": key}
+    for stage, keys in _PQ_STAGE_COUNTS.items():
+        row = {"counts": list(keys)}
         for clock, field in (("cpu", "stage_cpu_seconds"), ("wall", "monitor_stage_wall_seconds")):
-            a, b = first[field].get(stage, 0.0), second[field].get(stage, 0.0)
-            if key is None:
-                fixed, per, value = b, 0.0, b
-            else:
-                fixed, per, value = _line((counts[0][key], a), (counts[1][key], b), counts[2][key])
-            row[f"{clock}_fixed_s"], row[f"{clock}_per_item_ms"], row[f"projected_{clock}_s"] = (
-                round(fixed, 2), round(1000 * per, 4), round(value, 1))
+            fixed, per = _fit_linear([[c[k] for k in keys] for c in counts], [run[field].get(stage, 0.0) for run in builds])
+            value = fixed + sum(p * target_counts[k] for p, k in zip(per, keys))
+            row[f"{clock}_fixed_s"], row[f"projected_{clock}_s"] = round(fixed, 2), round(value, 1)
+            row[f"{clock}_per_item_ms"] = {k: round(1000 * p, 4) for k, p in zip(keys, per)}
         stages[stage] = row
         cpu_total += row["projected_cpu_s"]
         wall_total += row["projected_wall_s"]
-    outside = second["wall_seconds"] - sum(second["monitor_stage_wall_seconds"].values())  # cluster start and stop
-    report = {"from": [first["n_images"], second["n_images"]], "to": target["n_images"],
+    # the cluster's start and stop, outside the monitored stages
+    outside = float(np.median([run["wall_seconds"] - sum(run["monitor_stage_wall_seconds"].values()) for run in builds]))
+    largest = max(builds, key=lambda run: run["rows"])
+    report = {"from": [run["n_images"] for run in builds], "to": target["n_images"], "target_counts": target_counts,
               "build": {"stages": stages, "projected_cpu_s": round(cpu_total, 1),
                         "projected_wall_s": round(wall_total + max(outside, 0.0), 1)}}
     cache = 0.0
-    for folder, per_image in second["cache_bytes_per_image"].items():  # a folder's bytes grow with what it counts
-        count, total = _CACHE_COUNTS.get(folder, "n_images"), per_image * second["n_images"]
-        cache += total if count is None else total * counts[2][count] / counts[1][count]
+    for folder, per_image in largest["cache_bytes_per_image"].items():  # a folder's bytes grow with what it counts
+        count, total = _CACHE_COUNTS.get(folder, "n_images"), per_image * largest["n_images"]
+        cache += total if count is None else total * target_counts[count] / _counts(largest)[count]
     report["build"]["projected_cache_bytes"] = round(cache)
-    report["build"]["projected_store_bytes"] = round(_line((first["rows"], first["store_bytes_total"]),
-                                                           (second["rows"], second["store_bytes_total"]),
-                                                           target["rows"])[2])
-    if train is not None:
-        a, b = train
-        report["train"] = {"fixed_from": "the two runs" if startup is None else "cluster-startup (measured apart)"}
+    n_features = largest["n_features"]
+    per_row = (largest["store_bytes_total"] - pq_codebook_bytes(n_features, largest["n_train"])) / largest["rows"]
+    report["build"]["projected_store_bytes"] = round(pq_codebook_bytes(n_features, target["n_train"])
+                                                     + per_row * target["rows"])
+    if trains:
+        report["train"] = {"model": "fixed + per_row x rows + per_row_iteration x rows x iterations",
+                           "target_iterations": target_iterations, "from_rows": [run["n_train"] for run in trains]}
+        terms = _train_terms(target, target_iterations)
         for clock, field in (("cpu", "cpu_seconds"), ("wall", "wall_seconds")):
-            if startup is None:
-                fixed, per, value = _line((a["n_train"], a[field]), (b["n_train"], b[field]), target["n_train"])
-            else:
-                fixed, per, value = _fixed_plus_rows(startup[field], [(a["n_train"], a[field]), (b["n_train"], b[field])],
-                                                     target["n_train"])
+            fixed, (per_row, per_row_iteration) = _fit_linear([_train_terms(run) for run in trains],
+                                                              [run[field] for run in trains])
             report["train"][f"{clock}_fixed_s"] = round(fixed, 2)
-            report["train"][f"{clock}_per_row_ms"] = round(1000 * per, 3)
-            report["train"][f"projected_{clock}_s"] = round(value, 1)
+            report["train"][f"{clock}_per_row_ms"] = round(1000 * per_row, 4)
+            report["train"][f"{clock}_per_row_iteration_us"] = round(1e6 * per_row_iteration, 4)
+            report["train"][f"projected_{clock}_s"] = round(fixed + per_row * terms[0] + per_row_iteration * terms[1], 1)
     return report
 
 
 def compare_with_large(projection: dict, large: dict, large_train: dict | None) -> dict:
-    """The projection of :func:`project_from_two_runs` against the large run's measurements."""
+    """The projection of :func:`project_from_runs` against the large run's measurements."""
     def pair(projected, measured):
         return {"projected": projected, "measured": measured,
                 "error_percent": round(100 * (projected - measured) / measured, 1) if measured else None}
@@ -1064,14 +1099,15 @@ def project(args) -> dict:
             gmm_seconds=args.gmm_seconds, task_seconds=(args.task_ms or 0.93) / 1000,
             batch_size=args.batch_size or DEFAULT_BATCH_SIZE, fs_gb_per_s=args.fs_gb_per_s[0], classes=args.classes,
             pq_sample_rows=PQ_SAMPLE_ROWS, pq_iterations=10)
-    if args.two_runs:
-        train = tuple(load(path) for path in args.two_trains) if args.two_trains else None
+    if args.runs:
+        trains = [load(path) for path in args.trains] if args.trains else None
         target = {"n_images": args.target_images, "n_train": args.target_train, "rows": args.target_images}
-        report["two_run_projection"] = project_from_two_runs(load(args.two_runs[0]), load(args.two_runs[1]), target, train,
-                                                             load(args.train_startup))
+        report["runs"] = {"builds": args.runs, "trains": args.trains}
+        report["run_projection"] = project_from_runs([load(path) for path in args.runs], target, trains,
+                                                     args.target_iterations)
         if args.large:
-            report["two_run_check"] = compare_with_large(report["two_run_projection"], load(args.large),
-                                                         load(args.large_train) if args.large_train else None)
+            report["run_check"] = compare_with_large(report["run_projection"], load(args.large),
+                                                     load(args.large_train) if args.large_train else None)
     return report
 
 
@@ -1178,10 +1214,13 @@ def main() -> int:
                       help="pipeline CPU per image around the computation (bof-spm cluster build: 16.7 - 4.25 ms)")
     proj.add_argument("--gmm-seconds", type=float, default=106.4,
                       help="the GMM's time (the 15-Scenes fisher build's codebook step)")
-    proj.add_argument("--two-runs", nargs=2, metavar="BUILD_JSON",
-                      help="two small builds of one configuration (build --json): project a large one from them")
-    proj.add_argument("--two-trains", nargs=2, metavar="TRAIN_JSON", help="their trainings (train --json)")
-    proj.add_argument("--train-startup", help="cluster-startup --json: the training's fixed part, measured apart")
+    proj.add_argument("--runs", nargs="+", metavar="BUILD_JSON",
+                      help="small builds of one configuration (build --json): project a large one from them "
+                           "(three, two of them with different training shares, separate the encode step's costs)")
+    proj.add_argument("--trains", nargs="+", metavar="TRAIN_JSON",
+                      help="trainings (train --json) on their feature sets: at least three, one on a few rows "
+                           "and others whose rows x iterations differ")
+    proj.add_argument("--target-iterations", type=int, default=40, help="L-BFGS iterations of the large training")
     proj.add_argument("--target-images", type=int, default=50_000)
     proj.add_argument("--target-train", type=int, default=25_000)
     proj.add_argument("--large", help="the large build's report, to compare with the projection")

@@ -90,6 +90,13 @@ PQ_SAMPLE_ROWS = 1024
 PQ_SAMPLE_SHARDS = 256
 
 
+def pq_sample_shards(n_training_shards: int) -> np.ndarray:
+    """Indices of the training shards the PQ codebook sample is drawn from: at most
+    :data:`PQ_SAMPLE_SHARDS`, evenly spaced (the shards hold the classes in turn).  Every image
+    of these shards is encoded by the sample pass."""
+    return np.unique(np.linspace(0, n_training_shards - 1, min(n_training_shards, PQ_SAMPLE_SHARDS)).astype(int))
+
+
 @dataclass
 class BuildResult:
     """Summary of a build (also in the manifest)."""
@@ -371,7 +378,7 @@ def _write_shards(
     if shards.fmt == "pq":
         training = [step for step in shards.plan if step[0] == "X_train"]
         # at most PQ_SAMPLE_SHARDS evenly spaced shards (the shards hold the classes in turn)
-        picked = np.unique(np.linspace(0, len(training) - 1, min(len(training), PQ_SAMPLE_SHARDS)).astype(int))
+        picked = pq_sample_shards(len(training))
         per_shard = -(-PQ_SAMPLE_ROWS // len(picked))
         samples = run([training[k] for k in picked], "pool (codebook sample)", extractor, normalized=True,
                       sample_rows=per_shard)

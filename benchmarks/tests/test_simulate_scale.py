@@ -105,39 +105,84 @@ def test_cluster_metrics_task_names():
     assert _cluster_metrics._prefix("f") == "f"
 
 
-def _pq_build(n_images, n_train, cpu_per_image, fixed, pq_fit_per_row, wall_extra=2.0):
-    """A build report whose stages cost ``fixed`` + ``cpu_per_image`` × what they count."""
-    counts = {"n_images": n_images, "n_train": n_train, "rows": n_images, "pq_sample": min(n_train, 1024), None: 1}
-    cpu = {stage: (fixed + (pq_fit_per_row if key == "pq_sample" else cpu_per_image) * counts[key]
-                   if key is not None else fixed)
-           for stage, key in simulate_scale._PQ_STAGE_COUNTS.items()}
-    return {"n_images": n_images, "n_train": n_train, "rows": n_images, "stage_cpu_seconds": cpu,
-            "monitor_stage_wall_seconds": {k: 2 * v for k, v in cpu.items()},
+def _pq_build(n_images, n_train, fixed=3.0, per_image=0.01, pq_fit_per_row=0.1, fresh=0.02, cached=0.002,
+              wall_extra=2.0, n_features=64):
+    """A build report whose stages cost ``fixed`` + a cost per item of what they count: the
+    encode step ``fresh`` per row computed there and ``cached`` per row the sample pass computed."""
+    counts = simulate_scale._counts({"n_images": n_images, "n_train": n_train, "rows": n_images})
+    per = {"pq_sample": pq_fit_per_row, "fresh_rows": fresh, "pq_sample_images": cached}
+    cpu = {stage: fixed + sum(per.get(k, per_image) * counts[k] for k in keys)
+           for stage, keys in simulate_scale._PQ_STAGE_COUNTS.items()}
+    cpu["pool (codebook sample)"] = fixed + fresh * counts["pq_sample_images"]
+    codebooks = 4 * n_features * min(n_train, 256)
+    return {"n_images": n_images, "n_train": n_train, "rows": n_images, "n_features": n_features,
+            "stage_cpu_seconds": cpu, "monitor_stage_wall_seconds": {k: 2 * v for k, v in cpu.items()},
             "wall_seconds": 2 * sum(cpu.values()) + wall_extra, "cpu_seconds": sum(cpu.values()),
             "cache_bytes_per_image": {"check_image": 1000, "learn_codebook": 5000 / n_images},
-            "cache_bytes_total": 1000 * n_images + 5000, "store_bytes_total": 100 + 10 * n_images}
+            "cache_bytes_total": 1000 * n_images + 5000, "store_bytes_total": codebooks + 10 * n_images}
 
 
-def test_two_run_projection_separates_fixed_costs_and_caps_the_pq_sample():
-    small, medium = _pq_build(200, 100, 0.01, 3.0, 0.1), _pq_build(2000, 1000, 0.01, 3.0, 0.1)
-    large = _pq_build(50_000, 25_000, 0.01, 3.0, 0.1)
+def test_pq_sample_images_are_every_image_of_the_picked_training_shards():
+    from classify_images.pipeline.build import PQ_SAMPLE_SHARDS, pq_sample_shards
+
+    for n_train, shard in [(1, 64), (100, 64), (1000, 64), (200, 64), (25_000, 64), (16_384, 64), (16_385, 64),
+                           (50_000, 100), (7, 3)]:
+        shards = [list(range(start, min(start + shard, n_train))) for start in range(0, n_train, shard)]
+        picked = set(pq_sample_shards(len(shards)).tolist())
+        assert len(picked) == min(len(shards), PQ_SAMPLE_SHARDS)
+        expected = sum(len(images) for k, images in enumerate(shards) if k in picked)  # the slow obvious count
+        assert simulate_scale.pq_sample_images(n_train, shard) == expected
+    assert simulate_scale.pq_sample_images(25_000, 64) == 255 * 64 + 40  # 256 shards, the last (short) one among them
+    assert simulate_scale.pq_sample_images(0, 64) == 0
+
+
+def test_run_projection_separates_fixed_costs_fresh_and_cached_rows_and_the_pq_sample():
+    runs = [_pq_build(200, 100), _pq_build(2000, 1000), _pq_build(2000, 200)]
+    large = _pq_build(50_000, 25_000)
     target = {"n_images": 50_000, "n_train": 25_000, "rows": 50_000}
-    train = ({"n_train": 100, "cpu_seconds": 5.0 + 0.1, "wall_seconds": 9.0 + 0.2},
-             {"n_train": 1000, "cpu_seconds": 5.0 + 1.0, "wall_seconds": 9.0 + 2.0})
-    projection = simulate_scale.project_from_two_runs(small, medium, target, train)
+    projection = simulate_scale.project_from_runs(runs, target)
     stages = projection["build"]["stages"]
-    assert stages["check images"]["cpu_fixed_s"] == pytest.approx(3.0)
+    assert projection["target_counts"]["pq_sample_images"] == 16_360
+    assert projection["target_counts"]["fresh_rows"] == 50_000 - 16_360
+    assert stages["check images"]["cpu_fixed_s"] == pytest.approx(3.0, abs=1e-6)
     assert stages["check images"]["projected_cpu_s"] == pytest.approx(3.0 + 500.0, abs=0.1)
-    # the PQ codebook sample stops growing at 1 024 rows: not projected from the 25 000 training rows
+    # the encode step's two costs come apart only because the third run has another training share
+    encode = stages["encode + pool"]["cpu_per_item_ms"]
+    assert encode["fresh_rows"] == pytest.approx(20.0, abs=1e-3) and encode["pq_sample_images"] == pytest.approx(2.0, abs=1e-3)
+    # the sample pass encodes 16 384 images at 50 000, not the 1 024-row sample
+    assert stages["pool (codebook sample)"]["projected_cpu_s"] == pytest.approx(3.0 + 0.02 * 16_360, abs=0.1)
+    # the PQ codebooks stop growing at 1 024 rows
     assert stages["after pool (codebook sample)"]["projected_cpu_s"] == pytest.approx(3.0 + 102.4, abs=0.1)
     assert stages["codebook"]["projected_cpu_s"] == pytest.approx(3.0)
     assert projection["build"]["projected_cpu_s"] == pytest.approx(large["cpu_seconds"], rel=1e-3)
     assert projection["build"]["projected_wall_s"] == pytest.approx(large["wall_seconds"], rel=1e-3)
+    # the codebooks of the 200-image run (100 centroids) are not read as bytes per row
     assert projection["build"]["projected_store_bytes"] == pytest.approx(large["store_bytes_total"])
-    assert projection["train"]["projected_cpu_s"] == pytest.approx(5.0 + 25.0)
-    check = simulate_scale.compare_with_large(projection, large, {"cpu_seconds": 30.0, "wall_seconds": 60.0})
-    assert abs(check["build_cpu_s"]["error_percent"]) < 0.1 and check["train_cpu_s"]["error_percent"] == 0.0
-    assert check["train_wall_s"]["error_percent"] == pytest.approx(100 * (59.0 - 60.0) / 60.0, abs=0.1)
+    # two runs of one training share cannot tell a cached row from a fresh one: the error is the model's
+    two = simulate_scale.project_from_runs(runs[:2], target)
+    assert abs(two["build"]["projected_cpu_s"] - large["cpu_seconds"]) > 10
+
+
+def test_training_projection_separates_the_fixed_part_rows_and_iterations():
+    def train(rows, iterations, fixed=9.0, per_row=1e-3, per_row_iteration=1e-4):
+        seconds = fixed + per_row * rows + per_row_iteration * rows * iterations
+        return {"n_train": rows, "n_iter": iterations, "params": {"max_iter": iterations},
+                "cpu_seconds": seconds, "wall_seconds": 2 * seconds}
+
+    trains = [train(10, 40), train(1000, 40), train(1000, 400)]
+    projection = simulate_scale.project_from_runs([_pq_build(200, 100), _pq_build(2000, 1000)],
+                                                  {"n_images": 50_000, "n_train": 25_000, "rows": 50_000}, trains)
+    model = projection["train"]
+    assert model["cpu_fixed_s"] == pytest.approx(9.0, abs=1e-6) and model["cpu_per_row_ms"] == pytest.approx(1.0, abs=1e-6)
+    assert model["cpu_per_row_iteration_us"] == pytest.approx(100.0, abs=1e-4)
+    assert model["projected_cpu_s"] == pytest.approx(train(25_000, 40)["cpu_seconds"], abs=0.1)
+    assert model["projected_wall_s"] == pytest.approx(train(25_000, 40)["wall_seconds"], abs=0.1)
+    # a training stopped before max_iter counts the iterations it made
+    assert simulate_scale._train_terms({"n_train": 10, "n_iter": 7, "params": {"max_iter": 40}}) == [10, 70]
+    large = _pq_build(50_000, 25_000)
+    check = simulate_scale.compare_with_large(projection, large, train(25_000, 40))
+    assert check["train_cpu_s"]["error_percent"] == pytest.approx(0.0, abs=0.1)
+    assert check["total_cpu_s"]["measured"] == pytest.approx(large["cpu_seconds"] + train(25_000, 40)["cpu_seconds"], abs=0.1)
 
 
 def test_fisher_projection_arithmetic():
@@ -164,22 +209,6 @@ def test_fisher_projection_arithmetic():
     assert sgd[0]["hours"] == pytest.approx(round(10 * 9000 * (0.5e-3 + 10 * 1e-6) / 3600, 1))
     assert sgd[1]["decode_share"] == pytest.approx(0.5e-3 / (0.5e-3 + 1e-6), abs=1e-3)  # 100 workers of 1 class
     assert report["formats"]["float32"]["bytes_per_image_stored"] == 4000
-
-
-def test_a_training_fixed_part_measured_apart_leaves_only_the_per_row_part_to_fit():
-    fixed, per, value = simulate_scale._fixed_plus_rows(5.0, [(100, 5.0 + 0.1), (1000, 5.0 + 1.0)], 25_000)
-    assert (fixed, value) == (5.0, pytest.approx(5.0 + 25.0)) and per == pytest.approx(1e-3)
-    # runs whose fixed part was larger than the one measured apart: the excess goes per row
-    _, per, _ = simulate_scale._fixed_plus_rows(3.0, [(100, 5.1), (1000, 6.0)], 25_000)
-    assert per == pytest.approx((100 * 2.1 + 1000 * 3.0) / (100 ** 2 + 1000 ** 2))
-    small, medium = _pq_build(200, 100, 0.01, 3.0, 0.1), _pq_build(2000, 1000, 0.01, 3.0, 0.1)
-    train = ({"n_train": 100, "cpu_seconds": 9.0 + 0.1, "wall_seconds": 20.0},
-             {"n_train": 1000, "cpu_seconds": 9.0 + 1.0, "wall_seconds": 22.0})
-    startup = {"cpu_seconds": 9.0, "wall_seconds": 18.0}
-    projection = simulate_scale.project_from_two_runs(small, medium, {"n_images": 50_000, "n_train": 25_000,
-                                                                     "rows": 50_000}, train, startup)
-    assert projection["train"]["cpu_fixed_s"] == 9.0 and projection["train"]["projected_cpu_s"] == pytest.approx(34.0)
-    assert projection["train"]["wall_fixed_s"] == 18.0 and "measured apart" in projection["train"]["fixed_from"]
 
 
 def test_cluster_startup_measures_a_tiny_training_on_a_local_cluster():
