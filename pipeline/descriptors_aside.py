@@ -17,8 +17,9 @@ Nothing depends on how far it got: an image it did not reach is computed by the 
 before, and an entry is the same bytes whoever writes it (the stage is a pure function of the
 image; entries are written under a temporary name and renamed, so a stopped process leaves no
 torn entry).  At the end of the block the process is told to stop (its standard input closes),
-finishes the image it is on and exits; the block waits for it at most :data:`_WAIT_SECONDS`, then
-kills it.  It also stops when the build's process dies (its standard input closes then too).
+finishes the image it is on and exits; the block does not wait for it (a thread reaps it, and
+kills it after :data:`_WAIT_SECONDS`).  It also stops when the build's process dies (its standard
+input closes then too).
 An image it cannot read is left to the encode stage, which reports it.
 """
 
@@ -34,8 +35,8 @@ from collections.abc import Iterator, Sequence
 
 __all__ = ["descriptors_cached_aside"]
 
-#: How long the end of :func:`descriptors_cached_aside`'s block waits for the process (it finishes
-#: the image it is on: a few milliseconds), before killing it.
+#: How long the stopped process may take to finish the image it is on (a few milliseconds of work,
+#: but at the lowest priority) before it is killed.
 _WAIT_SECONDS = 30.0
 #: The process's niceness: it runs on what the build leaves idle, never in the build's way.
 _NICENESS = 19
@@ -77,12 +78,20 @@ def descriptors_cached_aside(cache_dir: str | os.PathLike, images: Sequence[tupl
     finally:
         if process is not None:
             with contextlib.suppress(OSError):
-                process.stdin.close()  # "stop": it finishes the image it is on
-            try:
-                process.wait(timeout=_WAIT_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                process.stdin.close()  # "stop": it finishes the image it is on, then exits
+            # Not waited for: at its low priority, finishing that image may take a while on a busy
+            # machine, and nothing needs it (an entry it has not written yet is computed by the encode
+            # stage; both write the same bytes, each renamed into place).  A thread reaps it.
+            threading.Thread(target=_reap, args=(process,), name="reap-descriptors-aside", daemon=True).start()
+
+
+def _reap(process: subprocess.Popen) -> None:
+    """Wait for the stopped process; kill it if it has not exited after :data:`_WAIT_SECONDS`."""
+    try:
+        process.wait(timeout=_WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def cache_descriptors(cache_dir: str, images: Sequence[Sequence[str]], max_side: int, sift: dict,
