@@ -19,7 +19,8 @@ image; entries are written under a temporary name and renamed, so a stopped proc
 torn entry).  At the end of the block the process is told to stop (its standard input closes),
 finishes the image it is on and exits; the block does not wait for it (a thread reaps it, and
 kills it after :data:`_WAIT_SECONDS`).  It also stops when the build's process dies (its standard
-input closes then too).
+input closes then too; and when that process is killed, it is killed with it:
+:func:`~classify_images.pipeline.runner.die_with_parent`).
 An image it cannot read is left to the encode stage, which reports it.
 """
 
@@ -113,6 +114,9 @@ def cache_descriptors(cache_dir: str, images: Sequence[Sequence[str]], max_side:
 
 def _main() -> None:
     """The aside process: parameters on the first line of standard input; its end means "stop"."""
+    from .runner import die_with_parent
+
+    die_with_parent()  # a killed build leaves no process behind (an entry it was writing is a temporary, swept later)
     if hasattr(os, "nice"):
         with contextlib.suppress(OSError):
             os.nice(_NICENESS)
