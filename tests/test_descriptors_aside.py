@@ -2,6 +2,10 @@
 the encode stage would write, the same feature set, a prompt stop."""
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -124,3 +128,43 @@ def test_a_build_with_descriptors_cached_aside_gives_the_same_feature_set(tmp_pa
     assert used == [aside.n_test]  # every test image's descriptors came from the aside process
     reference = build_feature_set(small_dataset, tmp_path / "one", CONFIG, n_jobs=1, cache_dir=tmp_path / "c-one")
     assert_same_features(load_feature_set(aside.path), load_feature_set(reference.path))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_build_takes_the_process_with_it(tmp_path):
+    """``kill -9`` of the process holding the block: the aside process is gone soon after."""
+    script = f"""
+import sys, time
+from classify_images.pipeline import descriptors_aside
+real = descriptors_aside.subprocess.Popen
+def popen(*a, **k):
+    process = real(*a, **k)
+    print(process.pid, flush=True)
+    return process
+descriptors_aside.subprocess.Popen = popen
+pairs = {_pairs()!r} * 5000
+with descriptors_aside.descriptors_cached_aside({str(tmp_path / "cache")!r}, pairs, {MAX_SIDE}, {SIFT!r}):
+    time.sleep(600)
+"""
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        aside = int(holder.stdout.readline())
+        time.sleep(1.0)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{aside}") and _alive(aside):
+            time.sleep(0.2)
+        assert not _alive(aside)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Running (not a zombie waiting to be reaped by init)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
