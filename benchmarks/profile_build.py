@@ -116,8 +116,10 @@ def child(args) -> dict:
 
         def __init__(self):
             self._compiler: set[int] = set()
+            self._descriptors: set[int] = set()
             self._seen: set[int] = set()
             self.compile_cpu: dict[str, float] = {}
+            self.descriptors_cpu: dict[str, float] = {}
             super().__init__()
 
         def _snapshot(self):
@@ -125,19 +127,24 @@ def child(args) -> dict:
             for pid in set(self._worker_cpu) - self._seen:
                 self._seen.add(pid)
                 with contextlib.suppress(OSError):
-                    if b"pipeline.warm_up" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    command = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if b"pipeline.warm_up" in command:
                         self._compiler.add(pid)
+                    elif b"pipeline.descriptors_aside" in command:
+                        self._descriptors.add(pid)
             aside = sum(cpu for pid, cpu in self._worker_cpu.items() if pid in self._compiler)
-            return wall, parent, sum(self._worker_cpu.values()) - aside, aside
+            descriptors = sum(cpu for pid, cpu in self._worker_cpu.items() if pid in self._descriptors)
+            return wall, parent, sum(self._worker_cpu.values()) - aside - descriptors, aside, descriptors
 
         def _close_stage(self):
             now = self._snapshot()
-            wall, parent, workers, aside = (a - b for a, b in zip(now, self._mark))
+            wall, parent, workers, aside, descriptors = (a - b for a, b in zip(now, self._mark))
             entry = self.cpu.setdefault(self.stage, {"wall_s": 0.0, "parent_cpu_s": 0.0, "workers_cpu_s": 0.0})
             entry["wall_s"] += wall
             entry["parent_cpu_s"] += parent
             entry["workers_cpu_s"] += workers
             self.compile_cpu[self.stage] = self.compile_cpu.get(self.stage, 0.0) + aside
+            self.descriptors_cpu[self.stage] = self.descriptors_cpu.get(self.stage, 0.0) + descriptors
             self._mark = now
 
         def progress(self, iterable, desc, total=None):
@@ -173,6 +180,7 @@ def child(args) -> dict:
         name = _BAR_TO_STAGE.get(bar, bar)
         aside = round(monitor.compile_cpu.get(bar, 0.0), 1)
         stages[name] = {**entry, "compile_aside_cpu_s": aside,
+                        "descriptors_aside_cpu_s": round(monitor.descriptors_cpu.get(bar, 0.0), 1),
                         "cpu_s": round(entry["parent_cpu_s"] + entry["workers_cpu_s"], 1)}
     for name, entry in stages.items():
         if name in kernels:
@@ -251,14 +259,14 @@ def table(report: dict) -> str:
     rows = [f"== {report['label']}: {report['images']} images ({report['train']} train), "
             f"{report['dimensions']} dims, wall {report['wall_s']} s, load average {report['load_average']}",
             f"{'stage':<13}{'wall s':>8}{'CPU s':>8}{'parent':>8}{'workers':>9}{'kernel':>8}{'other':>8}{'other %':>9}"
-            f"{'compile aside':>15}"]
+            f"{'compile aside':>15}{'SIFT aside':>12}"]
     for stage in STAGES:
         e = report["stages"].get(stage)
         if e is None:
             continue
         rows.append(f"{stage:<13}{e['wall_s']:>8}{e['cpu_s']:>8}{e['parent_cpu_s']:>8}{e['workers_cpu_s']:>9}"
                     f"{e.get('kernel_cpu_s', ''):>8}{e.get('overhead_cpu_s', ''):>8}{e.get('overhead_percent', ''):>9}"
-                    f"{e.get('compile_aside_cpu_s', ''):>15}")
+                    f"{e.get('compile_aside_cpu_s', ''):>15}{e.get('descriptors_aside_cpu_s', ''):>12}")
     rows.append(f"kernel CPU ms/image: {report['kernel_cpu_ms_per_image']}")
     numba = report["numba"]
     rows.append(f"numba: {numba['compiled_and_saved']} compiled+saved by the build and its workers, {numba['loaded']} "

@@ -647,7 +647,7 @@ def _build(
         split.warnings = warned
     with _image_errors_as_dataset_errors(images):
         n_descriptors, extractor = fit_extractor(images.paths, images.fingerprints, split.train, config, runner,
-                                                 timer=timer)
+                                                 timer=timer, encoded_next=split.test)
     shards = None
     with FeatureSetWriter(out, dataset_dir, force=force) as writer:
         if store == "sharded":

@@ -20,10 +20,12 @@ computes anyway.  Every row is then :func:`image_row` of the fitted extractor.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 from typing import Any
 
+import joblib
 import numpy as np
 from joblib import delayed
 
@@ -32,6 +34,7 @@ from .cluster import iter_kept, submit_kept
 from ..coding.encoders import make_encoder
 from .config import PipelineConfig
 from .dataset import DatasetError
+from .descriptors_aside import descriptors_cached_aside
 from .extractor import FeatureExtractor
 from .runner import Runner
 from .shared_reads import decoded_once
@@ -47,23 +50,44 @@ _log = logging.getLogger(__name__)
 
 
 def fit_extractor(paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig,
-                  runner: Runner, timer: Any = None) -> tuple[int, FeatureExtractor]:
+                  runner: Runner, timer: Any = None, encoded_next: np.ndarray | None = None,
+                  ) -> tuple[int, FeatureExtractor]:
     """``(n_training_descriptors, extractor)``: the sample of the training images ``train``
     (indices into ``paths``), the codebook learnt from it, and the extractor that applies it
     through ``runner``'s stage cache (its normaliser not yet fitted when it needs training rows).
 
     ``timer`` (``with timer("step"):``, optional) times the ``sample`` and ``codebook`` steps.
+    ``encoded_next`` (indices into ``paths``, optional): the other images the caller encodes next,
+    in that order; with several workers on this machine and a stage cache that keeps descriptors,
+    their descriptors are cached aside while the codebook is learnt
+    (:mod:`~classify_images.pipeline.descriptors_aside`).  No result depends on it.
     """
     timed = timer if timer is not None else (lambda step: contextlib.nullcontext())
+    here = runner.client is None and runner.n_jobs != 1
     # With several workers on this machine, the encoder's kernels compile aside meanwhile (pipeline/warm_up.py).
-    aside = encoder_compiled_aside(config) if runner.client is None and runner.n_jobs != 1 else contextlib.nullcontext()
+    aside = encoder_compiled_aside(config) if here else contextlib.nullcontext()
     with aside:
         with timed("sample"):
             sample = codebook_sample(paths, fingerprints, train, config, runner)
-        with timed("codebook"):
+        with timed("codebook"), _descriptors_aside(paths, fingerprints, encoded_next if here else None, config,
+                                                   runner.cache):
             n_descriptors, codebook = codebook_from_sample(sample, config, runner)
     del sample
     return n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)
+
+
+def _descriptors_aside(paths: list[str], fingerprints: list[str], images: np.ndarray | None, config: PipelineConfig,
+                       cache: StageCache):
+    """:func:`~classify_images.pipeline.descriptors_aside.descriptors_cached_aside` of ``images``
+    when the stage cache keeps descriptors (and the ``[sift]`` table passes through JSON with the
+    same cache key); else nothing."""
+    if images is None or len(images) == 0 or not cache.caches_descriptors:
+        return contextlib.nullcontext()
+    sift = config.sift_params()
+    if joblib.hash(json.loads(json.dumps(sift))) != joblib.hash(sift):  # (the aside process would miss the entries)
+        return contextlib.nullcontext()
+    return descriptors_cached_aside(cache.memory.location, [(paths[i], fingerprints[i]) for i in images],
+                                    config.image.max_side, sift)
 
 
 def fit_channel_extractors(paths: list[str], fingerprints: list[str], train: np.ndarray,

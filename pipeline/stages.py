@@ -319,6 +319,18 @@ class StageCache:
         learner = self._learner(codebook_params)
         return learner.func.check_call_in_cache(sample, codebook_params, **learner.keywords)
 
+    @property
+    def caches_descriptors(self) -> bool:
+        """Whether descriptors are kept in a cache folder (``sift.cache_descriptors`` and a folder)."""
+        return self._descriptors is not None and self.memory.location is not None
+
+    def image_descriptors(self, path, fingerprint, max_side, sift) -> dict[str, np.ndarray]:
+        """:func:`image_descriptors` through the cache (the entry the sample and encode stages read);
+        computed, not cached, when descriptors are not cached."""
+        if self._descriptors is None:
+            return compute_descriptors(path, max_side, sift, fingerprint)
+        return self._descriptors(path, fingerprint, max_side, sift)
+
     def descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
         return self._sample(path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors)
 

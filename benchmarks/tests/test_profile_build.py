@@ -30,9 +30,11 @@ def test_table_has_one_line_per_stage_and_the_totals():
     stage = {"wall_s": 1.0, "cpu_s": 2.0, "parent_cpu_s": 0.5, "workers_cpu_s": 1.5, "kernel_cpu_s": 1.2,
              "overhead_cpu_s": 0.8, "overhead_percent": 40}
     report = {"label": "x", "images": 3, "train": 2, "dimensions": 8, "wall_s": 5.0, "load_average": [1, 1, 1],
-              "stages": {name: {**stage, "compile_aside_cpu_s": 0.5} for name in profile_build.STAGES},
+              "stages": {name: {**stage, "compile_aside_cpu_s": 0.5, "descriptors_aside_cpu_s": 0.7}
+                         for name in profile_build.STAGES},
               "kernel_cpu_ms_per_image": {"decode": 1.0}, "numba": {"compiled_and_saved": 4, "loaded": 2, "cache_entries": 5},
               "cache_bytes": {"check_image": 2**20}, "feature_set_bytes": 2**21, "sync_calls": {"fsync": 3}}
     text = profile_build.table(report)
     assert all(f"\n{name} " in text for name in profile_build.STAGES)
+    assert "SIFT aside" in text and "0.7\n" in text
     assert "4 compiled+saved" in text and "check_image 1.0 MiB" in text and "'fsync': 3" in text
