@@ -112,7 +112,8 @@ def _compile_encoder(sift: dict, codebook_params: dict, levels: list, pooling: s
     encoder = make_encoder(codebook_params)
     if learns_in_parent_with_numba(encoder):
         compile_learner(make_descriptor(sift).length)
-        print(_LEARNER_READY, flush=True)
+        sys.stdout.write(_LEARNER_READY + "\n")  # the parent reads this line (not console text)
+        sys.stdout.flush()
     state = synthetic_state(encoder, make_descriptor(sift).length)
     _encode_synthetic(sift, encoder, encoder.prepare(state), Pyramid(tuple(levels), pooling))
 
