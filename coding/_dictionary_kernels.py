@@ -1,4 +1,5 @@
-"""Compiled kernel of :mod:`classify_images.coding.dictionary` (private): the dictionary update.
+"""Compiled kernels of :mod:`classify_images.coding.dictionary` (private): the dictionary update
+and the search for near-duplicate atoms.
 
 :func:`update_atoms` is one pass of block-coordinate descent over the atoms (Mairal et al. 2010,
 Algorithm 2), sequential over the atoms, in place.  The order of the floating-point operations is
@@ -14,7 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["update_atoms"]
+__all__ = ["update_atoms", "near_duplicate_atoms"]
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -53,3 +54,22 @@ def update_atoms(D: np.ndarray, A: np.ndarray, B: np.ndarray, min_usage: float) 
         for t in range(d):
             D[j, t] = u[t] * scale
     return skipped
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def near_duplicate_atoms(G: np.ndarray, max_correlation: float) -> np.ndarray:
+    """Atoms nearly collinear with an earlier atom that is kept, from the Gram matrix ``G = D Dᵀ``.
+
+    Atom ``j`` is marked when ``|G[i, j]| > max_correlation · sqrt(G[i, i] G[j, j])`` for some
+    ``i < j`` not itself marked (scanning ``i`` in increasing order), so of a group of collinear
+    atoms the first is kept.  Returns a boolean mask of length ``K``.
+    """
+    K = G.shape[0]
+    marked = np.zeros(K, dtype=np.bool_)
+    for i in range(K):
+        if marked[i]:
+            continue
+        for j in range(i + 1, K):
+            if not marked[j] and abs(G[i, j]) > max_correlation * math.sqrt(G[i, i] * G[j, j]):
+                marked[j] = True
+    return marked

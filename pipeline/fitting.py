@@ -66,11 +66,13 @@ def fit_extractor(paths: list[str], fingerprints: list[str], train: np.ndarray, 
     here = runner.client is None and runner.n_jobs != 1
     # With several workers on this machine, the encoder's kernels compile aside meanwhile (pipeline/warm_up.py).
     aside = encoder_compiled_aside(config) if here else contextlib.nullcontext()
-    with aside:
+    with aside as compiling:
         with timed("sample"):
             sample = codebook_sample(paths, fingerprints, train, config, runner)
         with timed("codebook"), _descriptors_aside(paths, fingerprints, encoded_next if here else None, config,
                                                    runner.cache):
+            if compiling is not None:  # the online learner's kernels: compiled aside, loaded here
+                compiling.wait_for_learner()
             n_descriptors, codebook = codebook_from_sample(sample, config, runner)
     del sample
     return n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)
@@ -102,9 +104,10 @@ def fit_channel_extractors(paths: list[str], fingerprints: list[str], train: np.
     if runner.client is not None:
         return [fit_extractor(paths, fingerprints, train, config, runner) for config in configs]
     with contextlib.ExitStack() as asides:
+        compiling = [None] * len(configs)
         if runner.n_jobs != 1:  # the encoders' kernels compile aside; the workers load the descriptors' kernels
-            for config in configs:
-                asides.enter_context(encoder_compiled_aside(config))
+            for c, config in enumerate(configs):
+                compiling[c] = asides.enter_context(encoder_compiled_aside(config))
                 warm_descriptors(config.sift_params())
         channel_calls = [_sample_calls(paths, fingerprints, train, config, runner) for config in configs]
         tasks = [delayed(_channel_samples)([calls[k] for calls in channel_calls]) for k in range(len(train))]
@@ -113,6 +116,8 @@ def fit_channel_extractors(paths: list[str], fingerprints: list[str], train: np.
         for c, config in enumerate(configs):
             sample = _combine_samples([samples[c] for samples in per_image], config.codebook.n_samples,
                                       config.codebook.seed)
+            if compiling[c] is not None:
+                compiling[c].wait_for_learner()
             n_descriptors, codebook = codebook_from_sample(sample, config, runner)
             del sample
             fitted.append((n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)))

@@ -47,10 +47,24 @@ def _reference_dictionary(X, D0, lam, n_iter, eta, seed):
     X = X.astype(np.float64)
     D = D0.astype(np.float64).copy()
     n, K = X.shape[0], D.shape[0]
-    order = np.random.default_rng((seed, _STREAM)).permutation(n)
+    rng = np.random.default_rng((seed, _STREAM))
+    order = rng.permutation(n)
+    nonzero = np.flatnonzero(np.linalg.norm(X, axis=1) > 0)
+
+    def draw():
+        x = X[nonzero[rng.integers(nonzero.size)]]
+        return x / np.linalg.norm(x)
+
     A, B = np.zeros((K, K)), np.zeros((K, X.shape[1]))
     for t in range(n_iter):
         batch = X[order[(t * eta + np.arange(eta)) % n]]
+        # near-duplicate atoms (of an earlier atom that stays) replaced, all of one scan together
+        G = D @ D.T
+        kept, duplicates = [], []
+        for j in range(K):
+            (duplicates if any(abs(G[i, j]) > 0.999999 * np.sqrt(G[i, i] * G[j, j]) for i in kept) else kept).append(j)
+        for j in duplicates:
+            D[j] = draw()
         # the codes rounded to float32, as the coder returns them
         U = np.array([_lasso_by_coordinate_descent(x, D, lam) for x in batch]).astype(np.float32).astype(np.float64)
         theta = min(t * eta if t < eta else eta * eta + t - eta, 2 * n)
@@ -61,6 +75,9 @@ def _reference_dictionary(X, D0, lam, n_iter, eta, seed):
             if A[j, j] > 1e-6:
                 u = D[j] + (B[j] - A[j] @ D) / A[j, j]
                 D[j] = u / max(np.linalg.norm(u), 1.0)
+        if (t + 1) * eta > 10_000:
+            for j in np.flatnonzero(np.diagonal(A) <= 1e-6):
+                D[j] = draw()
     return D
 
 
@@ -90,6 +107,35 @@ def test_the_learner_equals_a_slow_obvious_reference(seed):
     # float32 correlations (the default, the encoder's precision) move it by rounding only
     default = learn_online_dictionary(X, D0, 0.1, n_iter=9, batch_size=8, random_state=seed)
     np.testing.assert_allclose(default, slow, rtol=0, atol=1e-4)
+
+
+def test_near_duplicate_atoms_are_replaced_as_by_the_reference():
+    X = _sparse_mixtures(4, 60, 8, 6, density=0.3)
+    D0 = _initial(X, 6, 4)
+    D0[3], D0[5] = D0[1], -D0[1] * (1 - 1e-9)  # collinear with atom 1 (either sign)
+    fast = learn_online_dictionary(X, D0, 0.1, n_iter=5, batch_size=8, random_state=4, correlation_dtype=np.float64)
+    np.testing.assert_allclose(fast, _reference_dictionary(X, D0, 0.1, 5, 8, 4), rtol=0, atol=1e-9)
+    unit = fast / np.linalg.norm(fast, axis=1, keepdims=True)
+    assert np.abs(np.triu(unit @ unit.T, 1)).max() < 0.999
+
+
+def test_near_duplicate_search_equals_the_obvious_scan():
+    from classify_images.coding._dictionary_kernels import near_duplicate_atoms
+
+    rng = np.random.default_rng(0)
+    D = rng.standard_normal((12, 5))
+    D[4], D[7], D[11] = D[2] * 3, -D[2], D[0] + 1e-3 * rng.standard_normal(5)  # 11: near 0, not within 1e-6
+    D[9] = D[7] * 0.5
+    G = D @ D.T
+    marked = near_duplicate_atoms(G, 0.999999)
+    kept, expected = [], np.zeros(12, bool)
+    for j in range(12):
+        if any(abs(G[i, j]) > 0.999999 * np.sqrt(G[i, i] * G[j, j]) for i in kept):
+            expected[j] = True
+        else:
+            kept.append(j)
+    np.testing.assert_array_equal(marked, expected)
+    assert marked.tolist() == [j in (4, 7, 9) for j in range(12)]
 
 
 def test_an_atom_never_used_is_replaced_by_a_training_descriptor():

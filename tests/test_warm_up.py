@@ -1,11 +1,13 @@
 """The parent's warm-up compiles every numba kernel a stage's workers call (pipeline/warm_up.py)."""
 
+import subprocess
 import sys
 
 import numpy as np
 import pytest
 from numba.core.registry import CPUDispatcher
 
+from classify_images.coding.codebook import learn_sparse_dictionary
 from classify_images.coding.encoders import make_encoder
 from classify_images.features.dsift import dequantize_descriptors
 from classify_images.pipeline.config import load_config
@@ -13,7 +15,8 @@ from classify_images.pipeline.dataset import file_fingerprint
 from classify_images.pipeline.extractor import FeatureExtractor
 from classify_images.pipeline.stages import compute_descriptors
 from classify_images.pipeline.warm_up import (
-    _compile_encoder, encoder_compiled_aside, synthetic_image, warm_descriptors, warm_encoding,
+    _LEARNER_READY, AsideCompilation, _compile_encoder, compile_learner, encoder_compiled_aside,
+    learns_in_parent_with_numba, synthetic_image, warm_descriptors, warm_encoding,
 )
 
 from .conftest import FIXTURE_PHOTO
@@ -110,3 +113,58 @@ def test_parameters_json_cannot_hold_start_no_process_and_the_block_runs(monkeyp
     with encoder_compiled_aside(config):
         ran.append(True)
     assert ran == [True] and started == []
+
+
+# ------------------------------------------------- the online dictionary learner, compiled aside
+
+ONLINE = {"kind": "sparse", "size": 8, "n_iter": 5, "lambda": 0.15, "dictionary_solver": "online"}
+
+
+def test_only_the_online_dictionary_learner_is_compiled_for_the_parent():
+    assert learns_in_parent_with_numba(make_encoder(load_config(None, {"codebook": ONLINE}).codebook_params()))
+    for codebook in ({**ONLINE, "dictionary_solver": "spams"}, CODEBOOKS["kmeans"], CODEBOOKS["fisher"]):
+        assert not learns_in_parent_with_numba(make_encoder(load_config(None, {"codebook": codebook}).codebook_params()))
+
+
+def test_compile_learner_covers_a_real_dictionary():
+    compile_learner(128)
+    warmed = _compiled_signatures()
+    assert warmed["classify_images.coding._dictionary_kernels.update_atoms"] >= 1
+    sift = load_config("scspm").sift_params()
+    sample = dequantize_descriptors(compute_descriptors(str(FIXTURE_PHOTO), 300, sift)["descriptors"])
+    learn_sparse_dictionary(sample, 16, n_iter=4, batch_size=64, solver="online", n_threads=2)
+    assert _compiled_signatures() == warmed
+
+
+def test_the_compiling_process_announces_the_learner_before_the_encoder(capsys):
+    config = load_config(None, {"codebook": ONLINE, "sift": {"patch_sizes": [16], "step": 6}})
+    _compile_encoder(config.sift_params(), config.codebook_params(), [1, 2], "max")
+    assert capsys.readouterr().out.splitlines() == [_LEARNER_READY]
+    config = load_config(None, {"codebook": {**ONLINE, "dictionary_solver": "spams"}})
+    _compile_encoder(config.sift_params(), config.codebook_params(), [1], "max")
+    assert capsys.readouterr().out == ""
+
+
+def test_wait_for_learner_returns_at_the_line_while_the_process_still_runs():
+    process = subprocess.Popen([sys.executable, "-c", f"print({_LEARNER_READY!r}, flush=True); "
+                                "import time; time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        assert AsideCompilation(process, learner_first=True).wait_for_learner(timeout=30)
+        assert process.poll() is None  # the line, not the end of the process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_wait_for_learner_returns_when_the_process_ends_silently_or_is_not_needed():
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(1)"], stdout=subprocess.PIPE)
+    assert AsideCompilation(process, learner_first=True).wait_for_learner(timeout=30)
+    process.wait()
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        assert not AsideCompilation(silent, learner_first=True).wait_for_learner(timeout=0.5)
+        assert AsideCompilation(silent, learner_first=False).wait_for_learner(timeout=0)
+        assert AsideCompilation(None, learner_first=True).wait_for_learner(timeout=0)
+    finally:
+        silent.kill()
+        silent.wait()
