@@ -9,7 +9,7 @@ The codebooks, as in the papers the package reproduces:
 * **sparse-coding dictionary** (ScSPM; Yang et al. 2009, Eq. 3):
   :math:`\\min_{U,V} \\sum_i \\lVert x_i - V u_i \\rVert^2/2 + \\lambda \\lVert u_i \\rVert_1`
   s.t. :math:`\\lVert v_k \\rVert_2 \\le 1`, learnt by online dictionary learning (Mairal et
-  al. 2010): SPAMS' ``spams.trainDL`` (the default) or our deterministic multi-threaded learner
+  al. 2010): our deterministic multi-threaded learner (the default) or SPAMS' ``spams.trainDL`` (the optional GPL extra)
   (:mod:`~classify_images.coding.dictionary`, ``codebook.dictionary_solver = "online"``).
 * ``"llc"`` and ``"vlad"``: k-means centres as above, for LLC coding
   (:mod:`~classify_images.coding.llc`) and VLAD (:mod:`~classify_images.coding.vlad`).
@@ -151,24 +151,24 @@ def learn_kmeans_codebook(
     return np.ascontiguousarray(kmeans.cluster_centers_, dtype=np.float32)
 
 
-#: ``codebook.dictionary_solver`` values: ``spams.trainDL`` (the default; GPL-3.0-or-later) and our
-#: online learner (:mod:`~classify_images.coding.dictionary`).
+#: ``codebook.dictionary_solver`` values: our online learner (:mod:`~classify_images.coding.dictionary`,
+#: the default) and ``spams.trainDL`` (the optional extra ``classify-images[spams]``, GPL-3.0-or-later).
 DICTIONARY_SOLVERS = ("online", "spams")
 
 #: What to run to get ``spams`` (``codebook.dictionary_solver = "spams"``).
-SPAMS_INSTALL_HINT = "pip install spams-bin"
+SPAMS_INSTALL_HINT = "pip install 'classify-images[spams]' (or pip install spams-bin)"
 
 
 class MissingSolverError(ClassifyImagesError, ImportError):
-    """``codebook.dictionary_solver = "spams"`` (the default) without spams importable (one line, what to install)."""
+    """``codebook.dictionary_solver = "spams"`` without spams importable (one line, what to install)."""
 
 
 def spams_missing() -> str | None:
     """Why ``spams`` cannot be imported (one line with :data:`SPAMS_INSTALL_HINT`), or ``None``."""
     if importlib.util.find_spec("spams") is not None:
         return None
-    return ('codebook.dictionary_solver = "spams" (the default) needs spams (spams-bin, GPL-3.0-or-later), which '
-            f'is not installed: {SPAMS_INSTALL_HINT}, or set dictionary_solver = "online" for our own learner')
+    return ('codebook.dictionary_solver = "spams" needs spams (spams-bin, GPL-3.0-or-later), which '
+            f'is not installed: {SPAMS_INSTALL_HINT}, or remove the setting for our own learner (the default)')
 
 
 def learn_sparse_dictionary(
@@ -179,7 +179,7 @@ def learn_sparse_dictionary(
     n_iter: int = 1000,
     batch_size: int = 512,
     random_state: int = 0,
-    solver: str = "spams",
+    solver: str = "online",
     n_threads: int | None = None,
 ) -> np.ndarray:
     """Sparse-coding dictionary (ScSPM Eq. 3) by online dictionary learning.
@@ -190,12 +190,12 @@ def learn_sparse_dictionary(
     algorithm of Mairal et al. (JMLR 2010, Algorithms 1–2 with mini-batches), from the same
     initial atoms (:func:`initial_atoms`) with either solver:
 
-    * ``"spams"`` (default): ``spams.trainDL`` (GPL-3.0-or-later) on one thread (its threads
-      change the bits);
-    * ``"online"``: :func:`~classify_images.coding.dictionary.learn_online_dictionary`, the
-      mini-batches coded on ``n_threads`` threads, the same bits for any thread count (same
-      held-out objective as spams at half its CPU; ScSPM accuracy 0.6 point lower on 15-Scenes,
-      docs/benchmarks/sparse-coding.md, so not the default).
+    * ``"online"`` (default): :func:`~classify_images.coding.dictionary.learn_online_dictionary`,
+      the mini-batches coded on ``n_threads`` threads, the same bits for any thread count (the
+      same held-out objective as spams at half its CPU; ScSPM accuracy on 15-Scenes spams' within
+      the spread of the dictionary's seed, docs/benchmarks/sparse-coding.md);
+    * ``"spams"``: ``spams.trainDL`` (the optional extra, GPL-3.0-or-later) on one thread (its
+      threads change the bits).
 
     Parameters
     ----------

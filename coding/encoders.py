@@ -499,8 +499,8 @@ class VectorQuantization(PooledCodes):
 class SparseCodingParams:
     """``[codebook]`` keys of ``kind = "sparse"``."""
 
-    #: dictionary learner: "spams" (spams.trainDL, one thread) or "online" (ours, on every core with
-    #: the same bits as on one; docs/benchmarks/sparse-coding.md); unset: "spams"
+    #: dictionary learner: "online" (ours, on every core with the same bits as on one) or "spams"
+    #: (spams.trainDL, one thread; the optional GPL extra); docs/benchmarks/sparse-coding.md; unset: "online"
     dictionary_solver: str | None = parameter(None, one_of(*codebook_module.DICTIONARY_SOLVERS))
 
 
@@ -515,12 +515,12 @@ class SparseCoding(PooledCodes):
 
     @property
     def solver(self) -> str:
-        """The dictionary learner (``codebook.dictionary_solver``; unset: ``"spams"``)."""
-        return self.params.dictionary_solver or "spams"
+        """The dictionary learner (``codebook.dictionary_solver``; unset: ``"online"``)."""
+        return self.params.dictionary_solver or "online"
 
     @classmethod
     def check_rules(cls, params, size):
-        if (params.dictionary_solver or "spams") == "spams" and (missing := codebook_module.spams_missing()):
+        if params.dictionary_solver == "spams" and (missing := codebook_module.spams_missing()):
             raise EncoderParameterError("dictionary_solver", missing)
 
     def implementation_versions(self):

@@ -1,8 +1,9 @@
 """Dense SIFT of the images still to encode, cached on the core the dictionary leaves idle.
 
-While the build learns the codebook (``spams.trainDL`` on one thread in the parent: two threads
-would learn another dictionary, so the features would depend on ``--n-jobs``), one core of a
-two-core machine does little: the encoder's kernels compile aside for part of it
+While the build learns the codebook in the parent (our online dictionary learner, or
+``spams.trainDL`` on one thread: its two threads would learn another dictionary, so the features
+would depend on ``--n-jobs``), a core of a two-core machine is often idle: the encoder's kernels
+compile aside for part of it
 (:func:`~classify_images.pipeline.warm_up.encoder_compiled_aside`), then nothing.  The encode
 stage needs every image's descriptors; the sample stage has cached those of the training
 images already (``sift.cache_descriptors``).  :func:`descriptors_cached_aside` computes the

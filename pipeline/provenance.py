@@ -2,8 +2,8 @@
 
 Feature-set manifests and model-file headers record :func:`library_versions`, so that a
 number read back later can be traced to the code that produced it: this package, the
-numerical libraries (OpenCV decodes and resizes the images, spams learns sparse-coding
-dictionaries: both change the numbers), and — when the package runs from a git checkout —
+numerical libraries (OpenCV decodes and resizes the images; spams, the optional extra, learns
+sparse-coding dictionaries when ``codebook.dictionary_solver = "spams"``: both change the numbers), and — when the package runs from a git checkout —
 the commit (with ``+dirty`` when the checkout has uncommitted changes).
 """
 

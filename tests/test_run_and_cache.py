@@ -152,8 +152,8 @@ def test_provenance_records_opencv_spams_and_commit():
 
     versions = library_versions()
     assert versions["opencv"].startswith(cv2.__version__.split("-")[0][:3])
-    if importlib.util.find_spec("spams") is not None:  # a required dependency; importable unless blocked
-        assert versions["spams"] != "unknown"
+    # spams is the optional extra classify-images[spams]: its version when installed
+    assert (versions["spams"] != "unknown") == (importlib.util.find_spec("spams") is not None)
     commit = git_commit()
     if commit is not None:  # running from a git checkout (the repository's own tests do)
         assert versions["git_commit"] == commit and len(commit.split("+")[0]) == 40
