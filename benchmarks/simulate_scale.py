@@ -915,7 +915,8 @@ def project_from_runs(builds: list[dict], target: dict, trains: list[dict] | Non
     worker imports, loading the feature set, each worker opening the shards and codebooks, the
     model written) plus a cost per row (decoding the compressed rows) plus a cost per row and
     L-BFGS iteration, solved from at least three trainings: a few rows (mostly fixed), and runs
-    whose rows × iterations dominate.
+    whose rows × iterations dominate; or, when every training made the target's iterations, a
+    fixed part plus a cost per row at that iteration count (:func:`_project_training`).
 
     ``target`` gives ``n_images``, ``n_train`` and ``rows`` of the large run."""
     counts = [_counts(run) for run in builds]
@@ -947,17 +948,39 @@ def project_from_runs(builds: list[dict], target: dict, trains: list[dict] | Non
     report["build"]["projected_store_bytes"] = round(pq_codebook_bytes(n_features, target["n_train"])
                                                      + per_row * target["rows"])
     if trains:
-        report["train"] = {"model": "fixed + per_row x rows + per_row_iteration x rows x iterations",
-                           "target_iterations": target_iterations, "from_rows": [run["n_train"] for run in trains]}
-        terms = _train_terms(target, target_iterations)
-        for clock, field in (("cpu", "cpu_seconds"), ("wall", "wall_seconds")):
-            fixed, (per_row, per_row_iteration) = _fit_linear([_train_terms(run) for run in trains],
-                                                              [run[field] for run in trains])
-            report["train"][f"{clock}_fixed_s"] = round(fixed, 2)
-            report["train"][f"{clock}_per_row_ms"] = round(1000 * per_row, 4)
-            report["train"][f"{clock}_per_row_iteration_us"] = round(1e6 * per_row_iteration, 4)
-            report["train"][f"projected_{clock}_s"] = round(fixed + per_row * terms[0] + per_row_iteration * terms[1], 1)
+        report["train"] = _project_training(trains, target, target_iterations)
     return report
+
+
+def _project_training(trains: list[dict], target: dict, target_iterations: int) -> dict:
+    """The training part of :func:`project_from_runs`.
+
+    Trainings that all made the target's number of L-BFGS iterations cannot tell a cost per row
+    from a cost per row and iteration (the two counts are proportional): then the model is
+    ``fixed + per_row × rows`` at that iteration count, the regime of the target, and needs no
+    training of another regime (a long one, whose late iterations take more evaluations and may
+    restart with float64 products: docs/scaling.md section 7.2, point 3)."""
+    iterations = {_train_terms(run)[1] / max(run["n_train"], 1) for run in trains}
+    same = iterations == {float(target_iterations)}
+    model = {"model": f"fixed + per_row x rows (every training at {target_iterations} iterations)" if same
+             else "fixed + per_row x rows + per_row_iteration x rows x iterations",
+             "target_iterations": target_iterations, "from_rows": [run["n_train"] for run in trains],
+             "from_iterations": [_train_terms(run)[1] / max(run["n_train"], 1) for run in trains]}
+    terms = _train_terms(target, target_iterations)
+    for clock, field in (("cpu", "cpu_seconds"), ("wall", "wall_seconds")):
+        seconds = [run[field] for run in trains]
+        if same:
+            fixed, (per_row,) = _fit_linear([[run["n_train"]] for run in trains], seconds)
+            model[f"{clock}_fixed_s"] = round(fixed, 2)
+            model[f"{clock}_per_row_ms"] = round(1000 * per_row, 4)
+            model[f"projected_{clock}_s"] = round(fixed + per_row * terms[0], 1)
+            continue
+        fixed, (per_row, per_row_iteration) = _fit_linear([_train_terms(run) for run in trains], seconds)
+        model[f"{clock}_fixed_s"] = round(fixed, 2)
+        model[f"{clock}_per_row_ms"] = round(1000 * per_row, 4)
+        model[f"{clock}_per_row_iteration_us"] = round(1e6 * per_row_iteration, 4)
+        model[f"projected_{clock}_s"] = round(fixed + per_row * terms[0] + per_row_iteration * terms[1], 1)
+    return model
 
 
 def compare_with_large(projection: dict, large: dict, large_train: dict | None) -> dict:
@@ -1218,8 +1241,8 @@ def main() -> int:
                       help="small builds of one configuration (build --json): project a large one from them "
                            "(three, two of them with different training shares, separate the encode step's costs)")
     proj.add_argument("--trains", nargs="+", metavar="TRAIN_JSON",
-                      help="trainings (train --json) on their feature sets: at least three, one on a few rows "
-                           "and others whose rows x iterations differ")
+                      help="trainings (train --json) on their feature sets: one on a few rows and others whose "
+                           "rows x iterations differ, or all at --target-iterations (then fixed + per row)")
     proj.add_argument("--target-iterations", type=int, default=40, help="L-BFGS iterations of the large training")
     proj.add_argument("--target-images", type=int, default=50_000)
     proj.add_argument("--target-train", type=int, default=25_000)

@@ -216,3 +216,29 @@ def test_cluster_startup_measures_a_tiny_training_on_a_local_cluster():
 
     report = simulate_scale.cluster_startup(argparse.Namespace(cluster="local:1", classes=3, repeats=1))
     assert len(report["runs"]) == 1 and report["wall_seconds"] > 0 and report["cpu_seconds"] > 0
+
+
+def test_training_projection_at_the_target_iterations_is_fixed_plus_per_row():
+    """Trainings all at the target's 40 iterations: rows and rows x iterations are proportional, so
+    the model is a fixed part plus a cost per row at 40 iterations (no per-iteration cost reported);
+    a long training whose iterations cost more (another regime) is what the fit then leaves out."""
+    def train(rows, iterations, fixed=9.0, per_row=1e-3, per_row_iteration=1e-4):
+        seconds = fixed + per_row * rows + per_row_iteration * rows * iterations
+        return {"n_train": rows, "n_iter": iterations, "params": {"max_iter": iterations},
+                "cpu_seconds": seconds, "wall_seconds": 2 * seconds}
+
+    builds = [_pq_build(200, 100), _pq_build(2000, 1000)]
+    target = {"n_images": 50_000, "n_train": 25_000, "rows": 50_000}
+    trains = [train(100, 40), train(1000, 40), train(5000, 40)]
+    model = simulate_scale.project_from_runs(builds, target, trains)["train"]
+    assert model["model"].startswith("fixed + per_row x rows (every training at 40")
+    assert "cpu_per_row_iteration_us" not in model
+    assert model["cpu_fixed_s"] == pytest.approx(9.0, abs=1e-6)
+    assert model["cpu_per_row_ms"] == pytest.approx(1.0 + 40 * 0.1, abs=1e-6)
+    assert model["projected_cpu_s"] == pytest.approx(train(25_000, 40)["cpu_seconds"], abs=0.1)
+    assert model["projected_wall_s"] == pytest.approx(train(25_000, 40)["wall_seconds"], abs=0.1)
+    # a 400-iteration run whose late iterations cost twice as much biases the three-term model at 40 iterations
+    slow = train(1000, 400, per_row_iteration=2e-4)
+    mixed = simulate_scale.project_from_runs(builds, target, trains + [slow])["train"]
+    assert "cpu_per_row_iteration_us" in mixed
+    assert abs(mixed["projected_cpu_s"] - train(25_000, 40)["cpu_seconds"]) > 1.0
