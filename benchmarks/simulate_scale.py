@@ -345,6 +345,20 @@ def run_train(args) -> dict:
         key, value = item.split("=", 1)
         params[key] = value if key == "solver" else float(value) if "." in value or "e" in value else int(value)
     fs = load_feature_set(args.features)
+    counts_folder = None
+    if getattr(args, "count_evaluations", False):  # objective evaluations counted in every process
+        import tempfile
+
+        import dask
+
+        import _lbfgs_counts
+
+        counts_folder = tempfile.mkdtemp(prefix="simulate-scale-evaluations-")
+        os.environ[_lbfgs_counts.FOLDER_VARIABLE] = counts_folder
+        here = str(Path(__file__).resolve().parent)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+        dask.config.set({"distributed.worker.preload": ["_lbfgs_counts"]})
+        _lbfgs_counts.install()  # the training on this process, without a cluster
     execution = Execution.from_options(cluster=args.cluster) if args.cluster else None
     out = Path(args.out)
     with ProcessTreeMonitor() as monitor:
@@ -363,9 +377,22 @@ def run_train(args) -> dict:
         "cluster": args.cluster, "params": params, "n_train": len(fs.y_train), "n_features": fs.n_features,
         "classes": n_classes, "n_iter": passes,
         "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+        "main_process_cpu_seconds": round(monitor.stage_main_cpu.get("train", 0.0), 2),  # client + LocalCluster scheduler
         "cpu_ns_per_row_class_iteration": round(1e9 * cpu / max(len(fs.y_train) * n_classes * max(passes, 1), 1), 3),
         "memory": monitor.memory(),
+        **({"evaluations": _read_evaluation_counts(counts_folder)} if counts_folder else {}),
     }
+
+
+def _read_evaluation_counts(folder: str) -> dict:
+    """The workers' evaluation counters (:mod:`_lbfgs_counts`), the folder removed."""
+    import shutil
+
+    import _lbfgs_counts
+
+    counts = _lbfgs_counts.read_counts(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return counts
 
 
 def cluster_startup(args) -> dict:
@@ -1183,6 +1210,8 @@ def main() -> int:
     sim_train.add_argument("--cluster", help="local:N: the one-vs-rest problems on a local Dask cluster")
     sim_train.add_argument("--param", action="append", metavar="KEY=VALUE")
     sim_train.add_argument("--out", required=True, help="model file")
+    sim_train.add_argument("--count-evaluations", action="store_true",
+                           help="count the objective's evaluations (and float64 restarts) on every worker")
     sim_train.add_argument("--json")
 
     startup = commands.add_parser("cluster-startup", help="the fixed part of a cluster training, measured apart")

@@ -242,3 +242,39 @@ def test_training_projection_at_the_target_iterations_is_fixed_plus_per_row():
     mixed = simulate_scale.project_from_runs(builds, target, trains + [slow])["train"]
     assert "cpu_per_row_iteration_us" in mixed
     assert abs(mixed["projected_cpu_s"] - train(25_000, 40)["cpu_seconds"]) > 1.0
+
+
+def test_evaluation_counter_counts_every_objective_evaluation_by_precision(tmp_path, monkeypatch):
+    """``_lbfgs_counts`` (the workers' preload of ``train --count-evaluations``) against the obvious
+    count: every call L-BFGS-B makes of ``_Stop.fun``, with its problem's rows and precision."""
+    import _lbfgs_counts
+
+    from classify_images.classifiers import QuadraticHingeSVC
+    from classify_images.classifiers import _quadratic_hinge_objective as objective
+
+    original = objective.QuadraticHingeObjective.value_and_grad
+    monkeypatch.setattr(objective.QuadraticHingeObjective, "value_and_grad", original)  # restored after the test
+    _lbfgs_counts.install()
+    _lbfgs_counts.install()  # once only
+    monkeypatch.setenv(_lbfgs_counts.FOLDER_VARIABLE, str(tmp_path))
+    seen = {"float32": [0, 0], "float64": [0, 0]}
+    stop_fun = objective._Stop.fun
+
+    def counted(self, theta):
+        entry = seen["float64" if self.problem.exact else "float32"]
+        entry[0] += 1
+        entry[1] += self.problem.n_samples
+        return stop_fun(self, theta)
+
+    monkeypatch.setattr(objective._Stop, "fun", counted)
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 20)
+    X = (rng.normal(size=(60, 8)) + y[:, None]).astype(np.float32)
+    QuadraticHingeSVC(solver="features", max_iter=15, tol=1e-12).fit(X, y)
+    QuadraticHingeSVC(solver="features", max_iter=5, tol=1e-12).fit(X.astype(np.float64), y)  # float64 products
+    total = _lbfgs_counts.read_counts(tmp_path)["total"]
+    assert seen["float32"][0] > 15 and seen["float64"][0] > 0
+    for precision, (evaluations, rows) in seen.items():
+        assert total[precision]["evaluations"] == evaluations
+        assert total[precision]["row_evaluations"] == rows
+        assert total[precision]["cpu_seconds"] >= 0
