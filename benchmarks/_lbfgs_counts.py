@@ -21,6 +21,30 @@ import time
 from pathlib import Path
 
 FOLDER_VARIABLE = "SIMULATE_SCALE_EVALUATION_COUNTS"
+#: Set (to anything) to count also the rows each evaluation's gradient product reads
+#: (:func:`gradient_rows`); that repeats the margins' product, outside ``cpu_seconds``.
+ACTIVE_VARIABLE = "SIMULATE_SCALE_COUNT_ACTIVE"
+
+
+def gradient_rows(problem, W, b) -> int:
+    """Rows the gradient product ``block.T @ G`` of ``QuadraticHingeObjective._evaluate`` reads at
+    ``(W, b)``: per row block, its rows with an active margin if they are fewer than
+    ``ACTIVE_ROWS_FRACTION`` of the block (the active rows are gathered), else the whole block,
+    none if no margin is active (the margins computed again, as ``_evaluate`` does)."""
+    import numpy as np
+
+    from classify_images.classifiers import _quadratic_hinge_objective as objective
+
+    dtype = np.float64 if problem.exact else np.float32
+    W_product = W.astype(dtype, copy=False)
+    rows = 0
+    for block, Y, _ in problem._row_blocks():
+        Z = np.asarray(block @ W_product, dtype=np.float64)
+        if problem.fit_intercept:
+            Z += b
+        active = int(np.count_nonzero((1.0 - Y * Z > 0).any(axis=1)))
+        rows += active if active < objective.ACTIVE_ROWS_FRACTION * Z.shape[0] else Z.shape[0]
+    return rows
 
 
 def _wrap(method):
@@ -35,6 +59,8 @@ def _wrap(method):
         entry["evaluations"] += 1
         entry["row_evaluations"] += int(self.n_samples) if hasattr(self, "n_samples") else 0
         entry["cpu_seconds"] += time.thread_time() - start
+        if os.environ.get(ACTIVE_VARIABLE):
+            entry["gradient_rows"] = entry.get("gradient_rows", 0) + gradient_rows(self, W, b)
         folder = os.environ.get(FOLDER_VARIABLE)
         if folder:
             path = Path(folder) / f"{os.getpid()}.json"
@@ -69,7 +95,7 @@ def read_counts(folder: str | Path) -> dict:
         for precision, entry in counts.items():
             into = total.setdefault(precision, {"evaluations": 0, "row_evaluations": 0, "cpu_seconds": 0.0})
             for key, value in entry.items():
-                into[key] += value
+                into[key] = into.get(key, 0) + value
     for entry in total.values():
         entry["cpu_seconds"] = round(entry["cpu_seconds"], 3)
     return {"total": total, "per_process": per_process}

@@ -355,6 +355,8 @@ def run_train(args) -> dict:
 
         counts_folder = tempfile.mkdtemp(prefix="simulate-scale-evaluations-")
         os.environ[_lbfgs_counts.FOLDER_VARIABLE] = counts_folder
+        if getattr(args, "count_active", False):
+            os.environ[_lbfgs_counts.ACTIVE_VARIABLE] = "1"
         here = str(Path(__file__).resolve().parent)
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
         dask.config.set({"distributed.worker.preload": ["_lbfgs_counts"]})
@@ -1212,6 +1214,9 @@ def main() -> int:
     sim_train.add_argument("--out", required=True, help="model file")
     sim_train.add_argument("--count-evaluations", action="store_true",
                            help="count the objective's evaluations (and float64 restarts) on every worker")
+    sim_train.add_argument("--count-active", action="store_true",
+                           help="with --count-evaluations: also the rows each gradient product reads (active "
+                                "margins; repeats the margins' product, so the CPU is not the training's)")
     sim_train.add_argument("--json")
 
     startup = commands.add_parser("cluster-startup", help="the fixed part of a cluster training, measured apart")

@@ -278,3 +278,28 @@ def test_evaluation_counter_counts_every_objective_evaluation_by_precision(tmp_p
         assert total[precision]["evaluations"] == evaluations
         assert total[precision]["row_evaluations"] == rows
         assert total[precision]["cpu_seconds"] >= 0
+
+
+def test_gradient_rows_are_the_rows_the_gradient_product_reads(monkeypatch):
+    """``_lbfgs_counts.gradient_rows`` against a row-by-row count of active margins per block:
+    a block with fewer than half its rows active gathers them, otherwise it is read whole."""
+    import _lbfgs_counts
+
+    from classify_images.classifiers import _quadratic_hinge_objective as objective
+
+    rng = np.random.default_rng(1)
+    n, d, P = 50, 16, 3
+    monkeypatch.setattr(objective, "_BLOCK_BYTES", 8 * d * 4)  # blocks of 8 float32 rows
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    Y = np.where(rng.integers(0, P, n)[:, None] == np.arange(P), 1.0, -1.0)
+    problem = objective.QuadraticHingeObjective(X, Y, 1.0)
+    for scale in (0.0, 0.3, 3.0):  # all active, some, few
+        W, b = scale * rng.normal(size=(d, P)), scale * rng.normal(size=P)
+        expected = 0
+        for start in range(0, n, 8):
+            rows = range(start, min(start + 8, n))
+            active = sum(any(1.0 - Y[i, k] * (float(X[i] @ W[:, k].astype(np.float32)) + b[k]) > 0 for k in range(P))
+                         for i in rows)
+            expected += active if active < 0.5 * len(rows) else len(rows)
+        assert _lbfgs_counts.gradient_rows(problem, W, b) == expected
+    assert _lbfgs_counts.gradient_rows(problem, np.zeros((d, P)), np.zeros(P)) == n
