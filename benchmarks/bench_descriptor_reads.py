@@ -82,10 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _bench_utils import machine, machine_line
+    from _bench_utils import announce_machine
 
-    info = machine()
-    print(machine_line(info))
+    info = announce_machine()
     with tempfile.TemporaryDirectory(prefix="descriptor-reads-") as scratch:
         result = measure(args.feature_set, args.n_images, args.repeats, Path(scratch))
     result |= {"machine": info, "load_average": [round(v, 2) for v in os.getloadavg()]}
