@@ -261,7 +261,9 @@ HASHES_BEFORE = {
     "hik-nsvm-improved": "ca6d6e1d3650b8ceea9d97eda3311eff36cce463",
     "llc": "50f8e34cef0d203cb50100d1e5172ecd869b6680",
     "lspm": "7b4bac78a5fbb19bb65bbfdfc4afbcfc42782322",
-    "scspm": "f4317364f7483e64fb91730fb51b3d1b4834cccf",
+    # changed on purpose (2026-11-28): the default dictionary learner became ours, whose
+    # IMPLEMENTATION_VERSION now keys the sparse configs' stages (was f4317364f748…)
+    "scspm": "b6c0b4e948b0dd68a6513798d6c9168c34034b16",
     "vlad": "a97a7d1734e4978e7e0a6d5c31f59057f6d15a96",
     "vlad-rootsift": "c4d9c2ebd585b8f3a96d0994956b4af5918872b7",
 }
