@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,8 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from ..errors import ClassifyImagesError
 from .eigenbasis import gram_matrix
 
-__all__ = ["SearchError", "SearchResult", "search_parameters", "search_summary", "edge_warning", "DEFAULT_FOLDS"]
+__all__ = ["SearchError", "SearchResult", "search_parameters", "search_summary", "edge_warning", "splits_edge_warning",
+           "DEFAULT_FOLDS"]
 
 #: Folds of the cross-validation.
 DEFAULT_FOLDS = 3
@@ -115,6 +117,31 @@ def edge_warning(search: dict[str, Any]) -> str | None:
         return None
     chosen = _values_text({name: search["best"][name] for name in search["on_edge"]})
     return f"the search chose {chosen}, on the edge of its grid: the best value may lie beyond it; widen the grid"
+
+
+def splits_edge_warning(grid: dict[str, list], chosen: Sequence[tuple[int, dict[str, Any] | None]]) -> str | None:
+    """The one-line warning when the choice of *any* split of an experiment is on its grid's edge.
+
+    Parameters
+    ----------
+    grid : dict
+        The searched grid, ``{name: [values]}`` (the same on every split).
+    chosen : sequence of (seed, dict or None)
+        Each split's seed and the values its search chose (None: no search on that split).
+
+    Returns
+    -------
+    str or None
+        ``"the search chose a value on the edge of its grid on 2 of 3 splits (seed 0: C = 100;
+        seed 2: C = 100): …"``, or None when every choice lies inside its grid.
+    """
+    on_edge = [(seed, {name: best[name] for name in _edges(grid, best)}) for seed, best in chosen if best]
+    on_edge = [(seed, values) for seed, values in on_edge if values]
+    if not on_edge:
+        return None
+    where = "; ".join(f"seed {seed}: {_values_text(values)}" for seed, values in on_edge)
+    return (f"the search chose a value on the edge of its grid on {len(on_edge)} of {len(chosen)} splits ({where}): "
+            "the best value may lie beyond it; widen the grid")
 
 
 def _check_grid(estimator: Any, grid: dict[str, list]) -> dict[str, list]:

@@ -239,7 +239,10 @@ def experiment_text(experiment: Experiment) -> str:
              + ("" if run.chosen is None else "; chose " + ", ".join(f"{k} = {v}" for k, v in run.chosen.items()))
              + ")" for run in experiment.runs]
     if experiment.first is not None and experiment.first.search is not None:
-        lines += search_lines(experiment.first.search)[1:]  # the first split's edge warning
+        from ..classifiers.model_selection import splits_edge_warning
+
+        warning = splits_edge_warning(experiment.first.search["grid"], [(run.seed, run.chosen) for run in experiment.runs])
+        lines += [f"warning: {warning}"] if warning else []
     lines.append(f"{experiment.classifier}: {100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} % "
                  f"mean per-class accuracy over {len(experiment.runs)} splits ({EXPERIMENT_NOTE})")
     top = experiment.top_k_statistics()

@@ -223,17 +223,19 @@ def _headline(evaluation: Evaluation, experiment: Experiment | None) -> str:
         f'<p class="muted">{n_classes} classes · {evaluation.n_train} training and {evaluation.n_test} test images · '
         f'{evaluation.n_features} dimensions · classifier <b id="classifier">{_e(evaluation.classifier)}</b>'
         f'{params} all in <a href="#classifier-parameters">Provenance</a>) · training {train}, '
-        f"testing {evaluation.test_seconds:.2f} s</p>{_search_html(evaluation)}"
+        f"testing {evaluation.test_seconds:.2f} s</p>{_search_html(evaluation, experiment)}"
     )
 
 
-def _search_html(evaluation: Evaluation) -> str:
-    """A paragraph on the cross-validated parameter choice (and its edge warning), if there was one."""
+def _search_html(evaluation: Evaluation, experiment: Experiment | None = None) -> str:
+    """A paragraph on the cross-validated parameter choice (and its edge warning: of any split of an
+    experiment), if there was one."""
     if evaluation.search is None:
         return ""
-    from ..classifiers.model_selection import edge_warning, search_summary
+    from ..classifiers.model_selection import edge_warning, search_summary, splits_edge_warning
 
-    warning = edge_warning(evaluation.search)
+    warning = (edge_warning(evaluation.search) if experiment is None or len(experiment.runs) < 2 else
+               splits_edge_warning(evaluation.search["grid"], [(run.seed, run.chosen) for run in experiment.runs]))
     return (f'<p id="search">{_e(search_summary(evaluation.search))}'
             + (f'<br><b>warning:</b> {_e(warning)}' if warning else "") + "</p>")
 

@@ -12,7 +12,7 @@ from sklearn.metrics import balanced_accuracy_score
 from sklearn.model_selection import StratifiedKFold
 
 from classify_images.classifiers import QuadraticHingeSVC
-from classify_images.classifiers.model_selection import SearchError, edge_warning, search_parameters
+from classify_images.classifiers.model_selection import SearchError, edge_warning, search_parameters, splits_edge_warning
 from classify_images.pipeline.cli import main
 from classify_images.pipeline.model_file import load_model
 
@@ -93,6 +93,32 @@ def test_train_records_the_choice_in_the_model_and_the_report(fixture_set, tmp_p
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["search"]["best"] == search["best"]
     assert 'id="search"' in (tmp_path / "report" / "report.html").read_text()
+
+
+def test_an_experiment_warns_when_any_split_chooses_the_edge():
+    """Not only the first split: a 3-split experiment where only seed 1 chose the grid's top value
+    (as on 15-Scenes, C = 1000 of 1 … 1000) still warns, naming that split."""
+    grid = {"C": [1, 10, 100, 1000]}
+    assert splits_edge_warning(grid, [(0, {"C": 10}), (1, {"C": 100}), (2, {"C": 10})]) is None
+    warning = splits_edge_warning(grid, [(0, {"C": 100}), (1, {"C": 1000}), (2, {"C": 100})])
+    assert warning == ("the search chose a value on the edge of its grid on 1 of 3 splits (seed 1: C = 1000): "
+                       "the best value may lie beyond it; widen the grid")
+    assert "2 of 3 splits (seed 0: C = 1; seed 2: C = 1000)" in splits_edge_warning(
+        grid, [(0, {"C": 1}), (1, {"C": 10}), (2, {"C": 1000})])
+    assert splits_edge_warning(grid, [(0, None), (1, None)]) is None
+    assert splits_edge_warning({"C": [1, 10]}, [(0, {"C": 10})]) is None  # two values: no inside
+
+
+def test_experiment_text_warns_for_a_later_split():
+    from classify_images.pipeline.evaluation import Experiment, ExperimentRun
+    from classify_images.pipeline.report import experiment_text
+
+    class First:  # the first split's evaluation: only its search record is read
+        search = {"grid": {"C": [1, 10, 100]}, "best": {"C": 10}, "on_edge": []}
+
+    runs = (ExperimentRun(0, 0.9, 1.0, 1.0, chosen={"C": 10}), ExperimentRun(1, 0.8, 1.0, 1.0, chosen={"C": 100}))
+    text = experiment_text(Experiment("linear", {}, "fs", "hash", runs, First()))
+    assert "warning: the search chose a value on the edge of its grid on 1 of 2 splits (seed 1: C = 100)" in text
 
 
 def test_experiment_chooses_per_split_and_errors_are_one_line(fixture_set, tmp_path, capsys):
