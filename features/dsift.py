@@ -711,13 +711,12 @@ def root_sift(descriptors: np.ndarray, rows: np.ndarray | None = None) -> np.nda
     the result has unit L2 norm.  ``rows``: boolean mask of the rows to map
     (default all); all-zero rows stay zero.
     """
-    D = descriptors if rows is None else descriptors[rows]
-    l1 = D.sum(axis=1, keepdims=True, dtype=np.float32)
-    D = np.sqrt(D / np.maximum(l1, np.float32(1e-30)))
-    if rows is None:
-        descriptors[...] = D
-    else:
-        descriptors[rows] = D
+    l1 = descriptors.sum(axis=1, keepdims=True, dtype=np.float32)
+    np.maximum(l1, np.float32(1e-30), out=l1)
+    # ufunc ``where``: the masked-out rows are left as they are, without copying the others out and back
+    where = True if rows is None else np.asarray(rows, dtype=bool)[:, None]
+    np.divide(descriptors, l1, out=descriptors, where=where)
+    np.sqrt(descriptors, out=descriptors, where=where)
     return descriptors
 
 
