@@ -33,6 +33,19 @@ def test_vlad_rootsift_config_is_vlad_with_rootsift_and_its_own_hashes():
         assert stage_hash(root, tables) != stage_hash(vlad, tables)
 
 
+def test_fisher_flip_rootsift_config_is_fisher_flip_with_rootsift_and_its_own_hashes():
+    flip, root = load_config("fisher-flip"), load_config("fisher-flip-rootsift")
+    assert root.sift.root_sift and not flip.sift.root_sift
+    assert PipelineConfig.from_dict(root.to_dict()) == root
+    plain = root.to_dict()
+    plain["sift"].pop("root_sift")
+    flip_dict = flip.to_dict()
+    flip_dict["sift"].pop("root_sift", None)
+    assert plain == flip_dict  # everything else is fisher-flip's, flips included
+    for tables in (["image", "sift"], list(TABLES)):
+        assert stage_hash(root, tables) != stage_hash(flip, tables)
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

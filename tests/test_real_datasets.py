@@ -40,11 +40,11 @@ def test_caltech_mini_end_to_end(tmp_path, caltech_mini, capsys):
 
 
 def test_caltech_mini_best_config_end_to_end(tmp_path, caltech_mini, capsys):
-    """The most accurate shipped config (``fisher-flip``: Fisher vectors + flips, BENCHMARKS.md), as
-    shipped, by one ``run`` with C searched on caltech101-mini: mirrors stored, used in training and
-    averaged at test time."""
+    """The most accurate shipped config (``fisher-flip-rootsift``: Fisher vectors of RootSIFT + flips,
+    BENCHMARKS.md), as shipped, by one ``run`` with C searched on caltech101-mini: mirrors stored, used
+    in training and averaged at test time."""
     out = tmp_path / "run"
-    assert main(["run", str(caltech_mini), "--config", "fisher-flip", "--classifier", "linear",
+    assert main(["run", str(caltech_mini), "--config", "fisher-flip-rootsift", "--classifier", "linear",
                  "--search", "C=1,10,100", "--train-per-class", "10", "--test-per-class", "10",
                  "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--n-jobs", "2", "-q"]) == 0
     manifest = json.loads((out / "features" / "manifest.json").read_text())
