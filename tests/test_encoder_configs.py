@@ -18,32 +18,20 @@ def test_shipped_encoder_configs_load_and_round_trip():
     assert load_config("fisher").to_dict()["pooling"]["levels"] == [1, 2, "3x1"]
 
 
-def test_vlad_rootsift_config_is_vlad_with_rootsift_and_its_own_hashes():
-    vlad, root = load_config("vlad"), load_config("vlad-rootsift")
-    assert root.sift.root_sift and not vlad.sift.root_sift
+@pytest.mark.parametrize("base_name, root_name", [("vlad", "vlad-rootsift"), ("fisher-flip", "fisher-flip-rootsift")])
+def test_rootsift_config_is_its_base_with_rootsift_and_its_own_hashes(base_name, root_name):
+    base, root = load_config(base_name), load_config(root_name)
+    assert root.sift.root_sift and not base.sift.root_sift
     assert PipelineConfig.from_dict(root.to_dict()) == root
-    # everything but the RootSIFT switch is the vlad config
+    # everything but the RootSIFT switch is the base config (fisher-flip's flips included)
     plain = root.to_dict()
     plain["sift"].pop("root_sift")
-    vlad_dict = vlad.to_dict()
-    vlad_dict["sift"].pop("root_sift", None)
-    assert plain == vlad_dict
-    # descriptors, codebook and feature set are all keyed apart from vlad's: nothing stale is reused
+    base_dict = base.to_dict()
+    base_dict["sift"].pop("root_sift", None)
+    assert plain == base_dict
+    # descriptors, codebook and feature set are all keyed apart from the base's: nothing stale is reused
     for tables in (["image", "sift"], list(TABLES)):
-        assert stage_hash(root, tables) != stage_hash(vlad, tables)
-
-
-def test_fisher_flip_rootsift_config_is_fisher_flip_with_rootsift_and_its_own_hashes():
-    flip, root = load_config("fisher-flip"), load_config("fisher-flip-rootsift")
-    assert root.sift.root_sift and not flip.sift.root_sift
-    assert PipelineConfig.from_dict(root.to_dict()) == root
-    plain = root.to_dict()
-    plain["sift"].pop("root_sift")
-    flip_dict = flip.to_dict()
-    flip_dict["sift"].pop("root_sift", None)
-    assert plain == flip_dict  # everything else is fisher-flip's, flips included
-    for tables in (["image", "sift"], list(TABLES)):
-        assert stage_hash(root, tables) != stage_hash(flip, tables)
+        assert stage_hash(root, tables) != stage_hash(base, tables)
 
 
 @pytest.mark.parametrize(
