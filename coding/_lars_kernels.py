@@ -628,7 +628,8 @@ def _feature_sign(
                     ppos[q] = ppos[i]
                     signs[q] = signs[i]
                     u[q] = u[i]
-                    grams[q, :mc] = grams[i, :mc]
+                    for t in range(mc):  # a loop, not a slice copy: no shape check to compile
+                        grams[q, t] = grams[i, t]
                 q += 1
             else:
                 pstate[ppos[i]] = _FREE
@@ -749,8 +750,9 @@ def encode_block(C, G, G32, lam, max_steps, pivot_rtol, cap, n_candidates, kkt_b
             size = max(2 * size, nnz + n)
             new_i = np.empty(size, dtype=np.int32)
             new_d = np.empty(size, dtype=np.float32)
-            new_i[:nnz] = indices[:nnz]
-            new_d[:nnz] = data[:nnz]
+            for t in range(nnz):  # loops, not slice copies: no shape-mismatch error to compile
+                new_i[t] = indices[t]
+                new_d[t] = data[t]
             indices = new_i
             data = new_d
         # sorted column indices (scipy's canonical CSR): insertion sort of
