@@ -662,6 +662,16 @@ class Experiment:
             std = np.where(counted > 1, np.nanstd(rates, axis=0, ddof=1), np.where(counted == 1, 0.0, np.nan))
         return mean, std
 
+    def edge_warning(self) -> str | None:
+        """The one-line warning when the parameter search of any split chose its grid's edge, naming
+        the splits (:func:`~classify_images.classifiers.model_selection.splits_edge_warning`); None
+        without a search or when every choice lies inside the grid."""
+        if self.first is None or self.first.search is None:
+            return None
+        from ..classifiers.model_selection import splits_edge_warning  # lazily, as search_parameters
+
+        return splits_edge_warning(self.first.search["grid"], [(run.seed, run.chosen) for run in self.runs])
+
     def top_k_statistics(self) -> dict[int, tuple[float, float]]:
         """``{k: (mean, std)}`` of the runs' top-k accuracies (the k every run has)."""
         ks = set.intersection(*(set(run.top_k_accuracy) for run in self.runs)) if self.runs else set()

@@ -238,11 +238,8 @@ def experiment_text(experiment: Experiment) -> str:
              f"(train {run.train_seconds:.2f} s, test {run.test_seconds:.2f} s"
              + ("" if run.chosen is None else "; chose " + ", ".join(f"{k} = {v}" for k, v in run.chosen.items()))
              + ")" for run in experiment.runs]
-    if experiment.first is not None and experiment.first.search is not None:
-        from ..classifiers.model_selection import splits_edge_warning
-
-        warning = splits_edge_warning(experiment.first.search["grid"], [(run.seed, run.chosen) for run in experiment.runs])
-        lines += [f"warning: {warning}"] if warning else []
+    warning = experiment.edge_warning()
+    lines += [f"warning: {warning}"] if warning else []
     lines.append(f"{experiment.classifier}: {100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} % "
                  f"mean per-class accuracy over {len(experiment.runs)} splits ({EXPERIMENT_NOTE})")
     top = experiment.top_k_statistics()

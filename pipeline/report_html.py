@@ -232,10 +232,10 @@ def _search_html(evaluation: Evaluation, experiment: Experiment | None = None) -
     experiment), if there was one."""
     if evaluation.search is None:
         return ""
-    from ..classifiers.model_selection import edge_warning, search_summary, splits_edge_warning
+    from ..classifiers.model_selection import edge_warning, search_summary
 
     warning = (edge_warning(evaluation.search) if experiment is None or len(experiment.runs) < 2 else
-               splits_edge_warning(evaluation.search["grid"], [(run.seed, run.chosen) for run in experiment.runs]))
+               experiment.edge_warning())
     return (f'<p id="search">{_e(search_summary(evaluation.search))}'
             + (f'<br><b>warning:</b> {_e(warning)}' if warning else "") + "</p>")
 
