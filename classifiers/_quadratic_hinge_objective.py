@@ -108,6 +108,12 @@ class QuadraticHingeObjective:
         stops the line search).
     n_evaluations : int
         Number of objective/gradient evaluations so far.
+    n_gradient_rows : int
+        Rows the gradient products ``X^T G`` have read so far, summed over the
+        evaluations: per row block, its rows with an active margin when they are fewer
+        than :data:`ACTIVE_ROWS_FRACTION` of the block, else the whole block.  With
+        ``n_samples * n_evaluations`` (the rows the margins ``X W`` read), it says what
+        an evaluation costs: the share of active rows falls as the rows per class grow.
     """
 
     def __init__(
@@ -131,6 +137,7 @@ class QuadraticHingeObjective:
         self.n_problems = self.Y.shape[1]
         self.exact = X.dtype != np.float32
         self.n_evaluations = 0
+        self.n_gradient_rows = 0
         self.gradient_norm = np.nan
         self.scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         if self.scale is not None and self.scale.shape != (self.n_params,):
@@ -160,7 +167,25 @@ class QuadraticHingeObjective:
             rows = slice(start, min(start + step, self.n_samples))
             block = self.X[rows]
             cost = self.cost if np.ndim(self.cost) == 0 else self.cost[rows]
-            yield (block.astype(np.float64) if self.exact else block), self.Y[rows], cost
+            if self.exact and block.dtype != np.float64:  # converted into one reused buffer
+                converted = self._buffer("float64_block", (step, self.n_features), np.float64)[: block.shape[0]]
+                np.copyto(converted, block)
+                block = converted
+            yield block, self.Y[rows], cost
+
+    def _buffer(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """A work array kept between evaluations (allocated once, at least ``shape``).
+
+        The products of every row block write into such arrays instead of new ones: a
+        process whose allocator returns freed memory to the system at once (Dask's workers
+        set ``MALLOC_TRIM_THRESHOLD_``) would otherwise map, zero and unmap megabytes per
+        block, which doubled the cost of an evaluation there (docs/scaling.md, section 7.4).
+        """
+        buffers = self.__dict__.setdefault("_buffers", {})
+        held = buffers.get(name)
+        if held is None or held.dtype != dtype or held.shape[0] < shape[0] or held.shape[1:] != shape[1:]:
+            held = buffers[name] = np.empty(shape, dtype=dtype)
+        return held
 
     def _evaluate(self, W: np.ndarray, b: np.ndarray, gradient: bool):
         dtype = np.float64 if self.exact else np.float32
@@ -184,8 +209,18 @@ class QuadraticHingeObjective:
             if active.size == 0:
                 continue
             if active.size < ACTIVE_ROWS_FRACTION * Z.shape[0]:
-                block, G = block[active], G[active]
-            grad_W += np.asarray(block.T @ G.astype(dtype), dtype=np.float64)
+                if sp.issparse(block):
+                    block = block[active]
+                else:  # gathered into a reused buffer (mode="clip": not buffered again by numpy)
+                    gathered = self._buffer("gathered", block.shape, block.dtype)[: active.size]
+                    block = np.take(block, active, axis=0, out=gathered, mode="clip")
+                G = G[active]
+            self.n_gradient_rows += block.shape[0]
+            if sp.issparse(block):
+                grad_W += np.asarray(block.T @ G.astype(dtype), dtype=np.float64)
+            else:
+                product = self._buffer("product", (self.n_features, self.n_problems), block.dtype)
+                grad_W += np.matmul(block.T, G.astype(block.dtype), out=product)
         value = 0.5 * float(np.vdot(W, W)) + 0.5 * self.intercept_penalty * float(np.dot(b, b)) + loss
         return value, grad_W, grad_b
 
@@ -256,6 +291,7 @@ class BlockwiseQuadraticHingeObjective(QuadraticHingeObjective):
         self.n_samples, self.n_features, self.n_problems = int(n_samples), int(n_features), int(n_problems)
         self.exact = not float32
         self.n_evaluations = 0
+        self.n_gradient_rows = 0
         self.gradient_norm = np.nan
         self.scale = None if scale is None else np.asarray(scale, dtype=np.float64)
         if self.scale is not None and self.scale.shape != (self.n_params,):

@@ -347,8 +347,10 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         self.objective_ = float(result.fun)
         level = logging.INFO if self.verbose else logging.DEBUG
         if _log.isEnabledFor(level):
-            _log.log(level, "QuadraticHingeSVC: L-BFGS in the %s: %d iterations, %d evaluations, objective %.10g, %.2f s",
-                     space, result.nit, problem.n_evaluations, self.objective_, time.perf_counter() - start)
+            read = problem.n_gradient_rows / max(problem.n_samples * problem.n_evaluations, 1)
+            _log.log(level, "QuadraticHingeSVC: L-BFGS in the %s: %d iterations, %d evaluations (gradients read "
+                     "%.0f %% of the rows), objective %.10g, %.2f s",
+                     space, result.nit, problem.n_evaluations, 100 * read, self.objective_, time.perf_counter() - start)
         if not converged:
             warnings.warn(
                 f"QuadraticHingeSVC did not reach tol={self.tol} in {result.nit} L-BFGS "

@@ -88,6 +88,37 @@ def test_gradient_with_few_active_rows(sparse):
     np.testing.assert_allclose(grad_b, G.sum(axis=0), rtol=1e-12)
 
 
+def test_gradient_rows_counts_the_rows_the_gradient_product_reads(monkeypatch):
+    """``n_gradient_rows`` against a row-by-row count of active margins per block, summed over
+    evaluations: a block with fewer than half its rows active gathers them, else it is read whole."""
+    from classify_images.classifiers import _quadratic_hinge_objective as objective
+
+    rng = np.random.default_rng(1)
+    n, d, P = 50, 16, 3
+    monkeypatch.setattr(objective, "_BLOCK_BYTES", 8 * d * 4)  # blocks of 8 float32 rows
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    Y = np.where(rng.integers(0, P, n)[:, None] == np.arange(P), 1.0, -1.0)
+    X[:, :P] += 4.0 * (Y > 0)  # separable along the first P columns
+    problem = QuadraticHingeObjective(X, Y, 1.0)
+    separator = (2.0 * np.eye(d, P), np.full(P, -4.0))  # few active margins: blocks gather their rows
+    cases = [(scale * rng.normal(size=(d, P)), scale * rng.normal(size=P)) for scale in (0.0, 0.3)] + [separator]
+    expected_total = 0
+    for W, b in cases:
+        expected = 0
+        for start in range(0, n, 8):
+            rows = range(start, min(start + 8, n))
+            active = sum(any(1.0 - Y[i, k] * (float(X[i] @ W[:, k].astype(np.float32)) + b[k]) > 0 for k in range(P))
+                         for i in rows)
+            expected += active if active < 0.5 * len(rows) else len(rows)
+        before = problem.n_gradient_rows
+        problem.value_and_grad(W, b)
+        assert problem.n_gradient_rows - before == expected
+        expected_total += expected
+    assert 0 < expected < 0.5 * n  # the separator's blocks were gathered, not read whole
+    problem.value(W, b)  # no gradient, no rows counted
+    assert problem.n_gradient_rows == expected_total
+
+
 # ------------------------------------------------------- agreement LinearSVC
 @pytest.mark.parametrize("solver", ["features", "eigen"])
 @pytest.mark.parametrize("fit_intercept", [False, True])
