@@ -144,16 +144,45 @@ class ProductQuantizer:
             raise RowCodecError(f"rows of shape {rows.shape} do not fit codebooks of {self.n_features_} dimensions")
         return self._nearest(rows, self.codebooks_).astype(np.uint8)
 
-    def decode(self, codes: np.ndarray) -> np.ndarray:
-        """Float32 rows ``(n, d)`` of codes ``(n, m)``: each sub-vector replaced by its centroid."""
+    def check_codes(self, codes: np.ndarray) -> np.ndarray:
+        """``codes`` as an array, if they are uint8 codes ``(n, m)`` of these codebooks.
+
+        Raises
+        ------
+        RowCodecError
+            Another dtype or shape, or a code past the last centroid.
+        """
         codes = np.asarray(codes)
         m = self.codebooks_.shape[0]
         if codes.ndim != 2 or codes.shape[1] != m or codes.dtype != np.uint8:
             raise RowCodecError(f"codes of shape {codes.shape} ({codes.dtype}) are not uint8 codes of {m} sub-vectors")
         if codes.size and int(codes.max()) >= self.codebooks_.shape[1]:
             raise RowCodecError(f"codes index centroid {int(codes.max())} of codebooks of {self.codebooks_.shape[1]}")
-        decoded = self.codebooks_[np.arange(m), codes]  # (n, m, s)
-        return decoded.reshape(codes.shape[0], m * self.sub_dim)[:, :self.n_features_]
+        return codes
+
+    def decode(self, codes: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Float32 rows ``(n, d)`` of codes ``(n, m)``: each sub-vector replaced by its centroid.
+
+        ``out``, a C-contiguous float32 array ``(n, d)``, receives the rows (a reader
+        assembling many blocks writes each into its place, without a new array per block).
+        """
+        codes = self.check_codes(codes)
+        m, n_centroids, sub_dim = self.codebooks_.shape
+        n = codes.shape[0]
+        if out is not None and (out.shape != (n, self.n_features_) or out.dtype != np.float32
+                                or not out.flags.c_contiguous):
+            raise ValueError(f"out must be a C-contiguous float32 array of shape ({n}, {self.n_features_})")
+        # centroid k of sub-vector j is row j * K + k of the (m * K, s) table
+        flat_index = codes + (np.arange(m, dtype=np.intp) * n_centroids)
+        table = self.codebooks_.reshape(m * n_centroids, sub_dim)
+        if out is not None and m * sub_dim == self.n_features_:
+            np.take(table, flat_index, axis=0, out=out.reshape(n, m, sub_dim), mode="clip")
+            return out
+        decoded = np.take(table, flat_index, axis=0, mode="clip").reshape(n, m * sub_dim)[:, :self.n_features_]
+        if out is None:
+            return decoded
+        out[...] = decoded
+        return out
 
     @classmethod
     def from_codebooks(cls, codebooks: np.ndarray, n_features: int) -> "ProductQuantizer":

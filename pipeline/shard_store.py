@@ -223,9 +223,14 @@ def file_sha1(path: Path) -> str:
 
 
 def read_shard(path: str | os.PathLike, n_rows: int, n_features: int, fmt: str,
-               quantizer: ProductQuantizer | None = None) -> np.ndarray | sp.csr_matrix:
+               quantizer: ProductQuantizer | None = None, *, out: np.ndarray | None = None,
+               decode: bool = True) -> np.ndarray | sp.csr_matrix:
     """One shard: a read-only memory-mapped float32 array, a CSR matrix, or (formats ``float16``
     and ``pq``, decoded with ``quantizer``) a new float32 array (no pickle).
+
+    ``out`` (formats ``float16`` and ``pq``): a C-contiguous float32 array ``(n_rows, n_features)``
+    the shard is decoded into, and returned.  ``decode=False`` (format ``pq``): the checked uint8
+    codes, not decoded (their values are centroids of finite codebooks).
 
     Raises
     ------
@@ -257,10 +262,13 @@ def read_shard(path: str | os.PathLike, n_rows: int, n_features: int, fmt: str,
         if rows.dtype != stored[0] or rows.shape != (n_rows, stored[1]):
             raise ShardError(f"{path.name} is {rows.dtype} {rows.shape}, expected {np.dtype(stored[0])} ({n_rows}, {stored[1]})")
         if fmt == "float16":
-            return rows.astype(np.float32)
+            if out is None:
+                return rows.astype(np.float32)
+            np.copyto(out, rows)
+            return out
         if fmt == "pq":
             try:
-                return quantizer.decode(rows)
+                return quantizer.decode(rows, out=out) if decode else quantizer.check_codes(rows)
             except RowCodecError as exc:
                 raise ShardError(f"{path.name}: {exc}") from None
         return rows
@@ -306,10 +314,12 @@ class ShardedRows:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def shard(self, index: int) -> np.ndarray | sp.csr_matrix:
-        """Shard ``index`` (memory-mapped dense array, CSR matrix, or decoded float32 rows)."""
+    def shard(self, index: int, out: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
+        """Shard ``index`` (memory-mapped dense array, CSR matrix, or decoded float32 rows;
+        formats ``float16`` and ``pq``: decoded into ``out`` if given)."""
         entry = self.entries[index]
-        return read_shard(self.folder / entry["file"], entry["rows"], self.n_features, self.format, self.quantizer)
+        return read_shard(self.folder / entry["file"], entry["rows"], self.n_features, self.format, self.quantizer,
+                          out=out)
 
     def __getitem__(self, rows) -> np.ndarray | sp.csr_matrix:
         """The rows at the integer indices ``rows`` (in that order), reading only the shards that hold them."""
@@ -329,7 +339,8 @@ class ShardedRows:
         return joined[np.argsort(placed, kind="stable")]
 
     def check(self, verify_digests: bool = True) -> None:
-        """Read every shard once: structure, SHA-1 against the manifest, finite values.
+        """Read every shard once: structure, SHA-1 against the manifest, finite values (format
+        ``pq``: codes within the codebooks, whose finite centroids make every decoded value finite).
 
         Raises
         ------
@@ -337,11 +348,14 @@ class ShardedRows:
         """
         for index, entry in enumerate(self.entries):
             path = self.folder / entry["file"]
-            block = self.shard(index)
-            values = block.data if sp.issparse(block) else block
-            for start in range(0, max(values.shape[0], 1), 4096):
-                if not np.isfinite(values[start : start + 4096]).all():
-                    raise ShardError(f"{entry['file']} holds NaN or infinite values")
+            if self.format == "pq":  # codes checked, not decoded: centroids of finite codebooks are finite
+                read_shard(path, entry["rows"], self.n_features, self.format, self.quantizer, decode=False)
+            else:
+                block = self.shard(index)
+                values = block.data if sp.issparse(block) else block
+                for start in range(0, max(values.shape[0], 1), 4096):
+                    if not np.isfinite(values[start : start + 4096]).all():
+                        raise ShardError(f"{entry['file']} holds NaN or infinite values")
             if verify_digests and file_sha1(path) != entry["sha1"]:
                 raise ShardError(f"{entry['file']} is not the shard the manifest lists (SHA-1 differs)")
 
@@ -381,8 +395,12 @@ class ShardedRows:
         """The dense float32 matrix of the split (assembled once, then kept)."""
         if self._dense is None:
             dense = np.zeros(self.shape, dtype=np.float32)
-            for rows, block in self.blocks():
-                dense[rows] = as_dense(block)
+            for index in range(len(self.entries)):
+                rows = slice(int(self.starts[index]), int(self.starts[index + 1]))
+                if self.format in ("float16", "pq"):  # decoded in place
+                    self.shard(index, out=dense[rows])
+                else:
+                    dense[rows] = as_dense(self.shard(index))
             dense.flags.writeable = False
             self._dense = dense
         return self._dense

@@ -71,6 +71,9 @@ def test_product_quantizer_matches_slow_loops(sub_dim, monkeypatch):
             assert distance(codes[i, j]) <= distance(best) + 1e-5  # the nearest, up to rounding ties
             expected = quantizer.codebooks_[j, codes[i, j]][: max(0, min(sub_dim, 22 - j * sub_dim))]
             np.testing.assert_array_equal(decoded[i, j * sub_dim:j * sub_dim + expected.size], expected)
+    out = np.full_like(decoded, np.nan)  # decoded in place, as a reader assembling shards does
+    assert quantizer.decode(codes, out=out) is out
+    np.testing.assert_array_equal(out, decoded)
     # the codebooks reload from their array, and reject what does not fit
     again = ProductQuantizer.from_codebooks(quantizer.codebooks_, 22)
     np.testing.assert_array_equal(again.decode(codes), decoded)
@@ -80,6 +83,21 @@ def test_product_quantizer_matches_slow_loops(sub_dim, monkeypatch):
         quantizer.encode(fresh[:, :20])
     with pytest.raises(RowCodecError):
         quantizer.decode(codes.astype(np.int64))
+
+
+def test_decoding_in_place_without_padding_is_decoding():
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(300, 32)).astype(np.float32)  # 32 = 4 sub-vectors of 8: no padding
+    quantizer = ProductQuantizer(8, n_iter=2, seed=0).fit(rows)
+    codes = quantizer.encode(rows[:50])
+    block = np.full((60, 32), np.nan, np.float32)
+    assert quantizer.decode(codes, out=block[5:55]).base is block
+    np.testing.assert_array_equal(block[5:55], quantizer.decode(codes))
+    assert np.isnan(block[:5]).all() and np.isnan(block[55:]).all()  # nothing written outside
+    with pytest.raises(ValueError, match="out must be"):
+        quantizer.decode(codes, out=np.empty((50, 32), np.float64))
+    with pytest.raises(RowCodecError, match="centroid"):
+        ProductQuantizer.from_codebooks(quantizer.codebooks_[:, :10].copy(), 32).decode(codes | np.uint8(16))
 
 
 def test_product_quantizer_error_falls_with_bytes():
@@ -158,6 +176,22 @@ def test_compressed_rows_are_refused_where_they_do_not_apply(tmp_path, capsys):
     assert main(["build-features", str(FIXTURE_IMAGES), "--out", str(tmp_path / "x"), "--store", "npy",
                  "--rows", "pq16", "-q", "--no-cache"]) == 2
     assert "--store sharded" in capsys.readouterr().err
+
+
+def test_codes_past_the_codebooks_are_a_one_line_error_at_load(fisher_sets, tmp_path):
+    import shutil
+
+    copy = tmp_path / "pq8"
+    shutil.copytree(fisher_sets / "pq8", copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    n_centroids = manifest["store"]["codebooks"]["n_centroids"]
+    assert n_centroids < 256  # the fixture's few training rows: a code can point past the last centroid
+    shard = copy / manifest["store"]["shards"]["X_test"][0]["file"]
+    codes = np.load(shard)
+    codes[0, 0] = 255
+    np.save(shard, codes)
+    with pytest.raises(FeatureSetError, match=f"codes index centroid 255 of codebooks of {n_centroids}"):
+        load_feature_set(copy)
 
 
 def test_sharded_rows_of_compressed_shards_decode_by_index(fisher_sets):
