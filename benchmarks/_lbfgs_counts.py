@@ -7,7 +7,9 @@
 gradient (2) by L-BFGS-B, line-search trials included) so that each worker process keeps, per
 precision of the products (``float32``, or ``float64`` after :func:`minimize_lbfgs` restarted),
 the number of evaluations, their rows (``n`` of the problem: rows × evaluations is what the
-products scale with) and the thread CPU seconds spent in them, and rewrites ``<pid>.json`` in
+margins' products ``X W`` scale with), the rows the gradient products ``X^T G`` read (the
+objective's ``n_gradient_rows``: only rows with an active margin, block by block) and the thread
+CPU seconds spent in them, and rewrites ``<pid>.json`` in
 the folder after every evaluation (a worker may be stopped without a clean exit).
 :func:`read_counts` sums the files.
 """
@@ -21,46 +23,20 @@ import time
 from pathlib import Path
 
 FOLDER_VARIABLE = "SIMULATE_SCALE_EVALUATION_COUNTS"
-#: Set (to anything) to count also the rows each evaluation's gradient product reads
-#: (:func:`gradient_rows`); that repeats the margins' product, outside ``cpu_seconds``.
-ACTIVE_VARIABLE = "SIMULATE_SCALE_COUNT_ACTIVE"
-
-
-def gradient_rows(problem, W, b) -> int:
-    """Rows the gradient product ``block.T @ G`` of ``QuadraticHingeObjective._evaluate`` reads at
-    ``(W, b)``: per row block, its rows with an active margin if they are fewer than
-    ``ACTIVE_ROWS_FRACTION`` of the block (the active rows are gathered), else the whole block,
-    none if no margin is active (the margins computed again, as ``_evaluate`` does)."""
-    import numpy as np
-
-    from classify_images.classifiers import _quadratic_hinge_objective as objective
-
-    dtype = np.float64 if problem.exact else np.float32
-    W_product = W.astype(dtype, copy=False)
-    rows = 0
-    for block, Y, _ in problem._row_blocks():
-        Z = np.asarray(block @ W_product, dtype=np.float64)
-        if problem.fit_intercept:
-            Z += b
-        active = int(np.count_nonzero((1.0 - Y * Z > 0).any(axis=1)))
-        rows += active if active < objective.ACTIVE_ROWS_FRACTION * Z.shape[0] else Z.shape[0]
-    return rows
-
-
 def _wrap(method):
     counts: dict[str, dict[str, float]] = {}
 
     @functools.wraps(method)
     def value_and_grad(self, W, b):
-        start = time.thread_time()
+        start, rows_before = time.thread_time(), getattr(self, "n_gradient_rows", 0)
         result = method(self, W, b)
         precision = "float64" if getattr(self, "exact", False) else "float32"
-        entry = counts.setdefault(precision, {"evaluations": 0, "row_evaluations": 0, "cpu_seconds": 0.0})
+        entry = counts.setdefault(precision, {"evaluations": 0, "row_evaluations": 0, "gradient_rows": 0,
+                                              "cpu_seconds": 0.0})
         entry["evaluations"] += 1
         entry["row_evaluations"] += int(self.n_samples) if hasattr(self, "n_samples") else 0
         entry["cpu_seconds"] += time.thread_time() - start
-        if os.environ.get(ACTIVE_VARIABLE):
-            entry["gradient_rows"] = entry.get("gradient_rows", 0) + gradient_rows(self, W, b)
+        entry["gradient_rows"] += getattr(self, "n_gradient_rows", 0) - rows_before
         folder = os.environ.get(FOLDER_VARIABLE)
         if folder:
             path = Path(folder) / f"{os.getpid()}.json"

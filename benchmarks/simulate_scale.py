@@ -355,8 +355,6 @@ def run_train(args) -> dict:
 
         counts_folder = tempfile.mkdtemp(prefix="simulate-scale-evaluations-")
         os.environ[_lbfgs_counts.FOLDER_VARIABLE] = counts_folder
-        if getattr(args, "count_active", False):
-            os.environ[_lbfgs_counts.ACTIVE_VARIABLE] = "1"
         here = str(Path(__file__).resolve().parent)
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
         dask.config.set({"distributed.worker.preload": ["_lbfgs_counts"]})
@@ -981,6 +979,70 @@ def project_from_runs(builds: list[dict], target: dict, trains: list[dict] | Non
     return report
 
 
+def _evaluation_totals(run: dict) -> tuple[float, float, float]:
+    """A counted training's ``(row evaluations, gradient rows, CPU seconds in evaluations)``,
+    summed over processes and precisions (``train --count-evaluations``)."""
+    totals = run["evaluations"]["total"].values()
+    return (float(sum(entry["row_evaluations"] for entry in totals)),
+            float(sum(entry.get("gradient_rows", entry["row_evaluations"]) for entry in totals)),
+            float(sum(entry["cpu_seconds"] for entry in totals)))
+
+
+def _project_counted_training(trains: list[dict], target_rows: int) -> dict:
+    """The training projected from trainings whose evaluations were counted: the *active-margin model*.
+
+    An evaluation of objective (1) multiplies every row by ``W`` (the margins) and, per block of
+    rows, only the rows with an active margin by ``G`` (the gradient; the whole block when at
+    least half of it is active), so with ``R`` the rows the margins read and ``A`` the rows the
+    gradients read, summed over the evaluations,
+
+    .. math::  \\text{CPU} = F + a\\,n + m\\,R + g\\,A, \\qquad R = r_0 + e\\,n, \\qquad
+               A = R\\,s(n), \\quad s(n) = \\min\\bigl(1,\\; s_2 (n / n_2)^{k}\\bigr)
+
+    ``F + a n`` (cluster start, reading and decoding the rows, the model written) is fitted to the
+    CPU outside the evaluations of the trainings in the target's regime (evaluations within 10 % of
+    the largest training's: a few-row training whose line searches run long is another regime);
+    ``e`` (evaluations per row), ``m`` and ``g`` (CPU per row read by each product) and the power
+    law of the active share ``s`` are taken through the two largest trainings (``n_1 < n_2``,
+    ``k = ln(s_2 / s_1) / ln(n_2 / n_1)``): the share of rows inside the margin falls as the rows
+    per class grow, and extrapolating it is this model's assumption (docs/scaling.md, section 7.4).
+    Wall: the CPU times the largest training's wall / CPU."""
+    runs = sorted(trains, key=lambda run: run["n_train"])
+    evaluations = {id(run): sum(entry["evaluations"] for entry in run["evaluations"]["total"].values()) for run in runs}
+    largest = runs[-1]
+    regime = [run for run in runs if abs(evaluations[id(run)] - evaluations[id(largest)]) <= 0.1 * evaluations[id(largest)]]
+    if len(regime) < 2:
+        raise ValueError("the active-margin model needs two counted trainings of the target's number of evaluations")
+    (n1, (R1, A1, E1)), (n2, (R2, A2, E2)) = ((run["n_train"], _evaluation_totals(run)) for run in regime[-2:])
+    per_row_evaluations = (R2 - R1) / (n2 - n1)
+    R_target = R2 + per_row_evaluations * (target_rows - n2)
+    s1, s2 = A1 / R1, A2 / R2
+    exponent = float(np.log(s2 / s1) / np.log(n2 / n1))
+    share = min(1.0, s2 * (target_rows / n2) ** exponent)
+    A_target = share * R_target
+    (m, g), *_ = np.linalg.lstsq(np.array([[R1, A1], [R2, A2]]), np.array([E1, E2]), rcond=None)
+    if m < 0 or g < 0:  # not separable from these two: non-negative least squares
+        from scipy.optimize import nnls
+
+        (m, g), _ = nnls(np.array([[R1, A1], [R2, A2]]), np.array([E1, E2]))
+    other = [run["cpu_seconds"] - _evaluation_totals(run)[2] for run in regime]
+    fixed, (per_row,) = _fit_linear([[run["n_train"]] for run in regime], other)
+    evaluation_cpu = m * R_target + g * A_target
+    outside_cpu = fixed + per_row * target_rows
+    cpu = evaluation_cpu + outside_cpu
+    return {"model": "active-margin: fixed + per_row x rows + m x margin rows + g x gradient rows (counted)",
+            "from_rows": [run["n_train"] for run in runs], "fitted_on_rows": [run["n_train"] for run in regime],
+            "row_evaluations_per_row": round(per_row_evaluations, 3),
+            "active_share_from": [round(s1, 4), round(s2, 4)], "active_share_exponent": round(exponent, 4),
+            "projected_active_share": round(share, 4),
+            "projected_row_evaluations": round(R_target), "projected_gradient_rows": round(A_target),
+            "margin_us_per_row": round(1e6 * float(m), 3), "gradient_us_per_row": round(1e6 * float(g), 3),
+            "cpu_fixed_s": round(fixed, 2), "cpu_per_row_ms": round(1000 * per_row, 4),
+            "projected_evaluation_cpu_s": round(evaluation_cpu, 1), "projected_outside_cpu_s": round(outside_cpu, 1),
+            "projected_cpu_s": round(cpu, 1),
+            "projected_wall_s": round(cpu * largest["wall_seconds"] / largest["cpu_seconds"], 1)}
+
+
 def _project_training(trains: list[dict], target: dict, target_iterations: int) -> dict:
     """The training part of :func:`project_from_runs`.
 
@@ -988,9 +1050,13 @@ def _project_training(trains: list[dict], target: dict, target_iterations: int) 
     from a cost per row and iteration (the two counts are proportional): then the model is
     ``fixed + per_row × rows`` at that iteration count, the regime of the target, and needs no
     training of another regime (a long one, whose late iterations take more evaluations and may
-    restart with float64 products: docs/scaling.md section 7.2, point 3)."""
+    restart with float64 products: docs/scaling.md section 7.2, point 3).  When every training
+    counted its evaluations (``train --count-evaluations``), the active-margin model of
+    :func:`_project_counted_training`."""
     iterations = {_train_terms(run)[1] / max(run["n_train"], 1) for run in trains}
     same = iterations == {float(target_iterations)}
+    if same and all("evaluations" in run for run in trains):
+        return {"target_iterations": target_iterations, **_project_counted_training(trains, target["n_train"])}
     model = {"model": f"fixed + per_row x rows (every training at {target_iterations} iterations)" if same
              else "fixed + per_row x rows + per_row_iteration x rows x iterations",
              "target_iterations": target_iterations, "from_rows": [run["n_train"] for run in trains],
@@ -1214,9 +1280,6 @@ def main() -> int:
     sim_train.add_argument("--out", required=True, help="model file")
     sim_train.add_argument("--count-evaluations", action="store_true",
                            help="count the objective's evaluations (and float64 restarts) on every worker")
-    sim_train.add_argument("--count-active", action="store_true",
-                           help="with --count-evaluations: also the rows each gradient product reads (active "
-                                "margins; repeats the margins' product, so the CPU is not the training's)")
     sim_train.add_argument("--json")
 
     startup = commands.add_parser("cluster-startup", help="the fixed part of a cluster training, measured apart")
