@@ -70,6 +70,27 @@ def test_gradient_matches_finite_differences(sparse, fit_intercept, rho):
     assert problem.value(W, b) == pytest.approx(expected, rel=1e-12)
 
 
+def test_float32_gradients_in_reused_buffers_follow_the_active_rows(monkeypatch):
+    """Dense float32 products go into buffers kept between evaluations (gathered rows, ``X_b^T G``):
+    evaluations whose active rows differ, block by block, each give their own gradient."""
+    from classify_images.classifiers import _quadratic_hinge_objective as objective
+
+    monkeypatch.setattr(objective, "_BLOCK_BYTES", 40 * 6 * 4)  # blocks of 40 float32 rows
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((200, 6))
+    w = rng.standard_normal(6)
+    Y = np.where(X @ w > 0, 1, -1).astype(np.int8)[:, None]
+    problem = QuadraticHingeObjective(X.astype(np.float32), Y, 0.8)
+    for length, b in ((5.0, 0.1), (0.5, -0.2), (5.0, 0.1), (2.0, 0.0), (0.0, 0.0)):
+        W = length * (w / np.linalg.norm(w))[:, None]
+        b = np.array([b])
+        _, grad_W, grad_b = problem.value_and_grad(W, b)
+        G = -2.0 * 0.8 * Y * np.maximum(1 - Y * (X @ W + b), 0)
+        np.testing.assert_allclose(grad_W, W + X.T @ G, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(grad_b, G.sum(axis=0), rtol=1e-4, atol=1e-4)
+    assert 0 < problem.n_gradient_rows < 5 * 200  # some blocks gathered their active rows
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_gradient_with_few_active_rows(sparse):
     """Few active margins (the row-subset branch of X^T G) still give the full gradient."""
