@@ -28,7 +28,7 @@ def _wrap(method):
 
     @functools.wraps(method)
     def value_and_grad(self, W, b):
-        start, rows_before = time.thread_time(), getattr(self, "n_gradient_rows", 0)
+        start, rows_before = time.thread_time(), self.n_gradient_rows
         result = method(self, W, b)
         precision = "float64" if getattr(self, "exact", False) else "float32"
         entry = counts.setdefault(precision, {"evaluations": 0, "row_evaluations": 0, "gradient_rows": 0,
@@ -36,7 +36,7 @@ def _wrap(method):
         entry["evaluations"] += 1
         entry["row_evaluations"] += int(self.n_samples) if hasattr(self, "n_samples") else 0
         entry["cpu_seconds"] += time.thread_time() - start
-        entry["gradient_rows"] += getattr(self, "n_gradient_rows", 0) - rows_before
+        entry["gradient_rows"] += self.n_gradient_rows - rows_before
         folder = os.environ.get(FOLDER_VARIABLE)
         if folder:
             path = Path(folder) / f"{os.getpid()}.json"

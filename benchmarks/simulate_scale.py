@@ -1007,25 +1007,26 @@ def _project_counted_training(trains: list[dict], target_rows: int) -> dict:
     ``k = ln(s_2 / s_1) / ln(n_2 / n_1)``): the share of rows inside the margin falls as the rows
     per class grow, and extrapolating it is this model's assumption (docs/scaling.md, section 7.4).
     Wall: the CPU times the largest training's wall / CPU."""
+    def evaluations(run: dict) -> int:
+        return sum(entry["evaluations"] for entry in run["evaluations"]["total"].values())
+
     runs = sorted(trains, key=lambda run: run["n_train"])
-    evaluations = {id(run): sum(entry["evaluations"] for entry in run["evaluations"]["total"].values()) for run in runs}
     largest = runs[-1]
-    regime = [run for run in runs if abs(evaluations[id(run)] - evaluations[id(largest)]) <= 0.1 * evaluations[id(largest)]]
+    regime = [run for run in runs if abs(evaluations(run) - evaluations(largest)) <= 0.1 * evaluations(largest)]
     if len(regime) < 2:
         raise ValueError("the active-margin model needs two counted trainings of the target's number of evaluations")
-    (n1, (R1, A1, E1)), (n2, (R2, A2, E2)) = ((run["n_train"], _evaluation_totals(run)) for run in regime[-2:])
+    totals = [_evaluation_totals(run) for run in regime]
+    (n1, (R1, A1, E1)), (n2, (R2, A2, E2)) = ((run["n_train"], total) for run, total in zip(regime[-2:], totals[-2:]))
     per_row_evaluations = (R2 - R1) / (n2 - n1)
     R_target = R2 + per_row_evaluations * (target_rows - n2)
     s1, s2 = A1 / R1, A2 / R2
     exponent = float(np.log(s2 / s1) / np.log(n2 / n1))
     share = min(1.0, s2 * (target_rows / n2) ** exponent)
     A_target = share * R_target
-    (m, g), *_ = np.linalg.lstsq(np.array([[R1, A1], [R2, A2]]), np.array([E1, E2]), rcond=None)
-    if m < 0 or g < 0:  # not separable from these two: non-negative least squares
-        from scipy.optimize import nnls
+    from scipy.optimize import nnls  # the exact solution of the two when it is non-negative
 
-        (m, g), _ = nnls(np.array([[R1, A1], [R2, A2]]), np.array([E1, E2]))
-    other = [run["cpu_seconds"] - _evaluation_totals(run)[2] for run in regime]
+    (m, g), _ = nnls(np.array([[R1, A1], [R2, A2]]), np.array([E1, E2]))
+    other = [run["cpu_seconds"] - inside for run, (_, _, inside) in zip(regime, totals)]
     fixed, (per_row,) = _fit_linear([[run["n_train"]] for run in regime], other)
     evaluation_cpu = m * R_target + g * A_target
     outside_cpu = fixed + per_row * target_rows
