@@ -28,12 +28,22 @@ from typing import Any
 
 __all__ = ["BrowserMissing", "HeadlessChromium", "PageReport", "chromium_binary", "open_page"]
 
-INSTALL_HINT = "headless Chromium is needed: install it with `apt-get install chromium` (Debian) or set CHROMIUM=/path/to/chromium"
+INSTALL_HINT = (
+    "headless Chromium is needed: install it with `apt-get install chromium` (Debian) or set CHROMIUM=/path/to/chromium"
+)
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--mute-audio", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--mute-audio",
+    "--hide-scrollbars",
 )
 
 
@@ -43,8 +53,9 @@ class BrowserMissing(RuntimeError):
 
 def chromium_binary() -> str:
     """``$CHROMIUM``, else ``chromium`` / ``chromium-browser`` / ``google-chrome`` on the PATH."""
-    candidates = [os.environ.get("CHROMIUM")] + [shutil.which(name) for name in
-                                                 ("chromium", "chromium-browser", "google-chrome")]
+    candidates = [os.environ.get("CHROMIUM")] + [
+        shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
+    ]
     for candidate in candidates:
         if candidate and Path(candidate).exists():
             return candidate
@@ -61,9 +72,12 @@ class _WebSocket:
         host, port, path = match.group(1), int(match.group(2)), match.group(3)
         self.sock = socket.create_connection((host, port), timeout=timeout)
         key = base64.b64encode(os.urandom(16)).decode("ascii")
-        self.sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
-                          .encode("ascii"))
+        self.sock.sendall(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode("ascii")
+        )
         response = b""
         while b"\r\n\r\n" not in response:
             chunk = self.sock.recv(4096)
@@ -138,13 +152,21 @@ class HeadlessChromium:
         self.events: list[dict] = []
         self._next_id = 0
 
-    def __enter__(self) -> "HeadlessChromium":
+    def __enter__(self) -> HeadlessChromium:
         binary = chromium_binary()
         self._profile = tempfile.mkdtemp(prefix="classify-images-chromium-")
         self.process = subprocess.Popen(
-            [binary, *FLAGS, f"--user-data-dir={self._profile}", "--remote-debugging-port=0",
-             f"--window-size={self.width},{self.height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                binary,
+                *FLAGS,
+                f"--user-data-dir={self._profile}",
+                "--remote-debugging-port=0",
+                f"--window-size={self.width},{self.height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.monotonic() + self.timeout
         url = None
@@ -170,8 +192,13 @@ class HeadlessChromium:
         self.ws = _WebSocket(pages[0]["webSocketDebuggerUrl"], self.timeout)
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable")
-        self.call("Emulation.setDeviceMetricsOverride",
-                  width=self.width, height=self.height, deviceScaleFactor=1, mobile=False)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=self.width,
+            height=self.height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -234,8 +261,9 @@ class HeadlessChromium:
         Path(path).write_bytes(base64.b64decode(data))
 
 
-def open_page(path: str | os.PathLike, probe: str, *, screenshot: str | os.PathLike | None = None,
-              width: int = 1280) -> PageReport:
+def open_page(
+    path: str | os.PathLike, probe: str, *, screenshot: str | os.PathLike | None = None, width: int = 1280
+) -> PageReport:
     """Load the local file ``path``, wait for its images, run the JavaScript ``probe``.
 
     Returns

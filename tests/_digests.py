@@ -40,14 +40,30 @@ _BASE = {
 #: k-means + sqrt + min-max (the one normalisation fitted on the training rows), sparse
 #: coding + max + l2 (ScSPM), sparse coding + abs + power.
 FIXTURE_CONFIGS = {
-    "bof-l1": {**_BASE, "codebook": {"kind": "kmeans", "size": 16, "n_samples": 3000, "n_iter": 20},
-               "pooling": {"method": "average", "levels": [1, 2]}, "normalization": {"method": "l1"}},
-    "bof-minmax": {**_BASE, "codebook": {"kind": "kmeans", "size": 16, "n_samples": 3000, "n_iter": 20},
-                   "pooling": {"method": "sqrt", "levels": [1, 2]}, "normalization": {"method": "minmax"}},
-    "scspm-l2": {**_BASE, "codebook": {"kind": "sparse", "size": 24, "n_samples": 3000, "n_iter": 30, "lambda": 0.15},
-                 "pooling": {"method": "max", "levels": [1, 2]}, "normalization": {"method": "l2"}},
-    "sc-power": {**_BASE, "codebook": {"kind": "sparse", "size": 24, "n_samples": 3000, "n_iter": 30, "lambda": 0.15},
-                 "pooling": {"method": "abs", "levels": [1, 2]}, "normalization": {"method": "power"}},
+    "bof-l1": {
+        **_BASE,
+        "codebook": {"kind": "kmeans", "size": 16, "n_samples": 3000, "n_iter": 20},
+        "pooling": {"method": "average", "levels": [1, 2]},
+        "normalization": {"method": "l1"},
+    },
+    "bof-minmax": {
+        **_BASE,
+        "codebook": {"kind": "kmeans", "size": 16, "n_samples": 3000, "n_iter": 20},
+        "pooling": {"method": "sqrt", "levels": [1, 2]},
+        "normalization": {"method": "minmax"},
+    },
+    "scspm-l2": {
+        **_BASE,
+        "codebook": {"kind": "sparse", "size": 24, "n_samples": 3000, "n_iter": 30, "lambda": 0.15},
+        "pooling": {"method": "max", "levels": [1, 2]},
+        "normalization": {"method": "l2"},
+    },
+    "sc-power": {
+        **_BASE,
+        "codebook": {"kind": "sparse", "size": 24, "n_samples": 3000, "n_iter": 30, "lambda": 0.15},
+        "pooling": {"method": "abs", "levels": [1, 2]},
+        "normalization": {"method": "power"},
+    },
 }
 
 #: Every classifier, seeded where it is random.
@@ -89,8 +105,12 @@ def _marginals(matrix: np.ndarray) -> dict[str, list[float]]:
     entry shows in its row block and its column block."""
     row_sum, row_abs = _block_sums(matrix, 0, N_ROW_BLOCKS)
     block_sum, block_abs = _block_sums(matrix, 1, N_COLUMN_BLOCKS)
-    return {"row_sum": row_sum.tolist(), "row_abs": row_abs.tolist(),
-            "block_sum": block_sum.tolist(), "block_abs": block_abs.tolist()}
+    return {
+        "row_sum": row_sum.tolist(),
+        "row_abs": row_abs.tolist(),
+        "block_sum": block_sum.tolist(),
+        "block_abs": block_abs.tolist(),
+    }
 
 
 def array_sketch(array) -> dict:
@@ -116,16 +136,20 @@ def _float_difference(got: dict, expected: dict, rtol: float) -> str | None:
     """How ``got`` departs from ``expected`` beyond ``rtol`` (relative to the magnitude of
     what is summed), or None."""
     atol = 1e-7 * (expected["norm"] + 1e-30)
-    checks = [("norm", [got["norm"]], [expected["norm"]], [expected["norm"]]),
-              ("projection", got["projections"], expected["projections"], [expected["norm"]] * N_PROJECTIONS),
-              ("row block", got["row_sum"], expected["row_sum"], expected["row_abs"]),
-              ("column block", got["block_sum"], expected["block_sum"], expected["block_abs"])]
+    checks = [
+        ("norm", [got["norm"]], [expected["norm"]], [expected["norm"]]),
+        ("projection", got["projections"], expected["projections"], [expected["norm"]] * N_PROJECTIONS),
+        ("row block", got["row_sum"], expected["row_sum"], expected["row_abs"]),
+        ("column block", got["block_sum"], expected["block_sum"], expected["block_abs"]),
+    ]
     for what, values, recorded, scale in checks:
         excess = np.abs(np.subtract(values, recorded)) - (rtol * np.asarray(scale) + atol)
         if excess.max() > 0:
             worst = int(excess.argmax())
-            return (f"{what} {worst} differs: {values[worst]:.9g} vs recorded {recorded[worst]:.9g} "
-                    f"(allowed ±{rtol * scale[worst] + atol:.3g})")
+            return (
+                f"{what} {worst} differs: {values[worst]:.9g} vs recorded {recorded[worst]:.9g} "
+                f"(allowed ±{rtol * scale[worst] + atol:.3g})"
+            )
     return None
 
 
@@ -165,10 +189,10 @@ def compute_digests(dataset: Path, configs: dict, workdir: Path, classifiers: di
     every classifier: ``{config: {"features": sketches, "new_images": sketches,
     "models": {run: sketches}}}`` (see ``array_sketch``)."""
     from classify_images.classifiers.registry import make_classifier
-    from classify_images.pipeline.build import build_feature_set
-    from classify_images.pipeline.config import validate_config
-    from classify_images.pipeline.extractor import FeatureExtractor
-    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.extraction.build import build_feature_set
+    from classify_images.pipeline.extraction.extractor import FeatureExtractor
+    from classify_images.pipeline.settings.config import validate_config
+    from classify_images.pipeline.storage.feature_store import load_feature_set
 
     result = {}
     for name, raw in configs.items():
@@ -181,7 +205,9 @@ def compute_digests(dataset: Path, configs: dict, workdir: Path, classifiers: di
         for run, (classifier, params) in classifiers.items():
             estimator = make_classifier(classifier, params).fit(np.asarray(fs.X_train), fs.y_train)
             models[run] = model_sketch(estimator)
-            accuracy[run] = round(float(balanced_accuracy_score(fs.y_test, estimator.predict(np.asarray(fs.X_test)))), 6)
+            accuracy[run] = round(
+                float(balanced_accuracy_score(fs.y_test, estimator.predict(np.asarray(fs.X_test)))), 6
+            )
         result[name] = {
             "features": feature_set_sketch(fs),
             "new_images": {"X": array_sketch(X_new)},
@@ -204,7 +230,9 @@ def processor_signature() -> str:
     from threadpoolctl import threadpool_info
 
     cpu = os.environ.get("NUMBA_CPU_NAME") or binding.get_host_cpu_name()
-    blas = sorted({str(info.get("architecture")) for info in threadpool_info() if info.get("internal_api") == "openblas"})
+    blas = sorted(
+        {str(info.get("architecture")) for info in threadpool_info() if info.get("internal_api") == "openblas"}
+    )
     return f"{cpu} / OpenBLAS {','.join(blas) or 'none'}"
 
 
@@ -212,7 +240,7 @@ def real_configs() -> dict:
     """The shipped ``scspm`` and ``bof-spm`` configs, under Caltech-101's 15-training-image protocol."""
     import tomllib
 
-    from classify_images.pipeline.config import named_configs
+    from classify_images.pipeline.settings.config import named_configs
 
     configs = {}
     for name in ("scspm", "bof-spm"):
@@ -228,8 +256,10 @@ def compare_digests(got: dict, expected: dict) -> tuple[list[str], bool]:
     differences, identical = [], True
     for part, rtol in RTOL.items():
         if part == "models":
-            pairs = [(f"model {run}", got[part].get(run, {}), expected[part].get(run, {}))
-                     for run in sorted(set(got[part]) | set(expected[part]))]
+            pairs = [
+                (f"model {run}", got[part].get(run, {}), expected[part].get(run, {}))
+                for run in sorted(set(got[part]) | set(expected[part]))
+            ]
         else:
             pairs = [(part, got[part], expected[part])]
         for label, g, e in pairs:

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from classify_images.pipeline.config import validate_config
+from classify_images.pipeline.settings.config import validate_config
 
 from .conftest import SMALL_CONFIG
 
@@ -18,10 +18,13 @@ def reference_cells(x, y, shape, grids):
     for rows, cols in grids:
         for r in range(rows):
             for c in range(cols):
-                cells.append([
-                    i for i in range(len(x))
-                    if min(int(x[i] * cols / w), cols - 1) == c and min(int(y[i] * rows / h), rows - 1) == r
-                ])
+                cells.append(
+                    [
+                        i
+                        for i in range(len(x))
+                        if min(int(x[i] * cols / w), cols - 1) == c and min(int(y[i] * rows / h), rows - 1) == r
+                    ]
+                )
     return cells
 
 
@@ -44,25 +47,27 @@ def assert_image_model_classifies_like_rows(feature_set, image_root, model_path)
     """A linear model trained on ``feature_set``, saved with its extractor to ``model_path`` and
     restored as an image pipeline, gives the test images the feature set's rows and predictions."""
     from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
-    from classify_images.pipeline.extractor import FeatureExtractor
-    from classify_images.pipeline.image_features import load_image_model
-    from classify_images.pipeline.model_file import save_model
+    from classify_images.pipeline.extraction.extractor import FeatureExtractor
+    from classify_images.pipeline.interfaces.image_features import load_image_model
+    from classify_images.pipeline.training.model_file import save_model
 
     fs = feature_set
     classifier = QuadraticHingeSVC().fit(np.asarray(fs.X_train), np.asarray(fs.class_names)[fs.y_train])
-    model = save_model(model_path, classifier, extractor=FeatureExtractor.from_feature_set(fs),
-                       feature_set=fs.identity())
+    model = save_model(
+        model_path, classifier, extractor=FeatureExtractor.from_feature_set(fs), feature_set=fs.identity()
+    )
     paths = [str(image_root / p) for p in fs.test_paths]
     restored = load_image_model(model)
-    np.testing.assert_allclose(restored.named_steps["features"].transform(paths), np.asarray(fs.X_test),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        restored.named_steps["features"].transform(paths), np.asarray(fs.X_test), rtol=1e-5, atol=1e-6
+    )
     assert list(restored.predict(paths)) == list(classifier.predict(np.asarray(fs.X_test)))
     return model
 
 
 def assert_new_images_match_rows(feature_set, paths):
     """The extractor rebuilt from a feature set gives its test rows to the same images."""
-    from classify_images.pipeline.extractor import FeatureExtractor
+    from classify_images.pipeline.extraction.extractor import FeatureExtractor
 
     extractor = FeatureExtractor.from_feature_set(feature_set)
     X, status = extractor.transform_images(paths)

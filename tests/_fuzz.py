@@ -40,7 +40,7 @@ def fuzz_settings(max_examples: int) -> settings:
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     """``classify-images ARGV``: exit status, stdout and stderr (captured here, not by a fixture)."""
-    from classify_images.pipeline.cli import main
+    from classify_images.pipeline.interfaces.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -82,8 +82,11 @@ def _remove_namespace(name: str) -> None:
 
 def sweep_stale_namespaces() -> list[str]:
     """Delete the namespaces of earlier runs whose process is gone (killed before its cleanup)."""
-    stale = [name for name in namespaces()
-             if (match := re.match(rf"{re.escape(PREFIX)}(\d+)-", name)) and not _alive(int(match[1]))]
+    stale = [
+        name
+        for name in namespaces()
+        if (match := re.match(rf"{re.escape(PREFIX)}(\d+)-", name)) and not _alive(int(match[1]))
+    ]
     for name in stale:
         _remove_namespace(name)
     return stale
@@ -109,7 +112,7 @@ class Network:
     def switch(self) -> str:
         return f"{self.tag}-switch"
 
-    def __enter__(self) -> "Network":
+    def __enter__(self) -> Network:
         sweep_stale_namespaces()
         try:
             self._add_namespace(self.switch)
@@ -137,8 +140,27 @@ class Network:
         ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
         ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
         ip("-n", namespace, "link", "set", "eth0", "up")
-        subprocess.run(["tc", "-n", namespace, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", LINK_RATE,
-                        "burst", "256kb", "latency", "50ms"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "tc",
+                "-n",
+                namespace,
+                "qdisc",
+                "add",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                LINK_RATE,
+                "burst",
+                "256kb",
+                "latency",
+                "50ms",
+            ],
+            check=True,
+            capture_output=True,
+        )
         self.hosts[name] = (namespace, address)
         return address
 
@@ -147,21 +169,28 @@ class Network:
         namespace, _ = self.hosts[host]
         log_path = self.log_path(host, sum(name == host for name, _ in self.processes))
         with open(log_path, "wb") as log:
-            process = subprocess.Popen(["ip", "netns", "exec", namespace, *command], stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                ["ip", "netns", "exec", namespace, *command],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         self.processes.append((host, process))
         return process
 
     def log_path(self, host: str, number: int = 0) -> Path:
         return self.logs / f"{host}-{number}.log"
 
-    def run(self, host: str, command: list[str], timeout: float = 60, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self, host: str, command: list[str], timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
         """Run ``command`` on ``host`` to its end; its output as text."""
         namespace, _ = self.hosts[host]
-        return subprocess.run(["ip", "netns", "exec", namespace, *command], capture_output=True, text=True,
-                              timeout=timeout, env=env)
+        return subprocess.run(
+            ["ip", "netns", "exec", namespace, *command], capture_output=True, text=True, timeout=timeout, env=env
+        )
 
     def stop(self, host: str) -> None:
         """Kill the processes started on ``host`` (their whole sessions)."""

@@ -36,8 +36,15 @@ class TaskLog(WorkerPlugin):
             self._write("done" if finish == "memory" else "error", key)
 
     def _write(self, event: str, key) -> None:
-        line = json.dumps({"worker": self.worker_name, "pid": os.getpid(), "event": event,
-                           "key": None if key is None else str(key), "time": time.time()})
+        line = json.dumps(
+            {
+                "worker": self.worker_name,
+                "pid": os.getpid(),
+                "event": event,
+                "key": None if key is None else str(key),
+                "time": time.time(),
+            }
+        )
         with open(self.path, "a") as log:
             log.write(line + "\n")
 

@@ -41,6 +41,7 @@ def pytest_xdist_auto_num_workers(config):
         processors = os.cpu_count() or 1
     return max(1, min(processors, 4))
 
+
 #: The small pipeline configuration most tests build with (also read by benchmarks/bench_startup.py).
 SMALL_CONFIG_FILE = DATA / "small.toml"
 SMALL_CONFIG = tomllib.loads(SMALL_CONFIG_FILE.read_text())
@@ -73,12 +74,26 @@ def assert_same_features(built, reference) -> None:
 def build_fixture_feature_set(root: Path) -> Path:
     """A feature set of the fixture images, built by the command line into ``root/fs``
     with the small test config and a stage cache in ``root/cache``."""
-    from classify_images.pipeline.cli import main
+    from classify_images.pipeline.interfaces.cli import main
 
     config = write_config_toml(root / "small.toml")
     out = root / "fs"
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(out),
-                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(config),
+                "--out",
+                str(out),
+                "--cache-dir",
+                str(root / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     return out
 
 

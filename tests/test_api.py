@@ -9,26 +9,34 @@ import sys
 import pytest
 
 import classify_images
-from classify_images.pipeline.cli import main
+from classify_images.pipeline.interfaces.cli import main
 
 
 def test_public_names_import_from_the_top_level():
     from classify_images import (  # noqa: F401
+        MBKL,
         HIKnSVM,
         ImageFeatures,
-        MBKL,
         PmSVM,
         QuadraticHingeSVC,
         build_feature_set,
         load_model,
     )
     from classify_images.classifiers.pmsvm import PmSVM as PmSVMClass
-    from classify_images.pipeline.build import build_feature_set as build
-    from classify_images.pipeline.image_features import load_image_model
+    from classify_images.pipeline.extraction.build import build_feature_set as build
+    from classify_images.pipeline.interfaces.image_features import load_image_model
 
     assert PmSVM is PmSVMClass and build_feature_set is build and load_model is load_image_model
-    assert set(classify_images.__all__) == {"__version__", "ImageFeatures", "PmSVM", "HIKnSVM", "MBKL",
-                                            "QuadraticHingeSVC", "load_model", "build_feature_set"}
+    assert set(classify_images.__all__) == {
+        "__version__",
+        "ImageFeatures",
+        "PmSVM",
+        "HIKnSVM",
+        "MBKL",
+        "QuadraticHingeSVC",
+        "load_model",
+        "build_feature_set",
+    }
     with pytest.raises(AttributeError):
         classify_images.NoSuchThing  # noqa: B018
 
@@ -43,8 +51,10 @@ def test_version_from_package_metadata(capsys):
 
 def test_import_is_cheap():
     """``import classify_images`` loads none of the heavy libraries (they load on first use)."""
-    code = ("import sys, classify_images; "
-            "print(sorted(m for m in ('numba', 'sklearn', 'cv2', 'scipy', 'numpy', 'joblib') if m in sys.modules))")
+    code = (
+        "import sys, classify_images; "
+        "print(sorted(m for m in ('numba', 'sklearn', 'cv2', 'scipy', 'numpy', 'joblib') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -53,7 +63,7 @@ def test_import_is_cheap():
 def test_threads_before_or_after_the_command(tmp_path, monkeypatch, position):
     from threadpoolctl import threadpool_info
 
-    from classify_images.pipeline import cli
+    from classify_images.pipeline.interfaces import cli
 
     seen = []
     monkeypatch.setattr(cli, "cmd_predict", lambda args: seen.append(threadpool_info()) or 0)

@@ -8,18 +8,21 @@ import cv2
 import numpy as np
 import pytest
 
-from classify_images.pipeline import evaluation
-from classify_images.pipeline.augment import averaged_decision_function, rows_and_mirrors
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import load_config, stage_hash, validate_config
-from classify_images.pipeline.dataset import file_fingerprint
-from classify_images.pipeline.extractor import FeatureExtractor
-from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
+from classify_images.pipeline.extraction.augment import averaged_decision_function, rows_and_mirrors
+from classify_images.pipeline.extraction.extractor import FeatureExtractor
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import load_config, stage_hash, validate_config
+from classify_images.pipeline.settings.dataset import file_fingerprint
+from classify_images.pipeline.storage.feature_store import FeatureSetError, load_feature_set
+from classify_images.pipeline.training import evaluation
 
 from .conftest import REPO, SMALL_CONFIG, write_config_toml
 
-AUGMENTED = {**SMALL_CONFIG, "dataset": {"train_per_class": 4, "test_per_class": 4, "seed": 0},
-             "augment": {"flip_train": True, "flip_test": "average"}}
+AUGMENTED = {
+    **SMALL_CONFIG,
+    "dataset": {"train_per_class": 4, "test_per_class": 4, "seed": 0},
+    "augment": {"flip_train": True, "flip_test": "average"},
+}
 PLAIN = {name: table for name, table in AUGMENTED.items() if name != "augment"}
 
 
@@ -28,7 +31,7 @@ def _synthetic_image(rng: np.random.Generator, label: int) -> np.ndarray:
     h, w = 72, 88
     y, x = np.mgrid[:h, :w]
     image = 40 + 120 * ((x * (label + 1) + y * (2 - label)) % 37) / 37 + rng.normal(0, 18, (h, w))
-    image[:, 8 + 10 * label: 16 + 10 * label] = 250  # a bar off the centre: the mirror differs
+    image[:, 8 + 10 * label : 16 + 10 * label] = 250  # a bar off the centre: the mirror differs
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
@@ -53,15 +56,32 @@ def built(dataset):
     out = {}
     for name, config in (("plain", PLAIN), ("augmented", AUGMENTED)):
         toml = write_config_toml(dataset / f"{name}.toml", config)
-        assert main(["build-features", str(dataset / "data"), "--config", str(toml), "--out",
-                     str(dataset / f"fs-{name}"), "--cache-dir", str(dataset / "cache"), "-q"]) == 0
+        assert (
+            main(
+                [
+                    "build-features",
+                    str(dataset / "data"),
+                    "--config",
+                    str(toml),
+                    "--out",
+                    str(dataset / f"fs-{name}"),
+                    "--cache-dir",
+                    str(dataset / "cache"),
+                    "-q",
+                ]
+            )
+            == 0
+        )
         out[name] = load_feature_set(dataset / f"fs-{name}")
     return out
 
 
 def test_configs_without_augment_keep_their_hashes():
-    shipped = sorted(path for path in (REPO / "configs").glob("*.toml")  # single-channel configs without flips
-                     if not {"[augment]", "[[channel]]"} & set(path.read_text(encoding="utf-8").splitlines()))
+    shipped = sorted(
+        path
+        for path in (REPO / "classify_images" / "configs").glob("*.toml")  # single-channel configs without flips
+        if not {"[augment]", "[[channel]]"} & set(path.read_text(encoding="utf-8").splitlines())
+    )
     assert len(shipped) >= 10
     for path in shipped:
         config = load_config(path)
@@ -91,8 +111,9 @@ def test_the_rows_do_not_change_and_a_mirror_row_is_the_row_of_the_mirrored_file
         mirrors = augmented.mirrors(part)
         for row, relative in enumerate(paths):
             mirrored_file = str(dataset / "mirrors" / relative)
-            np.testing.assert_allclose(mirrors[row], extractor.vector(mirrored_file, file_fingerprint(mirrored_file)),
-                                       rtol=0, atol=1e-6)
+            np.testing.assert_allclose(
+                mirrors[row], extractor.vector(mirrored_file, file_fingerprint(mirrored_file)), rtol=0, atol=1e-6
+            )
             assert not np.array_equal(mirrors[row], augmented.rows[part][row])
 
 
@@ -132,10 +153,12 @@ def test_experiment_splits_never_leak_a_mirror(built, monkeypatch, tmp_path):
     seen = []
     train, score = evaluation.train_classifier, evaluation._evaluation
     # the training rows then their mirrors, in one array (y: the images' labels)
-    monkeypatch.setattr(evaluation, "train_classifier", lambda *a, **k: k["mirrored"] and seen.append(
-        (a[2][:len(a[3])], a[2][len(a[3]):])) or train(*a, **k))
-    monkeypatch.setattr(evaluation, "_evaluation", lambda *a, **k: seen.append((a[4], k["X_mirror"]))
-                        or score(*a, **k))
+    monkeypatch.setattr(
+        evaluation,
+        "train_classifier",
+        lambda *a, **k: k["mirrored"] and seen.append((a[2][: len(a[3])], a[2][len(a[3]) :])) or train(*a, **k),
+    )
+    monkeypatch.setattr(evaluation, "_evaluation", lambda *a, **k: seen.append((a[4], k["X_mirror"])) or score(*a, **k))
     experiment = evaluation.run_experiment(fs, "linear", {}, 12)
     assert len(experiment.runs) == 12 and len(seen) == 24
     splits = set()
@@ -150,7 +173,10 @@ def test_experiment_splits_never_leak_a_mirror(built, monkeypatch, tmp_path):
 
 def test_the_shipped_flip_config_shares_the_fisher_cache():
     """``fisher-flip`` is ``fisher`` plus ``[augment]``: the same stage keys, so it reuses a ``fisher`` cache."""
-    plain, flipped = load_config(REPO / "configs" / "fisher.toml"), load_config(REPO / "configs" / "fisher-flip.toml")
+    plain, flipped = (
+        load_config(REPO / "classify_images" / "configs" / "fisher.toml"),
+        load_config(REPO / "classify_images" / "configs" / "fisher-flip.toml"),
+    )
     assert flipped.augment.flip_train and flipped.augment.flip_test == "average"
     assert flipped.sift_params() == plain.sift_params()
     assert flipped.to_dict(semantic_only=True)["codebook"] == plain.to_dict(semantic_only=True)["codebook"]
@@ -160,7 +186,7 @@ def test_averaging_is_the_mean_of_the_two_decision_functions(built, tmp_path):
     fs = built["augmented"]
     model = tmp_path / "m.npz"
     assert main(["train", str(fs.path), "--classifier", "linear", "--out", str(model), "-q"]) == 0
-    from classify_images.pipeline.model_file import load_model
+    from classify_images.pipeline.training.model_file import load_model
 
     classifier, meta = load_model(model)
     assert meta["extractor"]["config"]["augment"] == {"flip_train": True, "flip_test": "average"}
@@ -177,16 +203,21 @@ def test_training_uses_the_mirrors_as_more_rows(built):
     stacked = rows_and_mirrors(fs, np.arange(len(fs.y_train)))  # one array: the rows, then their mirrors
     np.testing.assert_array_equal(stacked, np.concatenate([fs.X_train, fs.mirrors("train")]))
     flipped = evaluation.train_classifier("linear", {}, stacked, fs.y_train, mirrored=True)
-    reference = evaluation.train_classifier("linear", {}, np.concatenate([fs.X_train, fs.mirrors("train")]),
-                                            np.concatenate([fs.y_train, fs.y_train]))
+    reference = evaluation.train_classifier(
+        "linear", {}, np.concatenate([fs.X_train, fs.mirrors("train")]), np.concatenate([fs.y_train, fs.y_train])
+    )
     assert flipped.n_samples == 2 * len(fs.y_train) and flipped.n_mirrors == len(fs.y_train)
-    np.testing.assert_allclose(flipped.estimator.decision_function(fs.X_test),
-                               reference.estimator.decision_function(fs.X_test), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        flipped.estimator.decision_function(fs.X_test),
+        reference.estimator.decision_function(fs.X_test),
+        rtol=1e-10,
+        atol=1e-10,
+    )
 
 
 def test_cli_round_trip_and_predict_averages_with_the_mirror(dataset, built, tmp_path, capsys):
-    from classify_images.pipeline.image_features import MirrorAveragedPipeline, load_image_model
-    from classify_images.pipeline.workflows import predict_images
+    from classify_images.pipeline.interfaces.image_features import MirrorAveragedPipeline, load_image_model
+    from classify_images.pipeline.interfaces.workflows import predict_images
 
     fs = built["augmented"]
     model = tmp_path / "m.npz"
@@ -194,8 +225,22 @@ def test_cli_round_trip_and_predict_averages_with_the_mirror(dataset, built, tmp
     assert main(["evaluate", str(fs.path), str(model), "--out", str(tmp_path / "rep"), "-q"]) == 0
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["n_test"] == len(fs.y_test)
-    assert main(["experiment", str(fs.path), "--classifier", "linear", "--repeats", "2", "--out", str(tmp_path / "exp"),
-                 "-q"]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                str(fs.path),
+                "--classifier",
+                "linear",
+                "--repeats",
+                "2",
+                "--out",
+                str(tmp_path / "exp"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     images = [str(dataset / "data" / p) for p in fs.test_paths[:3]]
     capsys.readouterr()
     assert main(["predict", str(model), *images, "--top-k", "1"]) == 0
@@ -206,14 +251,16 @@ def test_cli_round_trip_and_predict_averages_with_the_mirror(dataset, built, tmp
     assert isinstance(pipeline, MirrorAveragedPipeline)
     mirrored = [str(dataset / "mirrors" / p) for p in fs.test_paths[:3]]
     classifier, features = pipeline[-1], pipeline[0]
-    expected = 0.5 * (classifier.decision_function(features.transform(images))
-                      + classifier.decision_function(features.transform(mirrored)))
+    expected = 0.5 * (
+        classifier.decision_function(features.transform(images))
+        + classifier.decision_function(features.transform(mirrored))
+    )
     np.testing.assert_allclose(pipeline.decision_function(images), expected, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(pipeline.predict(images), classifier.classes_[np.argmax(expected, axis=1)])
     np.testing.assert_allclose(features.transform_mirrored(images), features.transform(mirrored), rtol=0, atol=1e-6)
     rows, skipped = predict_images(pipeline, images, top_k=len(classifier.classes_))
     assert not skipped
-    for (path, ranked), scores in zip(rows, expected):
+    for (_path, ranked), scores in zip(rows, expected):
         by_class = dict(ranked)
         np.testing.assert_allclose([by_class[c] for c in classifier.classes_], scores, rtol=1e-6, atol=1e-6)
 
@@ -237,11 +284,41 @@ def test_a_feature_set_without_mirrors_is_a_one_line_error(built, tmp_path, caps
 
 def test_options_that_cannot_use_mirrors_are_refused_by_name(dataset, built, tmp_path, capsys):
     toml = write_config_toml(tmp_path / "aug.toml", AUGMENTED)
-    assert main(["build-features", str(dataset / "data"), "--config", str(toml), "--out", str(tmp_path / "fs"),
-                 "--store", "sharded", "--no-cache", "-q"]) == 2
+    assert (
+        main(
+            [
+                "build-features",
+                str(dataset / "data"),
+                "--config",
+                str(toml),
+                "--out",
+                str(tmp_path / "fs"),
+                "--store",
+                "sharded",
+                "--no-cache",
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert "[augment]" in capsys.readouterr().err
-    assert main(["train", str(built["augmented"].path), "--classifier", "linear", "--streaming", "--block-rows", "4",
-                 "--out", str(tmp_path / "m.npz"), "-q"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                str(built["augmented"].path),
+                "--classifier",
+                "linear",
+                "--streaming",
+                "--block-rows",
+                "4",
+                "--out",
+                str(tmp_path / "m.npz"),
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert "flip_train" in capsys.readouterr().err
 
 

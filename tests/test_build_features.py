@@ -8,13 +8,13 @@ import pytest
 
 from classify_images.coding import encode as encode_module
 from classify_images.coding import encoders as encoders_module
-from classify_images.pipeline import stages
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import validate_config
-from classify_images.pipeline.dataset import DatasetError
-from classify_images.pipeline.extractor import FeatureExtractor
-from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
+from classify_images.pipeline.extraction import stages
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.extraction.extractor import FeatureExtractor
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import validate_config
+from classify_images.pipeline.settings.dataset import DatasetError
+from classify_images.pipeline.storage.feature_store import FeatureSetError, load_feature_set
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
 
@@ -99,8 +99,13 @@ def test_implementation_version_invalidates_its_stage_only(tmp_path, small_datas
 
 
 def test_sparse_coding_max_pooling_path(tmp_path, small_dataset):
-    config = _config(codebook__kind="sparse", codebook__size=32, codebook__n_iter=30, pooling__method="max",
-                     normalization__method="l2")
+    config = _config(
+        codebook__kind="sparse",
+        codebook__size=32,
+        codebook__n_iter=30,
+        pooling__method="max",
+        normalization__method="l2",
+    )
     build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache")
     X = np.asarray(load_feature_set(tmp_path / "fs").X_train)
     assert X.shape == (15, 32 * 5) and (X >= 0).all()
@@ -122,10 +127,23 @@ def _write_bad_files(root, sample_jpeg):
 def test_unreadable_images_are_skipped_counted_and_listed(tmp_path, small_dataset, capsys):
     bad = _write_bad_files(small_dataset, small_dataset / "china" / sorted((small_dataset / "china").iterdir())[0].name)
     cfg = tmp_path / "c.toml"
-    cfg.write_text("[dataset]\ntrain_per_class = 5\ntest_per_class = 5\n[image]\nmax_side = 96\n"
-                   "[codebook]\nsize = 16\nn_samples = 3000\nn_iter = 20\n[pooling]\nlevels = [1, 2]\n")
-    status = main(["build-features", str(small_dataset), "--config", str(cfg), "--out", str(tmp_path / "fs"),
-                   "--cache-dir", str(tmp_path / "cache"), "-q"])
+    cfg.write_text(
+        "[dataset]\ntrain_per_class = 5\ntest_per_class = 5\n[image]\nmax_side = 96\n"
+        "[codebook]\nsize = 16\nn_samples = 3000\nn_iter = 20\n[pooling]\nlevels = [1, 2]\n"
+    )
+    status = main(
+        [
+            "build-features",
+            str(small_dataset),
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path / "fs"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "-q",
+        ]
+    )
     assert status == 0
     output = capsys.readouterr().out
     assert "skipped: 4" in output
@@ -164,14 +182,25 @@ def _empty_class(root):
 
 
 def test_too_few_images_for_train_per_class(tmp_path, small_dataset, capsys):
-    status = main(["build-features", str(small_dataset), "--train-per-class", "30", "--out", str(tmp_path / "fs"), "-q", "--no-cache"])
+    status = main(
+        [
+            "build-features",
+            str(small_dataset),
+            "--train-per-class",
+            "30",
+            "--out",
+            str(tmp_path / "fs"),
+            "-q",
+            "--no-cache",
+        ]
+    )
     assert status == 2
     assert "lower --train-per-class to at most 11" in capsys.readouterr().err
 
 
 def test_bad_config_value_on_command_line(tmp_path, small_dataset, capsys):
     cfg = tmp_path / "bad.toml"
-    cfg.write_text("[pooling]\nmethod = \"median\"\n")
+    cfg.write_text('[pooling]\nmethod = "median"\n')
     assert main(["build-features", str(small_dataset), "--config", str(cfg), "-q", "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert "pooling.method" in err and len(err.strip().splitlines()) == 1
@@ -200,7 +229,9 @@ def test_interrupted_build_leaves_previous_set_and_resumes(tmp_path, small_datas
     resumed = build_feature_set(small_dataset, out, _config(pooling__levels=[1, 2, 3]), cache_dir=cache)
     assert resumed.n_features == 16 * 14
     fresh = build_feature_set(small_dataset, tmp_path / "fresh", _config(pooling__levels=[1, 2, 3]), cache_dir=None)
-    np.testing.assert_array_equal(np.asarray(load_feature_set(out).X_train), np.asarray(load_feature_set(fresh.path).X_train))
+    np.testing.assert_array_equal(
+        np.asarray(load_feature_set(out).X_train), np.asarray(load_feature_set(fresh.path).X_train)
+    )
 
 
 def test_incomplete_feature_set_is_refused(tmp_path, small_dataset):

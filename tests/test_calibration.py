@@ -15,16 +15,15 @@ from scipy.optimize import minimize
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.datasets import make_classification
 
-from classify_images.classifiers import HIKnSVM, MBKL, PmSVM, QuadraticHingeSVC
+from classify_images.classifiers import MBKL, HIKnSVM, PmSVM, QuadraticHingeSVC
 from classify_images.classifiers.calibration import CalibrationError, calibrate, fit_platt, platt_probabilities
-from classify_images.pipeline.cli import main
+from classify_images.pipeline.interfaces.cli import main
 
 from .conftest import FIXTURE_IMAGES, build_fixture_feature_set
 
 
 def _data(n_classes: int, n: int = 120, seed: int = 0):
-    X, y = make_classification(n, 12, n_informative=6, n_classes=n_classes, n_clusters_per_class=1,
-                               random_state=seed)
+    X, y = make_classification(n, 12, n_informative=6, n_classes=n_classes, n_clusters_per_class=1, random_state=seed)
     return X - X.min(), y  # non-negative: the additive-kernel classifiers refuse negative values
 
 
@@ -43,8 +42,9 @@ def _platt_by_hand(f: np.ndarray, positive: np.ndarray) -> tuple[float, float]:
             total -= t * log_p + (1 - t) * log_not_p
         return total
 
-    result = minimize(objective, [0.0, 0.0], method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-12,
-                                                                            "maxiter": 20000})
+    result = minimize(
+        objective, [0.0, 0.0], method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000}
+    )
     return float(result.x[0]), float(result.x[1])
 
 
@@ -59,8 +59,11 @@ def test_platt_fit_equals_a_slow_direct_minimisation(scale):
     assert a < 0  # larger decision values, more likely positive
 
 
-@pytest.mark.parametrize("estimator", [QuadraticHingeSVC(), PmSVM(random_state=0), HIKnSVM(random_state=0),
-                                       MBKL(random_state=0)], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "estimator",
+    [QuadraticHingeSVC(), PmSVM(random_state=0), HIKnSVM(random_state=0), MBKL(random_state=0)],
+    ids=lambda e: type(e).__name__,
+)
 @pytest.mark.parametrize("n_classes", [2, 4])
 def test_every_classifier_equals_sklearn_calibrated_classifier_cv(estimator, n_classes):
     """Same folds (stratified, 5, no shuffle), same sigmoid, same normalisation as
@@ -106,7 +109,7 @@ def test_too_few_rows_per_class_for_the_folds_is_one_clear_error():
 
 
 def test_model_file_keeps_the_calibration_and_refuses_a_tampered_one(tmp_path):
-    from classify_images.pipeline.model_file import ModelFileError, load_model, read_model_meta, save_model
+    from classify_images.pipeline.training.model_file import ModelFileError, load_model, read_model_meta, save_model
 
     X, y = _data(3)
     estimator = calibrate(PmSVM(random_state=0).fit(X, y), X, y)
@@ -119,9 +122,11 @@ def test_model_file_keeps_the_calibration_and_refuses_a_tampered_one(tmp_path):
 
     with np.load(path) as archive:
         arrays = dict(archive)
-    for key, value, message in [("model/platt_", np.full((3, 2), np.nan), "NaN"),
-                                ("model/platt_", np.zeros((2, 2)), "shape"),
-                                ("model/platt_folds_", np.array(1), "fold count")]:
+    for key, value, message in [
+        ("model/platt_", np.full((3, 2), np.nan), "NaN"),
+        ("model/platt_", np.zeros((2, 2)), "shape"),
+        ("model/platt_folds_", np.array(1), "fold count"),
+    ]:
         tampered = tmp_path / "tampered.npz"
         np.savez(tampered, **{**arrays, key: value})
         with pytest.raises(ModelFileError, match=message):
@@ -163,14 +168,60 @@ def test_probability_errors_are_one_line(tmp_path, feature_set, capsys):
     image = str(next((FIXTURE_IMAGES / "china").iterdir()))
     cases = [
         (["predict", str(plain), image, "--proba"], "holds no calibrated probabilities"),
-        (["train", str(feature_set), "--classifier", "linear", "--probability", "--calibration-folds", "1",
-          "--out", str(tmp_path / "a.npz")], "--calibration-folds must be at least 2"),
-        (["train", str(feature_set), "--classifier", "linear", "--calibration-folds", "3",
-          "--out", str(tmp_path / "b.npz")], "add --probability"),
-        (["train", str(feature_set), "--classifier", "linear", "--probability", "--calibration-folds", "6",
-          "--out", str(tmp_path / "c.npz")], "at least 6 training images per class"),
-        (["train", str(feature_set), "--classifier", "nsvm", "--probability", "--streaming",
-          "--out", str(tmp_path / "d.npz")], "drop --streaming"),
+        (
+            [
+                "train",
+                str(feature_set),
+                "--classifier",
+                "linear",
+                "--probability",
+                "--calibration-folds",
+                "1",
+                "--out",
+                str(tmp_path / "a.npz"),
+            ],
+            "--calibration-folds must be at least 2",
+        ),
+        (
+            [
+                "train",
+                str(feature_set),
+                "--classifier",
+                "linear",
+                "--calibration-folds",
+                "3",
+                "--out",
+                str(tmp_path / "b.npz"),
+            ],
+            "add --probability",
+        ),
+        (
+            [
+                "train",
+                str(feature_set),
+                "--classifier",
+                "linear",
+                "--probability",
+                "--calibration-folds",
+                "6",
+                "--out",
+                str(tmp_path / "c.npz"),
+            ],
+            "at least 6 training images per class",
+        ),
+        (
+            [
+                "train",
+                str(feature_set),
+                "--classifier",
+                "nsvm",
+                "--probability",
+                "--streaming",
+                "--out",
+                str(tmp_path / "d.npz"),
+            ],
+            "drop --streaming",
+        ),
     ]
     for argv, message in cases:
         argv = [*argv, "-q"]  # (without -q the steps done before the error print first, on their own lines)

@@ -6,7 +6,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from classify_images.pipeline.cli import main
+from classify_images.pipeline.interfaces.cli import main
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, build_fixture_feature_set, write_config_toml
 
@@ -34,9 +34,15 @@ def test_train_evaluate_report(tmp_path, feature_set, capsys):
     assert (tmp_path / "rep" / "confusion.png").read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("classifier, params", [
-    ("linear", ["C=10"]), ("pmsvm", ["p=-8", "lut_bins=100"]), ("mbkl", ["random_state=0"]), ("nsvm", ["random_state=0"]),
-])
+@pytest.mark.parametrize(
+    "classifier, params",
+    [
+        ("linear", ["C=10"]),
+        ("pmsvm", ["p=-8", "lut_bins=100"]),
+        ("mbkl", ["random_state=0"]),
+        ("nsvm", ["random_state=0"]),
+    ],
+)
 def test_every_classifier_trains_saves_and_evaluates(tmp_path, feature_set, capsys, classifier, params):
     model = tmp_path / f"{classifier}.npz"
     argv = ["train", str(feature_set), "--classifier", classifier, "--out", str(model)]
@@ -52,7 +58,9 @@ def test_predict_new_images(tmp_path, feature_set, capsys):
     main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)])
     capsys.readouterr()
     image = FIXTURE_IMAGES / "flower" / "11.jpg"
-    assert main(["predict", str(model), str(image), str(tmp_path / "missing.jpg"), "--top-k", "2"]) == 1  # one not classified
+    assert (
+        main(["predict", str(model), str(image), str(tmp_path / "missing.jpg"), "--top-k", "2"]) == 1
+    )  # one not classified
     out, err = capsys.readouterr()
     header, *lines = out.strip().splitlines()
     assert "decision values" in header and len(lines) == 1
@@ -62,7 +70,9 @@ def test_predict_new_images(tmp_path, feature_set, capsys):
 
 
 def test_experiment_repeats(tmp_path, feature_set, capsys):
-    assert main(["experiment", str(feature_set), "--classifier", "linear", "--repeats", "3", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["experiment", str(feature_set), "--classifier", "linear", "--repeats", "3", "--out", str(tmp_path)]) == 0
+    )
     result = json.loads((tmp_path / "experiment.json").read_text())
     assert len(result["runs"]) == 3 and len({r["seed"] for r in result["runs"]}) == 3
     accs = [r["mean_per_class_accuracy"] for r in result["runs"]]
@@ -75,8 +85,10 @@ def test_model_for_another_feature_set_is_refused(tmp_path, feature_set, capsys)
     main(["train", str(feature_set), "--classifier", "linear", "--out", str(model)])
     other = tmp_path / "other"
     config = tmp_path / "o.toml"
-    config.write_text("[dataset]\ntrain_per_class = 5\ntest_per_class = 5\nseed = 7\n[image]\nmax_side = 96\n"
-                      "[codebook]\nsize = 16\nn_samples = 3000\nn_iter = 20\n[pooling]\nlevels = [1, 2]\n")
+    config.write_text(
+        "[dataset]\ntrain_per_class = 5\ntest_per_class = 5\nseed = 7\n[image]\nmax_side = 96\n"
+        "[codebook]\nsize = 16\nn_samples = 3000\nn_iter = 20\n[pooling]\nlevels = [1, 2]\n"
+    )
     main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(other), "-q", "--no-cache"])
     capsys.readouterr()
     assert main(["evaluate", str(other), str(model)]) == 2
@@ -105,7 +117,7 @@ def test_damaged_model_file_is_a_clear_error(tmp_path, feature_set, capsys, dama
 def test_threads_option_limits_blas_during_the_command(tmp_path, feature_set, monkeypatch):
     from threadpoolctl import threadpool_info
 
-    from classify_images.pipeline import cli
+    from classify_images.pipeline.interfaces import cli
 
     seen = []
     train = cli.cmd_train
@@ -143,7 +155,10 @@ def test_user_errors_one_line(feature_set, capsys, argv, message):
         (["build-features", "{images}", "--train-per-class", "-1"], "--train-per-class must be at least 1, not -1"),
         (["build-features", "{images}", "--test-per-class", "-3"], "--test-per-class must be at least 1"),
         (["build-features", "{images}", "--seed", "-1"], "--seed must be from 0 to"),
-        (["run", "{images}", "--classifier", "linear", "--train-per-class", "0"], "--train-per-class must be at least 1"),
+        (
+            ["run", "{images}", "--classifier", "linear", "--train-per-class", "0"],
+            "--train-per-class must be at least 1",
+        ),
         (["demo", "--n-jobs", "0", "--workdir", "{tmp}/demo"], "--n-jobs must be a positive number"),
     ],
 )
@@ -165,8 +180,13 @@ def test_negative_experiment_seed_names_only_the_seed(feature_set, capsys):
     assert "--seed must be from 0 to 4294967295, got -1" in err and "--repeats" not in err, err
 
 
-@pytest.mark.parametrize("argv", [["train", "{fs}", "--classifier", "pmsvm", "--param", "nonsense=1"],
-                                  ["experiment", "{fs}", "--classifier", "mbkl", "--param", "nonsense=1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "{fs}", "--classifier", "pmsvm", "--param", "nonsense=1"],
+        ["experiment", "{fs}", "--classifier", "mbkl", "--param", "nonsense=1"],
+    ],
+)
 def test_classifier_errors_are_not_prefixed_twice(feature_set, capsys, argv):
     """A one-line user error raised while training keeps its own wording (not "classifier 'x': classifier 'x': ...")."""
     assert main([*(a.replace("{fs}", str(feature_set)) for a in argv), "-q"]) == 2
@@ -200,8 +220,22 @@ def test_model_of_the_same_config_on_other_images_is_refused_naming_the_images(t
     shutil.copytree(FIXTURE_IMAGES, images)
     next(images.glob("flower/*.jpg")).unlink()
     other = tmp_path / "other"
-    assert main(["build-features", str(images), "--config", str(feature_set.parent / "small.toml"), "--out", str(other),
-                 "--cache-dir", str(feature_set.parent / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(images),
+                "--config",
+                str(feature_set.parent / "small.toml"),
+                "--out",
+                str(other),
+                "--cache-dir",
+                str(feature_set.parent / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["evaluate", str(other), str(model), "--out", str(tmp_path / "report")]) == 2
     err = capsys.readouterr().err.strip()
@@ -226,11 +260,28 @@ def test_signed_features_refused_by_additive_kernels(tmp_path, feature_set, caps
 
 def test_additive_kernels_on_vlad_vectors_do_not_suggest_another_pooling(tmp_path, capsys):
     """VLAD vectors are signed whatever the pooling: the error points to the linear classifier only."""
-    config = {**SMALL_CONFIG, "codebook": {"kind": "vlad", "size": 4, "n_samples": 2000, "n_iter": 10},
-              "normalization": {"method": "none"}}
+    config = {
+        **SMALL_CONFIG,
+        "codebook": {"kind": "vlad", "size": 4, "n_samples": 2000, "n_iter": 10},
+        "normalization": {"method": "none"},
+    }
     fs = tmp_path / "vlad"
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(write_config_toml(tmp_path / "v.toml", config)),
-                 "--out", str(fs), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(write_config_toml(tmp_path / "v.toml", config)),
+                "--out",
+                str(fs),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     for command in ("train", "experiment"):
         assert main([command, str(fs), "--classifier", "pmsvm", "--out", str(tmp_path / "out"), "-q"]) == 2
@@ -242,22 +293,39 @@ def test_additive_kernels_on_vlad_vectors_do_not_suggest_another_pooling(tmp_pat
 @pytest.mark.parametrize("classifier", ["pmsvm", "mbkl", "nsvm"])
 def test_randomised_classifiers_reproducible_from_the_command_line(tmp_path, feature_set, capsys, classifier):
     """train twice -> identical models (random_state from --seed, recorded); experiment twice -> same runs."""
-    from classify_images.pipeline.model_file import load_model
+    from classify_images.pipeline.training.model_file import load_model
 
     models = []
     for name in ("a", "b"):
-        assert main(["train", str(feature_set), "--classifier", classifier, "--out", str(tmp_path / f"{name}.npz")]) == 0
+        assert (
+            main(["train", str(feature_set), "--classifier", classifier, "--out", str(tmp_path / f"{name}.npz")]) == 0
+        )
         models.append(load_model(tmp_path / f"{name}.npz"))
     (first, meta), (second, _) = models
     assert meta["params"]["random_state"] == 0
     for key, value in first._model_arrays().items():
         np.testing.assert_array_equal(value, second._model_arrays()[key])
-    assert main(["train", str(feature_set), "--classifier", classifier, "--seed", "3",
-                 "--out", str(tmp_path / "c.npz")]) == 0
+    assert (
+        main(["train", str(feature_set), "--classifier", classifier, "--seed", "3", "--out", str(tmp_path / "c.npz")])
+        == 0
+    )
     assert load_model(tmp_path / "c.npz")[1]["params"]["random_state"] == 3
     runs = []
     for name in ("x", "y"):
-        assert main(["experiment", str(feature_set), "--classifier", classifier, "--repeats", "2",
-                     "--out", str(tmp_path / name)]) == 0
+        assert (
+            main(
+                [
+                    "experiment",
+                    str(feature_set),
+                    "--classifier",
+                    classifier,
+                    "--repeats",
+                    "2",
+                    "--out",
+                    str(tmp_path / name),
+                ]
+            )
+            == 0
+        )
         runs.append(json.loads((tmp_path / name / "experiment.json").read_text())["runs"])
     assert [r["mean_per_class_accuracy"] for r in runs[0]] == [r["mean_per_class_accuracy"] for r in runs[1]]

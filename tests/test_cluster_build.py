@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from classify_images.pipeline import build as build_module
-from classify_images.pipeline import cluster as cluster_module
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import validate_config
-from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
-from classify_images.pipeline.shard_store import ShardedRows, as_dense, read_shard, write_shard
+from classify_images.pipeline.execution import cluster as cluster_module
+from classify_images.pipeline.extraction import build as build_module
+from classify_images.pipeline.extraction import build_steps as build_steps_module
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import validate_config
+from classify_images.pipeline.storage.feature_store import FeatureSetError, load_feature_set
+from classify_images.pipeline.storage.shard_store import ShardedRows, as_dense, read_shard, write_shard
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, assert_same_features, write_config_toml
 
@@ -44,9 +45,12 @@ def _config():
 @pytest.fixture(scope="module")
 def local_cluster():
     """Two worker processes (one thread each) on the loopback interface, for the whole module."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=":0") as cluster, \
-            distributed.Client(cluster, set_as_default=False) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster, set_as_default=False) as client,
+    ):
         yield cluster, client
 
 
@@ -65,7 +69,7 @@ def _bounded(function, limit=BUILD_LIMIT):
     def target():
         try:
             outcome["value"] = function()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as exc:
             outcome["error"] = exc
 
     thread = threading.Thread(target=target, daemon=True)
@@ -82,10 +86,17 @@ def _bounded(function, limit=BUILD_LIMIT):
 def test_local_cluster_build_is_bit_identical(tmp_path, local_cluster, reference, store):
     cluster, _ = local_cluster
     out = tmp_path / "fs"
-    result = _bounded(lambda: build_feature_set(
-        FIXTURE_IMAGES, out, _config(), cache_dir=tmp_path / "cache", scheduler=cluster.scheduler_address,
-        store=store, batch_size=BATCH,
-    ))
+    result = _bounded(
+        lambda: build_feature_set(
+            FIXTURE_IMAGES,
+            out,
+            _config(),
+            cache_dir=tmp_path / "cache",
+            scheduler=cluster.scheduler_address,
+            store=store,
+            batch_size=BATCH,
+        )
+    )
     assert not result.reused
     built = load_feature_set(out)
     assert built.layout == store
@@ -97,23 +108,30 @@ def test_local_cluster_build_is_bit_identical(tmp_path, local_cluster, reference
         assert not (out / "X_train.npy").exists()
 
 
-@pytest.mark.parametrize("codebook", [
-    None,  # the small config's k-means (the module's reference build), one thread by design
-    # PCA + GMM: their LAPACK/BLAS/OpenMP sums depend on the thread count (several threads in this
-    # process, one in a worker), so learn_fisher_model runs them on one thread (without it this
-    # failed on AVX2 processors, e.g. NUMBA_CPU_NAME=haswell OPENBLAS_CORETYPE=Haswell)
-    {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30},
-])
-def test_the_codebook_is_learnt_on_a_worker_with_the_same_numbers(tmp_path, monkeypatch, local_cluster, reference,
-                                                                 codebook):
+@pytest.mark.parametrize(
+    "codebook",
+    [
+        None,  # the small config's k-means (the module's reference build), one thread by design
+        # PCA + GMM: their LAPACK/BLAS/OpenMP sums depend on the thread count (several threads in this
+        # process, one in a worker), so learn_fisher_model runs them on one thread (without it this
+        # failed on AVX2 processors, e.g. NUMBA_CPU_NAME=haswell OPENBLAS_CORETYPE=Haswell)
+        {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30},
+    ],
+)
+def test_the_codebook_is_learnt_on_a_worker_with_the_same_numbers(
+    tmp_path, monkeypatch, local_cluster, reference, codebook
+):
     """On a cluster the codebook is learnt by a worker (learning it in this process fails
     here), from the sample the sampling tasks left on the cluster (it never comes to this
     process), and it is the one-machine codebook bit for bit."""
     from classify_images.coding import codebook as codebook_module
 
     cluster, _ = local_cluster
-    config = _config() if codebook is None else validate_config({**json.loads(json.dumps(SMALL_CONFIG)),
-                                                                 "codebook": codebook})
+    config = (
+        _config()
+        if codebook is None
+        else validate_config({**json.loads(json.dumps(SMALL_CONFIG)), "codebook": codebook})
+    )
     if codebook is None:
         expected = reference
     else:
@@ -134,22 +152,35 @@ def test_the_codebook_is_learnt_on_a_worker_with_the_same_numbers(tmp_path, monk
 
     monkeypatch.setattr(build_module.Runner, "imap", recording_imap)
     out = tmp_path / "fs"
-    _bounded(lambda: build_feature_set(FIXTURE_IMAGES, out, config, cache_dir=tmp_path / "cache",
-                                       scheduler=cluster.scheduler_address, batch_size=BATCH))
+    _bounded(
+        lambda: build_feature_set(
+            FIXTURE_IMAGES,
+            out,
+            config,
+            cache_dir=tmp_path / "cache",
+            scheduler=cluster.scheduler_address,
+            batch_size=BATCH,
+        )
+    )
     assert "sample descriptors" not in gathered and "encode + pool" in gathered
     built = load_feature_set(out)
     assert_same_features(built, expected)
     # (the manifests' codebook sections, equal above, hold the SHA-1 digest of the codebook's arrays)
     assert built.manifest["codebook"]["digest"] == expected.manifest["codebook"]["digest"]
-    assert built.manifest["codebook"]["n_training_descriptors"] == expected.manifest["codebook"]["n_training_descriptors"]
+    assert (
+        built.manifest["codebook"]["n_training_descriptors"] == expected.manifest["codebook"]["n_training_descriptors"]
+    )
 
 
 def test_sharded_shards_are_the_same_bytes_whoever_writes_them(tmp_path, local_cluster):
     """The workers' shards and the ones this machine writes (joblib) are byte-identical files."""
     cluster, _ = local_cluster
     for name, options in (("joblib", {}), ("dask", {"scheduler": cluster.scheduler_address})):
-        _bounded(lambda: build_feature_set(FIXTURE_IMAGES, tmp_path / name, _config(), cache_dir=None,
-                                           store="sharded", batch_size=BATCH, **options))
+        _bounded(
+            lambda: build_feature_set(
+                FIXTURE_IMAGES, tmp_path / name, _config(), cache_dir=None, store="sharded", batch_size=BATCH, **options
+            )
+        )
     joblib_store = load_feature_set(tmp_path / "joblib").manifest["store"]
     dask_store = load_feature_set(tmp_path / "dask").manifest["store"]
     assert joblib_store == dask_store
@@ -173,10 +204,18 @@ def test_killed_worker_still_gives_identical_features(tmp_path, local_cluster, r
                 os.kill(before[busy[0]], signal.SIGKILL)
 
     out = tmp_path / "fs"
-    _bounded(lambda: build_feature_set(
-        FIXTURE_IMAGES, out, _config(), cache_dir=None, scheduler=cluster.scheduler_address, store="sharded",
-        batch_size=BATCH, progress=progress,
-    ))
+    _bounded(
+        lambda: build_feature_set(
+            FIXTURE_IMAGES,
+            out,
+            _config(),
+            cache_dir=None,
+            scheduler=cluster.scheduler_address,
+            store="sharded",
+            batch_size=BATCH,
+            progress=progress,
+        )
+    )
     assert killed, "no worker was killed: the test did not exercise the fault"
     assert_same_features(load_feature_set(out), reference)
     assert not [name for name in os.listdir(out) if name.endswith(".tmp")]
@@ -196,13 +235,32 @@ def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monke
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     config = write_config_toml(tmp_path / "small.toml")
-    command = ["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"),
-               "--cache-dir", str(tmp_path / "cache"), "--scheduler", address, "--batch-size", str(BATCH), "-q"]
+    command = [
+        "build-features",
+        str(FIXTURE_IMAGES),
+        "--config",
+        str(config),
+        "--out",
+        str(tmp_path / "fs"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--scheduler",
+        address,
+        "--batch-size",
+        str(BATCH),
+        "-q",
+    ]
     monkeypatch.setattr(cluster_module, "DEFAULT_CONNECT_TIMEOUT", 5.0)
 
     def start():
-        return distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                        scheduler_port=port, dashboard_address=":0")
+        return distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            scheduler_port=port,
+            dashboard_address=":0",
+        )
 
     doomed = start()
 
@@ -212,9 +270,10 @@ def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monke
                 yield item
                 if description == "encode + pool" and count == BATCH:
                     doomed.close(timeout=10)
+
         return progress
 
-    monkeypatch.setattr("classify_images.pipeline.cli._tqdm_progress", progress_that_stops_the_scheduler)
+    monkeypatch.setattr("classify_images.pipeline.interfaces.cli._tqdm_progress", progress_that_stops_the_scheduler)
     try:
         status = _bounded(lambda: main(command))
     finally:
@@ -224,7 +283,7 @@ def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monke
     assert len(err) == 1 and err[0].startswith("classify-images build-features: error: lost the Dask scheduler")
     assert "re-run the same command" in err[0]
     assert not (tmp_path / "fs").exists()
-    codes = tmp_path / "cache" / "joblib" / "classify_images" / "pipeline" / "stages" / "image_encoding"
+    codes = tmp_path / "cache" / "joblib" / "classify_images" / "pipeline" / "extraction" / "stages" / "image_encoding"
     assert len([entry for entry in codes.iterdir() if entry.is_dir()]) >= BATCH  # finished work kept
 
     with start():
@@ -234,7 +293,7 @@ def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monke
 
 _POISON_PRELOAD = """
 import os
-from classify_images.pipeline.extractor import FeatureExtractor
+from classify_images.pipeline.extraction.extractor import FeatureExtractor
 
 
 
@@ -270,20 +329,41 @@ def test_a_task_that_kills_its_workers_is_one_line_and_the_same_command_resumes(
     config = write_config_toml(tmp_path / "small.toml")
     cache = tmp_path / "cache"
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
-            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                     dashboard_address=":0", preload=[str(preload)]) as cluster:
-        command = ["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"),
-                   "--cache-dir", str(cache), "--scheduler", cluster.scheduler_address,
-                   "--batch-size", str(BATCH), "-q"]
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=":0",
+            preload=[str(preload)],
+        ) as cluster,
+    ):
+        command = [
+            "build-features",
+            str(FIXTURE_IMAGES),
+            "--config",
+            str(config),
+            "--out",
+            str(tmp_path / "fs"),
+            "--cache-dir",
+            str(cache),
+            "--scheduler",
+            cluster.scheduler_address,
+            "--batch-size",
+            str(BATCH),
+            "-q",
+        ]
         started = time.monotonic()
         status = _bounded(lambda: main(command))
         failed_after = time.monotonic() - started
         err = capsys.readouterr().err.strip().splitlines()
         assert status == 2
         assert len(err) == 1, err
-        assert err[0].startswith("classify-images build-features: error: a task failed because the workers "
-                                 "running it died repeatedly"), err[0]
+        assert err[0].startswith(
+            "classify-images build-features: error: a task failed because the workers running it died repeatedly"
+        ), err[0]
         assert "re-run the same command to resume" in err[0] and "Traceback" not in err[0]
         assert not (tmp_path / "fs").exists()
         kept = _cache_entries(cache)
@@ -302,11 +382,13 @@ def test_a_task_that_kills_its_workers_is_one_line_and_the_same_command_resumes(
 def test_unreachable_scheduler_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cluster_module, "DEFAULT_CONNECT_TIMEOUT", 1.0)
     address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
-    for command in (["build-features", str(FIXTURE_IMAGES), "--out", str(tmp_path / "fs"), "--scheduler", address],
-                    ["build-features", str(FIXTURE_IMAGES), "--scheduler", "nowhere"],
-                    ["build-features", str(FIXTURE_IMAGES), "--scheduler", address, "--cluster", "local:2"],
-                    ["build-features", str(FIXTURE_IMAGES), "--cluster", "local:0"],
-                    ["build-features", str(FIXTURE_IMAGES), "--cluster", "local:1", "--batch-size", "0"]):
+    for command in (
+        ["build-features", str(FIXTURE_IMAGES), "--out", str(tmp_path / "fs"), "--scheduler", address],
+        ["build-features", str(FIXTURE_IMAGES), "--scheduler", "nowhere"],
+        ["build-features", str(FIXTURE_IMAGES), "--scheduler", address, "--cluster", "local:2"],
+        ["build-features", str(FIXTURE_IMAGES), "--cluster", "local:0"],
+        ["build-features", str(FIXTURE_IMAGES), "--cluster", "local:1", "--batch-size", "0"],
+    ):
         started = time.monotonic()
         assert main(command) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -323,12 +405,30 @@ def test_experiment_and_predict_on_the_cluster_match_this_machine(tmp_path, loca
     outputs = []
     for where in ([], ["--scheduler", cluster.scheduler_address]):
         capsys.readouterr()
-        assert main(["experiment", fs, "--classifier", "linear", "--repeats", "3",
-                     "--out", str(tmp_path / f"exp{len(where)}"), *where]) == 0
+        assert (
+            main(
+                [
+                    "experiment",
+                    fs,
+                    "--classifier",
+                    "linear",
+                    "--repeats",
+                    "3",
+                    "--out",
+                    str(tmp_path / f"exp{len(where)}"),
+                    *where,
+                ]
+            )
+            == 0
+        )
         runs = json.loads((tmp_path / f"exp{len(where)}" / "experiment.json").read_text())["runs"]
         assert main(["predict", model, str(FIXTURE_IMAGES / "china"), "--format", "csv", *where]) == 0
-        outputs.append(([(run["seed"], run["mean_per_class_accuracy"]) for run in runs],
-                        capsys.readouterr().out.split("report.html\n", 1)[1]))
+        outputs.append(
+            (
+                [(run["seed"], run["mean_per_class_accuracy"]) for run in runs],
+                capsys.readouterr().out.split("report.html\n", 1)[1],
+            )
+        )
     assert outputs[0] == outputs[1]
 
 
@@ -348,7 +448,9 @@ def test_shards_round_trip_bit_for_bit(tmp_path, fmt):
     rng = np.random.default_rng(0)
     blocks = [_block(rng, n, 37, 0.05) for n in (5, 5, 3)]
     entries = [write_shard(tmp_path, "X_train", k, block, fmt) for k, block in enumerate(blocks)]
-    assert [entry["file"] for entry in entries] == [f"X_train.00000{k}.{'npz' if fmt == 'csr' else 'npy'}" for k in range(3)]
+    assert [entry["file"] for entry in entries] == [
+        f"X_train.00000{k}.{'npz' if fmt == 'csr' else 'npy'}" for k in range(3)
+    ]
     again = write_shard(tmp_path, "X_train", 1, blocks[1], fmt)  # a rescheduled task rewrites its shard
     assert again == entries[1]
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
@@ -371,7 +473,8 @@ def test_shards_round_trip_bit_for_bit(tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["dense", "csr"])
 def test_sharded_feature_set_loads_both_formats_and_iterates_blocks(tmp_path, monkeypatch, reference, fmt):
-    monkeypatch.setattr(build_module, "shard_format", lambda kind, encoding="float32": fmt)
+    for module in (build_module, build_steps_module):  # the layout chosen, and the shards written in it
+        monkeypatch.setattr(module, "shard_format", lambda kind, encoding="float32": fmt)
     build_feature_set(FIXTURE_IMAGES, tmp_path / "fs", _config(), cache_dir=None, store="sharded", batch_size=6)
     built = load_feature_set(tmp_path / "fs")
     assert built.manifest["store"]["format"] == fmt and 0 < built.manifest["store"]["density"] <= 1
@@ -398,7 +501,7 @@ def test_sharded_feature_set_validation(tmp_path):
             load_feature_set(out)
         assert expected in str(error.value) and "\n" not in str(error.value)
 
-    first.write_bytes(original[:len(original) // 2])
+    first.write_bytes(original[: len(original) // 2])
     refused("corrupt")
     first.write_bytes(original[:-30] + bytes(30))  # the zip's directory, torn
     refused("corrupt")
@@ -432,7 +535,7 @@ def test_sharded_feature_set_validation(tmp_path):
 
 
 def test_image_features_on_the_cluster_match_this_machine(local_cluster):
-    from classify_images.pipeline.image_features import ImageFeatures
+    from classify_images.pipeline.interfaces.image_features import ImageFeatures
 
     cluster, _ = local_cluster
     paths = sorted(str(path) for path in FIXTURE_IMAGES.rglob("*.jpg"))
@@ -451,8 +554,17 @@ def test_minmax_normalisation_sharded_on_the_cluster_is_bit_identical(tmp_path, 
     raw["normalization"]["method"] = "minmax"
     config = validate_config(raw)
     build_feature_set(FIXTURE_IMAGES, tmp_path / "here", config, cache_dir=tmp_path / "cache")
-    _bounded(lambda: build_feature_set(FIXTURE_IMAGES, tmp_path / "there", config, cache_dir=tmp_path / "cache",
-                                       scheduler=cluster.scheduler_address, store="sharded", batch_size=BATCH))
+    _bounded(
+        lambda: build_feature_set(
+            FIXTURE_IMAGES,
+            tmp_path / "there",
+            config,
+            cache_dir=tmp_path / "cache",
+            scheduler=cluster.scheduler_address,
+            store="sharded",
+            batch_size=BATCH,
+        )
+    )
     here, there = load_feature_set(tmp_path / "here"), load_feature_set(tmp_path / "there")
     assert_same_features(there, here)
     assert (tmp_path / "there" / "minmax.npy").read_bytes() == (tmp_path / "here" / "minmax.npy").read_bytes()
@@ -461,7 +573,7 @@ def test_minmax_normalisation_sharded_on_the_cluster_is_bit_identical(tmp_path, 
 
 def test_a_folder_the_workers_cannot_see_is_one_line(tmp_path, local_cluster):
     """A worker without the file system of the dataset or of --out: refused before any work."""
-    from classify_images.pipeline.cluster import ClusterError
+    from classify_images.pipeline.execution.cluster import ClusterError
 
     _, client = local_cluster
     build_module._check_workers_see(client, tmp_path, "the dataset")  # both workers see it
@@ -473,8 +585,16 @@ def test_a_folder_the_workers_cannot_see_is_one_line(tmp_path, local_cluster):
 def test_default_layout_is_sharded_on_a_cluster_and_npy_here(tmp_path, local_cluster, reference):
     """On a cluster the workers write the rows (the client does not hold them) unless --store npy."""
     cluster, _ = local_cluster
-    _bounded(lambda: build_feature_set(FIXTURE_IMAGES, tmp_path / "remote", _config(), cache_dir=tmp_path / "cache",
-                                       scheduler=cluster.scheduler_address, batch_size=BATCH))
+    _bounded(
+        lambda: build_feature_set(
+            FIXTURE_IMAGES,
+            tmp_path / "remote",
+            _config(),
+            cache_dir=tmp_path / "cache",
+            scheduler=cluster.scheduler_address,
+            batch_size=BATCH,
+        )
+    )
     remote = load_feature_set(tmp_path / "remote")
     assert remote.layout == "sharded"
     assert_same_features(remote, reference)
@@ -484,8 +604,10 @@ def test_default_layout_is_sharded_on_a_cluster_and_npy_here(tmp_path, local_clu
 def test_a_local_cluster_runs_its_workers_without_the_profiler():
     """``--cluster local:N``: the workers' statistical profiler (per-second stack samples kept
     for 1 000 s, the cause of a worker's memory growing with the build's duration) is off."""
+
     def profile_state(dask_worker):
         import dask
+
         return dask.config.get("distributed.worker.profile.enabled"), len(dask_worker.profile_history)
 
     with cluster_module.open_client(cluster_module.ClusterSpec(n_workers=1)) as client:
@@ -499,7 +621,7 @@ def test_a_local_cluster_logs_where_its_dashboard_answers(caplog):
     it at the default level), and it answers there (Bokeh comes with the ``distributed`` extra)."""
     import urllib.request
 
-    with caplog.at_level(logging.INFO, logger="classify_images.pipeline.cluster"):
+    with caplog.at_level(logging.INFO, logger="classify_images.pipeline.execution.cluster"):
         with cluster_module.open_client(cluster_module.ClusterSpec(n_workers=1)) as client:
             lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Dask dashboard")]
             assert lines == [f"Dask dashboard: {client.dashboard_link}"]
@@ -514,8 +636,19 @@ def test_the_command_line_prints_the_dashboard_line_unless_quiet(tmp_path, capsy
     cluster, client = local_cluster
     config = write_config_toml(tmp_path / "small.toml")
     for quiet in ([], ["-q"]):
-        command = ["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"),
-                   "--cache-dir", str(tmp_path / "cache"), "--scheduler", cluster.scheduler_address, *quiet]
+        command = [
+            "build-features",
+            str(FIXTURE_IMAGES),
+            "--config",
+            str(config),
+            "--out",
+            str(tmp_path / "fs"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--scheduler",
+            cluster.scheduler_address,
+            *quiet,
+        ]
         assert _bounded(lambda: main(command)) == 0
         lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Dask dashboard")]
         assert lines == ([] if quiet else [f"Dask dashboard: {client.dashboard_link}"])
@@ -523,7 +656,10 @@ def test_the_command_line_prints_the_dashboard_line_unless_quiet(tmp_path, capsy
 
 def test_without_bokeh_the_dashboard_line_says_what_to_install(monkeypatch):
     real_find_spec = cluster_module.importlib.util.find_spec
-    monkeypatch.setattr(cluster_module.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "bokeh" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        cluster_module.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "bokeh" else real_find_spec(name, *a),
+    )
     text = cluster_module.dashboard_text(client=None)
     assert "Bokeh is not installed" in text and "distributed" in text

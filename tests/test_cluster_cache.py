@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from classify_images.pipeline.stages import StageCache, check_image, descriptor_sample
+from classify_images.pipeline.extraction.stages import StageCache, check_image, descriptor_sample
 
 from .conftest import FIXTURE_IMAGES, REPO
 
@@ -25,8 +25,8 @@ def _writer_code(cache: str, start_file: str) -> str:
     return textwrap.dedent(f"""
         import os, time
         from pathlib import Path
-        from classify_images.pipeline.dataset import file_fingerprint
-        from classify_images.pipeline.stages import StageCache
+        from classify_images.pipeline.settings.dataset import file_fingerprint
+        from classify_images.pipeline.extraction.stages import StageCache
         paths = sorted(str(p) for p in Path({str(FIXTURE_IMAGES)!r}).rglob("*.jpg"))
         fingerprints = [file_fingerprint(p) for p in paths]
         cache = StageCache({cache!r}, cache_descriptors=True)
@@ -40,11 +40,19 @@ def _writer_code(cache: str, start_file: str) -> str:
 
 
 def test_two_processes_writing_the_same_cache_keys(tmp_path):
-    from classify_images.pipeline.dataset import file_fingerprint
+    from classify_images.pipeline.settings.dataset import file_fingerprint
 
     cache, start = tmp_path / "cache", tmp_path / "go"
-    writers = [subprocess.Popen([sys.executable, "-c", _writer_code(str(cache), str(start))], cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _writer_code(str(cache), str(start))],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     time.sleep(1.0)  # let both import and wait at the start line
     start.touch()
     outputs = [writer.communicate(timeout=300) for writer in writers]
@@ -61,15 +69,19 @@ def test_two_processes_writing_the_same_cache_keys(tmp_path):
     reader = StageCache(cache, cache_descriptors=True)
     for path in sorted(FIXTURE_IMAGES.rglob("*.jpg")):
         path, fingerprint = str(path), file_fingerprint(path)
-        for memoised, args in ((reader.check_image, (path, fingerprint, 96, 16)),
-                               (reader._sample, (path, fingerprint, 96, _SIFT, 20, 0))):
+        for memoised, args in (
+            (reader.check_image, (path, fingerprint, 96, 16)),
+            (reader._sample, (path, fingerprint, 96, _SIFT, 20, 0)),
+        ):
             keywords = {"implementation": memoised.keywords["implementation"]}
             if memoised is reader._sample:
                 keywords["descriptors_fn"] = reader._descriptors
             assert memoised.func.check_call_in_cache(*args, **keywords), f"{path}: entry missing or unreadable"
         assert reader.check_image(path, fingerprint, 96, 16) == check_image(path, fingerprint, 96, 16)
-        np.testing.assert_array_equal(reader.descriptor_sample(path, fingerprint, 96, _SIFT, 20, 0),
-                                      descriptor_sample(path, fingerprint, 96, _SIFT, 20, 0))
+        np.testing.assert_array_equal(
+            reader.descriptor_sample(path, fingerprint, 96, _SIFT, 20, 0),
+            descriptor_sample(path, fingerprint, 96, _SIFT, 20, 0),
+        )
 
 
 # --- temporaries of writers killed in the middle of a write ---------------------------------
@@ -80,8 +92,8 @@ def _killed_writer_code(cache: str, image: str) -> str:
     return textwrap.dedent(f"""
         import os
         import numpy
-        from classify_images.pipeline.dataset import file_fingerprint
-        from classify_images.pipeline.stages import StageCache
+        from classify_images.pipeline.settings.dataset import file_fingerprint
+        from classify_images.pipeline.extraction.stages import StageCache
 
         def savez_then_die(handle, **arrays):
             handle.write(b"PK half an npz")
@@ -94,8 +106,13 @@ def _killed_writer_code(cache: str, image: str) -> str:
 
 
 def _kill_a_writer(cache, image) -> None:
-    writer = subprocess.run([sys.executable, "-c", _killed_writer_code(str(cache), str(image))], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    writer = subprocess.run(
+        [sys.executable, "-c", _killed_writer_code(str(cache), str(image))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert writer.returncode == 3, writer.stderr[-2000:]
 
 
@@ -104,9 +121,9 @@ def _temporaries(cache):
 
 
 def test_a_writer_killed_mid_write_leaves_a_temporary_readers_ignore_and_the_cache_removes(tmp_path, capsys):
-    from classify_images.pipeline.cache_folder import cache_usage
-    from classify_images.pipeline.cli import main
-    from classify_images.pipeline.dataset import file_fingerprint
+    from classify_images.pipeline.interfaces.cli import main
+    from classify_images.pipeline.settings.dataset import file_fingerprint
+    from classify_images.pipeline.storage.cache_folder import cache_usage
 
     cache = tmp_path / "cache"
     first, second = sorted(FIXTURE_IMAGES.rglob("*.jpg"))[:2]
@@ -123,8 +140,9 @@ def test_a_writer_killed_mid_write_leaves_a_temporary_readers_ignore_and_the_cac
 
     # A reader ignores the temporary (a miss: recomputed), and the writer of the entry sweeps its folder.
     reader = StageCache(cache)
-    assert reader.check_image(str(first), file_fingerprint(str(first)), 96, 16) == \
-        check_image(str(first), file_fingerprint(str(first)), 96, 16)
+    assert reader.check_image(str(first), file_fingerprint(str(first)), 96, 16) == check_image(
+        str(first), file_fingerprint(str(first)), 96, 16
+    )
     assert not left[0].exists() and (left[0].parent / "output.npz").is_file()
     assert _temporaries(cache) == [left[1]]
 
@@ -143,8 +161,8 @@ def test_which_temporaries_are_stale(tmp_path):
     """A live writer's temporary is kept, on this host by its process id, on another host by its age."""
     import os
 
-    from classify_images.pipeline import cache_store
-    from classify_images.pipeline.cache_folder import prune_cache
+    from classify_images.pipeline.storage import cache_store
+    from classify_images.pipeline.storage.cache_folder import prune_cache
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -168,8 +186,9 @@ def test_which_temporaries_are_stale(tmp_path):
     for name, (age, _) in cases.items():
         (folder / name).write_bytes(b"x" * 10)
         os.utime(folder / name, (now - age, now - age))
-    assert {name for name in cases if cache_store.is_stale_temporary(folder / name)} == \
-        {name for name, (_, stale) in cases.items() if stale}
+    assert {name for name in cases if cache_store.is_stale_temporary(folder / name)} == {
+        name for name, (_, stale) in cases.items() if stale
+    }
     removed = prune_cache(tmp_path / "cache")
     assert (removed.n_files, removed.n_bytes) == (3, 30)
     assert {path.name for path in folder.iterdir()} == {name for name, (_, stale) in cases.items() if not stale}
@@ -179,8 +198,8 @@ def test_a_writer_whose_temporary_is_pruned_meanwhile_skips_the_entry(tmp_path, 
     """Removing a live writer's temporary (a prune misjudging it) costs the entry, not the result."""
     import os
 
-    from classify_images.pipeline import cache_store
-    from classify_images.pipeline.dataset import file_fingerprint
+    from classify_images.pipeline.settings.dataset import file_fingerprint
+    from classify_images.pipeline.storage import cache_store
 
     image = str(sorted(FIXTURE_IMAGES.rglob("*.jpg"))[0])
     fingerprint = file_fingerprint(image)

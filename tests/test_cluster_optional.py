@@ -10,8 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.cluster import INSTALL_HINT, ClusterError, ClusterSpec, open_client, parse_cluster_option
+from classify_images.pipeline.execution.cluster import (
+    INSTALL_HINT,
+    ClusterError,
+    ClusterSpec,
+    open_client,
+    parse_cluster_option,
+)
+from classify_images.pipeline.interfaces.cli import main
 
 from .conftest import FIXTURE_IMAGES, REPO, write_config_toml
 
@@ -28,22 +34,32 @@ _BLOCK_DASK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize(("scheduler", "cluster", "expected"), [
-    ("tcp://10.0.0.5:8786", None, ClusterSpec(address="tcp://10.0.0.5:8786")),
-    ("scheduler.example.org:8786", None, ClusterSpec(address="tcp://scheduler.example.org:8786")),
-    ("tls://[::1]:9000", None, ClusterSpec(address="tls://[::1]:9000")),
-    (None, "local:3", ClusterSpec(n_workers=3)),
-    (None, None, None),
-])
+@pytest.mark.parametrize(
+    ("scheduler", "cluster", "expected"),
+    [
+        ("tcp://10.0.0.5:8786", None, ClusterSpec(address="tcp://10.0.0.5:8786")),
+        ("scheduler.example.org:8786", None, ClusterSpec(address="tcp://scheduler.example.org:8786")),
+        ("tls://[::1]:9000", None, ClusterSpec(address="tls://[::1]:9000")),
+        (None, "local:3", ClusterSpec(n_workers=3)),
+        (None, None, None),
+    ],
+)
 def test_parse_cluster_option(scheduler, cluster, expected):
     assert parse_cluster_option(scheduler, cluster) == expected
 
 
-@pytest.mark.parametrize(("scheduler", "cluster", "named"), [
-    ("tcp://host", None, "--scheduler"), ("tcp://host:70000", None, "--scheduler"), ("http://host:1", None, "--scheduler"),
-    (None, "local", "--cluster"), (None, "local:0", "--cluster"), (None, "remote:2", "--cluster"),
-    ("tcp://host:1", "local:1", "not both"),
-])
+@pytest.mark.parametrize(
+    ("scheduler", "cluster", "named"),
+    [
+        ("tcp://host", None, "--scheduler"),
+        ("tcp://host:70000", None, "--scheduler"),
+        ("http://host:1", None, "--scheduler"),
+        (None, "local", "--cluster"),
+        (None, "local:0", "--cluster"),
+        (None, "remote:2", "--cluster"),
+        ("tcp://host:1", "local:1", "not both"),
+    ],
+)
 def test_bad_cluster_options_are_one_line(scheduler, cluster, named):
     with pytest.raises(ClusterError) as error:
         parse_cluster_option(scheduler, cluster)
@@ -55,8 +71,10 @@ def test_missing_dask_is_one_line_saying_what_to_install(tmp_path, monkeypatch, 
     with pytest.raises(ClusterError, match="pip install 'classify-images\\[distributed\\]'"):
         with open_client(ClusterSpec(n_workers=1)):
             pass
-    for command in (["build-features", str(FIXTURE_IMAGES), "--out", str(tmp_path / "fs"), "--cluster", "local:2"],
-                    ["experiment", str(tmp_path / "fs"), "--classifier", "linear", "--scheduler", "tcp://127.0.0.1:1"]):
+    for command in (
+        ["build-features", str(FIXTURE_IMAGES), "--out", str(tmp_path / "fs"), "--cluster", "local:2"],
+        ["experiment", str(tmp_path / "fs"), "--classifier", "linear", "--scheduler", "tcp://127.0.0.1:1"],
+    ):
         assert main(command) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and INSTALL_HINT in err[0], err
@@ -70,8 +88,11 @@ def test_package_and_single_machine_paths_work_without_dask(tmp_path):
     code = _BLOCK_DASK + textwrap.dedent(f"""
         import contextlib, io, sys
         import classify_images
-        from classify_images.pipeline import build, cli, cluster, feature_store, shard_store
-        from classify_images.pipeline.cli import main
+        from classify_images.pipeline.extraction import build
+        from classify_images.pipeline.interfaces import cli
+        from classify_images.pipeline.execution import cluster
+        from classify_images.pipeline.storage import feature_store, shard_store
+        from classify_images.pipeline.interfaces.cli import main
         root = {str(tmp_path)!r}
         common = ["--config", {str(config)!r}, "--no-cache", "-q"]
         assert main(["build-features", {str(FIXTURE_IMAGES)!r}, "--out", root + "/fs", *common]) == 0
@@ -93,7 +114,9 @@ def test_package_and_single_machine_paths_work_without_dask(tmp_path):
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if line.startswith(("CLUSTER", "IMPORTED", "DASK")))
+    lines = dict(
+        line.split(": ", 1) for line in done.stdout.splitlines() if line.startswith(("CLUSTER", "IMPORTED", "DASK"))
+    )
     assert lines["IMPORTED"] == "[]"
     assert lines["CLUSTER"].startswith("classify-images build-features: error: ") and INSTALL_HINT in lines["CLUSTER"]
     assert "\n" not in lines["CLUSTER"] and INSTALL_HINT in lines["DASK-VIEW"]
@@ -105,14 +128,15 @@ def test_scheduler_errors_maps_dask_failures_to_one_line_and_lets_others_through
     distributed = pytest.importorskip("distributed")
     from distributed.comm import CommClosedError
 
-    from classify_images.pipeline.cluster import scheduler_errors
+    from classify_images.pipeline.execution.cluster import scheduler_errors
 
     spec = ClusterSpec(address="tcp://127.0.0.1:8786")
-    for failure, expected in ((CommClosedError("in <TCP>: Stream is closed"), "lost the Dask scheduler"),
-                              (distributed.client.FutureCancelledError("k", "scheduler-connection-lost"), "lost"),
-                              (TimeoutError("no answer"), "re-run the same command"),
-                              (distributed.KilledWorker("encode-pool-1", SimpleNamespace(address="tcp://127.0.0.1:1"), 3),
-                               "died repeatedly")):
+    for failure, expected in (
+        (CommClosedError("in <TCP>: Stream is closed"), "lost the Dask scheduler"),
+        (distributed.client.FutureCancelledError("k", "scheduler-connection-lost"), "lost"),
+        (TimeoutError("no answer"), "re-run the same command"),
+        (distributed.KilledWorker("encode-pool-1", SimpleNamespace(address="tcp://127.0.0.1:1"), 3), "died repeatedly"),
+    ):
         with pytest.raises(ClusterError, match=expected) as error:
             with scheduler_errors(spec):
                 raise failure

@@ -22,7 +22,8 @@ def _reference_pool(codes, x, y, shape, levels, method):
         for r in range(L):
             for c in range(L):
                 inside = [
-                    i for i in range(len(x))
+                    i
+                    for i in range(len(x))
                     if min(int(x[i] * L / w), L - 1) == c and min(int(y[i] * L / h), L - 1) == r
                 ]
                 block = codes[inside]
@@ -33,7 +34,7 @@ def _reference_pool(codes, x, y, shape, levels, method):
                 elif method == "max":
                     out.append(np.abs(block).max(0))
                 elif method == "sqrt":
-                    out.append(np.sqrt((block ** 2).mean(0)))
+                    out.append(np.sqrt((block**2).mean(0)))
                 else:
                     out.append(np.abs(block).mean(0))
     return np.concatenate(out)
@@ -68,8 +69,9 @@ def test_max_pooling_kernel_equals_per_cell_maximum_exactly():
         for i in range(n):
             want[level[i]] = np.maximum(want[level[i]], np.abs(dense[i]))
     np.testing.assert_array_equal(got, want.ravel())
-    as_float64 = spatial_pyramid_pool(sp.csr_matrix(dense.astype(np.float64) * (1 + 1e-9)), x, y, shape, K,
-                                      (1, 2, "3x1"), "max")
+    as_float64 = spatial_pyramid_pool(
+        sp.csr_matrix(dense.astype(np.float64) * (1 + 1e-9)), x, y, shape, K, (1, 2, "3x1"), "max"
+    )
     np.testing.assert_array_equal(as_float64, (want.astype(np.float64) * (1 + 1e-9)).astype(np.float32).ravel())
     dense[0, 0] = np.nan
     with_nan = spatial_pyramid_pool(sp.csr_matrix(dense), x, y, shape, K, (1,), "max")
@@ -133,8 +135,12 @@ def test_per_vector_normalizer_is_the_formula_and_needs_no_fit(method):
     Z = X.astype(np.float64)
     if method == "power":
         Z = np.sign(Z) * np.sqrt(np.abs(Z))
-    norms = {"l2": np.linalg.norm(Z, axis=1), "power": np.linalg.norm(Z, axis=1),
-             "l1": np.abs(Z).sum(axis=1), "none": np.ones(len(Z))}[method]
+    norms = {
+        "l2": np.linalg.norm(Z, axis=1),
+        "power": np.linalg.norm(Z, axis=1),
+        "l1": np.abs(Z).sum(axis=1),
+        "none": np.ones(len(Z)),
+    }[method]
     expected = Z / np.where(norms > 0, norms, 1.0)[:, None]
     out = normalizer.transform(X)
     assert out.dtype == np.float32 and out.shape == X.shape
@@ -165,7 +171,9 @@ def test_minmax_normalizer_learns_from_training_rows_only():
     assert not out[:, 2].any()  # a dimension constant on the training rows maps to 0
     # The test rows do not move the statistics; transforming in chunks changes no bit.
     np.testing.assert_array_equal(Normalizer("minmax").fit(X_train).transform(X_test), out)
-    np.testing.assert_array_equal(np.concatenate([normalizer.transform(X_test[:4]), normalizer.transform(X_test[4:])]), out)
+    np.testing.assert_array_equal(
+        np.concatenate([normalizer.transform(X_test[:4]), normalizer.transform(X_test[4:])]), out
+    )
     np.testing.assert_array_equal(normalizer.fit_transform(X_train), normalizer.transform(X_train))
     restored = Normalizer.from_statistics("minmax", normalizer.statistics())
     np.testing.assert_array_equal(restored.transform(X_test), out)

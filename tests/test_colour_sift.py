@@ -21,8 +21,8 @@ from classify_images.features.preprocess import (
     decode_grayscale,
     load_colour,
 )
-from classify_images.pipeline.config import TABLES, ConfigError, load_config, stage_hash
-from classify_images.pipeline.stages import compute_descriptors
+from classify_images.pipeline.extraction.stages import compute_descriptors
+from classify_images.pipeline.settings.config import TABLES, ConfigError, load_config, stage_hash
 
 from .conftest import FIXTURE_PHOTO
 
@@ -51,8 +51,20 @@ def _test_image(seed: int = 0, shape=(37, 45)) -> np.ndarray:
     """Random colours plus the awkward pixels: black, white, greys, primaries, ties."""
     rng = np.random.default_rng(seed)
     rgb = rng.random((*shape, 3)).astype(np.float32)
-    special = [(0, 0, 0), (1, 1, 1), (0.5, 0.5, 0.5), (1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 0),
-               (0, 1, 1), (1, 0, 1), (0.2, 0.2, 0.7), (0.7, 0.2, 0.7), (1, 0, 0.001)]
+    special = [
+        (0, 0, 0),
+        (1, 1, 1),
+        (0.5, 0.5, 0.5),
+        (1, 0, 0),
+        (0, 1, 0),
+        (0, 0, 1),
+        (1, 1, 0),
+        (0, 1, 1),
+        (1, 0, 1),
+        (0.2, 0.2, 0.7),
+        (0.7, 0.2, 0.7),
+        (1, 0, 0.001),
+    ]
     for i, colour in enumerate(special):
         rgb[0, i] = colour
     return rgb
@@ -82,12 +94,18 @@ def test_each_block_is_dense_sift_of_its_channel_alone(space, options):
     assert descriptor.needs_colour and descriptor.length == 384
     result = descriptor.compute(rgb)
     channels = _reference_channels(rgb, space).astype(np.float32)
-    kwargs = dict(patch_sizes=(8, 16), step=4, smooth=True, contrast_threshold=1.0,
-                  low_contrast=options.get("low_contrast", "keep"), root=options.get("root_sift", False),
-                  window_size=options.get("window_size"))
+    kwargs = dict(
+        patch_sizes=(8, 16),
+        step=4,
+        smooth=True,
+        contrast_threshold=1.0,
+        low_contrast=options.get("low_contrast", "keep"),
+        root=options.get("root_sift", False),
+        window_size=options.get("window_size"),
+    )
     for k in range(3):
         alone = dense_sift(np.ascontiguousarray(channels[k]), **kwargs)
-        np.testing.assert_allclose(result.descriptors[:, 128 * k:128 * (k + 1)], alone.descriptors, atol=2e-5)
+        np.testing.assert_allclose(result.descriptors[:, 128 * k : 128 * (k + 1)], alone.descriptors, atol=2e-5)
         np.testing.assert_array_equal(result.x, alone.x)
         np.testing.assert_array_equal(result.y, alone.y)
 
@@ -109,9 +127,9 @@ def _png(image_bgr: np.ndarray) -> bytes:
 
 def test_colour_decode_is_rgb_and_shares_the_grey_checks():
     bgr = np.zeros((20, 30, 3), np.uint8)
-    bgr[:, :10] = (255, 0, 0)   # blue
+    bgr[:, :10] = (255, 0, 0)  # blue
     bgr[:, 10:20] = (0, 255, 0)  # green
-    bgr[:, 20:] = (0, 0, 255)   # red
+    bgr[:, 20:] = (0, 0, 255)  # red
     data = _png(bgr)
     rgb, warnings = decode_colour_checked(data, None)
     assert rgb.shape == (20, 30, 3) and rgb.dtype == np.float32 and warnings == []
@@ -163,10 +181,19 @@ def _table(kind: str, **own) -> dict:
     return {"kind": kind, "size": 6, "n_samples": 500, "lambda": 0.15, "n_iter": 5, "seed": 0, **own}
 
 
-@pytest.mark.parametrize("table", [_table("kmeans"), _table("kmeans", assignment="soft", soft_neighbors=2),
-                                   _table("sparse"), _table("llc", n_neighbors=3), _table("vlad"),
-                                   _table("fisher", pca_dims=8), _table("fisher", pca_dims=384)],
-                         ids=lambda t: f"{t['kind']}-{t.get('assignment', '')}{t.get('pca_dims', '')}")
+@pytest.mark.parametrize(
+    "table",
+    [
+        _table("kmeans"),
+        _table("kmeans", assignment="soft", soft_neighbors=2),
+        _table("sparse"),
+        _table("llc", n_neighbors=3),
+        _table("vlad"),
+        _table("fisher", pca_dims=8),
+        _table("fisher", pca_dims=384),
+    ],
+    ids=lambda t: f"{t['kind']}-{t.get('assignment', '')}{t.get('pca_dims', '')}",
+)
 def test_every_encoder_takes_384_dimensional_descriptors(table):
     data = compute_descriptors(str(FIXTURE_PHOTO), 96, {**SIFT, "color": "opponent"})
     descriptors = dequantize_descriptors(data["descriptors"])
@@ -185,7 +212,7 @@ def test_every_encoder_takes_384_dimensional_descriptors(table):
 
 
 def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
-    from classify_images.pipeline.stages import FLIP_KEY, StageCache
+    from classify_images.pipeline.extraction.stages import FLIP_KEY, StageCache
 
     mirrored = tmp_path / "mirrored.png"
     cv2.imwrite(str(mirrored), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR)[:, ::-1])
@@ -196,7 +223,9 @@ def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
         reference = compute_descriptors(str(mirrored), None, table)
         for key in ("descriptors", "x", "y", "shape"):
             np.testing.assert_array_equal(flipped[key], reference[key])
-        assert not np.array_equal(flipped["descriptors"], compute_descriptors(str(original), None, table)["descriptors"])
+        assert not np.array_equal(
+            flipped["descriptors"], compute_descriptors(str(original), None, table)["descriptors"]
+        )
     cache = StageCache(tmp_path / "cache")
     import hashlib
 
@@ -204,14 +233,16 @@ def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
     plain = cache._descriptors(str(original), fingerprint, None, SIFT)
     flipped = cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})
     assert not np.array_equal(plain["descriptors"], flipped["descriptors"])
-    np.testing.assert_array_equal(cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})["descriptors"],
-                                  flipped["descriptors"])
+    np.testing.assert_array_equal(
+        cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})["descriptors"],
+        flipped["descriptors"],
+    )
 
 
 def test_a_colour_feature_set_builds_and_its_model_classifies_images(small_dataset, tmp_path):
-    from classify_images.pipeline.build import build_feature_set
-    from classify_images.pipeline.config import validate_config
-    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.extraction.build import build_feature_set
+    from classify_images.pipeline.settings.config import validate_config
+    from classify_images.pipeline.storage.feature_store import load_feature_set
 
     from ._encoder_helpers import assert_image_model_classifies_like_rows
     from .conftest import SMALL_CONFIG

@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from classify_images.classifiers.combination import (
-    Channel, CombinationError, channels_from_dicts, check_combination, combine_rows, mbkl_channel_weights,
+    Channel,
+    CombinationError,
+    channels_from_dicts,
+    check_combination,
+    combine_rows,
+    mbkl_channel_weights,
 )
 from classify_images.errors import ClassifyImagesError
 
@@ -23,13 +28,13 @@ def _rows(channels, n, rng, nonnegative=False):
     X = rng.standard_normal((n, sum(c.dims for c in channels))).astype(np.float32)
     for c in channels:
         if nonnegative or not c.signed:
-            X[:, c.offset:c.offset + c.dims] = np.abs(X[:, c.offset:c.offset + c.dims])
-    X[1, channels[1].offset:channels[1].offset + channels[1].dims] = 0  # an empty block stays empty
+            X[:, c.offset : c.offset + c.dims] = np.abs(X[:, c.offset : c.offset + c.dims])
+    X[1, channels[1].offset : channels[1].offset + channels[1].dims] = 0  # an empty block stays empty
     return X
 
 
 def _block(x, c):
-    return [float(v) for v in x[c.offset:c.offset + c.dims]]
+    return [float(v) for v in x[c.offset : c.offset + c.dims]]
 
 
 def _linear_kernel_by_loops(x, y, channels, weights_on_kernel, norm):
@@ -71,11 +76,12 @@ def test_concat_kernel_weighs_each_normalised_block_by_its_squared_weight():
     channels = _channels()
     X = _rows(channels, 4, rng)
     Z = combine_rows(X, channels, "concat", "linear").astype(np.float64)
-    squared = [c.weight ** 2 for c in channels]
+    squared = [c.weight**2 for c in channels]
     for i in range(4):
         for j in range(4):
-            assert Z[i] @ Z[j] == pytest.approx(_linear_kernel_by_loops(X[i], X[j], channels, squared, "l2"),
-                                                rel=1e-5, abs=1e-6)
+            assert Z[i] @ Z[j] == pytest.approx(
+                _linear_kernel_by_loops(X[i], X[j], channels, squared, "l2"), rel=1e-5, abs=1e-6
+            )
 
 
 def test_average_additive_gives_the_average_of_normalised_intersection_kernels():
@@ -101,13 +107,16 @@ def test_mbkl_rule_keeps_the_rows_and_in_place_works():
     np.testing.assert_array_equal(X, expected)
 
 
-@pytest.mark.parametrize("rule, classifier, channels, words", [
-    ("mbkl", "mbkl", _channels(), "'c0' is signed"),
-    ("mbkl", "linear", _channels(signed=(False,) * 3), "--classifier mbkl"),
-    ("average", "pmsvm", _channels(), "'c0' is signed"),
-    ("sum", "linear", _channels(), "allowed values are concat, average, mbkl"),
-    ("concat", "linear", (), "no channel layout"),
-])
+@pytest.mark.parametrize(
+    "rule, classifier, channels, words",
+    [
+        ("mbkl", "mbkl", _channels(), "'c0' is signed"),
+        ("mbkl", "linear", _channels(signed=(False,) * 3), "--classifier mbkl"),
+        ("average", "pmsvm", _channels(), "'c0' is signed"),
+        ("sum", "linear", _channels(), "allowed values are concat, average, mbkl"),
+        ("concat", "linear", (), "no channel layout"),
+    ],
+)
 def test_refusals_are_one_line(rule, classifier, channels, words):
     with pytest.raises(CombinationError, match=words) as caught:
         check_combination(rule, channels, classifier)

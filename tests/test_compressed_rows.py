@@ -10,10 +10,10 @@ import pytest
 
 from classify_images.coding import product_quantizer
 from classify_images.coding.product_quantizer import ProductQuantizer, RowCodecError, to_float16
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
-from classify_images.pipeline.shard_store import ShardedRows
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.storage.feature_store import FeatureSetError, load_feature_set
+from classify_images.pipeline.storage.shard_store import ShardedRows
 
 from ._encoder_helpers import small_config
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
@@ -35,7 +35,7 @@ def _reference_fit(rows: np.ndarray, sub_dim: int, n_iter: int, seed: int, n_cen
     start = np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
     codebooks = np.zeros((m, k, sub_dim))
     for j in range(m):
-        subs = padded[:, j * sub_dim:(j + 1) * sub_dim]
+        subs = padded[:, j * sub_dim : (j + 1) * sub_dim]
         centroids = subs[start].copy()
         for _ in range(n_iter):
             labels = [_reference_nearest(sub, centroids) for sub in subs]
@@ -65,12 +65,12 @@ def test_product_quantizer_matches_slow_loops(sub_dim, monkeypatch):
     padded[:, :22] = fresh
     for i in range(40):
         for j in range(codes.shape[1]):
-            sub = padded[i, j * sub_dim:(j + 1) * sub_dim]
+            sub = padded[i, j * sub_dim : (j + 1) * sub_dim]
             best = _reference_nearest(sub, quantizer.codebooks_[j])
             distance = lambda k: float(np.sum((sub - quantizer.codebooks_[j, k]) ** 2, dtype=np.float64))  # noqa: E731
             assert distance(codes[i, j]) <= distance(best) + 1e-5  # the nearest, up to rounding ties
             expected = quantizer.codebooks_[j, codes[i, j]][: max(0, min(sub_dim, 22 - j * sub_dim))]
-            np.testing.assert_array_equal(decoded[i, j * sub_dim:j * sub_dim + expected.size], expected)
+            np.testing.assert_array_equal(decoded[i, j * sub_dim : j * sub_dim + expected.size], expected)
     out = np.full_like(decoded, np.nan)  # decoded in place, as a reader assembling shards does
     assert quantizer.decode(codes, out=out) is out
     np.testing.assert_array_equal(out, decoded)
@@ -103,19 +103,29 @@ def test_decoding_in_place_without_padding_is_decoding():
 def test_product_quantizer_error_falls_with_bytes():
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(600, 64)).astype(np.float32)
-    errors = [np.mean((ProductQuantizer(s, seed=0).fit(rows).decode(ProductQuantizer(s, seed=0).fit(rows).encode(rows))
-                       - rows) ** 2) for s in (16, 8, 2)]
+    errors = [
+        np.mean(
+            (ProductQuantizer(s, seed=0).fit(rows).decode(ProductQuantizer(s, seed=0).fit(rows).encode(rows)) - rows)
+            ** 2
+        )
+        for s in (16, 8, 2)
+    ]
     assert errors[0] > errors[1] > errors[2]
 
 
 def test_float16_refuses_values_beyond_its_range():
-    np.testing.assert_array_equal(to_float16(np.array([[0.5, -1e-3]], np.float32)), np.array([[0.5, -1e-3]], np.float16))
+    np.testing.assert_array_equal(
+        to_float16(np.array([[0.5, -1e-3]], np.float32)), np.array([[0.5, -1e-3]], np.float16)
+    )
     with pytest.raises(RowCodecError, match="float16"):
         to_float16(np.array([[1e6]], np.float32))
 
 
-FISHER = dict(codebook={"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30},
-              pooling={"levels": [1, "3x1"]}, normalization="none")
+FISHER = dict(
+    codebook={"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30},
+    pooling={"levels": [1, "3x1"]},
+    normalization="none",
+)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +135,9 @@ def fisher_sets(tmp_path_factory):
     config = small_config(**FISHER)
     cache = root / "cache"
     for rows in ("float32", "float16", "pq8"):
-        build_feature_set(FIXTURE_IMAGES, root / rows, config, cache_dir=cache, store="sharded", batch_size=5, rows=rows)
+        build_feature_set(
+            FIXTURE_IMAGES, root / rows, config, cache_dir=cache, store="sharded", batch_size=5, rows=rows
+        )
     return root
 
 
@@ -143,8 +155,10 @@ def test_compressed_builds_read_back_as_float32_blocks(fisher_sets):
     for feature_set in (half, pq):
         for block, _ in feature_set.iter_row_blocks("train"):
             assert isinstance(block, np.ndarray) and block.dtype == np.float32 and block.shape[1] == 256
+
     def stored(feature_set):
         return sum(entry["bytes"] for entry in feature_set.manifest["store"]["shards"]["X_train"])
+
     rows = X.shape[0]
     assert stored(exact) > 4 * 256 * rows > stored(half) > 2 * 256 * rows > stored(pq) >= 32 * rows
     # decoding keeps most of the signal (relative error of the float16 rows is 2^-11)
@@ -167,14 +181,29 @@ def test_tampered_codebooks_are_one_line_errors(fisher_sets, tmp_path):
 
 def test_compressed_rows_are_refused_where_they_do_not_apply(tmp_path, capsys):
     config = json.loads(json.dumps(SMALL_CONFIG))  # k-means histograms: sparse, stored CSR
-    from classify_images.pipeline.config import validate_config
+    from classify_images.pipeline.settings.config import validate_config
 
     with pytest.raises(RowCodecError, match="CSR"):
         build_feature_set(FIXTURE_IMAGES, tmp_path / "bof", validate_config(config), cache_dir=None, rows="pq8")
     with pytest.raises(RowCodecError, match="--store sharded"):
         build_feature_set(FIXTURE_IMAGES, tmp_path / "bof", validate_config(config), store="npy", rows="float16")
-    assert main(["build-features", str(FIXTURE_IMAGES), "--out", str(tmp_path / "x"), "--store", "npy",
-                 "--rows", "pq16", "-q", "--no-cache"]) == 2
+    assert (
+        main(
+            [
+                "build-features",
+                str(FIXTURE_IMAGES),
+                "--out",
+                str(tmp_path / "x"),
+                "--store",
+                "npy",
+                "--rows",
+                "pq16",
+                "-q",
+                "--no-cache",
+            ]
+        )
+        == 2
+    )
     assert "--store sharded" in capsys.readouterr().err
 
 
@@ -203,12 +232,19 @@ def test_sharded_rows_of_compressed_shards_decode_by_index(fisher_sets):
 
 
 def test_pq_codebooks_learn_from_a_bounded_sample(tmp_path, monkeypatch):
-    from classify_images.pipeline import build
+    from classify_images.pipeline.extraction import build_steps as build
 
     monkeypatch.setattr(build, "PQ_SAMPLE_SHARDS", 2)
     monkeypatch.setattr(build, "PQ_SAMPLE_ROWS", 6)
-    build_feature_set(FIXTURE_IMAGES, tmp_path / "pq", small_config(**FISHER), cache_dir=tmp_path / "cache",
-                      store="sharded", batch_size=5, rows="pq16")
+    build_feature_set(
+        FIXTURE_IMAGES,
+        tmp_path / "pq",
+        small_config(**FISHER),
+        cache_dir=tmp_path / "cache",
+        store="sharded",
+        batch_size=5,
+        rows="pq16",
+    )
     feature_set = load_feature_set(tmp_path / "pq")
     codebooks = np.load(tmp_path / "pq" / "pq_codebooks.npy")
     assert codebooks.shape == (256 // 16, 6, 16)  # 3 rows from each of 2 shards: 6 centroids per position
@@ -223,16 +259,17 @@ def test_nearest_centroid_kernel_is_the_argmin_of_explicit_distances():
     rng = np.random.default_rng(5)
     rows = rng.normal(size=(30, 37)).astype(np.float32)
     codebooks = rng.normal(size=(5, 256, 8)).astype(np.float32)
-    labels = nearest_centroids(rows, np.ascontiguousarray(codebooks.transpose(0, 2, 1)),
-                               np.einsum("pks,pks->pk", codebooks, codebooks))
+    labels = nearest_centroids(
+        rows, np.ascontiguousarray(codebooks.transpose(0, 2, 1)), np.einsum("pks,pks->pk", codebooks, codebooks)
+    )
     padded = np.zeros((30, 40))
     padded[:, :37] = rows
     sums = np.zeros((5, 256, 8))
     for i in range(30):
         for j in range(5):
-            distances = np.sum((padded[i, 8 * j:8 * j + 8] - codebooks[j].astype(np.float64)) ** 2, axis=1)
+            distances = np.sum((padded[i, 8 * j : 8 * j + 8] - codebooks[j].astype(np.float64)) ** 2, axis=1)
             assert distances[labels[i, j]] <= distances.min() + 1e-4
-            sums[j, labels[i, j]] += padded[i, 8 * j:8 * j + 8]
+            sums[j, labels[i, j]] += padded[i, 8 * j : 8 * j + 8]
     got_sums, counts = centroid_sums(rows, labels, 8, 256)
     np.testing.assert_allclose(got_sums, sums, atol=1e-5)
     assert counts.sum() == 30 * 5 and (counts.sum(axis=1) == 30).all()

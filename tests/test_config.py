@@ -1,6 +1,6 @@
 import pytest
 
-from classify_images.pipeline.config import ConfigError, TABLES, load_config, named_configs, stage_hash
+from classify_images.pipeline.settings.config import TABLES, ConfigError, load_config, named_configs, stage_hash
 
 
 def test_shipped_configs_load_and_validate():
@@ -30,7 +30,10 @@ def test_shipped_configs_load_and_validate():
         ("[image]\nmax_side = 8\n", "image.max_side = 8: expected an integer ≥ 16"),
         ('[image]\nmax_side = "big"\n', "image.max_side = 'big': expected an integer ≥ 16"),
         ('[codebook]\nkind = "gmm"\n', "codebook.kind = 'gmm': allowed values are 'kmeans', 'sparse'"),
-        ('[normalization]\nmethod = "l3"\n', "normalization.method = 'l3': allowed values are 'l2', 'l1', 'power', 'minmax', 'none'"),
+        (
+            '[normalization]\nmethod = "l3"\n',
+            "normalization.method = 'l3': allowed values are 'l2', 'l1', 'power', 'minmax', 'none'",
+        ),
         ("[pooling]\nlevels = [0]\n", "pooling.levels = \\[0\\]: expected a non-empty list of integers ≥ 1"),
         ("[dataset]\ntest_per_class = -1\n", "dataset.test_per_class = -1"),
     ],
@@ -66,7 +69,7 @@ def test_overrides_and_stage_hash():
 def test_config_is_frozen_dataclasses_with_defaults():
     import dataclasses
 
-    from classify_images.pipeline.config import PipelineConfig, SiftConfig
+    from classify_images.pipeline.settings.config import PipelineConfig, SiftConfig
 
     config = load_config(None)
     assert config == PipelineConfig() and config.sift == SiftConfig()
@@ -81,4 +84,3 @@ def test_config_hash_is_todays():
     # The hash of the plain form is what feature sets record: it must not move with the
     # representation (a changed hash rebuilds every feature set).
     assert stage_hash(load_config(None), list(TABLES)) == "62a0f469c755bee0acc1e5d4edcf87f1bef3921a"
-

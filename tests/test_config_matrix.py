@@ -36,8 +36,8 @@ import numpy as np
 import pytest
 
 from classify_images.classifiers import registry
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import CHANNEL_TABLE, CLASSIFIER_TABLE, named_configs
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import CHANNEL_TABLE, CLASSIFIER_TABLE, named_configs
 
 from .conftest import FIXTURE_IMAGES
 
@@ -83,7 +83,7 @@ def shrunk_config(name: str) -> dict:
     # [[channel]] tables: [dataset] and [image] at the top, the other tables inside each channel
     holders = config.get(CHANNEL_TABLE, [config])
     for (table, key), value in ALWAYS.items():
-        for holder in ([config] if table in ("dataset", "image") else holders):
+        for holder in [config] if table in ("dataset", "image") else holders:
             holder.setdefault(table, {})[key] = value
     for (table, key), shrink in IF_SET.items():
         for holder in holders:
@@ -103,7 +103,7 @@ def _toml_value(value) -> str:
 def write_toml(path: Path, config: dict) -> Path:
     lines = []
     for table, values in config.items():
-        for entry in (values if table == CHANNEL_TABLE else [values]):  # [[channel]]: an array of tables
+        for entry in values if table == CHANNEL_TABLE else [values]:  # [[channel]]: an array of tables
             lines.append(f"[[{table}]]" if table == CHANNEL_TABLE else f"[{table}]")
             lines += [f"{json.dumps(str(key))} = {_toml_value(value)}" for key, value in entry.items()]
             lines.append("")
@@ -121,15 +121,29 @@ class Built:
     """One config's shrunk TOML, its feature set (built once) and the stage cache."""
 
     def __init__(self, root: Path, name: str) -> None:
-        from classify_images.pipeline.feature_store import load_feature_set
+        from classify_images.pipeline.storage.feature_store import load_feature_set
 
         self.name, self.root = name, root
         root.mkdir(parents=True)
         self.config = write_toml(root / f"{name}.toml", shrunk_config(name))
         self.cache = root / "cache"
         self.features = root / "features"
-        assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(self.config), "--out",
-                     str(self.features), "--cache-dir", str(self.cache), "-q"]) == 0
+        assert (
+            main(
+                [
+                    "build-features",
+                    str(FIXTURE_IMAGES),
+                    "--config",
+                    str(self.config),
+                    "--out",
+                    str(self.features),
+                    "--cache-dir",
+                    str(self.cache),
+                    "-q",
+                ]
+            )
+            == 0
+        )
         self.feature_set = fs = load_feature_set(self.features)
         dataset_root = Path(fs.manifest["dataset"]["root"])
         self.train_paths = [str(dataset_root / p) for p in fs.train_paths]
@@ -198,9 +212,23 @@ def _start_predict_in_empty_folder(model: Path, folder: Path, images: list[str])
     alone = _model_alone(model, folder)
     env = {**os.environ, "CLASSIFY_IMAGES_CACHE": str(folder.parent / "predict-cache")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "classify_images.pipeline.cli", "predict", "model.npz", *images,
-         "--top-k", "1", "--format", "json"],
-        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "classify_images.pipeline.interfaces.cli",
+            "predict",
+            "model.npz",
+            *images,
+            "--top-k",
+            "1",
+            "--format",
+            "json",
+        ],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     return process, alone
 
@@ -215,8 +243,20 @@ def test_run_predict_and_reload(config, classifier, built, tmp_path, capsys, mon
     shutil.copytree(b.features, out / "features")  # built once; run finds it up to date
     # --force: the run folder holding a copied features/ is not proven ours (no marker); the copy is
     # a feature set of ours all the same, so it is reused, not replaced
-    argv = ["run", str(FIXTURE_IMAGES), "--config", str(b.config), "--classifier", classifier,
-            "--out", str(out), "--cache-dir", str(b.cache), "-q", "--force"]
+    argv = [
+        "run",
+        str(FIXTURE_IMAGES),
+        "--config",
+        str(b.config),
+        "--classifier",
+        classifier,
+        "--out",
+        str(out),
+        "--cache-dir",
+        str(b.cache),
+        "-q",
+        "--force",
+    ]
     capsys.readouterr()
 
     if requires_non_negative(classifier) and b.signed:
@@ -262,8 +302,9 @@ def test_run_predict_and_reload(config, classifier, built, tmp_path, capsys, mon
         features = loaded[0]
         assert isinstance(features, ImageFeatures)
         assert features.n_features_out_ == b.feature_set.n_features
-        np.testing.assert_allclose(features.transform(b.test_paths), np.asarray(b.feature_set.X_test),
-                                   rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(
+            features.transform(b.test_paths), np.asarray(b.feature_set.X_test), rtol=RTOL, atol=ATOL
+        )
     finally:
         try:
             stdout, stderr = process.communicate(timeout=300)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from classify_images.pipeline.dataset import DatasetError, discover_dataset, split_indices
+from classify_images.pipeline.settings.dataset import DatasetError, discover_dataset, split_indices
 
 from .conftest import FIXTURE_IMAGES
 

@@ -1,4 +1,4 @@
-"""The demo (pipeline/demo.py): its shipped config, its commands, no import of the command line.
+"""The demo (classify_images/pipeline/interfaces/demo.py): its shipped config, its commands, no import of the command line.
 
 The demo itself (about a minute) is run by hand: ``classify-images demo --workdir DIR``.
 """
@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from classify_images.pipeline.config import load_config, validate_config
-from classify_images.pipeline.demo import DEMO_CONFIG, demo_commands
+from classify_images.pipeline.interfaces.demo import DEMO_CONFIG, demo_commands
+from classify_images.pipeline.settings.config import load_config, validate_config
 
 #: The demo's pipeline as it was written in Python before it shipped as configs/digits.toml.
 DIGITS = {
@@ -26,7 +26,7 @@ def test_shipped_digits_config():
 
 
 def test_demo_commands_parse_with_the_command_line(tmp_path):
-    from classify_images.pipeline.cli import build_parser
+    from classify_images.pipeline.interfaces.cli import build_parser
 
     commands = demo_commands(tmp_path, n_jobs=3, quiet=True)
     assert [argv[0] for argv in commands] == ["build-features", "train", "evaluate"]
@@ -36,6 +36,8 @@ def test_demo_commands_parse_with_the_command_line(tmp_path):
 
 
 def test_demo_does_not_import_the_command_line():
-    code = "import sys, classify_images.pipeline.demo; print('classify_images.pipeline.cli' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parent)
+    code = "import sys, classify_images.pipeline.interfaces.demo; print('classify_images.pipeline.interfaces.cli' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
+    )
     assert out.stdout.strip() == "False"

@@ -1,4 +1,4 @@
-"""Descriptors cached aside during the codebook (pipeline/descriptors_aside.py): the same entries
+"""Descriptors cached aside during the codebook (classify_images/pipeline/extraction/descriptors_aside.py): the same entries
 the encode stage would write, the same feature set, a prompt stop."""
 
 import contextlib
@@ -12,13 +12,13 @@ import time
 import numpy as np
 import pytest
 
-from classify_images.pipeline import descriptors_aside, fitting
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.config import load_config
-from classify_images.pipeline.dataset import file_fingerprint
-from classify_images.pipeline.descriptors_aside import cache_descriptors, descriptors_cached_aside
-from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.pipeline.stages import StageCache, compute_descriptors
+from classify_images.pipeline.extraction import descriptors_aside, fitting
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.extraction.descriptors_aside import cache_descriptors, descriptors_cached_aside
+from classify_images.pipeline.extraction.stages import StageCache, compute_descriptors
+from classify_images.pipeline.settings.config import load_config
+from classify_images.pipeline.settings.dataset import file_fingerprint
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, assert_same_features
 
@@ -41,8 +41,10 @@ def test_the_entries_are_the_encode_stages_and_hold_the_computed_descriptors(tmp
     assert cache_descriptors(str(tmp_path / "cache"), _pairs(), MAX_SIDE, SIFT, threading.Event()) == len(IMAGES)
     for path, fingerprint in _pairs():
         assert _cached(cache, path, fingerprint)  # the key the sample and encode stages look up
-        read, computed = cache.image_descriptors(path, fingerprint, MAX_SIDE, SIFT), compute_descriptors(
-            path, MAX_SIDE, SIFT, fingerprint)
+        read, computed = (
+            cache.image_descriptors(path, fingerprint, MAX_SIDE, SIFT),
+            compute_descriptors(path, MAX_SIDE, SIFT, fingerprint),
+        )
         assert read.keys() == computed.keys()
         for key in read:
             assert read[key].dtype == computed[key].dtype and read[key].tobytes() == computed[key].tobytes(), key
@@ -72,7 +74,9 @@ def test_the_process_caches_while_the_block_runs_then_stops(tmp_path):
 def test_the_end_of_the_block_stops_a_long_list_promptly(tmp_path, monkeypatch):
     started = []
     real_popen = descriptors_aside.subprocess.Popen
-    monkeypatch.setattr(descriptors_aside.subprocess, "Popen", lambda *a, **k: started.append(real_popen(*a, **k)) or started[-1])
+    monkeypatch.setattr(
+        descriptors_aside.subprocess, "Popen", lambda *a, **k: started.append(real_popen(*a, **k)) or started[-1]
+    )
     with descriptors_cached_aside(tmp_path / "cache", _pairs() * 2000, MAX_SIDE, SIFT):
         time.sleep(0.5)
     start = time.monotonic()
@@ -83,7 +87,9 @@ def test_the_end_of_the_block_stops_a_long_list_promptly(tmp_path, monkeypatch):
 def test_an_error_in_the_block_propagates_and_the_process_ends(tmp_path, monkeypatch):
     started = []
     real_popen = descriptors_aside.subprocess.Popen
-    monkeypatch.setattr(descriptors_aside.subprocess, "Popen", lambda *a, **k: started.append(real_popen(*a, **k)) or started[-1])
+    monkeypatch.setattr(
+        descriptors_aside.subprocess, "Popen", lambda *a, **k: started.append(real_popen(*a, **k)) or started[-1]
+    )
     with pytest.raises(KeyError):
         with descriptors_cached_aside(tmp_path / "cache", _pairs() * 2000, MAX_SIDE, SIFT):
             raise KeyError("boom")
@@ -135,7 +141,7 @@ def test_a_killed_build_takes_the_process_with_it(tmp_path):
     """``kill -9`` of the process holding the block: the aside process is gone soon after."""
     script = f"""
 import sys, time
-from classify_images.pipeline import descriptors_aside
+from classify_images.pipeline.extraction import descriptors_aside
 real = descriptors_aside.subprocess.Popen
 def popen(*a, **k):
     process = real(*a, **k)

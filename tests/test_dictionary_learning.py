@@ -85,14 +85,17 @@ def _reference_dictionary(X, D0, lam, n_iter, eta, seed):
 def test_the_dictionary_is_the_same_bits_on_one_two_and_three_threads():
     X = _sparse_mixtures(0, 800, 16, 32)
     D0 = _initial(X, 24)
-    learnt = [learn_online_dictionary(X, D0, 0.15, n_iter=12, batch_size=70, n_threads=threads)
-              for threads in (1, 2, 3)]
+    learnt = [
+        learn_online_dictionary(X, D0, 0.15, n_iter=12, batch_size=70, n_threads=threads) for threads in (1, 2, 3)
+    ]
     assert not np.array_equal(learnt[0], D0)
     for other in learnt[1:]:
         np.testing.assert_array_equal(other, learnt[0])
     # the public entry point too (float32 atoms, the build's call)
-    by_threads = [learn_sparse_dictionary(X, 24, n_iter=12, batch_size=70, solver="online", n_threads=threads)
-                  for threads in (1, 2)]
+    by_threads = [
+        learn_sparse_dictionary(X, 24, n_iter=12, batch_size=70, solver="online", n_threads=threads)
+        for threads in (1, 2)
+    ]
     np.testing.assert_array_equal(by_threads[0], by_threads[1])
 
 
@@ -100,8 +103,9 @@ def test_the_dictionary_is_the_same_bits_on_one_two_and_three_threads():
 def test_the_learner_equals_a_slow_obvious_reference(seed):
     X = _sparse_mixtures(seed, 60, 8, 6, density=0.3)
     D0 = _initial(X, 6, seed)
-    fast = learn_online_dictionary(X, D0, 0.1, n_iter=9, batch_size=8, random_state=seed,
-                                   n_threads=2, correlation_dtype=np.float64)
+    fast = learn_online_dictionary(
+        X, D0, 0.1, n_iter=9, batch_size=8, random_state=seed, n_threads=2, correlation_dtype=np.float64
+    )
     slow = _reference_dictionary(X, D0, 0.1, 9, 8, seed)
     assert np.abs(slow - D0).max() > 1e-2  # the atoms moved
     np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-9)
@@ -154,14 +158,25 @@ def test_an_atom_never_used_is_replaced_by_a_training_descriptor():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_held_out_objective_is_within_two_percent_of_spams(seed):
-    spams = pytest.importorskip("spams", reason="spams (spams-bin) is the "
-                                                "reference of this comparison and cannot be imported")
+    spams = pytest.importorskip(
+        "spams", reason="spams (spams-bin) is the reference of this comparison and cannot be imported"
+    )
     X = _sparse_mixtures(10 + seed, 6000, 32, 64)
     train, held_out = X[:5000], X[5000:]
     D0 = _initial(train, 64, seed)
     ours = learn_online_dictionary(train, D0, 0.15, n_iter=60, batch_size=64, random_state=seed)
-    theirs = np.asarray(spams.trainDL(np.asfortranarray(train.T, dtype=np.float64), D=np.asfortranarray(D0.T),
-                                      lambda1=0.15, mode=2, iter=60, batchsize=64, numThreads=1, verbose=False)).T
+    theirs = np.asarray(
+        spams.trainDL(
+            np.asfortranarray(train.T, dtype=np.float64),
+            D=np.asfortranarray(D0.T),
+            lambda1=0.15,
+            mode=2,
+            iter=60,
+            batchsize=64,
+            numThreads=1,
+            verbose=False,
+        )
+    ).T
     f_ours, f_spams, f_start = (mean_lasso_cost(held_out, D, 0.15) for D in (ours, theirs, D0))
     assert f_spams < 0.9 * f_start  # spams learnt something on this data
     assert f_ours <= 1.02 * f_spams, (f_ours, f_spams)
@@ -169,7 +184,9 @@ def test_the_held_out_objective_is_within_two_percent_of_spams(seed):
 
 def test_asking_for_spams_without_it_names_the_extra(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "spams" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "spams" else real_find_spec(name, *a)
+    )
     table = {"kind": "sparse", "size": 8, "n_samples": 100, "lambda": 0.15, "n_iter": 2, "seed": 0}
     with pytest.raises(EncoderParameterError, match=r"classify-images\[spams\]") as error:
         make_encoder({**table, "dictionary_solver": "spams"})

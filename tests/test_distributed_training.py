@@ -1,4 +1,4 @@
-"""Training in groups of classes: the classifier entry point, the merge, and Dask (pipeline/distributed_training.py).
+"""Training in groups of classes: the classifier entry point, the merge, and Dask (classify_images/pipeline/training/distributed_training.py).
 
 The cluster tests share one LocalCluster of 2 worker processes on the loopback interface
 (module fixture); every call has a time limit (``TIMEOUT``).  The claim under test: the model trained on the cluster is the model
@@ -17,9 +17,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from classify_images.classifiers import MBKL, HIKnSVM, PmSVM, QuadraticHingeSVC
 from classify_images.classifiers.base import merge_problem_groups
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.feature_store import FeatureSetError, load_feature_set
-from classify_images.pipeline.model_file import load_model
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.storage.feature_store import FeatureSetError, load_feature_set
+from classify_images.pipeline.training.model_file import load_model
 
 from .conftest import build_fixture_feature_set
 from .test_hik_nsvm import histograms
@@ -36,7 +36,7 @@ DECOMPOSING = {
 
 def fit_on(client, *args, **kwargs):
     """``fit_distributed`` with the tests' time limit."""
-    from classify_images.pipeline.distributed_training import fit_distributed
+    from classify_images.pipeline.training.distributed_training import fit_distributed
 
     return fit_distributed(client, *args, timeout=TIMEOUT, **kwargs)
 
@@ -98,7 +98,7 @@ def test_joint_classifiers_refuse_groups(make):
 @pytest.fixture(scope="module")
 def client():
     pytest.importorskip("distributed")
-    from classify_images.pipeline.cluster import ClusterSpec, open_client
+    from classify_images.pipeline.execution.cluster import ClusterSpec, open_client
 
     with open_client(ClusterSpec(n_workers=2)) as client:
         yield client
@@ -141,7 +141,7 @@ def test_cluster_seed_drawn_once_when_random_state_is_none(client):
 
 
 def test_cluster_workers_read_the_feature_set_themselves(client, tmp_path):
-    from classify_images.pipeline.distributed_training import FeatureSetRows
+    from classify_images.pipeline.training.distributed_training import FeatureSetRows
 
     feature_set = load_feature_set(build_fixture_feature_set(tmp_path))
     names = np.asarray(feature_set.class_names)[feature_set.y_train]
@@ -164,7 +164,7 @@ def test_cluster_warnings_come_back_to_the_client(client):
 
 @pytest.mark.parametrize("make", [MBKL], ids=lambda c: c.__name__)
 def test_cluster_refuses_joint_classifiers(client, make):
-    from classify_images.pipeline.distributed_training import DistributedTrainingError
+    from classify_images.pipeline.training.distributed_training import DistributedTrainingError
 
     X, y = data()
     with pytest.raises(DistributedTrainingError, match="cannot be trained in groups of classes"):
@@ -185,7 +185,7 @@ def test_cluster_trains_linear_per_class_groups_to_the_local_model(client):
 
 
 def test_cluster_time_limit(client):
-    from classify_images.pipeline.distributed_training import fit_distributed
+    from classify_images.pipeline.training.distributed_training import fit_distributed
 
     X, y = data(2)
     with pytest.raises(TimeoutError, match="did not finish within 0.01 s"):
@@ -210,28 +210,55 @@ def test_cli_train_on_a_local_cluster_saves_the_local_model(feature_set_path, tm
 
 
 def test_cli_train_streaming(feature_set_path, tmp_path):
-    from classify_images.pipeline.streaming_training import RowBlocks
+    from classify_images.pipeline.training.streaming_training import RowBlocks
 
     out = tmp_path / "streamed.npz"
-    assert main(["train", str(feature_set_path), "--classifier", "nsvm", "--param", "shuffle=false",
-                 "--param", "n_epochs=7", "--streaming", "--block-rows", "4", "--seed", "5", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(feature_set_path),
+                "--classifier",
+                "nsvm",
+                "--param",
+                "shuffle=false",
+                "--param",
+                "n_epochs=7",
+                "--streaming",
+                "--block-rows",
+                "4",
+                "--seed",
+                "5",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     model, _ = load_model(out)
     feature_set = load_feature_set(feature_set_path)
     names = np.asarray(feature_set.class_names)[feature_set.y_train]
     order = RowBlocks(feature_set.X_train, names, 4, seed=5).order  # the blocks the command cut
-    expected = HIKnSVM(shuffle=False, n_epochs=7, random_state=5).fit(np.asarray(feature_set.X_train)[order], names[order])
+    expected = HIKnSVM(shuffle=False, n_epochs=7, random_state=5).fit(
+        np.asarray(feature_set.X_train)[order], names[order]
+    )
     assert_same_model(model, expected, np.asarray(feature_set.X_test))
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--classifier", "pmsvm", "--streaming"], "--streaming needs a classifier that learns from row blocks (partial_fit): only nsvm"
-                                                " and linear"),
-    (["--classifier", "nsvm", "--block-rows", "8"], "--block-rows sets the blocks of --streaming"),
-    (["--classifier", "nsvm", "--streaming", "--block-rows", "0"], "--block-rows must be at least 1, not 0"),
-    (["--classifier", "nsvm", "--streaming", "--cluster", "local:2"], "--streaming trains on this machine"),
-    (["--classifier", "mbkl", "--scheduler", "tcp://127.0.0.1:1"], "classifier 'mbkl': MBKL learns its stumps"),
-    (["--classifier", "nsvm", "--cluster", "local:0"], "--cluster 'local:0' is not understood"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ["--classifier", "pmsvm", "--streaming"],
+            "--streaming needs a classifier that learns from row blocks (partial_fit): only nsvm and linear",
+        ),
+        (["--classifier", "nsvm", "--block-rows", "8"], "--block-rows sets the blocks of --streaming"),
+        (["--classifier", "nsvm", "--streaming", "--block-rows", "0"], "--block-rows must be at least 1, not 0"),
+        (["--classifier", "nsvm", "--streaming", "--cluster", "local:2"], "--streaming trains on this machine"),
+        (["--classifier", "mbkl", "--scheduler", "tcp://127.0.0.1:1"], "classifier 'mbkl': MBKL learns its stumps"),
+        (["--classifier", "nsvm", "--cluster", "local:0"], "--cluster 'local:0' is not understood"),
+    ],
+)
 def test_cli_train_option_errors_are_one_line(feature_set_path, capsys, options, message):
     assert main(["train", str(feature_set_path), *options]) == 2
     err = capsys.readouterr().err.strip()
@@ -240,7 +267,7 @@ def test_cli_train_option_errors_are_one_line(feature_set_path, capsys, options,
 
 def test_cli_train_scheduler_unreachable_is_one_line(feature_set_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
-    from classify_images.pipeline import cluster as cluster_module
+    from classify_images.pipeline.execution import cluster as cluster_module
 
     monkeypatch.setattr(cluster_module, "DEFAULT_CONNECT_TIMEOUT", 1.0)  # nothing listens: no need to wait 10 s
     assert main(["train", str(feature_set_path), "--classifier", "pmsvm", "--scheduler", "tcp://127.0.0.1:1"]) == 2

@@ -95,11 +95,7 @@ def reference_dense_sift(image, patch_size, step, corners=None, smooth=True, nor
     sm = smooth_image(image, sigma)
     H, W = image.shape
     if corners is None:
-        corners = [
-            (x0, y0)
-            for y0 in range(0, H - patch_size + 1, step)
-            for x0 in range(0, W - patch_size + 1, step)
-        ]
+        corners = [(x0, y0) for y0 in range(0, H - patch_size + 1, step) for x0 in range(0, W - patch_size + 1, step)]
     out = []
     for x0, y0 in corners:
         raw = reference_descriptor(sm, x0, y0, patch_size)

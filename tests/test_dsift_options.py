@@ -176,8 +176,14 @@ def test_matches_vlfeat_dsift(bin_size):
     H, W = img.shape
     s, step = bin_size, 3
     frames, vl = dsift(
-        img, step=step, size=s, bounds=np.array([s // 2, s // 2, H - 1, W - 1]),
-        window_size=1.5, norm=True, fast=True, float_descriptors=True,
+        img,
+        step=step,
+        size=s,
+        bounds=np.array([s // 2, s // 2, H - 1, W - 1]),
+        window_size=1.5,
+        norm=True,
+        fast=True,
+        float_descriptors=True,
     )
     vl = vl / 512.0
     lookup = {(float(x), float(y)): i for i, (y, x) in enumerate(frames[:, :2])}
@@ -212,12 +218,23 @@ NEW_KEYS = {
 
 
 def test_config_keys_hashed_only_when_set():
-    from classify_images.pipeline.config import stage_hash, validate_config
+    from classify_images.pipeline.settings.config import stage_hash, validate_config
 
     default = validate_config({"sift": {"patch_sizes": [16, 24], "step": 3}})
-    explicit = validate_config({"sift": {"patch_sizes": [16, 24], "step": 3, "smoothing": "dsift", "window_size": 0.0,
-                                         "bin_centres": "patch", "grid_alignment": "corner", "low_contrast": "keep",
-                                         "root_sift": False}})
+    explicit = validate_config(
+        {
+            "sift": {
+                "patch_sizes": [16, 24],
+                "step": 3,
+                "smoothing": "dsift",
+                "window_size": 0.0,
+                "bin_centres": "patch",
+                "grid_alignment": "corner",
+                "low_contrast": "keep",
+                "root_sift": False,
+            }
+        }
+    )
     # existing configurations keep their hashes (and stage caches)
     assert set(default.sift_params()) == {"patch_sizes", "step", "smooth", "contrast_threshold"}
     assert stage_hash(default, ["sift"]) == stage_hash(explicit, ["sift"])
@@ -227,10 +244,19 @@ def test_config_keys_hashed_only_when_set():
         assert stage_hash(changed, ["sift"]) != stage_hash(default, ["sift"])
 
 
-@pytest.mark.parametrize("key, bad", [("smoothing", "gauss"), ("bin_centres", 1), ("grid_alignment", "middle"),
-                                      ("low_contrast", "remove"), ("window_size", -1.0), ("root_sift", "yes")])
+@pytest.mark.parametrize(
+    "key, bad",
+    [
+        ("smoothing", "gauss"),
+        ("bin_centres", 1),
+        ("grid_alignment", "middle"),
+        ("low_contrast", "remove"),
+        ("window_size", -1.0),
+        ("root_sift", "yes"),
+    ],
+)
 def test_config_rejects_bad_values(key, bad):
-    from classify_images.pipeline.config import ConfigError, validate_config
+    from classify_images.pipeline.settings.config import ConfigError, validate_config
 
     with pytest.raises(ConfigError, match=f"sift.{key}"):
         validate_config({"sift": {key: bad}})
@@ -238,21 +264,34 @@ def test_config_rejects_bad_values(key, bad):
 
 def test_pipeline_passes_the_options_to_dense_sift():
     from classify_images.features import dequantize_descriptors
-    from classify_images.pipeline.config import validate_config
-    from classify_images.pipeline.stages import compute_descriptors
+    from classify_images.pipeline.extraction.stages import compute_descriptors
+    from classify_images.pipeline.settings.config import validate_config
 
     config = validate_config({"sift": {"patch_sizes": [16, 24], "step": 6, **NEW_KEYS}})
     got = compute_descriptors(str(FIXTURE_PHOTO), 300, config.sift_params())
     img = load_grayscale(FIXTURE_PHOTO, max_side=300)
-    want = dense_sift(img, (16, 24), 6, smoothing="phow", window_size=1.5, bin_centres="integer",
-                      grid_alignment="centre", low_contrast="zero", root=True)
+    want = dense_sift(
+        img,
+        (16, 24),
+        6,
+        smoothing="phow",
+        window_size=1.5,
+        bin_centres="integer",
+        grid_alignment="centre",
+        low_contrast="zero",
+        root=True,
+    )
     np.testing.assert_allclose(dequantize_descriptors(got["descriptors"]), want.descriptors, atol=1 / 1024 + 1e-7)
     np.testing.assert_array_equal(got["x"], want.x)
 
 
 def test_grid_frames_follow_the_options(image):
-    for opts in ({}, {"bin_centres": "integer"}, {"grid_alignment": "centre"},
-                 {"bin_centres": "integer", "grid_alignment": "centre"}):
+    for opts in (
+        {},
+        {"bin_centres": "integer"},
+        {"grid_alignment": "centre"},
+        {"bin_centres": "integer", "grid_alignment": "centre"},
+    ):
         res = dense_sift(image, (8, 16, 24), 3, **opts)
         x, y, p = grid_frames(image.shape, (8, 16, 24), 3, **opts)
         np.testing.assert_array_equal(x, res.x)

@@ -2,14 +2,17 @@
 
 import pytest
 
-from classify_images.pipeline.config import PipelineConfig, TABLES, load_config, stage_hash
+from classify_images.pipeline.settings.config import TABLES, PipelineConfig, load_config, stage_hash
 
 from .test_config import assert_one_line_config_error
 
 
 def test_shipped_encoder_configs_load_and_round_trip():
-    expected = {"llc": ("llc", "signed_max", (1, 2, 4)), "vlad": ("vlad", "average", (1, 2)),
-                "fisher": ("fisher", "average", (1, 2, "3x1"))}
+    expected = {
+        "llc": ("llc", "signed_max", (1, 2, 4)),
+        "vlad": ("vlad", "average", (1, 2)),
+        "fisher": ("fisher", "average", (1, 2, "3x1")),
+    }
     for name, (kind, method, levels) in expected.items():
         config = load_config(name)
         assert (config.codebook.kind, config.pooling.method, config.pooling.levels) == (kind, method, levels)
@@ -37,14 +40,23 @@ def test_rootsift_config_is_its_base_with_rootsift_and_its_own_hashes(base_name,
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('[codebook]\nkind = "gmm"\n', "codebook.kind = 'gmm': allowed values are 'kmeans', 'sparse', 'llc', 'vlad', 'fisher'"),
-        ('[codebook]\npca_dims = 32\n', "codebook.pca_dims applies to codebook.kind = 'fisher' only"),
+        (
+            '[codebook]\nkind = "gmm"\n',
+            "codebook.kind = 'gmm': allowed values are 'kmeans', 'sparse', 'llc', 'vlad', 'fisher'",
+        ),
+        ("[codebook]\npca_dims = 32\n", "codebook.pca_dims applies to codebook.kind = 'fisher' only"),
         ('[codebook]\nkind = "vlad"\nn_neighbors = 5\n', "codebook.n_neighbors applies to codebook.kind = 'llc' only"),
-        ('[codebook]\nkind = "llc"\nsize = 4\nn_neighbors = 5\n', "codebook.n_neighbors = 5: expected at most codebook.size = 4"),
+        (
+            '[codebook]\nkind = "llc"\nsize = 4\nn_neighbors = 5\n',
+            "codebook.n_neighbors = 5: expected at most codebook.size = 4",
+        ),
         ('[codebook]\nkind = "fisher"\npca_dims = 400\n', "codebook.pca_dims = 400: expected an integer ≥ 1 and ≤ 384"),
         ('[codebook]\nkind = "llc"\nn_neighbors = 0\n', "codebook.n_neighbors = 0: expected an integer ≥ 1"),
-        ('[pooling]\nlevels = [1, "3y1"]\n', "pooling.levels = \\[1, '3y1'\\]: expected a non-empty list of integers ≥ 1 .* \"RxC\""),
-        ('[pooling]\nlevels = []\n', "pooling.levels = \\[\\]: expected a non-empty list"),
+        (
+            '[pooling]\nlevels = [1, "3y1"]\n',
+            "pooling.levels = \\[1, '3y1'\\]: expected a non-empty list of integers ≥ 1 .* \"RxC\"",
+        ),
+        ("[pooling]\nlevels = []\n", "pooling.levels = \\[\\]: expected a non-empty list"),
         ('[pooling]\nlevels = [1, "0x2"]\n', "pooling.levels"),
         ('[pooling]\nmethod = "median"\n', "allowed values are .*'signed_max'"),
     ],

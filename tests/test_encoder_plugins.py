@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
 from classify_images.coding import encoders as encoders_module
 from classify_images.coding.encoders import (
     Encoder,
@@ -23,14 +24,13 @@ from classify_images.coding.encoders import (
     register_encoder,
 )
 from classify_images.features.dsift import DESCRIPTOR_SIZE
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.config import ConfigError, validate_config
-from classify_images.pipeline.extractor import FeatureExtractor
-from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.pipeline.image_features import load_image_model
-from classify_images.pipeline.model_file import load_model, save_model
-from classify_images.pipeline.stages import compute_descriptors
-from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.extraction.extractor import FeatureExtractor
+from classify_images.pipeline.extraction.stages import compute_descriptors
+from classify_images.pipeline.interfaces.image_features import load_image_model
+from classify_images.pipeline.settings.config import ConfigError, validate_config
+from classify_images.pipeline.storage.feature_store import load_feature_set
+from classify_images.pipeline.training.model_file import load_model, save_model
 
 from ._encoder_helpers import assert_image_model_classifies_like_rows
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
@@ -49,22 +49,37 @@ def _table(kind: str, **own) -> dict:
     return {"kind": kind, "size": 6, "n_samples": 500, "lambda": 0.15, "n_iter": 5, "seed": 0, **own}
 
 
-TABLES = [_table("kmeans"), _table("kmeans", assignment="soft", soft_neighbors=2), _table("sparse"),
-          _table("llc", n_neighbors=3), _table("vlad"), _table("fisher", pca_dims=8)]
+TABLES = [
+    _table("kmeans"),
+    _table("kmeans", assignment="soft", soft_neighbors=2),
+    _table("sparse"),
+    _table("llc", n_neighbors=3),
+    _table("vlad"),
+    _table("fisher", pca_dims=8),
+]
 
 
 @pytest.fixture(scope="module")
 def sample_image():
     """Dense SIFT of one fixture photograph (uint8 → float32), with positions and shape."""
     path = sorted((FIXTURE_IMAGES).rglob("*.jpg"))[0]
-    data = compute_descriptors(str(path), 96, {"patch_sizes": [16], "step": 8, "smooth": True,
-                                                "contrast_threshold": 1.0})
+    data = compute_descriptors(
+        str(path), 96, {"patch_sizes": [16], "step": 8, "smooth": True, "contrast_threshold": 1.0}
+    )
     from classify_images.features.dsift import dequantize_descriptors
 
-    return str(path), dequantize_descriptors(data["descriptors"]), data["x"], data["y"], tuple(int(v) for v in data["shape"])
+    return (
+        str(path),
+        dequantize_descriptors(data["descriptors"]),
+        data["x"],
+        data["y"],
+        tuple(int(v) for v in data["shape"]),
+    )
 
 
-@pytest.mark.parametrize("table", TABLES, ids=lambda t: "-".join(str(v) for k, v in t.items() if k in ("kind", "assignment")))
+@pytest.mark.parametrize(
+    "table", TABLES, ids=lambda t: "-".join(str(v) for k, v in t.items() if k in ("kind", "assignment"))
+)
 def test_state_round_trips_and_encode_equals_the_cached_path(table, sample_image):
     path, descriptors, x, y, shape = sample_image
     encoder = make_encoder(table)
@@ -131,7 +146,7 @@ class _MeanProjection(Encoder):
         counts = np.zeros(n_cells)
         for level_cells in cells:
             np.add.at(out[:, : coder.shape[0]], level_cells, projected)
-            np.add.at(out[:, coder.shape[0]:], level_cells, np.abs(projected))
+            np.add.at(out[:, coder.shape[0] :], level_cells, np.abs(projected))
             np.add.at(counts, level_cells, 1)
         return (out / np.maximum(counts, 1)[:, None]).astype(np.float32).ravel()
 
@@ -175,7 +190,7 @@ def test_a_model_of_an_unregistered_encoder_is_a_one_line_error(toy_encoder, sma
     classifier = QuadraticHingeSVC().fit(np.asarray(fs.X_train), fs.y_train)
     model = save_model(tmp_path / "model.npz", classifier, extractor=FeatureExtractor.from_feature_set(fs))
     encoders_module._REGISTERED.pop(toy_encoder.kind)
-    from classify_images.pipeline.model_file import ModelFileError
+    from classify_images.pipeline.training.model_file import ModelFileError
 
     with pytest.raises(ModelFileError, match=f"codebook.kind = '{toy_encoder.kind}'"):
         load_image_model(model)
@@ -191,7 +206,7 @@ def test_no_pipeline_module_names_an_encoder_kind():
 
     kinds = {"kmeans", "sparse", "llc", "vlad", "fisher", "soft"}
     offenders = []
-    for path in sorted(pathlib.Path(pipeline.__file__).parent.glob("*.py")):
+    for path in sorted(pathlib.Path(pipeline.__file__).parent.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Compare):
                 constants = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant)]

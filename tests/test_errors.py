@@ -17,7 +17,7 @@ def _package_modules():
     yield importlib.import_module("classify_images.errors")
     for name in ("features", "coding", "classifiers", "pipeline"):
         package = importlib.import_module(f"classify_images.{name}")
-        for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
             yield importlib.import_module(info.name)
 
 
@@ -25,15 +25,19 @@ def test_every_error_class_of_the_package_derives_from_the_base():
     errors = {}
     for module in _package_modules():
         for name, value in vars(module).items():
-            if (inspect.isclass(value) and issubclass(value, Exception) and value.__module__ == module.__name__
-                    and not name.startswith("_")):  # private ones are control flow that never leaves its module
+            if (
+                inspect.isclass(value)
+                and issubclass(value, Exception)
+                and value.__module__ == module.__name__
+                and not name.startswith("_")
+            ):  # private ones are control flow that never leaves its module
                 errors[f"{module.__name__}.{name}"] = value
     assert len(errors) >= 15, sorted(errors)
     assert not [name for name, cls in errors.items() if not issubclass(cls, ClassifyImagesError)]
 
 
 def test_a_bug_is_reported_as_a_bug(monkeypatch, capsys):
-    from classify_images.pipeline import cli
+    from classify_images.pipeline.interfaces import cli
 
     def broken(args):
         raise RuntimeError("boom")
@@ -49,10 +53,13 @@ def test_a_bug_is_reported_as_a_bug(monkeypatch, capsys):
 
 @pytest.mark.parametrize("error", ["ConfigError", "DatasetError"])
 def test_user_errors_are_one_line(error, tmp_path, capsys):
-    from classify_images.pipeline.cli import main
+    from classify_images.pipeline.interfaces.cli import main
 
-    argv = (["build-features", str(tmp_path / "absent"), "--out", str(tmp_path / "fs")] if error == "DatasetError"
-            else ["build-features", str(tmp_path), "--config", str(tmp_path / "absent.toml"), "--out", str(tmp_path / "fs")])
+    argv = (
+        ["build-features", str(tmp_path / "absent"), "--out", str(tmp_path / "fs")]
+        if error == "DatasetError"
+        else ["build-features", str(tmp_path), "--config", str(tmp_path / "absent.toml"), "--out", str(tmp_path / "fs")]
+    )
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("classify-images build-features: error:")

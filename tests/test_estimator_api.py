@@ -19,7 +19,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from classify_images.classifiers import HIKnSVM, MBKL, PmSVM, QuadraticHingeSVC
+from classify_images.classifiers import MBKL, HIKnSVM, PmSVM, QuadraticHingeSVC
 from classify_images.classifiers.base import warm_up
 
 DEFAULTS = [QuadraticHingeSVC(), PmSVM(), HIKnSVM(), MBKL()]
@@ -41,16 +41,24 @@ _SIGNED = (
     "the same check on the blobs shifted to non-negative values: test_extreme_class_weight"
 )
 EXPECTED_FAILURES = {
-    "HIKnSVM": {"check_sample_weight_equivalence_on_dense_data": _SGD,
-                "check_sample_weight_equivalence_on_sparse_data": _SGD,
-                "check_class_weight_classifiers": _SIGNED},
-    "MBKL": {"check_sample_weight_equivalence_on_dense_data": _MBKL,
-             "check_sample_weight_equivalence_on_sparse_data": _MBKL},
-    "PmSVM": {"check_sample_weight_equivalence_on_dense_data": _TOL,
-              "check_sample_weight_equivalence_on_sparse_data": _TOL,
-              "check_class_weight_classifiers": _SIGNED},
-    "QuadraticHingeSVC": {"check_sample_weight_equivalence_on_dense_data": _TOL,
-                          "check_sample_weight_equivalence_on_sparse_data": _TOL},
+    "HIKnSVM": {
+        "check_sample_weight_equivalence_on_dense_data": _SGD,
+        "check_sample_weight_equivalence_on_sparse_data": _SGD,
+        "check_class_weight_classifiers": _SIGNED,
+    },
+    "MBKL": {
+        "check_sample_weight_equivalence_on_dense_data": _MBKL,
+        "check_sample_weight_equivalence_on_sparse_data": _MBKL,
+    },
+    "PmSVM": {
+        "check_sample_weight_equivalence_on_dense_data": _TOL,
+        "check_sample_weight_equivalence_on_sparse_data": _TOL,
+        "check_class_weight_classifiers": _SIGNED,
+    },
+    "QuadraticHingeSVC": {
+        "check_sample_weight_equivalence_on_dense_data": _TOL,
+        "check_sample_weight_equivalence_on_sparse_data": _TOL,
+    },
 }
 
 
@@ -67,8 +75,11 @@ def expected_failures_table() -> str:
     """:data:`EXPECTED_FAILURES` as the Markdown table of :data:`CHECKS_DOC` (between its markers);
     print it with ``python -m tests.test_estimator_api`` after changing the list."""
     lines = [_TABLE_START, "| classifier | check expected to fail | why |", "|---|---|---|"]
-    lines += [f"| `{name}` | `{check}` | {reason} |"
-              for name, checks in sorted(EXPECTED_FAILURES.items()) for check, reason in sorted(checks.items())]
+    lines += [
+        f"| `{name}` | `{check}` | {reason} |"
+        for name, checks in sorted(EXPECTED_FAILURES.items())
+        for check, reason in sorted(checks.items())
+    ]
     return "\n".join(lines + [_TABLE_END])
 
 
@@ -78,9 +89,10 @@ def test_the_documented_expected_failures_are_the_tested_ones():
     document = (REPO / CHECKS_DOC).read_text(encoding="utf-8")
     start, end = document.find(_TABLE_START), document.find(_TABLE_END)
     assert 0 <= start < end, f"{CHECKS_DOC} has lost its table markers"
-    assert document[start:end + len(_TABLE_END)] == expected_failures_table(), (
+    assert document[start : end + len(_TABLE_END)] == expected_failures_table(), (
         f"{CHECKS_DOC} does not list EXPECTED_FAILURES of tests/test_estimator_api.py: replace its table with "
-        "the output of python -m tests.test_estimator_api")
+        "the output of python -m tests.test_estimator_api"
+    )
 
 
 @parametrize_with_checks(DEFAULTS, expected_failed_checks=_expected_failures)
@@ -157,9 +169,11 @@ def test_hik_nsvm_integer_weights_approximate_repeats():
     assert np.mean(weighted.predict(X) == repeated.predict(X)) >= 0.9
 
 
-@pytest.mark.parametrize("make", [QuadraticHingeSVC, lambda: PmSVM(random_state=0),
-                                  lambda: HIKnSVM(random_state=0), lambda: MBKL(random_state=0)],
-                         ids=["linear", "pmsvm", "nsvm", "mbkl"])
+@pytest.mark.parametrize(
+    "make",
+    [QuadraticHingeSVC, lambda: PmSVM(random_state=0), lambda: HIKnSVM(random_state=0), lambda: MBKL(random_state=0)],
+    ids=["linear", "pmsvm", "nsvm", "mbkl"],
+)
 def test_zero_sample_weight_is_dropping_the_row(make):
     X, y = histograms()
     weight = np.ones(y.size)
@@ -286,9 +300,16 @@ def _compiled_signatures() -> int:
     return count
 
 
-@pytest.mark.parametrize("make", [lambda: PmSVM(random_state=0), lambda: PmSVM(lut_bins=100, random_state=0),
-                                  lambda: HIKnSVM(random_state=0), lambda: MBKL(random_state=0)],
-                         ids=["pmsvm", "pmsvm-lut", "nsvm", "mbkl"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PmSVM(random_state=0),
+        lambda: PmSVM(lut_bins=100, random_state=0),
+        lambda: HIKnSVM(random_state=0),
+        lambda: MBKL(random_state=0),
+    ],
+    ids=["pmsvm", "pmsvm-lut", "nsvm", "mbkl"],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_warm_up_compiles_everything_fit_and_predict_use(make, dtype):
     """After :func:`warm_up`, the timed ``fit`` and ``predict`` compile nothing."""

@@ -1,4 +1,4 @@
-"""Evaluation (pipeline/evaluation.py) and reports (pipeline/report.py).
+"""Evaluation (classify_images/pipeline/training/evaluation.py) and reports (classify_images/pipeline/interfaces/report.py).
 
 The confusion matrix and the mean per-class accuracy come from ``sklearn.metrics``; the
 reference functions below are the hand-written code they replaced, and the tests check
@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix
 
-from classify_images.pipeline.evaluation import (
+from classify_images.pipeline.interfaces.report import evaluation_text, experiment_text, write_experiment, write_report
+from classify_images.pipeline.storage.feature_store import FeatureSet
+from classify_images.pipeline.training.evaluation import (
     EXPERIMENT_NOTE,
     Evaluation,
     mean_per_class_accuracy,
@@ -23,8 +25,6 @@ from classify_images.pipeline.evaluation import (
     run_experiment,
     train_classifier,
 )
-from classify_images.pipeline.feature_store import FeatureSet
-from classify_images.pipeline.report import evaluation_text, experiment_text, write_experiment, write_report
 
 
 def reference_confusion(y_true, y_pred, n_classes):
@@ -62,7 +62,9 @@ def test_metrics_equal_the_hand_written_ones_bit_for_bit(n_classes):
         assert got.dtype == np.int64 and np.array_equal(got, expected)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a never-predicted class raises no warning
-            assert mean_per_class_accuracy(y_true, y_pred) == reference_mean_per_class_accuracy(y_true, y_pred, n_classes)
+            assert mean_per_class_accuracy(y_true, y_pred) == reference_mean_per_class_accuracy(
+                y_true, y_pred, n_classes
+            )
 
 
 def test_class_without_test_images_does_not_count():
@@ -109,19 +111,27 @@ def feature_set(tmp_path_factory):
     manifest = {
         "class_names": CLASS_NAMES,
         "config_hash": "c" * 40,
-        "split": {"train": [f"tr{i}" for i in range(24)], "test": [f"te{i}" for i in range(18)],
-                  "train_per_class": 8, "test_per_class": None},
+        "split": {
+            "train": [f"tr{i}" for i in range(24)],
+            "test": [f"te{i}" for i in range(18)],
+            "train_per_class": 8,
+            "test_per_class": None,
+        },
     }
     return FeatureSet(tmp_path_factory.mktemp("fs"), manifest, X_train, X_test, y_train, y_test)
 
 
 @pytest.fixture(scope="module")
 def evaluation(feature_set):
-    from classify_images.pipeline.evaluation import evaluate_model
+    from classify_images.pipeline.training.evaluation import evaluate_model
 
     training = train_classifier("linear", {"C": 1.0}, feature_set.X_train, feature_set.y_train)
-    meta = {"classifier": "linear", "params": training.estimator.get_params(), "train_seconds": 0.5,
-            "feature_set": {"config_hash": feature_set.config_hash, "n_features": feature_set.n_features}}
+    meta = {
+        "classifier": "linear",
+        "params": training.estimator.get_params(),
+        "train_seconds": 0.5,
+        "feature_set": {"config_hash": feature_set.config_hash, "n_features": feature_set.n_features},
+    }
     return training, evaluate_model(training.estimator, meta, feature_set)
 
 
@@ -129,8 +139,15 @@ def test_training_result(feature_set, evaluation):
     training, _ = evaluation
     assert (training.classifier, training.n_samples, training.n_features) == ("linear", 24, 6)
     assert training.train_seconds >= 0 and training.estimator.classes_.tolist() == [0, 1, 2]
-    assert training.to_dict() == {"classifier": "linear", "params": {"C": 1.0}, "n_samples": 24, "n_mirrors": 0, "n_features": 6,
-                                  "train_seconds": round(training.train_seconds, 4), "search": None}
+    assert training.to_dict() == {
+        "classifier": "linear",
+        "params": {"C": 1.0},
+        "n_samples": 24,
+        "n_mirrors": 0,
+        "n_features": 6,
+        "train_seconds": round(training.train_seconds, 4),
+        "search": None,
+    }
 
 
 def test_evaluation_numbers(feature_set, evaluation):
@@ -139,11 +156,30 @@ def test_evaluation_numbers(feature_set, evaluation):
     confusion = reference_confusion(feature_set.y_test, predicted, 3)
     np.testing.assert_array_equal(result.confusion, confusion)
     report = result.to_dict()
-    assert list(report) == ["classifier", "params", "feature_set", "config_hash", "n_train", "n_test", "n_features",
-                            "mean_per_class_accuracy", "overall_accuracy", "top_k_accuracy", "per_class_accuracy",
-                            "class_names",
-                            "confusion", "train_seconds", "test_seconds", "most_confused", "misclassified",
-                            "predictions", "config", "search", "versions", "date"]
+    assert list(report) == [
+        "classifier",
+        "params",
+        "feature_set",
+        "config_hash",
+        "n_train",
+        "n_test",
+        "n_features",
+        "mean_per_class_accuracy",
+        "overall_accuracy",
+        "top_k_accuracy",
+        "per_class_accuracy",
+        "class_names",
+        "confusion",
+        "train_seconds",
+        "test_seconds",
+        "most_confused",
+        "misclassified",
+        "predictions",
+        "config",
+        "search",
+        "versions",
+        "date",
+    ]
     assert report["mean_per_class_accuracy"] == reference_mean_per_class_accuracy(feature_set.y_test, predicted, 3)
     assert report["overall_accuracy"] == np.trace(confusion) / confusion.sum()
     # top-k accuracy: only k below the 3 classes (top-3 of 3 classes is always 1); top-1 is the overall accuracy
@@ -155,8 +191,8 @@ def test_evaluation_numbers(feature_set, evaluation):
 
 
 def test_model_for_another_feature_set_is_refused(feature_set, evaluation):
-    from classify_images.pipeline.evaluation import evaluate_model
-    from classify_images.pipeline.model_file import ModelFileError
+    from classify_images.pipeline.training.evaluation import evaluate_model
+    from classify_images.pipeline.training.model_file import ModelFileError
 
     training, _ = evaluation
     meta = {"classifier": "linear", "params": {}, "feature_set": {"config_hash": "d" * 40, "n_features": 6}}
@@ -172,7 +208,12 @@ def test_write_report(tmp_path, evaluation):
     assert markdown.startswith("# Evaluation: linear on ") and "| dots |" in markdown
     assert (out / "confusion.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in out.iterdir()) == [
-        "confusion.png", "predictions.csv", "report.html", "report.json", "report.md"]  # no temporaries
+        "confusion.png",
+        "predictions.csv",
+        "report.html",
+        "report.json",
+        "report.md",
+    ]  # no temporaries
     text = evaluation_text(result, out).splitlines()
     assert text[0].startswith("linear: mean per-class accuracy") and len(text) == 3 + len(CLASS_NAMES)
     assert text[-2].startswith("  top-1 accuracy: ")  # 3 classes: only top-1 (top-3 of 3 is always 100 %)
@@ -194,8 +235,19 @@ def test_run_experiment(tmp_path, feature_set):
     assert experiment.mean == np.mean(accuracies) and experiment.std == np.std(accuracies, ddof=1)
     path = write_experiment(experiment, tmp_path / "x")
     saved = json.loads(Path(path).read_text())
-    assert list(saved) == ["classifier", "params", "feature_set", "config_hash", "repeats", "runs", "mean", "std",
-                           "top_k_accuracy", "per_class_accuracy", "note"]
+    assert list(saved) == [
+        "classifier",
+        "params",
+        "feature_set",
+        "config_hash",
+        "repeats",
+        "runs",
+        "mean",
+        "std",
+        "top_k_accuracy",
+        "per_class_accuracy",
+        "note",
+    ]
     assert list(saved["per_class_accuracy"]) == CLASS_NAMES and list(saved["top_k_accuracy"]) == ["1"]
     assert list(saved["runs"][0]["per_class_accuracy"]) == CLASS_NAMES
     assert saved["repeats"] == 3 and saved["note"] == EXPERIMENT_NOTE and saved["runs"][0]["seed"] == 4
@@ -208,7 +260,7 @@ def test_testing_time_excludes_the_first_call_compilation():
     """The timed ``decision_function`` runs after one untimed call on a single row (numba's
     compilation on the first call in a process is not testing time), and the scores are those
     of the whole matrix."""
-    from classify_images.pipeline import evaluation as module
+    from classify_images.pipeline.training import evaluation as module
 
     class Spy:
         classes_ = np.array(["a", "b", "c"])
@@ -232,7 +284,7 @@ def test_testing_time_excludes_the_first_call_compilation():
 
 def test_top_k_accuracy_by_hand():
     """Top-k from the decision values: the true class among the k largest, every image counts."""
-    from classify_images.pipeline.evaluation import top_k_accuracy
+    from classify_images.pipeline.training.evaluation import top_k_accuracy
 
     rng = np.random.default_rng(3)
     scores = rng.normal(size=(40, 7))

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from classify_images.pipeline import feature_store
-from classify_images.pipeline.dataset import split_indices
-from classify_images.pipeline.evaluation import evaluate_model, run_experiment, train_classifier
-from classify_images.pipeline.feature_store import FeatureSet
+from classify_images.pipeline.settings.dataset import split_indices
+from classify_images.pipeline.storage import feature_store
+from classify_images.pipeline.storage.feature_store import FeatureSet
+from classify_images.pipeline.training.evaluation import evaluate_model, run_experiment, train_classifier
 
 N_FEATURES = 30_000
 PER_CLASS = 14
@@ -32,9 +32,16 @@ def _feature_set(path, n_features=N_FEATURES, per_class=PER_CLASS) -> FeatureSet
 
     (X_train, y_train), (X_test, y_test) = rows(), rows()
     n = 3 * per_class
-    manifest = {"class_names": ["a", "b", "c"], "config_hash": "c" * 40,
-                "split": {"train": [f"tr{i}" for i in range(n)], "test": [f"te{i}" for i in range(n)],
-                          "train_per_class": per_class, "test_per_class": None}}
+    manifest = {
+        "class_names": ["a", "b", "c"],
+        "config_hash": "c" * 40,
+        "split": {
+            "train": [f"tr{i}" for i in range(n)],
+            "test": [f"te{i}" for i in range(n)],
+            "train_per_class": per_class,
+            "test_per_class": None,
+        },
+    }
     return FeatureSet(path, manifest, X_train, X_test, y_train, y_test)
 
 
@@ -78,15 +85,19 @@ def test_evaluate_reads_the_test_rows_one_block_at_a_time(tmp_path, monkeypatch)
     monkeypatch.setattr(feature_store, "POOLED_BLOCK_BYTES", 8 * 4 * N_FEATURES)
     fs = _feature_set(tmp_path)
     training = train_classifier("linear", {"C": 1.0}, fs.X_train, fs.y_train)
-    meta = {"classifier": "linear", "params": training.estimator.get_params(),
-            "feature_set": {"config_hash": fs.config_hash, "n_features": fs.n_features}}
+    meta = {
+        "classifier": "linear",
+        "params": training.estimator.get_params(),
+        "feature_set": {"config_hash": fs.config_hash, "n_features": fs.n_features},
+    }
     whole = evaluate_model(training.estimator, meta, fs)
     test_bytes = fs.X_test.nbytes
     peak = _peak_bytes(lambda: evaluate_model(training.estimator, meta, fs))
     assert peak < 0.5 * test_bytes, f"peak {peak / 2**20:.1f} MiB for {test_bytes / 2**20:.1f} MiB of test rows"
     # the scores are those of the whole matrix at once
-    np.testing.assert_allclose(whole.predictions.scores, training.estimator.decision_function(fs.X_test),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        whole.predictions.scores, training.estimator.decision_function(fs.X_test), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_split_rows_match_the_split(tmp_path):
@@ -121,7 +132,10 @@ def _mirrored_feature_set(path) -> FeatureSet:
     """The small feature set with stored "mirrors" (the rows reversed along the features) and ``[augment]``."""
     fs = _feature_set(path)
     fs.manifest["config"] = {"augment": {"flip_train": True, "flip_test": "average"}}
-    fs.mirror_rows = {"train": np.ascontiguousarray(fs.X_train[:, ::-1]), "test": np.ascontiguousarray(fs.X_test[:, ::-1])}
+    fs.mirror_rows = {
+        "train": np.ascontiguousarray(fs.X_train[:, ::-1]),
+        "test": np.ascontiguousarray(fs.X_test[:, ::-1]),
+    }
     return fs
 
 
@@ -136,4 +150,6 @@ def test_a_flipped_experiment_holds_the_rows_and_mirrors_once(tmp_path, monkeypa
     experiment = run_experiment(fs, "linear", {"C": 1.0}, 1, search=search)  # compiled and imported before measuring
     assert experiment.runs[0].chosen == (None if search is None else {"C": experiment.runs[0].chosen["C"]})
     peak = _peak_bytes(lambda: run_experiment(fs, "linear", {"C": 1.0}, 1, search=search))
-    assert peak < 1.6 * stacked_bytes, f"peak {peak / 2**20:.1f} MiB for {stacked_bytes / 2**20:.1f} MiB of rows + mirrors"
+    assert peak < 1.6 * stacked_bytes, (
+        f"peak {peak / 2**20:.1f} MiB for {stacked_bytes / 2**20:.1f} MiB of rows + mirrors"
+    )

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from classify_images.coding.normalize import Normalizer
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.config import validate_config
-from classify_images.pipeline.dataset import file_fingerprint
-from classify_images.pipeline.extractor import FeatureExtractor
-from classify_images.pipeline.feature_store import load_feature_set
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.extraction.extractor import FeatureExtractor
+from classify_images.pipeline.settings.config import validate_config
+from classify_images.pipeline.settings.dataset import file_fingerprint
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from .conftest import SMALL_CONFIG
 
@@ -76,7 +76,9 @@ def test_unreadable_files_are_reported_not_raised(tmp_path, small_dataset):
 
 def test_unfitted_minmax_extractor_refuses_vectors(tmp_path, small_dataset):
     fs = _build(tmp_path, small_dataset)
-    extractor = FeatureExtractor(validate_config({**SMALL_CONFIG, "normalization": {"method": "minmax"}}), fs.codebook())
+    extractor = FeatureExtractor(
+        validate_config({**SMALL_CONFIG, "normalization": {"method": "minmax"}}), fs.codebook()
+    )
     path = str(small_dataset / fs.test_paths[0])
     with pytest.raises(ValueError, match="fitted"):
         extractor.vector(path, file_fingerprint(path))

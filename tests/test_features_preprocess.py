@@ -13,9 +13,9 @@ from classify_images.features import (
     check_min_size,
     decode_grayscale,
     load_grayscale,
+    preprocess,
     resize_max_side,
 )
-from classify_images.features import preprocess
 from classify_images.features.preprocess import DEFAULT_MAX_PIXELS
 
 from .conftest import FIXTURE_PHOTO
@@ -192,8 +192,22 @@ def _encode(kind):
 
 
 # formats that loaded before the guard moved to Pillow (the first nine were guarded already)
-SIZED = [".png", ".jpg", ".bmp", ".tif", ".webp", ".pgm", ".pbm", ".pnm", "gif", "bigtiff", ".jp2", ".ras", ".avif",
-         ".pfm"]  # grayscale PFM ("Pf"); Pillow cannot size colour PFM ("PF"), which never decoded to grayscale
+SIZED = [
+    ".png",
+    ".jpg",
+    ".bmp",
+    ".tif",
+    ".webp",
+    ".pgm",
+    ".pbm",
+    ".pnm",
+    "gif",
+    "bigtiff",
+    ".jp2",
+    ".ras",
+    ".avif",
+    ".pfm",
+]  # grayscale PFM ("Pf"); Pillow cannot size colour PFM ("PF"), which never decoded to grayscale
 UNSIZED = [".pam", ".hdr"]  # OpenCV decodes them, Pillow cannot read their size
 
 
@@ -225,10 +239,9 @@ def test_pillow_limit_is_neither_used_nor_changed():
     """A 30 000² header is sized without Pillow's own bomb warning/error, and its limit is restored."""
     import struct
     import warnings
+    import zlib
 
     from PIL import Image
-
-    import zlib
 
     data = bytearray(cv2.imencode(".png", np.zeros((20, 20), np.uint8))[1].tobytes())
     data[16:24] = struct.pack(">II", 30000, 30000)

@@ -8,8 +8,8 @@ from classify_images.classifiers.registry import make_classifier
 from classify_images.coding import FisherEncoder, learn_fisher_model
 from classify_images.coding.fisher import FISHER_MODEL_KEYS, gmm_posteriors, pyramid_atoms
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.feature_store import load_feature_set
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from ._encoder_helpers import assert_new_images_match_rows, random_layout, reference_cells, small_config
 
@@ -36,7 +36,10 @@ def _reference_fisher(S, model, cells, extra=None):
     gamma = np.zeros((len(X), K))
     for i, x in enumerate(X):
         likelihood = [
-            pi[k] * np.prod([np.exp(-((x[d] - mu[k, d]) ** 2) / (2 * var[k, d])) / np.sqrt(2 * np.pi * var[k, d]) for d in range(D)])
+            pi[k]
+            * np.prod(
+                [np.exp(-((x[d] - mu[k, d]) ** 2) / (2 * var[k, d])) / np.sqrt(2 * np.pi * var[k, d]) for d in range(D)]
+            )
             for k in range(K)
         ]
         gamma[i] = np.array(likelihood) / np.sum(likelihood)
@@ -96,7 +99,9 @@ def test_learn_fisher_model_shapes_determinism_and_errors():
     assert tuple(model) == FISHER_MODEL_KEYS
     assert model["pca_components"].shape == (4, 16) and model["means"].shape == (5, 4)
     assert model["variances"].shape == (5, 4) and np.isclose(model["weights"].sum(), 1.0)
-    np.testing.assert_allclose(model["pca_components"] @ model["pca_components"].T, np.eye(4), atol=1e-10)  # no whitening
+    np.testing.assert_allclose(
+        model["pca_components"] @ model["pca_components"].T, np.eye(4), atol=1e-10
+    )  # no whitening
     again = learn_fisher_model(S, 5, pca_dims=4, max_iter=20, random_state=0)
     for key in FISHER_MODEL_KEYS:
         np.testing.assert_array_equal(model[key], again[key])
@@ -148,7 +153,9 @@ def test_far_components_get_exact_zero_posteriors_not_subnormals():
     model["variances"] = np.full((3, 2), 0.5)
     encoder = FisherEncoder(model)
     points = np.array([[0.1, 0.2], [0.4, -0.1], [59.0, 0.3]])
-    posteriors = gmm_posteriors(encoder.project(points).astype(np.float64), model["weights"], model["means"], model["variances"])
+    posteriors = gmm_posteriors(
+        encoder.project(points).astype(np.float64), model["weights"], model["means"], model["variances"]
+    )
     np.testing.assert_allclose(posteriors.sum(axis=1), 1.0)
     assert posteriors[0, 2] == 0.0 and posteriors[2, 0] == 0.0 and posteriors[2, 2] > 0.99
     tiny = posteriors[(posteriors > 0) & (posteriors < np.finfo(np.float32).tiny)]
@@ -167,15 +174,30 @@ def test_no_descriptors_give_zeros_and_one_descriptor_a_unit_vector():
 def test_an_unconverged_gmm_is_one_line_of_ours(tmp_path, capsys):
     """scikit-learn's ConvergenceWarning (a site-packages path and its internals' words) becomes one
     line that names our key, printed once by the command line."""
-    from classify_images.pipeline.cli import main
+    from classify_images.pipeline.interfaces.cli import main
 
     from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
 
     config = {**SMALL_CONFIG, "codebook": {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 2000, "n_iter": 1}}
     toml = write_config_toml(tmp_path / "fisher.toml", config)
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(toml), "--out", str(tmp_path / "fs"),
-                 "--no-cache", "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(toml),
+                "--out",
+                str(tmp_path / "fs"),
+                "--no-cache",
+                "-q",
+            ]
+        )
+        == 0
+    )
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line.lower()]
-    assert warnings == ["classify-images build-features: warning: Fisher-vector GMM: EM stopped at codebook.n_iter = 1 "
-                        "iterations before its change fell below 0.001; the model is used as it is (raise "
-                        "codebook.n_iter for a closer fit)"], warnings
+    assert warnings == [
+        "classify-images build-features: warning: Fisher-vector GMM: EM stopped at codebook.n_iter = 1 "
+        "iterations before its change fell below 0.001; the model is used as it is (raise "
+        "codebook.n_iter for a closer fit)"
+    ], warnings

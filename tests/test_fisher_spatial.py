@@ -10,12 +10,17 @@ from classify_images.coding import FisherEncoder, learn_fisher_model
 from classify_images.coding.fisher import spatial_coordinates
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
 from classify_images.features.dsift import dequantize_descriptors
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import TABLES, ConfigError, load_config, stage_hash, validate_config
-from classify_images.pipeline.dataset import file_fingerprint
-from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.pipeline.stages import FLIP_KEY, compute_descriptors, descriptor_sample, positioned_descriptor_sample
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.extraction.stages import (
+    FLIP_KEY,
+    compute_descriptors,
+    descriptor_sample,
+    positioned_descriptor_sample,
+)
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import TABLES, ConfigError, load_config, stage_hash, validate_config
+from classify_images.pipeline.settings.dataset import file_fingerprint
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from ._encoder_helpers import assert_new_images_match_rows, random_layout, reference_cells, small_config
 from .conftest import REPO, SMALL_CONFIG, write_config_toml
@@ -47,7 +52,9 @@ def test_fisher_vector_with_coordinates_matches_formulas():
     encoder = FisherEncoder(model, spatial_coordinates=True)
     cells = pyramid_cells(x, y, shape, levels)
     got = encoder.encode(S, cells, n_pyramid_cells(levels), coordinates=spatial_coordinates(x, y, shape))
-    expected = _reference_fisher(S, model, reference_cells(x, y, shape, grids), extra=_reference_coordinates(x, y, shape))
+    expected = _reference_fisher(
+        S, model, reference_cells(x, y, shape, grids), extra=_reference_coordinates(x, y, shape)
+    )
     assert got.shape == (8 * 2 * 4 * 5,) == (8 * encoder.cell_dimension,)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="needs the descriptors' spatial coordinates"):
@@ -74,8 +81,11 @@ def test_the_gmm_models_the_coordinates_and_the_pca_ignores_them():
 
 
 def _spatial_config(flag: bool = True):
-    return small_config({"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30,
-                         "spatial_coordinates": flag}, {"levels": [1, "3x1"]}, "none")
+    return small_config(
+        {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30, "spatial_coordinates": flag},
+        {"levels": [1, "3x1"]},
+        "none",
+    )
 
 
 def test_a_build_learns_and_encodes_with_the_same_coordinates(tmp_path, small_dataset):
@@ -91,7 +101,9 @@ def test_a_build_learns_and_encodes_with_the_same_coordinates(tmp_path, small_da
     sample = positioned_descriptor_sample(path, fingerprint, max_side, sift, 50, 0)
     np.testing.assert_array_equal(sample[:, :-2], descriptor_sample(path, fingerprint, max_side, sift, 50, 0))
     data = compute_descriptors(path, max_side, sift)
-    full = np.concatenate([data["descriptors"], _reference_coordinates(data["x"], data["y"], tuple(data["shape"]))], axis=1)
+    full = np.concatenate(
+        [data["descriptors"], _reference_coordinates(data["x"], data["y"], tuple(data["shape"]))], axis=1
+    )
     for row in sample:
         assert np.isclose(full, row, rtol=0, atol=1e-6).all(axis=1).any()
     # Every row (the mirror's with the mirror's own coordinates) is the encoder's on those coordinates.
@@ -99,36 +111,57 @@ def test_a_build_learns_and_encodes_with_the_same_coordinates(tmp_path, small_da
     for flip, rows in ((False, fs.X_train), (True, fs.mirrors("train"))):
         data = compute_descriptors(path, max_side, {**sift, FLIP_KEY: True} if flip else sift)
         shape = tuple(int(v) for v in data["shape"])
-        expected = encoder.encode(dequantize_descriptors(data["descriptors"]), pyramid_cells(data["x"], data["y"], shape, [1, "3x1"]),
-                                  4, coordinates=_reference_coordinates(data["x"], data["y"], shape))
+        expected = encoder.encode(
+            dequantize_descriptors(data["descriptors"]),
+            pyramid_cells(data["x"], data["y"], shape, [1, "3x1"]),
+            4,
+            coordinates=_reference_coordinates(data["x"], data["y"], shape),
+        )
         np.testing.assert_allclose(np.asarray(rows)[0], expected, rtol=1e-4, atol=1e-6)  # float32 posteriors
         if flip:  # the unflipped image's coordinates would give another row
-            wrong = encoder.encode(dequantize_descriptors(data["descriptors"]), pyramid_cells(data["x"], data["y"], shape, [1, "3x1"]),
-                                   4, coordinates=_reference_coordinates(shape[1] - 1 - data["x"], data["y"], shape))
+            wrong = encoder.encode(
+                dequantize_descriptors(data["descriptors"]),
+                pyramid_cells(data["x"], data["y"], shape, [1, "3x1"]),
+                4,
+                coordinates=_reference_coordinates(shape[1] - 1 - data["x"], data["y"], shape),
+            )
             assert not np.allclose(np.asarray(rows)[0], wrong, rtol=1e-4, atol=1e-6)
     assert not np.allclose(np.asarray(fs.X_train)[0], np.asarray(fs.mirrors("train"))[0])
     assert_new_images_match_rows(fs, [str(small_dataset / p) for p in fs.test_paths[:3]])
 
 
 def test_the_option_off_keeps_every_key():
-    flip = load_config(REPO / "configs" / "fisher-flip.toml")
+    flip = load_config(REPO / "classify_images" / "configs" / "fisher-flip.toml")
     # The hash fisher-flip had before the option existed: its feature sets and caches stay valid.
     assert stage_hash(flip, list(TABLES)) == "151a41a0fad668f269e9bec0b16d76d5a6f856bb"
-    off = load_config(REPO / "configs" / "fisher-flip.toml", {"codebook": {"spatial_coordinates": False}})
+    off = load_config(
+        REPO / "classify_images" / "configs" / "fisher-flip.toml", {"codebook": {"spatial_coordinates": False}}
+    )
     assert "spatial_coordinates" not in off.codebook_params() and off.codebook_params() == flip.codebook_params()
     assert stage_hash(off, list(TABLES)) == stage_hash(flip, list(TABLES))
-    xy = load_config(REPO / "configs" / "fisher-flip-xy.toml")
+    xy = load_config(REPO / "classify_images" / "configs" / "fisher-flip-xy.toml")
     assert xy.codebook_params() == {**flip.codebook_params(), "spatial_coordinates": True}
     assert xy.codebook_params(learning=True)["spatial_coordinates"] is True  # a codebook of its own
     assert xy.sift_params() == flip.sift_params()  # the same descriptors (cache shared)
-    assert {k: v for k, v in xy.to_dict().items() if k != "codebook"} == {k: v for k, v in flip.to_dict().items() if k != "codebook"}
+    assert {k: v for k, v in xy.to_dict().items() if k != "codebook"} == {
+        k: v for k, v in flip.to_dict().items() if k != "codebook"
+    }
     assert stage_hash(xy, list(TABLES)) != stage_hash(flip, list(TABLES))
 
 
-@pytest.mark.parametrize("codebook, message", [
-    ({"kind": "vlad", "size": 8, "spatial_coordinates": True}, "codebook.spatial_coordinates applies to codebook.kind = 'fisher' only"),
-    ({"kind": "fisher", "size": 8, "spatial_coordinates": 1}, "codebook.spatial_coordinates = 1: expected true or false"),
-])
+@pytest.mark.parametrize(
+    "codebook, message",
+    [
+        (
+            {"kind": "vlad", "size": 8, "spatial_coordinates": True},
+            "codebook.spatial_coordinates applies to codebook.kind = 'fisher' only",
+        ),
+        (
+            {"kind": "fisher", "size": 8, "spatial_coordinates": 1},
+            "codebook.spatial_coordinates = 1: expected true or false",
+        ),
+    ],
+)
 def test_other_encoders_and_non_booleans_are_refused_in_one_line(tmp_path, small_dataset, capsys, codebook, message):
     with pytest.raises(ConfigError, match=message):
         validate_config({**SMALL_CONFIG, "codebook": codebook})

@@ -2,7 +2,7 @@
 
 Config files, ``--param`` values, feature-set manifests and ``.npy`` headers are generated
 (bounded numbers of examples, derandomised: the same examples on every run; settings in
-tests/_fuzz.py); each run calls :func:`classify_images.pipeline.cli.main` and asserts exit
+tests/_fuzz.py); each run calls :func:`classify_images.pipeline.interfaces.cli.main` and asserts exit
 status 0 or 2 and, on 2, exactly one line on stderr and no traceback.
 """
 
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import TABLES
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import TABLES
 
 from ._fuzz import fuzz_settings, run_cli
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
@@ -32,8 +32,22 @@ def built(tmp_path_factory) -> Path:
     for name in ("china", "digit_1", "flower"):
         shutil.copytree(FIXTURE_IMAGES / name, dataset / name)
     config = write_config_toml(root / "small.toml")
-    assert main(["build-features", str(dataset), "--out", str(root / "fs"), "--config", str(config),
-                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(dataset),
+                "--out",
+                str(root / "fs"),
+                "--config",
+                str(config),
+                "--cache-dir",
+                str(root / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     return root
 
 
@@ -58,7 +72,9 @@ _toml_values = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.sampled_from("abc"), inner, max_size=2)),
     max_leaves=6,
 )
-_known_keys = sorted({key for table in SMALL_CONFIG.values() for key in table} | {"max_pixels", "lambda", "kind", "n_iter"})
+_known_keys = sorted(
+    {key for table in SMALL_CONFIG.values() for key in table} | {"max_pixels", "lambda", "kind", "n_iter"}
+)
 
 
 def _toml_value(value) -> str:
@@ -101,8 +117,9 @@ def _check_config_file(built: Path, tmp_path: Path, tables, garbage) -> None:
     else:
         config.write_text(text + (garbage or ""), encoding="utf-8", errors="surrogateescape")
     # a dataset that does not exist: a valid config gets as far as discovery (one line, exit 2)
-    status, _, err = run_cli(["build-features", built / "no-such-dataset", "--config", config,
-                              "--out", tmp_path / "fs", "-q", "--no-cache"])
+    status, _, err = run_cli(
+        ["build-features", built / "no-such-dataset", "--config", config, "--out", tmp_path / "fs", "-q", "--no-cache"]
+    )
     _assert_clean(status, err)
     assert status == 2 and ("config" in err or "fuzz.toml" in err or "does not exist" in err), err
 
@@ -114,8 +131,26 @@ _param_keys = st.one_of(
     st.text(min_size=0, max_size=8),
 )
 _param_values = st.one_of(
-    st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e309", "None", "true", "{99: 2}", "{0: -1}", "[1, 2]",
-                     "balanced", "'x'", "{", "1e-300", str(2**64)]),
+    st.sampled_from(
+        [
+            "0",
+            "-1",
+            "nan",
+            "inf",
+            "-inf",
+            "1e309",
+            "None",
+            "true",
+            "{99: 2}",
+            "{0: -1}",
+            "[1, 2]",
+            "balanced",
+            "'x'",
+            "{",
+            "1e-300",
+            str(2**64),
+        ]
+    ),
     st.integers(min_value=-(2**40), max_value=2**40).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.text(max_size=10),
@@ -125,8 +160,11 @@ _param_values = st.one_of(
 @fuzz_settings(60)
 @example(pairs=[("n_jobs", "0")], equals=True, classifier="pmsvm")
 @example(pairs=[("class_weight", "{99: 2}")], equals=True, classifier="linear")
-@given(pairs=st.lists(st.tuples(_param_keys, _param_values), min_size=1, max_size=3), equals=st.booleans(),
-       classifier=st.sampled_from(["linear", "pmsvm"]))
+@given(
+    pairs=st.lists(st.tuples(_param_keys, _param_values), min_size=1, max_size=3),
+    equals=st.booleans(),
+    classifier=st.sampled_from(["linear", "pmsvm"]),
+)
 def test_param_values_never_end_in_a_traceback(built, pairs, equals, classifier):
     keys = [k for k, _ in pairs]
     if "max_iter" in keys:  # a valid huge max_iter is slow, not wrong: keep it small
@@ -142,17 +180,41 @@ def test_param_values_never_end_in_a_traceback(built, pairs, equals, classifier)
 # --- feature-set manifests and array headers --------------------------------------------------
 
 _json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-              st.floats(allow_nan=False), st.text(max_size=8)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=False),
+        st.text(max_size=8),
+    ),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
     max_leaves=5,
 )
-_manifest_keys = ["format", "format_version", "config", "config_hash", "class_names", "split", "skipped",
-                  "n_features", "timings", "codebook", "dataset"]
+_manifest_keys = [
+    "format",
+    "format_version",
+    "config",
+    "config_hash",
+    "class_names",
+    "split",
+    "skipped",
+    "n_features",
+    "timings",
+    "codebook",
+    "dataset",
+]
 
 
-_nested_keys = ["split.train", "split.test", "split.train_per_class", "split.test_per_class", "config.pooling",
-                "config.dataset", "config.codebook", "config.normalization"]
+_nested_keys = [
+    "split.train",
+    "split.test",
+    "split.train_per_class",
+    "split.test_per_class",
+    "config.pooling",
+    "config.dataset",
+    "config.codebook",
+    "config.normalization",
+]
 
 
 def _fresh_copy(built: Path, tmp_path: Path) -> Path:
@@ -163,8 +225,10 @@ def _fresh_copy(built: Path, tmp_path: Path) -> Path:
 
 
 def _every_command(fs: Path, tmp_path: Path) -> None:
-    for argv in (["train", fs, "--classifier", "linear", "--out", tmp_path / "model.npz"],
-                 ["experiment", fs, "--classifier", "linear", "--repeats", "1", "--out", tmp_path / "experiment"]):
+    for argv in (
+        ["train", fs, "--classifier", "linear", "--out", tmp_path / "model.npz"],
+        ["experiment", fs, "--classifier", "linear", "--repeats", "1", "--out", tmp_path / "experiment"],
+    ):
         status, _, err = run_cli(argv)
         _assert_clean(status, err)
 
@@ -207,8 +271,11 @@ def test_array_header_that_breaks_numpys_tokenizer_is_one_line(built, tmp_path):
 
 
 @fuzz_settings(60)
-@given(name=st.sampled_from(["X_train", "X_test", "y_train", "y_test"]), keep=st.integers(0, 140),
-       tail=st.binary(max_size=140))
+@given(
+    name=st.sampled_from(["X_train", "X_test", "y_train", "y_test"]),
+    keep=st.integers(0, 140),
+    tail=st.binary(max_size=140),
+)
 def test_tampered_array_headers_never_end_in_a_traceback(built, name, keep, tail):
     with tempfile.TemporaryDirectory() as folder:
         fs = _fresh_copy(built, Path(folder))

@@ -10,8 +10,18 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 #: pytest's own fixtures that live for one test function.
-BUILTIN_FUNCTION_FIXTURES = {"tmp_path", "tmpdir", "capsys", "capsysbinary", "capfd", "capfdbinary", "monkeypatch",
-                             "request", "caplog", "recwarn"}
+BUILTIN_FUNCTION_FIXTURES = {
+    "tmp_path",
+    "tmpdir",
+    "capsys",
+    "capsysbinary",
+    "capfd",
+    "capfdbinary",
+    "monkeypatch",
+    "request",
+    "caplog",
+    "recwarn",
+}
 
 
 def _name(node: ast.AST) -> str:
@@ -40,8 +50,11 @@ def _fuzz_tests() -> list[tuple[Path, ast.FunctionDef]]:
     found = []
     for module in _modules():
         tree = ast.parse(module.read_text(encoding="utf-8"))
-        found += [(module, node) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
-                  and any(_name(d) == "given" for d in node.decorator_list)]
+        found += [
+            (module, node)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and any(_name(d) == "given" for d in node.decorator_list)
+        ]
     return found
 
 
@@ -52,11 +65,15 @@ def test_the_fuzz_tests_are_found():
 @pytest.mark.parametrize("module, test", _fuzz_tests(), ids=lambda v: v.name if hasattr(v, "name") else str(v))
 def test_fuzz_test_uses_the_shared_settings_and_no_function_scoped_fixture(module, test):
     assert any(_name(d) == "fuzz_settings" for d in test.decorator_list), (
-        f"{module.name}::{test.name}: decorate it with @fuzz_settings(N) from tests/_fuzz.py")
+        f"{module.name}::{test.name}: decorate it with @fuzz_settings(N) from tests/_fuzz.py"
+    )
     given = next(d for d in test.decorator_list if _name(d) == "given")
     generated = {k.arg for k in given.keywords}
-    function_scoped = BUILTIN_FUNCTION_FIXTURES | _function_scoped_fixtures(ast.parse(module.read_text("utf-8"))) \
+    function_scoped = (
+        BUILTIN_FUNCTION_FIXTURES
+        | _function_scoped_fixtures(ast.parse(module.read_text("utf-8")))
         | _function_scoped_fixtures(ast.parse((TESTS / "conftest.py").read_text("utf-8")))
+    )
     shared = [a.arg for a in test.args.args if a.arg not in generated and a.arg in function_scoped]
     assert not shared, f"{module.name}::{test.name} shares function-scoped fixtures {shared} between its examples"
 

@@ -19,7 +19,9 @@ def _blobs(n, D, K, seed=0):
 def test_chunk_statistics_are_the_plain_sums_in_any_thread_count():
     x = _blobs(2 * CHUNK_ROWS + 123, 3, 4)
     for n_threads in (1, 2, 3):
-        s1, s2 = chunk_statistics(x.shape[0], lambda rows: (x[rows].sum(axis=0), float((x[rows] ** 2).sum())), n_threads)
+        s1, s2 = chunk_statistics(
+            x.shape[0], lambda rows: (x[rows].sum(axis=0), float((x[rows] ** 2).sum())), n_threads
+        )
         np.testing.assert_allclose(s1, x.sum(axis=0), rtol=1e-12)
         assert s2 == pytest.approx(float((x**2).sum()), rel=1e-12)
 

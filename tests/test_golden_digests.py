@@ -59,8 +59,9 @@ def caltech_digests(caltech_mini, tmp_path_factory):
 
     def get(name: str) -> dict:
         if name not in _CALTECH_DIGESTS:
-            _CALTECH_DIGESTS[name] = compute_digests(caltech_mini, {name: real_configs()[name]},
-                                                     tmp_path_factory.mktemp(name))[name]
+            _CALTECH_DIGESTS[name] = compute_digests(
+                caltech_mini, {name: real_configs()[name]}, tmp_path_factory.mktemp(name)
+            )[name]
         return _CALTECH_DIGESTS[name]
 
     return get
@@ -77,8 +78,11 @@ def test_caltech_mini_labels_shapes_and_accuracies_unchanged(caltech_digests, na
         assert got["features"][part] == expected["features"][part], f"{name}: {part} changed"
     for part in ("X_train", "X_test", "codebook"):
         assert got["features"][part]["shape"] == expected["features"][part]["shape"], f"{name}: {part} shape changed"
-    moved = {run: (got["accuracy"][run], accuracy) for run, accuracy in expected["accuracy"].items()
-             if abs(got["accuracy"][run] - accuracy) > ACCURACY_TOLERANCE}
+    moved = {
+        run: (got["accuracy"][run], accuracy)
+        for run, accuracy in expected["accuracy"].items()
+        if abs(got["accuracy"][run] - accuracy) > ACCURACY_TOLERANCE
+    }
     assert not moved, f"{name}: accuracy (got, recorded) moved by more than {ACCURACY_TOLERANCE}: {moved}"
 
 
@@ -92,8 +96,10 @@ def test_caltech_mini_digests_unchanged(caltech_digests, name):
     golden = json.loads(GOLDEN.read_text())
     recorded_on, here = golden.get("caltech101-mini-processor"), processor_signature()
     if here != recorded_on:
-        pytest.skip(f"{name}: values recorded on {recorded_on}, this is {here}: the learnt codebook differs "
-                    "beyond rounding between processor kinds, so the exact comparison is not made")
+        pytest.skip(
+            f"{name}: values recorded on {recorded_on}, this is {here}: the learnt codebook differs "
+            "beyond rounding between processor kinds, so the exact comparison is not made"
+        )
     _check(caltech_digests(name), golden["caltech101-mini"][name], name)
 
 
@@ -102,12 +108,15 @@ def test_sketch_comparison_sees_real_changes_and_tolerates_rounding():
     a = rng.standard_normal((40, 300)).astype(np.float32)
     recorded = {"a": array_sketch(a), "labels": array_sketch(np.arange(40))}
     rounding = a * np.float32(1 + 1e-6)  # last-bit differences
-    assert compare_sketches({"a": array_sketch(rounding), "labels": array_sketch(np.arange(40))}, recorded,
-                            RTOL["features"]) == ([], False)
+    assert compare_sketches(
+        {"a": array_sketch(rounding), "labels": array_sketch(np.arange(40))}, recorded, RTOL["features"]
+    ) == ([], False)
     one_entry = a.copy()
     one_entry[7, 123] += 0.05 * np.abs(a).max()  # one changed value among 12 000
     assert compare_sketches({"a": array_sketch(one_entry), "labels": recorded["labels"]}, recorded, RTOL["features"])[0]
     swapped = np.arange(40)
     swapped[[0, 1]] = swapped[[1, 0]]
     assert compare_sketches({"a": recorded["a"], "labels": array_sketch(swapped)}, recorded, RTOL["features"])[0]
-    assert compare_sketches({"a": array_sketch(a[:, :299]), "labels": recorded["labels"]}, recorded, RTOL["features"])[0]
+    assert compare_sketches({"a": array_sketch(a[:, :299]), "labels": recorded["labels"]}, recorded, RTOL["features"])[
+        0
+    ]

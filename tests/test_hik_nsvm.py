@@ -7,11 +7,11 @@ import pytest
 import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 
-from classify_images.pipeline.model_file import load_model, save_model
 from classify_images.classifiers import _hik_nsvm_kernels as K
 from classify_images.classifiers import hik_nsvm as hik_nsvm_module
-from classify_images.classifiers.hik_nsvm import HIKnSVM, hik_decision, hik_nsvm_objective
 from classify_images.classifiers._rows import matrix_arrays
+from classify_images.classifiers.hik_nsvm import HIKnSVM, hik_decision, hik_nsvm_objective
+from classify_images.pipeline.training.model_file import load_model, save_model
 
 from ._hik_nsvm_reference import epoch_orders
 
@@ -22,7 +22,7 @@ def histograms(seed: int, n: int = 80, d: int = 30, n_classes: int = 2) -> tuple
     X = rng.random((n, d)) * (rng.random((n, d)) < 0.5)
     y = rng.integers(0, n_classes, n)
     for c in range(n_classes):
-        X[y == c, 3 * c:3 * c + 3] += 0.5
+        X[y == c, 3 * c : 3 * c + 3] += 0.5
     X /= X.sum(axis=1, keepdims=True)
     return X.astype(np.float32), y
 
@@ -170,7 +170,7 @@ def test_problems_trained_together_equal_problems_trained_alone(sparse):
     K.sgd(rows, K.HingeProblems(Y, C, 1e-2, 0.02, True), epochs, W, b, curve)
     for p in range(3):
         w, bias, one_curve = np.zeros((25, 1)), np.zeros(1), np.zeros((10, 1))
-        one = K.HingeProblems(Y[:, p:p + 1].copy(), C[:, p:p + 1].copy(), 1e-2, 0.02, True)
+        one = K.HingeProblems(Y[:, p : p + 1].copy(), C[:, p : p + 1].copy(), 1e-2, 0.02, True)
         K.sgd(rows, one, epochs, w, bias, one_curve)
         assert np.count_nonzero(w) > 0
         assert_array_equal(W[:, p], w[:, 0])

@@ -1,4 +1,4 @@
-"""HIK nSVM ``partial_fit`` and the streaming fit over row blocks (pipeline/streaming_training.py).
+"""HIK nSVM ``partial_fit`` and the streaming fit over row blocks (classify_images/pipeline/training/streaming_training.py).
 
 The rule under test (HIKnSVM.partial_fit's docstring): an epoch is one pass over the blocks
 in order; with ``shuffle=False`` it is ``fit`` on the concatenated rows, bit for bit.
@@ -15,8 +15,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from classify_images.classifiers import PmSVM
 from classify_images.classifiers.hik_nsvm import HIKnSVM, blockwise_median
-from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.pipeline.streaming_training import RowBlocks, StreamingError, fit_streaming
+from classify_images.pipeline.storage.feature_store import load_feature_set
+from classify_images.pipeline.training.streaming_training import RowBlocks, StreamingError, fit_streaming
 
 from .conftest import build_fixture_feature_set
 from .test_hik_nsvm import histograms, reference_algorithm1
@@ -44,13 +44,25 @@ def stream(estimator, blocks, n_epochs, classes, sample_weights=None):
 def test_partial_fit_over_blocks_equals_fit_without_shuffle(sparse, n_classes):
     X, y = histograms(3, n=90, d=24, n_classes=n_classes)
     X = sp.csr_matrix(X) if sparse else X
-    params = dict(learning_rate=2e-3, margin=0.03, n_epochs=8, fit_intercept=True, shuffle=False,
-                  class_weight={1: 2.0}, random_state=0)
+    params = dict(
+        learning_rate=2e-3,
+        margin=0.03,
+        n_epochs=8,
+        fit_intercept=True,
+        shuffle=False,
+        class_weight={1: 2.0},
+        random_state=0,
+    )
     weight = np.random.default_rng(0).uniform(0.5, 2.0, size=90)
     full = HIKnSVM(**params).fit(X, y, sample_weight=weight)
     sizes = [7, 40, 1, 42]
-    streamed = stream(HIKnSVM(**params), blocks_of(X, y, sizes), 8, np.unique(y),
-                      [w for _, w in blocks_of(weight[:, None], weight, sizes)])
+    streamed = stream(
+        HIKnSVM(**params),
+        blocks_of(X, y, sizes),
+        8,
+        np.unique(y),
+        [w for _, w in blocks_of(weight[:, None], weight, sizes)],
+    )
     assert np.count_nonzero(full.coef_) > 0
     assert_array_equal(streamed.coef_, full.coef_)
     assert_array_equal(streamed.intercept_, full.intercept_)
@@ -97,12 +109,20 @@ def test_mid_epoch_model_has_the_shrinks_so_far_applied():
     clf = HIKnSVM(learning_rate=3e-3, alpha=5e-2, n_epochs=2, shuffle=False)
     clf.partial_fit(X[:20], y01[:20], classes=[0, 1], end_epoch=False)
     rates = clf._schedule(clf.learning_rate_)
-    assert_allclose(clf.coef_[0], reference_algorithm1(X, y, [np.arange(20)], rates[:1], clf.alpha, clf.margin_),
-                    rtol=1e-9, atol=1e-13)
+    assert_allclose(
+        clf.coef_[0],
+        reference_algorithm1(X, y, [np.arange(20)], rates[:1], clf.alpha, clf.margin_),
+        rtol=1e-9,
+        atol=1e-13,
+    )
     assert clf.n_iter_ == 0
     clf.partial_fit(X[20:], y01[20:])  # ends epoch 0
-    assert_allclose(clf.coef_[0], reference_algorithm1(X, y, [np.arange(30)], rates[:1], clf.alpha, clf.margin_),
-                    rtol=1e-9, atol=1e-13)
+    assert_allclose(
+        clf.coef_[0],
+        reference_algorithm1(X, y, [np.arange(30)], rates[:1], clf.alpha, clf.margin_),
+        rtol=1e-9,
+        atol=1e-13,
+    )
     assert clf.n_iter_ == 1
 
 
@@ -176,7 +196,10 @@ def test_auto_parameters_are_those_fit_resolves(layout):
     full = HIKnSVM(n_epochs=1).fit(X, y)
     params = HIKnSVM().auto_parameters(blocks_of(X, y, [30, 30, 17]))
     assert params == {"learning_rate": full.learning_rate_, "margin": full.margin_}
-    assert HIKnSVM(learning_rate=0.5, margin=0.1).auto_parameters(blocks_of(X, y, [77])) == {"learning_rate": 0.5, "margin": 0.1}
+    assert HIKnSVM(learning_rate=0.5, margin=0.1).auto_parameters(blocks_of(X, y, [77])) == {
+        "learning_rate": 0.5,
+        "margin": 0.1,
+    }
 
 
 # ------------------------------------------------------------------ fit_streaming
@@ -248,6 +271,7 @@ def test_fit_streaming_refusals():
 
     class Shrinking:
         """Yields one block fewer on every pass."""
+
         def __init__(self):
             self.n = 4
 

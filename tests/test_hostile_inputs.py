@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from classify_images.pipeline.cli import main
+from classify_images.pipeline.interfaces.cli import main
 
 from .conftest import write_config_toml
 
@@ -39,9 +39,10 @@ def _cli(*argv: str, timeout: float = HANG_TIMEOUT, memory: int | None = None, c
         if memory is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
-    code = "import sys; from classify_images.pipeline.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limit, cwd=cwd)
+    code = "import sys; from classify_images.pipeline.interfaces.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=timeout, preexec_fn=limit, cwd=cwd
+    )
 
 
 def _one_line_exit_2(result: subprocess.CompletedProcess, *needles: str) -> str:
@@ -73,8 +74,22 @@ def built(tmp_path_factory) -> Path:
     for name in ("china", "digit_1", "flower"):
         shutil.copytree(DATA / "images" / name, root / "data" / name)
     config = write_config_toml(root / "small.toml")
-    assert main(["build-features", str(root / "data"), "--out", str(root / "fs"), "--config", str(config),
-                 "--cache-dir", str(root / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(root / "data"),
+                "--out",
+                str(root / "fs"),
+                "--config",
+                str(config),
+                "--cache-dir",
+                str(root / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert main(["train", str(root / "fs"), "--classifier", "linear", "--out", str(root / "model.npz")]) == 0
     return root
 
@@ -117,8 +132,17 @@ def test_fifo_planted_in_the_stage_cache_is_a_miss_not_a_hang(copy):
         for path in list((copy / "cache").rglob(name)):
             path.unlink()
             os.mkfifo(path)
-    result = _cli("build-features", str(copy / "data"), "--out", str(copy / "fs2"), "--config", str(copy / "small.toml"),
-                  "--cache-dir", str(copy / "cache"), "-q")
+    result = _cli(
+        "build-features",
+        str(copy / "data"),
+        "--out",
+        str(copy / "fs2"),
+        "--config",
+        str(copy / "small.toml"),
+        "--cache-dir",
+        str(copy / "cache"),
+        "-q",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (copy / "fs2" / "manifest.json").is_file()
 
@@ -130,8 +154,17 @@ def test_dataset_image_that_is_a_fifo_or_a_device_is_skipped_and_listed(copy, ki
         os.mkfifo(planted)
     else:
         planted.symlink_to("/dev/zero")
-    result = _cli("build-features", str(copy / "data"), "--out", str(copy / "fs2"), "--config", str(copy / "small.toml"),
-                  "--cache-dir", str(copy / "cache"), "-q")
+    result = _cli(
+        "build-features",
+        str(copy / "data"),
+        "--out",
+        str(copy / "fs2"),
+        "--config",
+        str(copy / "small.toml"),
+        "--cache-dir",
+        str(copy / "cache"),
+        "-q",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     skipped = json.loads((copy / "fs2" / "manifest.json").read_text())["skipped"]
     reasons = {entry["path"]: entry["reason"] for entry in skipped}
@@ -174,7 +207,7 @@ def _png_announcing(width: int, height: int) -> bytes:
 def test_report_thumbnails_decode_through_the_pixel_guard(tmp_path, monkeypatch):
     import cv2
 
-    from classify_images.pipeline import report_html
+    from classify_images.pipeline.interfaces import report_html
 
     bomb = tmp_path / "bomb.png"
     bomb.write_bytes(_png_announcing(30000, 30000))
@@ -191,10 +224,13 @@ def test_report_thumbnails_decode_through_the_pixel_guard(tmp_path, monkeypatch)
 
 def test_a_model_raising_max_pixels_is_capped_with_one_warning(built, tmp_path):
     from classify_images.features.preprocess import DEFAULT_MAX_PIXELS
-    from classify_images.pipeline.model_file import load_model_parts
+    from classify_images.pipeline.training.model_file import load_model_parts
 
-    crafted = _rewrite_meta(built / "model.npz", tmp_path / "m.npz",
-                            lambda meta: meta["extractor"]["config"].setdefault("image", {}).update(max_pixels=10**12))
+    crafted = _rewrite_meta(
+        built / "model.npz",
+        tmp_path / "m.npz",
+        lambda meta: meta["extractor"]["config"].setdefault("image", {}).update(max_pixels=10**12),
+    )
     with pytest.warns(UserWarning, match="raises image.max_pixels to 1000000000000; the default") as record:
         _, extractor, _ = load_model_parts(crafted)
     assert len(record) == 1 and "\n" not in str(record[0].message)
@@ -202,15 +238,19 @@ def test_a_model_raising_max_pixels_is_capped_with_one_warning(built, tmp_path):
 
 
 def test_opencv_pixel_limit_is_set_before_opencv_decodes():
-    code = ("import os; import classify_images.features.preprocess as p; "
-            "print(os.environ['OPENCV_IO_MAX_IMAGE_PIXELS'], p.OPENCV_MAX_PIXELS)")
+    code = (
+        "import os; import classify_images.features.preprocess as p; "
+        "print(os.environ['OPENCV_IO_MAX_IMAGE_PIXELS'], p.OPENCV_MAX_PIXELS)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OPENCV_IO_MAX_IMAGE_PIXELS"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    ).stdout.split()
     assert out[0] == out[1] == str(2**30)
 
 
 def test_max_pixels_above_opencvs_ceiling_is_refused_in_a_config(tmp_path, capsys):
-    from classify_images.pipeline.config import ConfigError, validate_config
+    from classify_images.pipeline.settings.config import ConfigError, validate_config
 
     with pytest.raises(ConfigError, match="max_pixels"):
         validate_config({"image": {"max_pixels": 2**30 + 1}})
@@ -330,11 +370,28 @@ def test_kill_9_of_build_features_leaves_no_worker_alive(copy):
         for k in range(12):
             for original in originals:
                 (folder / f"copy{k}-{original.name}").write_bytes(original.read_bytes() + bytes([k]))
-    code = "import sys; from classify_images.pipeline.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from classify_images.pipeline.interfaces.cli import main; sys.exit(main(sys.argv[1:]))"
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "build-features", str(copy / "data"), "--out", str(copy / "fs2"),
-         "--config", str(copy / "small.toml"), "--cache-dir", str(copy / "fresh-cache"), "--n-jobs", "2", "-q"],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-c",
+            code,
+            "build-features",
+            str(copy / "data"),
+            "--out",
+            str(copy / "fs2"),
+            "--config",
+            str(copy / "small.toml"),
+            "--cache-dir",
+            str(copy / "fresh-cache"),
+            "--n-jobs",
+            "2",
+            "-q",
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not any("LokyProcess" in line for line in _group(process.pid)):
@@ -360,21 +417,48 @@ def test_kill_9_of_build_features_leaves_no_worker_alive(copy):
 @pytest.mark.parametrize("classifier, param", [("pmsvm", "lut_bins=10**15"), ("mbkl", "n_stumps=10**15")])
 def test_size_parameters_beyond_memory_are_one_line(built, tmp_path, capsys, classifier, param):
     value = param.replace("10**15", str(10**15))
-    assert main(["train", str(built / "fs"), "--classifier", classifier, "--param", value,
-                 "--out", str(tmp_path / "m.npz")]) == 2
+    assert (
+        main(
+            ["train", str(built / "fs"), "--classifier", classifier, "--param", value, "--out", str(tmp_path / "m.npz")]
+        )
+        == 2
+    )
     _one_line_error(capsys, value.split("=")[0], "GiB", "memory")
 
 
 @pytest.mark.parametrize("value", ["-" * 100_000 + "1", "+" * 5_000 + "1", "+" * 900 + "1"])
 def test_long_or_deep_param_values_are_one_line(built, tmp_path, capsys, value):
-    assert main(["train", str(built / "fs"), "--classifier", "linear", "--param", f"C={value}",
-                 "--out", str(tmp_path / "m.npz")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                str(built / "fs"),
+                "--classifier",
+                "linear",
+                "--param",
+                f"C={value}",
+                "--out",
+                str(tmp_path / "m.npz"),
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "C")
 
 
 def test_config_dev_zero_is_one_line_without_reading_it(built, tmp_path):
-    result = _cli("build-features", str(built / "data"), "--out", str(tmp_path / "fs"), "--config", "/dev/zero",
-                  "--cache-dir", str(tmp_path / "cache"), timeout=120, memory=3 * 2**30)
+    result = _cli(
+        "build-features",
+        str(built / "data"),
+        "--out",
+        str(tmp_path / "fs"),
+        "--config",
+        "/dev/zero",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        timeout=120,
+        memory=3 * 2**30,
+    )
     _one_line_exit_2(result, "/dev/zero", "character device")
 
 
@@ -421,10 +505,12 @@ def test_class_names_that_are_script_tags_are_one_line_in_evaluate(copy, capsys)
 
 
 def test_thread_counts_read_from_a_model_are_capped_to_the_cores(built, tmp_path):
-    from classify_images.pipeline.model_file import load_model
+    from classify_images.pipeline.training.model_file import load_model
 
     assert main(["train", str(built / "fs"), "--classifier", "pmsvm", "--out", str(tmp_path / "pmsvm.npz")]) == 0
-    crafted = _rewrite_meta(tmp_path / "pmsvm.npz", tmp_path / "jobs.npz", lambda meta: meta["params"].update(n_jobs=100_000))
+    crafted = _rewrite_meta(
+        tmp_path / "pmsvm.npz", tmp_path / "jobs.npz", lambda meta: meta["params"].update(n_jobs=100_000)
+    )
     estimator, meta = load_model(crafted)
     assert meta["params"]["n_jobs"] == 100_000
     assert estimator.n_jobs == (os.cpu_count() or 1)
@@ -442,8 +528,22 @@ def test_cache_sub_folders_are_checked_too(built, tmp_path, capsys, how):
         if os.geteuid() != 0:
             pytest.skip("giving a folder to another user needs root")
         os.chown(sub, 65534, 65534)
-    assert main(["build-features", str(built / "data"), "--out", str(tmp_path / "fs"), "--config",
-                 str(built / "small.toml"), "--cache-dir", str(cache), "-q"]) == 2
+    assert (
+        main(
+            [
+                "build-features",
+                str(built / "data"),
+                "--out",
+                str(tmp_path / "fs"),
+                "--config",
+                str(built / "small.toml"),
+                "--cache-dir",
+                str(cache),
+                "-q",
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "classify_images", "writable by other users" if how == "world_writable" else "another user")
 
 

@@ -28,9 +28,9 @@ import cv2
 import numpy as np
 import pytest
 
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.config import validate_config
-from classify_images.pipeline.feature_store import load_feature_set
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.settings.config import validate_config
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from ._hosts import Network, ip, require_network_namespaces
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, assert_same_features, write_config_toml
@@ -71,8 +71,9 @@ def dataset(tmp_path_factory) -> Path:
     for folder in sorted(path for path in FIXTURE_IMAGES.iterdir() if path.is_dir()):
         (root / folder.name).mkdir(parents=True)
         for image_path in sorted(folder.glob("*.jpg")):
-            image = cv2.resize(cv2.imread(str(image_path), cv2.IMREAD_GRAYSCALE), (240, 240),
-                               interpolation=cv2.INTER_CUBIC)
+            image = cv2.resize(
+                cv2.imread(str(image_path), cv2.IMREAD_GRAYSCALE), (240, 240), interpolation=cv2.INTER_CUBIC
+            )
             cv2.imwrite(str(root / folder.name / image_path.name), image)
             cv2.imwrite(str(root / folder.name / f"mirrored-{image_path.name}"), np.ascontiguousarray(image[:, ::-1]))
     return root
@@ -82,8 +83,14 @@ def dataset(tmp_path_factory) -> Path:
 def reference(tmp_path_factory, dataset):
     """The one-machine build (this process, joblib, sharded with the same rows per shard)."""
     root = tmp_path_factory.mktemp("hosts-reference")
-    build_feature_set(dataset, root / "fs", validate_config(json.loads(json.dumps(HOSTS_CONFIG))), cache_dir=None,
-                      store="sharded", batch_size=BATCH)
+    build_feature_set(
+        dataset,
+        root / "fs",
+        validate_config(json.loads(json.dumps(HOSTS_CONFIG))),
+        cache_dir=None,
+        store="sharded",
+        batch_size=BATCH,
+    )
     return load_feature_set(root / "fs")
 
 
@@ -113,9 +120,20 @@ class Cluster:
     def start(self) -> None:
         for name, number in (("scheduler", 1), ("client", 2), ("w1", 11), ("w2", 12), ("w3", 13)):
             self.addresses[name] = self.network.add_host(name, number)
-        self.network.start("scheduler", [_bin("dask"), "scheduler", "--host", SCHEDULER_HOST, "--port",
-                                         str(SCHEDULER_PORT), "--dashboard-address",
-                                         f"{SCHEDULER_HOST}:{DASHBOARD_PORT}"], env=self.env)
+        self.network.start(
+            "scheduler",
+            [
+                _bin("dask"),
+                "scheduler",
+                "--host",
+                SCHEDULER_HOST,
+                "--port",
+                str(SCHEDULER_PORT),
+                "--dashboard-address",
+                f"{SCHEDULER_HOST}:{DASHBOARD_PORT}",
+            ],
+            env=self.env,
+        )
         self.wait_for_log("scheduler", "Scheduler at:", 1)
         for name in ("w1", "w2"):
             self.start_worker(name)
@@ -123,10 +141,28 @@ class Cluster:
             self.wait_for_worker(name)
 
     def start_worker(self, name: str) -> None:
-        self.network.start(name, [_bin("dask"), "worker", SCHEDULER, "--nworkers", "1", "--nthreads", "1",
-                                  "--name", name, "--host", self.addresses[name], "--no-dashboard",
-                                  "--local-directory", str(self.root / f"{name}-scratch"),
-                                  "--preload", str(Path(__file__).with_name("_task_log.py"))], env=self.env)
+        self.network.start(
+            name,
+            [
+                _bin("dask"),
+                "worker",
+                SCHEDULER,
+                "--nworkers",
+                "1",
+                "--nthreads",
+                "1",
+                "--name",
+                name,
+                "--host",
+                self.addresses[name],
+                "--no-dashboard",
+                "--local-directory",
+                str(self.root / f"{name}-scratch"),
+                "--preload",
+                str(Path(__file__).with_name("_task_log.py")),
+            ],
+            env=self.env,
+        )
 
     def scheduler_log(self) -> str:
         return self.network.log_path("scheduler").read_text(errors="replace")
@@ -146,8 +182,9 @@ class Cluster:
         deadline = time.monotonic() + LIMIT
         while self.registrations(name) < count:
             if time.monotonic() > deadline:
-                pytest.fail(f"worker {name} did not register with the scheduler in {LIMIT} s:\n"
-                            + self.scheduler_log()[-2000:])
+                pytest.fail(
+                    f"worker {name} did not register with the scheduler in {LIMIT} s:\n" + self.scheduler_log()[-2000:]
+                )
             time.sleep(0.2)
 
     def build(self, out: Path, on_events=None) -> tuple[subprocess.CompletedProcess, list[dict]]:
@@ -157,13 +194,31 @@ class Cluster:
         Returns the finished command and the build's task-log events.
         """
         config = write_config_toml(self.root / "hosts.toml", HOSTS_CONFIG)
-        command = [_bin("classify-images"), "build-features", str(self.dataset), "--config", str(config),
-                   "--out", str(out), "--cache-dir", str(out.parent / f"{out.name}-cache"), "--scheduler", SCHEDULER,
-                   "--batch-size", str(BATCH)]
+        command = [
+            _bin("classify-images"),
+            "build-features",
+            str(self.dataset),
+            "--config",
+            str(config),
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(out.parent / f"{out.name}-cache"),
+            "--scheduler",
+            SCHEDULER,
+            "--batch-size",
+            str(BATCH),
+        ]
         since = time.time()
         namespace, _ = self.network.hosts["client"]
-        process = subprocess.Popen(["ip", "netns", "exec", namespace, *command], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, env=self.env, start_new_session=True)
+        process = subprocess.Popen(
+            ["ip", "netns", "exec", namespace, *command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + LIMIT
         try:
             while process.poll() is None:
@@ -224,8 +279,14 @@ def test_the_hosts_are_separate_and_the_dashboard_answers_on_the_scheduler_host(
         assert ip("-n", namespace, "-4", "route", "show").split("\n")[0].startswith("10.213.0.0/24 dev eth0")
         assert "default" not in ip("-n", namespace, "route", "show")
     url = f"http://{SCHEDULER_HOST}:{DASHBOARD_PORT}/status"
-    probe = cluster.network.run("client", [sys.executable, "-c", "import urllib.request, sys; "
-                                           f"print(urllib.request.urlopen({url!r}, timeout=30).status)"])
+    probe = cluster.network.run(
+        "client",
+        [
+            sys.executable,
+            "-c",
+            f"import urllib.request, sys; print(urllib.request.urlopen({url!r}, timeout=30).status)",
+        ],
+    )
     assert probe.returncode == 0 and probe.stdout.strip() == "200", probe.stderr[-2000:]
     for name in ("w1", "w2"):
         assert f"Register worker addr: tcp://{cluster.addresses[name]}:" in cluster.scheduler_log()

@@ -9,9 +9,9 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score
 from sklearn.pipeline import make_pipeline
 
-from classify_images import HIKnSVM, ImageFeatures, MBKL, PmSVM, QuadraticHingeSVC
-from classify_images.pipeline.config import PipelineConfig, load_config
-from classify_images.pipeline.image_features import UnreadableImagesError
+from classify_images import MBKL, HIKnSVM, ImageFeatures, PmSVM, QuadraticHingeSVC
+from classify_images.pipeline.interfaces.image_features import UnreadableImagesError
+from classify_images.pipeline.settings.config import PipelineConfig, load_config
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
 
@@ -27,8 +27,8 @@ def cache(tmp_path_factory):
 
 def test_vectors_equal_the_feature_set_rows(tmp_path, cache):
     """fit on a feature set's training images -> its codebook; transform -> its rows, bit for bit."""
-    from classify_images.pipeline.build import build_feature_set
-    from classify_images.pipeline.feature_store import load_feature_set
+    from classify_images.pipeline.extraction.build import build_feature_set
+    from classify_images.pipeline.storage.feature_store import load_feature_set
 
     for method in ("l1", "minmax"):
         raw = {**SMALL_CONFIG, "normalization": {"method": method}}
@@ -73,12 +73,15 @@ def test_without_cache_same_vectors(cache):
     np.testing.assert_array_equal(cached, uncached)
 
 
-@pytest.mark.parametrize("estimator, grid", [
-    (QuadraticHingeSVC(), {"quadratichingesvc__C": [0.1, 10.0]}),
-    (PmSVM(random_state=0), {"pmsvm__C": [0.01, 1.0]}),
-    (MBKL(random_state=0, n_stumps=200), {"mbkl__C": [0.1, 10.0]}),
-    (HIKnSVM(random_state=0, n_epochs=10), {"hiknsvm__margin": [0.02, 0.2]}),
-])
+@pytest.mark.parametrize(
+    "estimator, grid",
+    [
+        (QuadraticHingeSVC(), {"quadratichingesvc__C": [0.1, 10.0]}),
+        (PmSVM(random_state=0), {"pmsvm__C": [0.01, 1.0]}),
+        (MBKL(random_state=0, n_stumps=200), {"mbkl__C": [0.1, 10.0]}),
+        (HIKnSVM(random_state=0, n_epochs=10), {"hiknsvm__margin": [0.02, 0.2]}),
+    ],
+)
 def test_every_classifier_in_grid_search_and_cross_validation(cache, estimator, grid):
     pipeline = make_pipeline(ImageFeatures(CONFIG, cache_dir=cache), estimator)
     cv = StratifiedKFold(3, shuffle=True, random_state=0)
@@ -105,11 +108,14 @@ def test_unreadable_images_are_one_line(tmp_path, cache):
         features.transform([PATHS[0], str(broken)])
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(config="no-such-config"), "does not exist"),
-    (dict(config=CONFIG, n_jobs=0), "n_jobs"),
-    (dict(config=3), "config"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(config="no-such-config"), "does not exist"),
+        (dict(config=CONFIG, n_jobs=0), "n_jobs"),
+        (dict(config=3), "config"),
+    ],
+)
 def test_bad_parameters(bad, match):
     with pytest.raises(ValueError, match=match):
         ImageFeatures(**bad).fit(PATHS[:4])
@@ -117,7 +123,7 @@ def test_bad_parameters(bad, match):
 
 def test_fitted_pipeline_saves_as_a_self_contained_model(tmp_path, cache):
     from classify_images import load_model
-    from classify_images.pipeline.model_file import save_model
+    from classify_images.pipeline.training.model_file import save_model
 
     pipeline = make_pipeline(ImageFeatures(CONFIG, cache_dir=cache), QuadraticHingeSVC()).fit(PATHS, LABELS)
     path = save_model(tmp_path / "model", pipeline)

@@ -1,6 +1,6 @@
-"""The private joblib API the stage cache's storage builds on (pipeline/cache_store.py).
+"""The private joblib API the stage cache's storage builds on (classify_images/pipeline/storage/cache_store.py).
 
-:class:`~classify_images.pipeline.cache_store.NpzStoreBackend` subclasses
+:class:`~classify_images.pipeline.storage.cache_store.NpzStoreBackend` subclasses
 ``joblib._store_backends.FileSystemStoreBackend``: only ``joblib.register_store_backend`` is
 public, and it takes a subclass of the private ``StoreBackendBase``, so there is no public
 extension point to move to.  pyproject.toml pins the joblib releases this was tested with;
@@ -21,8 +21,10 @@ import pytest
 
 from .conftest import REPO
 
-_WHAT = ("pipeline/cache_store.py subclasses joblib._store_backends.FileSystemStoreBackend (private API); "
-         "check NpzStoreBackend against this joblib before widening the joblib pin in pyproject.toml")
+_WHAT = (
+    "classify_images/pipeline/storage/cache_store.py subclasses joblib._store_backends.FileSystemStoreBackend (private API); "
+    "check NpzStoreBackend against this joblib before widening the joblib pin in pyproject.toml"
+)
 
 #: Methods of joblib's file-system backend that NpzStoreBackend overrides or calls, with the
 #: leading parameters it relies on.
@@ -58,7 +60,8 @@ def test_installed_joblib_is_within_the_tested_pin():
 
     low, high = _pin()
     assert low <= _version(joblib.__version__) < high, (
-        f"joblib {joblib.__version__} is outside the tested range >={low}, <{high}: {_WHAT}")
+        f"joblib {joblib.__version__} is outside the tested range >={low}, <{high}: {_WHAT}"
+    )
 
 
 def test_the_private_backend_class_and_methods_are_there():
@@ -66,7 +69,7 @@ def test_the_private_backend_class_and_methods_are_there():
         from joblib._store_backends import FileSystemStoreBackend, StoreBackendBase
     except ImportError as exc:
         pytest.fail(f"joblib no longer has joblib._store_backends.FileSystemStoreBackend ({exc}): {_WHAT}")
-    from classify_images.pipeline.cache_store import NpzStoreBackend
+    from classify_images.pipeline.storage.cache_store import NpzStoreBackend
 
     assert issubclass(NpzStoreBackend, StoreBackendBase)
     for name, leading in RELIED_ON.items():
@@ -77,13 +80,14 @@ def test_the_private_backend_class_and_methods_are_there():
             pytest.fail(f"joblib's FileSystemStoreBackend.{name} changed between method and static method: {_WHAT}")
         parameters = parameters[: len(leading)]
         assert parameters == leading, (
-            f"joblib's FileSystemStoreBackend.{name} takes {parameters}, NpzStoreBackend expects {leading}: {_WHAT}")
+            f"joblib's FileSystemStoreBackend.{name} takes {parameters}, NpzStoreBackend expects {leading}: {_WHAT}"
+        )
 
 
 def test_every_file_joblib_writes_goes_through_the_overridden_temporary_then_rename(tmp_path):
     """Results, metadata and function code are all written by ``_concurrency_safe_write`` (the
     override names the temporaries so that stale ones can be found): joblib must still call it."""
-    from classify_images.pipeline.cache_store import NpzStoreBackend
+    from classify_images.pipeline.storage.cache_store import NpzStoreBackend
 
     backend = NpzStoreBackend()
     backend.configure(str(tmp_path), verbose=0)
@@ -110,7 +114,7 @@ def test_every_file_joblib_writes_goes_through_the_overridden_temporary_then_ren
 def test_memory_with_the_npz_backend_round_trips_without_pickle(tmp_path):
     import joblib
 
-    from classify_images.pipeline.cache_store import BACKEND_NAME
+    from classify_images.pipeline.storage.cache_store import BACKEND_NAME
 
     calls = []
 

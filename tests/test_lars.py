@@ -162,8 +162,14 @@ def test_sparse_coder_uses_lars_and_precomputed_gram():
 
     C = np.empty((50, 60), np.float32)
     correlations(X, np.ascontiguousarray(D.T, dtype=np.float32), C)
-    same_c = spams.lasso(np.asfortranarray(X.T, dtype=np.float64), Q=np.asfortranarray(D @ D.T),
-                         q=np.asfortranarray(C.T, dtype=np.float64), lambda1=LAM, mode=2, numThreads=1)
+    same_c = spams.lasso(
+        np.asfortranarray(X.T, dtype=np.float64),
+        Q=np.asfortranarray(D @ D.T),
+        q=np.asfortranarray(C.T, dtype=np.float64),
+        lambda1=LAM,
+        mode=2,
+        numThreads=1,
+    )
     np.testing.assert_allclose(U.toarray(), np.asarray(same_c.T.todense()), atol=1e-6, rtol=0)
     # against float64 correlations: with random (not SIFT) data some codes have up to d = 24
     # non-zeros (G_AA ill-conditioned), and the ~1e-7 float32 rounding of c moves them by up to
@@ -209,7 +215,14 @@ def _kernel_counts(X, D, lam, n_candidates):
     C = np.ascontiguousarray(np.asarray(X, np.float32) @ D.astype(np.float32).T)
     K, d = D.shape
     idx, val, cnt, n_full, n_checks = encode_block(
-        C, G, G.astype(np.float32), lam, 4 * min(K, d) + 16, _PIVOT_RTOL, min(K, d + 8), n_candidates,
+        C,
+        G,
+        G.astype(np.float32),
+        lam,
+        4 * min(K, d) + 16,
+        _PIVOT_RTOL,
+        min(K, d + 8),
+        n_candidates,
         lam * (1 - _KKT_MARGIN),
     )
     return (idx, val, cnt), n_full, n_checks
@@ -229,8 +242,9 @@ def test_feature_sign_codes_equal_the_full_path(sift_data, n_candidates):
     full = lasso_lars_codes(X, D, LAM, n_candidates=None)
     screened = lasso_lars_codes(X, D, LAM, n_candidates=n_candidates)
     assert screened.has_sorted_indices
-    _assert_same_solutions(X, D, screened.toarray().astype(np.float64), full.toarray().astype(np.float64), LAM,
-                           atol=1e-6)
+    _assert_same_solutions(
+        X, D, screened.toarray().astype(np.float64), full.toarray().astype(np.float64), LAM, atol=1e-6
+    )
     _, n_full, n_checks = _kernel_counts(X, D, LAM, n_candidates)
     # the KKT check did reject pool solutions (more checks than descriptors), and
     # feature-sign, not the full-path fallback, found the codes
@@ -260,8 +274,11 @@ def test_feature_sign_matches_full_path_and_spams_float64(K, d, n_candidates):
 
 
 def _same_bits(U, V):
-    return (np.array_equal(U.indptr, V.indptr) and np.array_equal(U.indices, V.indices)
-            and U.data.tobytes() == V.data.tobytes())
+    return (
+        np.array_equal(U.indptr, V.indptr)
+        and np.array_equal(U.indices, V.indices)
+        and U.data.tobytes() == V.data.tobytes()
+    )
 
 
 @pytest.mark.parametrize("correlation_dtype", [np.float32, np.float64])

@@ -11,11 +11,11 @@ import scipy.sparse as sp
 from classify_images.classifiers import QuadraticHingeSVC
 from classify_images.classifiers.base import merge_problem_groups
 from classify_images.classifiers.quadratic_hinge import SGD_BATCH_ROWS
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.pipeline.model_file import load_model
-from classify_images.pipeline.shard_store import ShardedRows
-from classify_images.pipeline.streaming_training import RowBlocks, fit_streaming
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.storage.feature_store import load_feature_set
+from classify_images.pipeline.storage.shard_store import ShardedRows
+from classify_images.pipeline.training.model_file import load_model
+from classify_images.pipeline.training.streaming_training import RowBlocks, fit_streaming
 
 
 def data(n=240, d=40, n_classes=4, seed=0):
@@ -35,14 +35,16 @@ def reference_asgd(X, y, C, n_epochs, block, batch):
     P = len(classes)
     X = X.astype(np.float64)
     lam = 1.0 / (C * n)
-    first = [X[s:min(s + batch, block, n)] for s in range(0, min(block, n), batch)][:8]
+    first = [X[s : min(s + batch, block, n)] for s in range(0, min(block, n), batch)][:8]
     curvature = max(np.linalg.eigvalsh(B @ B.T)[-1] / len(B) for B in first)  # the steps of the first block
     eta0, eta0_b = 1.0 / (4.0 * curvature), 1.0 / 4.0
     W, b = np.zeros((P, d)), np.zeros(P)
     W_bar, b_bar = W.copy(), b.copy()
     t = 0
     for _ in range(n_epochs):
-        starts = [(s, min(s + batch, b + block, n)) for b in range(0, n, block) for s in range(b, min(b + block, n), batch)]
+        starts = [
+            (s, min(s + batch, b + block, n)) for b in range(0, n, block) for s in range(b, min(b + block, n), batch)
+        ]
         for start, stop in starts:
             rows = range(start, stop)
             eta = eta0 / (1 + lam * eta0 * t) ** 0.75
@@ -114,14 +116,21 @@ def test_problem_groups_give_the_joint_model_within_tolerance():
 
 
 def test_cli_streams_linear_from_product_quantised_shards(tmp_path, monkeypatch):
-    from classify_images.pipeline.build import build_feature_set
+    from classify_images.pipeline.extraction.build import build_feature_set
 
     from ._encoder_helpers import small_config
     from .conftest import FIXTURE_IMAGES
     from .test_compressed_rows import FISHER
 
-    build_feature_set(FIXTURE_IMAGES, tmp_path / "fs", small_config(**FISHER), cache_dir=None, store="sharded",
-                      batch_size=5, rows="pq8")
+    build_feature_set(
+        FIXTURE_IMAGES,
+        tmp_path / "fs",
+        small_config(**FISHER),
+        cache_dir=None,
+        store="sharded",
+        batch_size=5,
+        rows="pq8",
+    )
     feature_set = load_feature_set(tmp_path / "fs")
     decoded_test = feature_set.rows["test"].toarray()
 
@@ -130,9 +139,26 @@ def test_cli_streams_linear_from_product_quantised_shards(tmp_path, monkeypatch)
 
     monkeypatch.setattr(ShardedRows, "toarray", refuse)
     out = tmp_path / "linear.npz"
-    assert main(["train", str(tmp_path / "fs"), "--classifier", "linear", "--param", "n_epochs=20", "--param", "streaming=sgd",
-                 "--streaming",
-                 "--block-rows", "8", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(tmp_path / "fs"),
+                "--classifier",
+                "linear",
+                "--param",
+                "n_epochs=20",
+                "--param",
+                "streaming=sgd",
+                "--streaming",
+                "--block-rows",
+                "8",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     model, _ = load_model(out)
     names = np.asarray(feature_set.class_names)
     assert np.mean(model.predict(decoded_test) == names[feature_set.y_test]) > 0.5
@@ -142,7 +168,9 @@ def test_cli_streams_linear_from_product_quantised_shards(tmp_path, monkeypatch)
 def test_the_blockwise_objective_is_the_whole_objective():
     """Objective (1) and gradient (2) summed over blocks equal the ones on all the rows (float64)."""
     from classify_images.classifiers._quadratic_hinge_objective import (
-        BlockwiseQuadraticHingeObjective, QuadraticHingeObjective)
+        BlockwiseQuadraticHingeObjective,
+        QuadraticHingeObjective,
+    )
     from classify_images.classifiers.base import ovr_targets
 
     X, y = data(n=90, d=10, n_classes=3)
@@ -150,9 +178,16 @@ def test_the_blockwise_objective_is_the_whole_objective():
     Y = ovr_targets(y, 3).astype(np.float64)
     cost = np.random.default_rng(1).uniform(0.5, 2.0, size=Y.shape)
     whole = QuadraticHingeObjective(X, Y, cost, intercept_penalty=0.3)
-    blocks = [(X[i:i + 25], np.arange(i, min(i + 25, 90))) for i in range(0, 90, 25)]
-    parts = BlockwiseQuadraticHingeObjective(blocks, lambda Xb, rows: (Xb, Y[rows], cost[rows]), n_samples=90,
-                                             n_features=10, n_problems=3, float32=False, intercept_penalty=0.3)
+    blocks = [(X[i : i + 25], np.arange(i, min(i + 25, 90))) for i in range(0, 90, 25)]
+    parts = BlockwiseQuadraticHingeObjective(
+        blocks,
+        lambda Xb, rows: (Xb, Y[rows], cost[rows]),
+        n_samples=90,
+        n_features=10,
+        n_problems=3,
+        float32=False,
+        intercept_penalty=0.3,
+    )
     rng = np.random.default_rng(2)
     for _ in range(3):
         W, b = rng.normal(size=(10, 3)), rng.normal(size=3)
@@ -174,7 +209,9 @@ def test_fit_blocks_is_fit_within_tolerance(kind, class_weight):
     np.testing.assert_array_equal(streamed.classes_, whole.classes_)
     scale = np.abs(whole.coef_).max()
     np.testing.assert_allclose(streamed.coef_, whole.coef_, atol=1e-4 * scale)
-    np.testing.assert_allclose(streamed.intercept_, whole.intercept_, atol=1e-4 * max(1.0, np.abs(whole.intercept_).max()))
+    np.testing.assert_allclose(
+        streamed.intercept_, whole.intercept_, atol=1e-4 * max(1.0, np.abs(whole.intercept_).max())
+    )
     assert streamed.objective_ == pytest.approx(whole.objective_, rel=1e-6)
     np.testing.assert_array_equal(streamed.predict(X), whole.predict(X))
 
@@ -190,14 +227,21 @@ def test_fit_blocks_errors():
 def test_cli_streams_linear_by_lbfgs_to_the_in_memory_model(tmp_path, monkeypatch):
     """``train --streaming`` of the linear SVM (L-BFGS block by block, the default) from float16
     shards, never assembling them, gives the model ``fit`` learns on the decoded rows."""
-    from classify_images.pipeline.build import build_feature_set
+    from classify_images.pipeline.extraction.build import build_feature_set
 
     from ._encoder_helpers import small_config
     from .conftest import FIXTURE_IMAGES
     from .test_compressed_rows import FISHER
 
-    build_feature_set(FIXTURE_IMAGES, tmp_path / "fs", small_config(**FISHER), cache_dir=None, store="sharded",
-                      batch_size=5, rows="float16")
+    build_feature_set(
+        FIXTURE_IMAGES,
+        tmp_path / "fs",
+        small_config(**FISHER),
+        cache_dir=None,
+        store="sharded",
+        batch_size=5,
+        rows="float16",
+    )
     feature_set = load_feature_set(tmp_path / "fs")
     decoded_train, decoded_test = feature_set.rows["train"].toarray(), feature_set.rows["test"].toarray()
     names = np.asarray(feature_set.class_names)
@@ -208,8 +252,22 @@ def test_cli_streams_linear_by_lbfgs_to_the_in_memory_model(tmp_path, monkeypatc
 
     monkeypatch.setattr(ShardedRows, "toarray", refuse)
     out = tmp_path / "linear.npz"
-    assert main(["train", str(tmp_path / "fs"), "--classifier", "linear", "--streaming", "--block-rows", "8",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(tmp_path / "fs"),
+                "--classifier",
+                "linear",
+                "--streaming",
+                "--block-rows",
+                "8",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     model, _ = load_model(out)
     np.testing.assert_array_equal(model.predict(decoded_test), in_memory.predict(decoded_test))
     np.testing.assert_allclose(model.coef_, in_memory.coef_, atol=1e-3 * np.abs(in_memory.coef_).max())

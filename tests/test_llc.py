@@ -7,8 +7,8 @@ import scipy.sparse as sp
 from classify_images.coding import LlcCoder, llc_codes, spatial_pyramid_pool
 from classify_images.coding.llc import nearest_codewords
 from classify_images.coding.pooling import pooled_dimension
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.feature_store import load_feature_set
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from ._encoder_helpers import assert_new_images_match_rows, random_layout, reference_cells, small_config
 
@@ -50,7 +50,10 @@ def test_nearest_codewords_are_brute_force_order():
     got = nearest_codewords(X, codebook, 5)
     expected = np.argsort(((X[:, None, :] - codebook[None]) ** 2).sum(-1), axis=1, kind="stable")[:, :5]
     np.testing.assert_array_equal(got, expected)
-    np.testing.assert_array_equal(nearest_codewords(X, codebook, 30), np.argsort(((X[:, None, :] - codebook[None]) ** 2).sum(-1), axis=1, kind="stable"))
+    np.testing.assert_array_equal(
+        nearest_codewords(X, codebook, 30),
+        np.argsort(((X[:, None, :] - codebook[None]) ** 2).sum(-1), axis=1, kind="stable"),
+    )
     with pytest.raises(ValueError, match="n_neighbors must be in"):
         nearest_codewords(X, codebook, 31)
 
@@ -110,9 +113,8 @@ def test_llc_build_end_to_end(tmp_path, small_dataset):
 
 def test_encoder_versions_key_their_own_kind_only(tmp_path, small_dataset, monkeypatch):
     from classify_images.coding import llc as llc_module
-    from classify_images.pipeline import stages
-
     from classify_images.coding.encoders import make_encoder
+    from classify_images.pipeline.extraction import stages
 
     def encoder(kind):
         return make_encoder({"kind": kind, "size": 16, "lambda": 0.15, "n_iter": 1, "seed": 0})
@@ -122,8 +124,9 @@ def test_encoder_versions_key_their_own_kind_only(tmp_path, small_dataset, monke
     assert {"vlad", "fisher", "pooling"} <= set(dict(stages._stage_versions("image_encoding", encoder("fisher"))))
     assert set(stages.implementation_versions()) == set(stages.implementation_versions(encoder("kmeans")))
 
-    config = small_config({"kind": "llc", "size": 16, "n_samples": 3000, "n_iter": 20},
-                          {"method": "signed_max", "levels": [1, 2]}, "l2")
+    config = small_config(
+        {"kind": "llc", "size": 16, "n_samples": 3000, "n_iter": 20}, {"method": "signed_max", "levels": [1, 2]}, "l2"
+    )
     cache = tmp_path / "cache"
     build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=cache)
     calls = []

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from classify_images import _log
-from classify_images.pipeline.cli import main
+from classify_images.pipeline.interfaces.cli import main
 
 from .conftest import FIXTURE_IMAGES, REPO, write_config_toml
 
@@ -24,8 +24,7 @@ PACKAGE = "classify_images"
 
 
 def _messages(caplog, name: str = PACKAGE, level: int | None = None) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name.startswith(name) and (level is None or r.levelno == level)]
+    return [r.getMessage() for r in caplog.records if r.name.startswith(name) and (level is None or r.levelno == level)]
 
 
 @pytest.fixture
@@ -41,15 +40,17 @@ def test_package_logger_has_only_a_null_handler():
 
 def test_library_code_does_not_print():
     """No ``print(`` call in the library's folders, except the command line's console text."""
-    console = {"pipeline/cli.py", "pipeline/demo.py"}
+    console = {"classify_images/pipeline/interfaces/cli.py", "classify_images/pipeline/interfaces/demo.py"}
     offenders = []
-    for folder in ("api", "features", "coding", "classifiers", "pipeline", "configs"):
-        for path in sorted((REPO / folder).glob("*.py")):
-            if f"{folder}/{path.name}" in console:
-                continue
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
-                    offenders.append(f"{folder}/{path.name}:{node.lineno}")
+    paths = sorted((REPO / "classify_images").rglob("*.py"))
+    assert len(paths) > 80  # the whole package is read
+    for path in paths:
+        name = path.relative_to(REPO).as_posix()
+        if name in console:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                offenders.append(f"{name}:{node.lineno}")
     assert offenders == []
 
 
@@ -67,8 +68,9 @@ def test_kmeans_iterations_are_debug_records_and_change_no_number(caplog):
         logged = learn_kmeans_codebook(X, 6, max_iter=15)
     np.testing.assert_array_equal(logged, quiet)
     iterations = [r for r in caplog.records if "Iteration" in r.getMessage()]
-    assert iterations and all(r.levelno == logging.DEBUG and r.name == "classify_images.coding.codebook"
-                              for r in iterations)
+    assert iterations and all(
+        r.levelno == logging.DEBUG and r.name == "classify_images.coding.codebook" for r in iterations
+    )
     assert any(m.startswith("k-means codebook (6 words") and "done in" in m for m in _messages(caplog))
 
 
@@ -90,8 +92,10 @@ def test_sparse_dictionary_step_is_logged(caplog):
     X = np.random.default_rng(2).random((300, 16), dtype=np.float32)
     with caplog.at_level(logging.DEBUG, logger=PACKAGE):
         learn_sparse_dictionary(X, 8, n_iter=10, batch_size=32)
-    assert any(m.startswith("sparse-coding dictionary (8 atoms, 10 mini-batches of 32)") and "done in" in m
-               for m in _messages(caplog, level=logging.DEBUG))
+    assert any(
+        m.startswith("sparse-coding dictionary (8 atoms, 10 mini-batches of 32)") and "done in" in m
+        for m in _messages(caplog, level=logging.DEBUG)
+    )
 
 
 def test_step_progress_beats_at_info_with_the_latest_news(caplog):
@@ -102,14 +106,17 @@ def test_step_progress_beats_at_info_with_the_latest_news(caplog):
             print("Iteration 7, inertia 1.5")  # what a verbose library prints
             time.sleep(0.2)
     beats = _messages(caplog, level=logging.INFO)
-    assert beats and all(m.startswith("long step: Iteration 7, inertia 1.5, ") and m.endswith("s so far")
-                         for m in beats[1:])
+    assert beats and all(
+        m.startswith("long step: Iteration 7, inertia 1.5, ") and m.endswith("s so far") for m in beats[1:]
+    )
 
 
 def test_step_progress_costs_nothing_when_nobody_listens(caplog):
     logger = logging.getLogger("classify_images.test")
-    with caplog.at_level(logging.WARNING, logger=PACKAGE), \
-            _log.step_progress(logger, "quiet step", capture_stdout=True) as verbose:
+    with (
+        caplog.at_level(logging.WARNING, logger=PACKAGE),
+        _log.step_progress(logger, "quiet step", capture_stdout=True) as verbose,
+    ):
         assert not verbose and not isinstance(sys.stdout, _log._LinesToLog)
     assert caplog.records == []
 
@@ -127,20 +134,26 @@ def test_training_logs_its_problems_and_groups(caplog):
     assert "PmSVM: training 20 one-vs-rest problems on 60 rows of 5 features" in info
     # 20 problems in groups of at most 16: two groups, each reported when trained
     assert [m.rpartition(",")[0] for m in info if "trained" in m] == [
-        "PmSVM: problems 1-10 of 20 trained", "PmSVM: problems 11-20 of 20 trained"]
+        "PmSVM: problems 1-10 of 20 trained",
+        "PmSVM: problems 11-20 of 20 trained",
+    ]
 
 
 def test_streaming_training_logs_each_epoch(caplog):
     from classify_images.classifiers.hik_nsvm import HIKnSVM
-    from classify_images.pipeline.streaming_training import RowBlocks, fit_streaming
+    from classify_images.pipeline.training.streaming_training import RowBlocks, fit_streaming
 
     rng = np.random.default_rng(6)
     X, y = rng.random((40, 6)), np.repeat([0, 1], 20)
     with caplog.at_level(logging.INFO, logger=PACKAGE):
         fit_streaming(HIKnSVM(n_epochs=3, random_state=0), RowBlocks(X, y, 16))
     info = [m.rpartition(",")[0] or m for m in _messages(caplog, "classify_images.pipeline", logging.INFO)]
-    assert info == ["HIKnSVM: 3 epochs of partial_fit over 3 blocks (40 rows)", "HIKnSVM: epoch 1 of 3 done",
-                    "HIKnSVM: epoch 2 of 3 done", "HIKnSVM: epoch 3 of 3 done"]
+    assert info == [
+        "HIKnSVM: 3 epochs of partial_fit over 3 blocks (40 rows)",
+        "HIKnSVM: epoch 1 of 3 done",
+        "HIKnSVM: epoch 2 of 3 done",
+        "HIKnSVM: epoch 3 of 3 done",
+    ]
 
 
 def test_warm_up_is_not_a_step_to_report(caplog):
@@ -196,14 +209,14 @@ def test_image_features_verbose_shows_steps_and_bars(tmp_path, config_file, monk
     assert "sample descriptors:  " in shown and "img/s" in shown  # a tqdm bar: stderr is a terminal here
     assert "Iteration" not in shown  # details need verbose=2
     ImageFeatures(config_file, cache_dir=tmp_path / "cache", verbose=True).fit(_image_paths())
-    assert "reusing the cached kmeans codebook of 16 words" in terminal.getvalue()[len(shown):]
+    assert "reusing the cached kmeans codebook of 16 words" in terminal.getvalue()[len(shown) :]
     assert [type(h) for h in logging.getLogger(PACKAGE).handlers] == [logging.NullHandler]  # removed after
     assert features.transform(_image_paths()[:1]).shape == (1, features.n_features_out_)
 
 
 def test_build_feature_set_verbose_levels(tmp_path, config_file, capsys, caplog):
     from classify_images import build_feature_set
-    from classify_images.pipeline.config import load_config
+    from classify_images.pipeline.settings.config import load_config
 
     config = load_config(config_file)
     with caplog.at_level(logging.WARNING):  # a caller's root handler, at WARNING
@@ -221,8 +234,19 @@ def test_build_feature_set_verbose_levels(tmp_path, config_file, capsys, caplog)
 
 # ------------------------------------------------------------------ command line
 def _build(tmp_path, config_file, out: str, *options) -> int:
-    return main(["build-features", str(FIXTURE_IMAGES), "--config", str(config_file), "--out", str(tmp_path / out),
-                 "--cache-dir", str(tmp_path / "cache"), *options])
+    return main(
+        [
+            "build-features",
+            str(FIXTURE_IMAGES),
+            "--config",
+            str(config_file),
+            "--out",
+            str(tmp_path / out),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            *options,
+        ]
+    )
 
 
 def test_cli_default_shows_steps_on_stderr_and_says_when_the_codebook_is_reused(tmp_path, config_file, capsys):
@@ -245,8 +269,21 @@ def test_cli_quiet_shows_no_step(tmp_path, config_file, capsys):
 
 
 def test_cli_verbose_shows_details_with_times(tmp_path, config_file, capsys):
-    assert main(["-v", "build-features", str(FIXTURE_IMAGES), "--config", str(config_file), "--out",
-                 str(tmp_path / "fs"), "--no-cache"]) == 0
+    assert (
+        main(
+            [
+                "-v",
+                "build-features",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(config_file),
+                "--out",
+                str(tmp_path / "fs"),
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     lines = err.splitlines()
     assert lines and all(line.startswith("[") and " s] " in line for line in lines)
@@ -258,11 +295,28 @@ def test_cli_experiment_steps_and_errors_after_the_steps(tmp_path, config_file, 
     fs = tmp_path / "fs"
     assert _build(tmp_path, config_file, "fs", "-q") == 0
     capsys.readouterr()
-    assert main(["experiment", str(fs), "--classifier", "linear", "--repeats", "2", "--seed", "3",
-                 "--out", str(tmp_path / "experiment")]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                str(fs),
+                "--classifier",
+                "linear",
+                "--repeats",
+                "2",
+                "--seed",
+                "3",
+                "--out",
+                str(tmp_path / "experiment"),
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert [line for line in err.splitlines() if line.startswith("experiment:")] == [
-        "experiment: split 1 of 2 (seed 3)", "experiment: split 2 of 2 (seed 4)"]
+        "experiment: split 1 of 2 (seed 3)",
+        "experiment: split 2 of 2 (seed 4)",
+    ]
     assert "experiment:" not in out
     assert main(["train", str(fs), "--classifier", "pmsvm", "--param", "C=-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -270,11 +324,29 @@ def test_cli_experiment_steps_and_errors_after_the_steps(tmp_path, config_file, 
 
 
 def test_cli_run_and_predict_steps(tmp_path, config_file, capsys):
-    assert main(["run", str(FIXTURE_IMAGES), "--config", str(config_file), "--classifier", "linear",
-                 "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(config_file),
+                "--classifier",
+                "linear",
+                "--out",
+                str(tmp_path / "run"),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert [line for line in err.splitlines() if line.startswith("==")] == [
-        "== build-features", "== train", "== evaluate"]
+        "== build-features",
+        "== train",
+        "== evaluate",
+    ]
     assert "==" not in out
     assert "QuadraticHingeSVC: training 4 one-vs-rest problems on 20 rows" in err
     images = [str(p) for p in sorted((FIXTURE_IMAGES / "flower").glob("*"))[:3]]

@@ -8,9 +8,9 @@ import scipy.sparse as sp
 from sklearn.svm import LinearSVC
 
 from classify_images.classifiers import _mbkl_kernels as kern
-from classify_images.pipeline.model_file import load_model, save_model
+from classify_images.classifiers.mbkl import MBKL, PAPER_SETTING, _balanced_allocation, initial_signs, kernel_rows
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
-from classify_images.classifiers.mbkl import PAPER_SETTING, MBKL, _balanced_allocation, initial_signs, kernel_rows
+from classify_images.pipeline.training.model_file import load_model, save_model
 
 
 def _paper(**params):
@@ -110,7 +110,9 @@ def test_table1_sign_agrees_with_eq8_on_a_separating_stump():
     X = np.array([[0.0], [0.1], [0.9], [1.0]])
     y = np.array([0, 0, 1, 1])
     fired = (X[:, 0] > 0.5).astype(int)
-    a = initial_signs(np.array([[fired[y == 1].sum()]]), np.array([2]), np.array([[fired[y == 0].sum()]]), np.array([2]))
+    a = initial_signs(
+        np.array([[fired[y == 1].sum()]]), np.array([2]), np.array([[fired[y == 0].sum()]]), np.array([2])
+    )
     scores = np.where(fired == 1, a[0, 0], -a[0, 0])  # Eq. 8: +a when sigma = 1, -a otherwise
     assert np.all(np.sign(scores) == np.where(y == 1, 1, -1))
 
@@ -120,7 +122,9 @@ def _step1_problem(X, y, n_stumps=200, seed=0):
     rng = np.random.RandomState(seed)
     features, thresholds = model._random_stumps(X, n_stumps, rng)
     Xc = sp.csc_matrix(X)
-    bits = kern.stump_bits_csc(Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64), Xc.data, X.shape[0], features, thresholds)
+    bits = kern.stump_bits_csc(
+        Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64), Xc.data, X.shape[0], features, thresholds
+    )
     counts = kern.fired_counts(bits, y, 3)
     sizes = np.bincount(y)
     signs = initial_signs(counts, sizes, counts.sum(1, keepdims=True) - counts, sizes.sum() - sizes)
@@ -217,7 +221,9 @@ def test_sparse_and_dense_training_agree(fitted):
     dense = MBKL(random_state=0).fit(X, y)
     sparse = MBKL(random_state=0).fit(sp.csr_matrix(X), y)
     np.testing.assert_array_equal(dense.stump_thresholds_, sparse.stump_thresholds_)
-    np.testing.assert_allclose(dense.decision_function(X), sparse.decision_function(sp.csr_matrix(X)), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        dense.decision_function(X), sparse.decision_function(sp.csr_matrix(X)), rtol=1e-6, atol=1e-8
+    )
 
 
 def test_deterministic():

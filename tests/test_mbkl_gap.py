@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -46,8 +45,9 @@ def histograms():
 
 
 def _fit(X, y, **params):
-    base = dict(n_stumps=600, threshold_rule="distinct_quantile", init_rule="balanced", C=10.0, C_kernel=10.0,
-                random_state=0)
+    base = dict(
+        n_stumps=600, threshold_rule="distinct_quantile", init_rule="balanced", C=10.0, C_kernel=10.0, random_state=0
+    )
     return MBKL(**{**base, **params}).fit(X, y)
 
 
@@ -67,8 +67,9 @@ def test_theta_exponent_one_is_the_papers_theta_and_zero_keeps_only_the_selectio
         np.testing.assert_allclose(model.theta_, default.theta_**power, rtol=1e-12)
         # the fast decision equals the explicit map of Eq. 4 with these weights
         phi = model.explicit_map(X)
-        np.testing.assert_allclose(model.decision_function(X), phi @ model.coef_.T + model.intercept_,
-                                   rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(
+            model.decision_function(X), phi @ model.coef_.T + model.intercept_, rtol=1e-9, atol=1e-9
+        )
     np.testing.assert_array_equal(select.theta_, np.ones_like(select.theta_))
     assert not np.allclose(select.decision_function(X), default.decision_function(X))
 

@@ -1,4 +1,4 @@
-"""Model files without pickle (pipeline/model_file.py) and provenance (pipeline/provenance.py)."""
+"""Model files without pickle (classify_images/pipeline/training/model_file.py) and provenance (classify_images/pipeline/storage/provenance.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import scipy.sparse as sp
 from sklearn.datasets import make_classification
 
 from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
-from classify_images.pipeline import model_file as model_file_module
-from classify_images.pipeline.model_file import (
+from classify_images.pipeline.training import model_file as model_file_module
+from classify_images.pipeline.training.model_file import (
     ModelFileError,
     check_model_matches,
     load_model,
@@ -139,10 +139,10 @@ def test_object_array_is_never_unpickled(tmp_path, model_file):
 @pytest.mark.parametrize(
     "edit",
     [
-        lambda m: m.pop("__meta__"),                                   # no header
-        lambda m: m.pop("model/coef_"),                                 # missing fitted array
-        lambda m: m.__setitem__("__meta__", np.array("not json")),     # header not JSON
-        lambda m: m.__setitem__("__meta__", np.array("[1, 2]")),       # header not an object
+        lambda m: m.pop("__meta__"),  # no header
+        lambda m: m.pop("model/coef_"),  # missing fitted array
+        lambda m: m.__setitem__("__meta__", np.array("not json")),  # header not JSON
+        lambda m: m.__setitem__("__meta__", np.array("[1, 2]")),  # header not an object
     ],
     ids=["no-meta", "no-coef", "meta-not-json", "meta-not-dict"],
 )
@@ -180,9 +180,7 @@ def test_check_model_matches(model_file):
     meta = read_model_meta(model_file)
     check_model_matches(meta, config_hash="a" * 40, n_features=12)
     assert "config" in _one_line_error(lambda: check_model_matches(meta, config_hash="b" * 40, n_features=12))
-    assert "12-dimensional" in _one_line_error(
-        lambda: check_model_matches(meta, config_hash="a" * 40, n_features=13)
-    )
+    assert "12-dimensional" in _one_line_error(lambda: check_model_matches(meta, config_hash="a" * 40, n_features=13))
 
 
 def test_loaded_model_refuses_wrong_dimension(data, model_file):
@@ -197,7 +195,7 @@ def test_model_file_exports():
 
 
 def test_header_records_training_time_and_library_versions(tmp_path, model):
-    from classify_images.pipeline.provenance import library_versions
+    from classify_images.pipeline.storage.provenance import library_versions
 
     meta = read_model_meta(save_model(tmp_path / "t", model, feature_set=FEATURE_SET, train_seconds=1.234567))
     assert meta["train_seconds"] == 1.2346 and meta["feature_set"] == FEATURE_SET

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from classify_images.pipeline.config import PipelineConfig
-from classify_images.pipeline.image_features import load_image_model
-from classify_images.pipeline.model_file import (
+from classify_images.pipeline.interfaces.image_features import load_image_model
+from classify_images.pipeline.settings.config import PipelineConfig
+from classify_images.pipeline.training.model_file import (
     ModelFileError,
     check_model_matches,
     load_model,
@@ -25,8 +25,12 @@ from classify_images.pipeline.model_file import (
 from ._fuzz import fuzz_settings
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
 
-CLASSIFIERS = {"linear": {}, "pmsvm": {"random_state": 0}, "mbkl": {"random_state": 0, "n_stumps": 200},
-               "nsvm": {"random_state": 0, "n_epochs": 5}}
+CLASSIFIERS = {
+    "linear": {},
+    "pmsvm": {"random_state": 0},
+    "mbkl": {"random_state": 0, "n_stumps": 200},
+    "nsvm": {"random_state": 0, "n_epochs": 5},
+}
 IMAGE = str(FIXTURE_IMAGES / "flower" / "11.jpg")
 
 
@@ -103,21 +107,36 @@ def test_pipeline_round_trip_every_classifier(model_files, training, name):
     model = load_image_model(model_files[name])
     classifier, _ = load_model(model_files[name])
     np.testing.assert_array_equal(model[0].transform([IMAGE]), features.transform([IMAGE]))
-    np.testing.assert_array_equal(model.decision_function([IMAGE]), classifier.decision_function(features.transform([IMAGE])))
+    np.testing.assert_array_equal(
+        model.decision_function([IMAGE]), classifier.decision_function(features.transform([IMAGE]))
+    )
     assert model.predict([IMAGE])[0] in set(y)
 
 
 # --------------------------------------------------------------- wrong shapes
-@pytest.mark.parametrize("name, key", [("linear", "coef_"), ("linear", "intercept_"), ("pmsvm", "coef_"),
-                                       ("pmsvm", "feature_max_"), ("mbkl", "stump_thresholds_"), ("mbkl", "coef_"),
-                                       ("nsvm", "coef_"), ("nsvm", "intercept_")])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("linear", "coef_"),
+        ("linear", "intercept_"),
+        ("pmsvm", "coef_"),
+        ("pmsvm", "feature_max_"),
+        ("mbkl", "stump_thresholds_"),
+        ("mbkl", "coef_"),
+        ("nsvm", "coef_"),
+        ("nsvm", "intercept_"),
+    ],
+)
 @pytest.mark.parametrize("change", ["drop-last", "add-axis", "transpose"])
 def test_wrong_shapes_are_one_line(tmp_path, model_files, name, key, change):
     path = _copy(tmp_path, model_files, name)
     members = _members(path)
     array = members["model/" + key]
-    members["model/" + key] = {"drop-last": lambda a: a[..., :-1], "add-axis": lambda a: a[None],
-                               "transpose": lambda a: a.T if a.ndim > 1 and a.shape[0] != a.shape[-1] else a[..., :-1]}[change](array)
+    members["model/" + key] = {
+        "drop-last": lambda a: a[..., :-1],
+        "add-axis": lambda a: a[None],
+        "transpose": lambda a: a.T if a.ndim > 1 and a.shape[0] != a.shape[-1] else a[..., :-1],
+    }[change](array)
     _write(path, members)
     _one_line(lambda: load_model(path), "shape")
 
@@ -173,8 +192,10 @@ def test_class_names_differing_from_the_feature_set_are_one_line(tmp_path, model
     _one_line(lambda: load_model(path), "class names")
 
 
-@pytest.mark.parametrize("name, key", [("linear", "coef_"), ("pmsvm", "coef_"), ("mbkl", "theta_"), ("nsvm", "coef_"),
-                                       ("linear", "intercept_")])
+@pytest.mark.parametrize(
+    "name, key",
+    [("linear", "coef_"), ("pmsvm", "coef_"), ("mbkl", "theta_"), ("nsvm", "coef_"), ("linear", "intercept_")],
+)
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 def test_non_finite_weights_are_one_line(tmp_path, model_files, name, key, value):
     path = _copy(tmp_path, model_files, name)
@@ -194,11 +215,17 @@ def test_stump_index_outside_the_features_is_one_line(tmp_path, model_files):
     _one_line(lambda: load_model(path), "stump_features_")
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda m: m.__setitem__("extractor/state/codebook", m["extractor/state/codebook"][:-1]), "codebook"),
-    (lambda m: m.__setitem__("extractor/state/codebook", np.full_like(m["extractor/state/codebook"], np.nan)), "codebook"),
-    (lambda m: m.pop("extractor/state/codebook"), "codebook"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda m: m.__setitem__("extractor/state/codebook", m["extractor/state/codebook"][:-1]), "codebook"),
+        (
+            lambda m: m.__setitem__("extractor/state/codebook", np.full_like(m["extractor/state/codebook"], np.nan)),
+            "codebook",
+        ),
+        (lambda m: m.pop("extractor/state/codebook"), "codebook"),
+    ],
+)
 def test_damaged_extractor_is_one_line(tmp_path, model_files, edit, match):
     path = _copy(tmp_path, model_files, "linear")
     members = _members(path)
@@ -278,18 +305,34 @@ def test_model_without_feature_set_identity_is_refused_by_the_check(tmp_path, mo
     classifier, _ = load_model(model_files["linear"])
     bare = save_model(tmp_path / "bare", classifier)
     _, meta = load_model(bare)
-    _one_line(lambda: check_model_matches(meta, config_hash="f" * 40, n_features=classifier.n_features_in_),
-              "does not record the feature set")
+    _one_line(
+        lambda: check_model_matches(meta, config_hash="f" * 40, n_features=classifier.n_features_in_),
+        "does not record the feature set",
+    )
 
 
 def test_cli_evaluate_refuses_model_without_identity(tmp_path, capsys):
-    from classify_images.pipeline.cli import main
+    from classify_images.pipeline.interfaces.cli import main
 
     from .conftest import write_config_toml
 
     config = write_config_toml(tmp_path / "c.toml")
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"),
-                 "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(config),
+                "--out",
+                str(tmp_path / "fs"),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert main(["train", str(tmp_path / "fs"), "--classifier", "linear", "--out", str(tmp_path / "m.npz")]) == 0
     classifier, _ = load_model(tmp_path / "m.npz")
     save_model(tmp_path / "bare.npz", classifier)
@@ -299,8 +342,9 @@ def test_cli_evaluate_refuses_model_without_identity(tmp_path, capsys):
     assert "does not record the feature set" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("identity", [{"config_hash": ""}, {"n_features": "many"}, {"class_names": "abc"},
-                                      {"n_features": -1}])
+@pytest.mark.parametrize(
+    "identity", [{"config_hash": ""}, {"n_features": "many"}, {"class_names": "abc"}, {"n_features": -1}]
+)
 def test_malformed_identity_is_one_line(tmp_path, model_files, identity):
     path = _copy(tmp_path, model_files, "linear")
     members = _members(path)
@@ -323,16 +367,31 @@ def test_format_1_files_say_to_retrain(tmp_path, model_files):
 
 # ------------------------------------------------------------------------ fuzz
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )
-_META_PATHS = [("classifier",), ("params",), ("params", "C"), ("params", "p"), ("params", "m"), ("classes",),
-               ("classes_dtype",), ("feature_set",), ("feature_set", "n_features"), ("feature_set", "class_names"),
-               ("feature_set", "config_hash"), ("extractor",), ("extractor", "config"),
-               ("extractor", "config", "codebook"), ("extractor", "config", "codebook", "size"),
-               ("extractor", "config", "pooling", "levels"), ("extractor", "config", "normalization", "method"),
-               ("format_version",), ("format",)]
+_META_PATHS = [
+    ("classifier",),
+    ("params",),
+    ("params", "C"),
+    ("params", "p"),
+    ("params", "m"),
+    ("classes",),
+    ("classes_dtype",),
+    ("feature_set",),
+    ("feature_set", "n_features"),
+    ("feature_set", "class_names"),
+    ("feature_set", "config_hash"),
+    ("extractor",),
+    ("extractor", "config"),
+    ("extractor", "config", "codebook"),
+    ("extractor", "config", "codebook", "size"),
+    ("extractor", "config", "pooling", "levels"),
+    ("extractor", "config", "normalization", "method"),
+    ("format_version",),
+    ("format",),
+]
 
 
 def _edit(meta: dict, path: tuple, value) -> dict:
@@ -356,8 +415,10 @@ def _load_and_use(path) -> None:
 
 
 @fuzz_settings(60)
-@given(name=st.sampled_from(sorted(CLASSIFIERS)), edits=st.lists(st.tuples(st.sampled_from(_META_PATHS), _json),
-                                                                 min_size=1, max_size=3))
+@given(
+    name=st.sampled_from(sorted(CLASSIFIERS)),
+    edits=st.lists(st.tuples(st.sampled_from(_META_PATHS), _json), min_size=1, max_size=3),
+)
 def test_fuzzed_headers_never_end_in_a_traceback(tmp_path_factory, model_files, name, edits):
     members = _members(model_files[name])
     meta = _meta(members)
@@ -373,9 +434,13 @@ _shapes = st.lists(st.integers(0, 40), max_size=3).map(tuple)
 
 
 @fuzz_settings(60)
-@given(name=st.sampled_from(sorted(CLASSIFIERS)), key_index=st.integers(0, 20), shape=_shapes,
-       dtype=st.sampled_from(["<f8", "<f4", "<i4", "<i8", "|b1", "<U3", "|u1"]),
-       fill=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2**31, 2**31 - 1))
+@given(
+    name=st.sampled_from(sorted(CLASSIFIERS)),
+    key_index=st.integers(0, 20),
+    shape=_shapes,
+    dtype=st.sampled_from(["<f8", "<f4", "<i4", "<i8", "|b1", "<U3", "|u1"]),
+    fill=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**31), 2**31 - 1),
+)
 def test_fuzzed_arrays_never_end_in_a_traceback(tmp_path_factory, model_files, name, key_index, shape, dtype, fill):
     members = _members(model_files[name])
     keys = sorted(k for k in members if k != "__meta__")

@@ -12,9 +12,14 @@ from sklearn.metrics import balanced_accuracy_score
 from sklearn.model_selection import StratifiedKFold
 
 from classify_images.classifiers import QuadraticHingeSVC
-from classify_images.classifiers.model_selection import SearchError, edge_warning, search_parameters, splits_edge_warning
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.model_file import load_model
+from classify_images.classifiers.model_selection import (
+    SearchError,
+    edge_warning,
+    search_parameters,
+    splits_edge_warning,
+)
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.training.model_file import load_model
 
 from .conftest import build_fixture_feature_set
 
@@ -29,8 +34,15 @@ def _problem(n_per_class=20, d=300, k=3, seed=0):
 def _reference_scores(X, y, Cs, folds=3, seed=0):
     """Each C fitted on each fold's own rows (copies), scored on the held-out rows."""
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    return [np.mean([balanced_accuracy_score(y[va], QuadraticHingeSVC(C=C, tol=1e-8).fit(X[tr], y[tr]).predict(X[va]))
-                     for tr, va in splitter.split(X, y)]) for C in Cs]
+    return [
+        np.mean(
+            [
+                balanced_accuracy_score(y[va], QuadraticHingeSVC(C=C, tol=1e-8).fit(X[tr], y[tr]).predict(X[va]))
+                for tr, va in splitter.split(X, y)
+            ]
+        )
+        for C in Cs
+    ]
 
 
 def test_the_gram_path_scores_as_refitting_each_fold():
@@ -56,10 +68,13 @@ def test_the_choice_is_the_best_score_and_the_edge_is_flagged():
     assert result.best["C"] == [1e-6, 1e-5, 1e-2, 1.0][int(np.argmax(scores))]
     inside = {"grid": {"C": [1, 2, 3]}, "best": {"C": 2}, "on_edge": []}
     assert edge_warning(inside) is None
-    edge = search_parameters(QuadraticHingeSVC(), X, y, {"C": [1e-9, 1e-8, 1e-7]})  # all at chance: ties go to the first
+    edge = search_parameters(
+        QuadraticHingeSVC(), X, y, {"C": [1e-9, 1e-8, 1e-7]}
+    )  # all at chance: ties go to the first
     assert edge.best == {"C": 1e-9} and edge.on_edge == ["C"]
-    assert edge.warning() == ("the search chose C = 1e-09, on the edge of its grid: the best value may lie beyond it; "
-                              "widen the grid")
+    assert edge.warning() == (
+        "the search chose C = 1e-09, on the edge of its grid: the best value may lie beyond it; widen the grid"
+    )
     assert search_parameters(QuadraticHingeSVC(), X, y, {"C": [1e-9, 1e-8]}).on_edge == []  # two values: no inside
 
 
@@ -80,8 +95,10 @@ def fixture_set(tmp_path_factory):
 
 def test_train_records_the_choice_in_the_model_and_the_report(fixture_set, tmp_path, capsys):
     model = tmp_path / "m.npz"
-    assert main(["train", str(fixture_set), "--classifier", "linear", "--search", "C=0.01,0.1,1,10",
-                 "--out", str(model)]) == 0
+    assert (
+        main(["train", str(fixture_set), "--classifier", "linear", "--search", "C=0.01,0.1,1,10", "--out", str(model)])
+        == 0
+    )
     printed = capsys.readouterr().out
     estimator, meta = load_model(model)
     search = meta["search"]
@@ -101,17 +118,20 @@ def test_an_experiment_warns_when_any_split_chooses_the_edge():
     grid = {"C": [1, 10, 100, 1000]}
     assert splits_edge_warning(grid, [(0, {"C": 10}), (1, {"C": 100}), (2, {"C": 10})]) is None
     warning = splits_edge_warning(grid, [(0, {"C": 100}), (1, {"C": 1000}), (2, {"C": 100})])
-    assert warning == ("the search chose a value on the edge of its grid on 1 of 3 splits (seed 1: C = 1000): "
-                       "the best value may lie beyond it; widen the grid")
+    assert warning == (
+        "the search chose a value on the edge of its grid on 1 of 3 splits (seed 1: C = 1000): "
+        "the best value may lie beyond it; widen the grid"
+    )
     assert "2 of 3 splits (seed 0: C = 1; seed 2: C = 1000)" in splits_edge_warning(
-        grid, [(0, {"C": 1}), (1, {"C": 10}), (2, {"C": 1000})])
+        grid, [(0, {"C": 1}), (1, {"C": 10}), (2, {"C": 1000})]
+    )
     assert splits_edge_warning(grid, [(0, None), (1, None)]) is None
     assert splits_edge_warning({"C": [1, 10]}, [(0, {"C": 10})]) is None  # two values: no inside
 
 
 def test_experiment_text_warns_for_a_later_split():
-    from classify_images.pipeline.evaluation import Experiment, ExperimentRun
-    from classify_images.pipeline.report import experiment_text
+    from classify_images.pipeline.interfaces.report import experiment_text
+    from classify_images.pipeline.training.evaluation import Experiment, ExperimentRun
 
     class First:  # the first split's evaluation: only its search record is read
         search = {"grid": {"C": [1, 10, 100]}, "best": {"C": 10}, "on_edge": []}
@@ -122,15 +142,33 @@ def test_experiment_text_warns_for_a_later_split():
 
 
 def test_experiment_chooses_per_split_and_errors_are_one_line(fixture_set, tmp_path, capsys):
-    assert main(["experiment", str(fixture_set), "--classifier", "linear", "--search", "C=0.1,1,10",
-                 "--repeats", "2", "--out", str(tmp_path / "exp")]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                str(fixture_set),
+                "--classifier",
+                "linear",
+                "--search",
+                "C=0.1,1,10",
+                "--repeats",
+                "2",
+                "--out",
+                str(tmp_path / "exp"),
+            ]
+        )
+        == 0
+    )
     runs = json.loads((tmp_path / "exp" / "experiment.json").read_text())["runs"]
     assert [set(run["chosen"]) for run in runs] == [{"C"}, {"C"}]
     assert all(run["chosen"]["C"] in (0.1, 1, 10) for run in runs)
     capsys.readouterr()
-    for bad, message in ((["--search", "C"], "expected NAME=V1,V2"), (["--search", "C=1,1"], "repeated"),
-                         (["--search", "C=1,2", "--param", "C=3"], "both set C"),
-                         (["--search", "nope=1,2"], "has no parameter 'nope'")):
+    for bad, message in (
+        (["--search", "C"], "expected NAME=V1,V2"),
+        (["--search", "C=1,1"], "repeated"),
+        (["--search", "C=1,2", "--param", "C=3"], "both set C"),
+        (["--search", "nope=1,2"], "has no parameter 'nope'"),
+    ):
         assert main(["train", str(fixture_set), "--classifier", "linear", *bad, "--out", str(tmp_path / "x.npz")]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1
@@ -141,8 +179,25 @@ def test_run_searches_and_reports(small_dataset, tmp_path, capsys):
 
     config = write_config_toml(tmp_path / "small.toml")
     out = tmp_path / "run"
-    assert main(["run", str(small_dataset), "--config", str(config), "--classifier", "linear", "--search", "C=0.1,1,10",
-                 "--out", str(out), "--no-cache", "-q"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(small_dataset),
+                "--config",
+                str(config),
+                "--classifier",
+                "linear",
+                "--search",
+                "C=0.1,1,10",
+                "--out",
+                str(out),
+                "--no-cache",
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert "chosen by 3-fold stratified cross-validation" in capsys.readouterr().out
     _, meta = load_model(out / "model.npz")
     assert meta["search"]["best"]["C"] in (0.1, 1, 10)
@@ -166,8 +221,9 @@ def _reference_mirrored_scores(X, mirrors, y, Cs, folds=3, seed=0, **params):
     for C in Cs:
         per_fold = []
         for tr, va in splitter.split(X, y):
-            model = QuadraticHingeSVC(C=C, tol=1e-8, **params).fit(np.concatenate([X[tr], mirrors[tr]]),
-                                                                   np.concatenate([y[tr], y[tr]]))
+            model = QuadraticHingeSVC(C=C, tol=1e-8, **params).fit(
+                np.concatenate([X[tr], mirrors[tr]]), np.concatenate([y[tr], y[tr]])
+            )
             averaged = 0.5 * (model.decision_function(X[va]) + model.decision_function(mirrors[va]))
             per_fold.append(balanced_accuracy_score(y[va], model.classes_[np.argmax(averaged, axis=1)]))
         scores.append(np.mean(per_fold))
@@ -182,8 +238,9 @@ def test_the_mirrored_search_equals_a_slow_reference_on_both_paths():
     fast = search_parameters(QuadraticHingeSVC(tol=1e-8), stacked, y, {"C": Cs}, seed=2, mirrored=True)
     assert fast.method == "gram" and fast.mirrored and fast.to_dict()["mirrored"] is True
     np.testing.assert_allclose([s["score"] for s in fast.scores], reference, atol=1e-12)
-    slow = search_parameters(QuadraticHingeSVC(tol=1e-8, solver="features"), stacked, y, {"C": Cs}, seed=2,
-                             mirrored=True)
+    slow = search_parameters(
+        QuadraticHingeSVC(tol=1e-8, solver="features"), stacked, y, {"C": Cs}, seed=2, mirrored=True
+    )
     assert slow.method == "refit"
     np.testing.assert_allclose([s["score"] for s in slow.scores], reference, atol=1e-12)
     assert fast.best == slow.best == {"C": Cs[int(np.argmax(reference))]}
@@ -258,7 +315,7 @@ def test_an_image_and_its_mirror_are_always_in_the_same_fold(monkeypatch):
 
 def test_the_final_fit_reuses_the_searchs_gram_matrix_and_gives_the_same_model(monkeypatch):
     from classify_images.classifiers import eigenbasis, model_selection
-    from classify_images.pipeline.evaluation import train_classifier
+    from classify_images.pipeline.training.evaluation import train_classifier
 
     images, mirrors, y = _mirrored_problem()
     X = np.concatenate([images, mirrors])

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.feature_store import FILE_NAMES, is_feature_set_folder, load_feature_set
-from classify_images.pipeline.output_guard import MARKER, is_model_file, params_suffix
-from classify_images.pipeline.report import EXPERIMENT_FILE, REPORT_FILES
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.interfaces.report import EXPERIMENT_FILE, REPORT_FILES
+from classify_images.pipeline.storage.feature_store import FILE_NAMES, is_feature_set_folder, load_feature_set
+from classify_images.pipeline.storage.output_guard import MARKER, is_model_file, params_suffix
 
 from ._fuzz import fuzz_settings
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, build_fixture_feature_set, write_config_toml
@@ -77,8 +77,20 @@ def _refused(capsys, *needles: str) -> str:
 
 
 def _build(out: Path, built: Path, *extra: str) -> int:
-    return main(["build-features", str(FIXTURE_IMAGES), "--config", str(built / "small.toml"), "--out", str(out),
-                 "--cache-dir", str(built / "cache"), "-q", *extra])
+    return main(
+        [
+            "build-features",
+            str(FIXTURE_IMAGES),
+            "--config",
+            str(built / "small.toml"),
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(built / "cache"),
+            "-q",
+            *extra,
+        ]
+    )
 
 
 # --- build-features ------------------------------------------------------------------------
@@ -96,8 +108,14 @@ def test_build_features_keeps_a_users_arrays_with_feature_set_names(built, tmp_p
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in decoys)
 
 
-@pytest.mark.parametrize("content", [json.dumps({"name": "My web app", "start_url": "/"}), "not json at all {",
-                                     json.dumps({"format": "classify-images-feature-set"})])
+@pytest.mark.parametrize(
+    "content",
+    [
+        json.dumps({"name": "My web app", "start_url": "/"}),
+        "not json at all {",
+        json.dumps({"format": "classify-images-feature-set"}),
+    ],
+)
 def test_build_features_keeps_a_folder_with_only_a_foreign_manifest(built, tmp_path, capsys, content):
     """A web app's manifest, a non-JSON file, and even our format key without the files it lists."""
     out = tmp_path / "app"
@@ -126,8 +144,22 @@ def test_our_feature_set_is_still_replaced_without_force(built, tmp_path):
     out = tmp_path / "fs"
     shutil.copytree(built / "fs", out)
     other = write_config_toml(tmp_path / "other.toml", {**SMALL_CONFIG, "pooling": {"method": "max", "levels": [1]}})
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(other), "--out", str(out),
-                 "--cache-dir", str(built / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(other),
+                "--out",
+                str(out),
+                "--cache-dir",
+                str(built / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert load_feature_set(out).config_hash != load_feature_set(built / "fs").config_hash
 
 
@@ -182,8 +214,17 @@ def test_report_commands_keep_a_users_folder(built, tmp_path, capsys, command):
     argv = {
         "evaluate": ["evaluate", str(built / "fs"), str(built / "model.npz")],
         "experiment": ["experiment", str(built / "fs"), "--classifier", "linear", "--repeats", "1"],
-        "run": ["run", str(FIXTURE_IMAGES), "--config", str(built / "small.toml"), "--classifier", "linear",
-                "--cache-dir", str(built / "cache"), "-q"],
+        "run": [
+            "run",
+            str(FIXTURE_IMAGES),
+            "--config",
+            str(built / "small.toml"),
+            "--classifier",
+            "linear",
+            "--cache-dir",
+            str(built / "cache"),
+            "-q",
+        ],
     }[command]
     assert main([*argv, "--out", str(out)]) == 2
     _refused(capsys, str(out), "--force")
@@ -289,8 +330,12 @@ def test_cache_clear_reads_no_fifo_planted_as_its_gitignore(tmp_path):
     cache = tmp_path / "cache"
     (cache / "joblib").mkdir(parents=True)
     os.mkfifo(cache / ".gitignore")
-    done = subprocess.run([sys.executable, "-m", "classify_images.pipeline.cli", "cache", "clear", "--cache-dir",
-                           str(cache)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "classify_images.pipeline.interfaces.cli", "cache", "clear", "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert stat.S_ISFIFO(os.lstat(cache / ".gitignore").st_mode)
 
@@ -301,8 +346,22 @@ def test_cache_dir_in_a_users_git_work_tree_gets_no_gitignore(built, tmp_path, c
     tree = tmp_path / "project"
     decoys = _decoys(tree, ["main.py", "README.md"])
     (tree / ".git").mkdir()
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(built / "small.toml"),
-                 "--out", str(tmp_path / "fs"), "--cache-dir", str(tree), "-q"]) == 2
+    assert (
+        main(
+            [
+                "build-features",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(built / "small.toml"),
+                "--out",
+                str(tmp_path / "fs"),
+                "--cache-dir",
+                str(tree),
+                "-q",
+            ]
+        )
+        == 2
+    )
     _refused(capsys, str(tree), ".gitignore")
     _assert_intact(decoys)
     assert not (tree / ".gitignore").exists() and not (tree / "joblib").exists()
@@ -316,8 +375,11 @@ OTHER_NAMES = ["notes.txt", "data.csv", ".hidden", "README.md"]
 
 
 @fuzz_settings(12)
-@given(names=st.sets(st.sampled_from(OUR_NAMES + OTHER_NAMES), max_size=5),
-       command=st.sampled_from(["build-features", "evaluate", "train"]), seed=st.integers(0, 2**16))
+@given(
+    names=st.sets(st.sampled_from(OUR_NAMES + OTHER_NAMES), max_size=5),
+    command=st.sampled_from(["build-features", "evaluate", "train"]),
+    seed=st.integers(0, 2**16),
+)
 def test_generated_user_folders_are_never_changed(built, tmp_path_factory, names, command, seed):
     """Whatever a user's folder holds, a command either leaves it byte-identical (exit 2), or the
     folder held none of the user's files (empty: exit 0)."""
@@ -325,8 +387,15 @@ def test_generated_user_folders_are_never_changed(built, tmp_path_factory, names
     decoys = _decoys(out, sorted(names), seed=seed)
     target = out / "model.npz" if command == "train" else out
     argv = {
-        "build-features": ["build-features", str(FIXTURE_IMAGES), "--config", str(built / "small.toml"),
-                           "--cache-dir", str(built / "cache"), "-q"],
+        "build-features": [
+            "build-features",
+            str(FIXTURE_IMAGES),
+            "--config",
+            str(built / "small.toml"),
+            "--cache-dir",
+            str(built / "cache"),
+            "-q",
+        ],
         "evaluate": ["evaluate", str(built / "fs"), str(built / "model.npz")],
         "train": ["train", str(built / "fs"), "--classifier", "linear"],
     }[command]
@@ -335,5 +404,10 @@ def test_generated_user_folders_are_never_changed(built, tmp_path_factory, names
         assert status == (2 if "model.npz" in names else 0)
     else:
         assert status == (2 if names else 0)
-    _assert_intact({path: content for path, content in decoys.items()
-                    if not (command == "train" and status == 0 and path == target)})
+    _assert_intact(
+        {
+            path: content
+            for path, content in decoys.items()
+            if not (command == "train" and status == 0 and path == target)
+        }
+    )

@@ -11,7 +11,6 @@ import pytest
 import scipy.sparse as sp
 
 from classify_images.classifiers import make_classifier
-from classify_images.pipeline.model_file import load_model, save_model
 from classify_images.classifiers.pmsvm import (
     ADHOC_NODES,
     PmSVM,
@@ -19,6 +18,7 @@ from classify_images.classifiers.pmsvm import (
     lut_bin_values,
     power_mean_kernel,
 )
+from classify_images.pipeline.training.model_file import load_model, save_model
 
 from ._pmsvm_reference import exact_power_mean_svm, scale_features
 
@@ -67,12 +67,18 @@ def test_kernel_zeros_are_eps_and_sparse_matches_dense():
     eps = 1e-3
     for p in (-1.0, -8.0):
         K = power_mean_kernel(X, X[:7], p=p, eps=eps)
-        np.testing.assert_allclose(K, power_mean_kernel(np.maximum(X, eps), np.maximum(X[:7], eps), p=p, eps=0.0), rtol=1e-10)
-        np.testing.assert_allclose(power_mean_kernel(sp.csr_matrix(X), sp.csr_matrix(X[:7]), p=p, eps=eps), K, rtol=1e-10)
+        np.testing.assert_allclose(
+            K, power_mean_kernel(np.maximum(X, eps), np.maximum(X[:7], eps), p=p, eps=0.0), rtol=1e-10
+        )
+        np.testing.assert_allclose(
+            power_mean_kernel(sp.csr_matrix(X), sp.csr_matrix(X[:7]), p=p, eps=eps), K, rtol=1e-10
+        )
     # eps = 0: M_p(x, 0) = 0, the textbook chi-square kernel
     x, y = X[:, None, :], X[None, :7, :]
     chi2 = np.where(x * y > 0, 2 * x * y / np.maximum(x + y, 1e-300), 0.0).sum(-1)
-    np.testing.assert_allclose(power_mean_kernel(sp.csr_matrix(X), sp.csr_matrix(X[:7]), p=-1, eps=0.0), chi2, rtol=1e-12)
+    np.testing.assert_allclose(
+        power_mean_kernel(sp.csr_matrix(X), sp.csr_matrix(X[:7]), p=-1, eps=0.0), chi2, rtol=1e-12
+    )
 
 
 def test_nodes_and_polynomial_approximation_of_g():
@@ -117,8 +123,9 @@ def exact_scores(split):
     return scores
 
 
-@pytest.mark.parametrize("p, loss, m", [(-1.0, "l2", 2), (-8.0, "l2", 2), (-np.inf, "l2", 2), (-1.0, "l1", 2),
-                                        (-8.0, "l2", 3)])
+@pytest.mark.parametrize(
+    "p, loss, m", [(-1.0, "l2", 2), (-8.0, "l2", 2), (-np.inf, "l2", 2), (-1.0, "l1", 2), (-8.0, "l2", 3)]
+)
 def test_matches_exact_kernel_svm(split, exact_scores, p, loss, m):
     """``m = 2`` runs the solver's unrolled loops, ``m = 3`` its general ones."""
     X_train, y_train, X_test, y_test = split
@@ -291,7 +298,9 @@ def test_solver_float32_and_model_from_dual_against_references(split, lut_bins):
         _k.dcd_solve(entries, Y, constants, problem, b, alpha, np.empty(3, np.int64))
         alphas[dtype], slopes[dtype] = alpha, b
     assert np.all(alphas[np.float32][:, 3:] == 0) and np.abs(alphas[np.float32]).max() > 0
-    np.testing.assert_allclose(alphas[np.float32], alphas[np.float64], rtol=0, atol=1e-3 * np.abs(alphas[np.float64]).max())
+    np.testing.assert_allclose(
+        alphas[np.float32], alphas[np.float64], rtol=0, atol=1e-3 * np.abs(alphas[np.float64]).max()
+    )
     # slow reference: a_j = sum_i w_i u(x_ij), with u(0) = v0 on the zero entries
     weights = alphas[np.float32][:, :3] * Y
     coef = _k.dual_coefficients(entries, np.ascontiguousarray(weights), slopes[np.float32], approx.v0, d)

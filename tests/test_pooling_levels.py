@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from classify_images.coding.pooling import pyramid_grids, weight_pyramid_levels
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.config import TABLES, load_config, stage_hash, validate_config
-from classify_images.pipeline.dataset import file_fingerprint
-from classify_images.pipeline.extractor import FeatureExtractor
-from classify_images.pipeline.feature_store import load_feature_set
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.extraction.extractor import FeatureExtractor
+from classify_images.pipeline.settings.config import TABLES, load_config, stage_hash, validate_config
+from classify_images.pipeline.settings.dataset import file_fingerprint
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from .conftest import SMALL_CONFIG
 from .test_config import assert_one_line_config_error
@@ -43,13 +43,14 @@ def test_matches_the_loop_over_levels(normalization, weights, levels):
     d = cell_dimension * sum(r * c for r, c in pyramid_grids(levels))
     X = (rng.random((5, d)) * (rng.random((5, d)) < 0.3)).astype(np.float32)
     X[1] -= 0.1  # signed values (ℓ1 takes their absolute values)
-    X[2, cell_dimension:5 * cell_dimension] = 0.0  # an empty level stays zero
+    X[2, cell_dimension : 5 * cell_dimension] = 0.0  # an empty level stays zero
     got = weight_pyramid_levels(X, cell_dimension, levels, normalization, weights)
     assert got.dtype == np.float32 and got.shape == X.shape
     for row, expected in zip(got, X):
-        np.testing.assert_allclose(row, _reference(expected, cell_dimension, levels, normalization, weights),
-                                   rtol=1e-6, atol=1e-9)
-    assert not np.any(got[2, cell_dimension:5 * cell_dimension])
+        np.testing.assert_allclose(
+            row, _reference(expected, cell_dimension, levels, normalization, weights), rtol=1e-6, atol=1e-9
+        )
+    assert not np.any(got[2, cell_dimension : 5 * cell_dimension])
     single = weight_pyramid_levels(X[0], cell_dimension, levels, normalization, weights)
     assert single.shape == (d,)
     np.testing.assert_array_equal(single, got[0])
@@ -85,8 +86,11 @@ def test_config_keys_hashed_only_when_set():
     assert "level_normalization" not in base.to_dict(semantic_only=True)["pooling"]
     assert stage_hash(base, list(TABLES)) == stage_hash(explicit, list(TABLES))
     hashes = {stage_hash(base, list(TABLES))}
-    for pooling in ({"level_normalization": "l1"}, {"level_weights": [0.25, 0.25, 0.5]},
-                    {"level_normalization": "l1", "level_weights": [0.25, 0.25, 0.5]}):
+    for pooling in (
+        {"level_normalization": "l1"},
+        {"level_weights": [0.25, 0.25, 0.5]},
+        {"level_normalization": "l1", "level_weights": [0.25, 0.25, 0.5]},
+    ):
         changed = load_config("hik-nsvm", {"pooling": pooling})
         hashes.add(stage_hash(changed, list(TABLES)))
         assert type(changed).from_dict(changed.to_dict()) == changed  # the manifest's round trip
@@ -98,12 +102,20 @@ def test_config_keys_hashed_only_when_set():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('[pooling]\nlevel_normalization = "l3"\n', "pooling.level_normalization = 'l3': allowed values are 'none', 'l1', 'l2'"),
-        ("[pooling]\nlevel_weights = [0.25, -1, 0.5]\n", r"pooling.level_weights = \[0.25, -1, 0.5\]: expected .*> 0.*got -1"),
+        (
+            '[pooling]\nlevel_normalization = "l3"\n',
+            "pooling.level_normalization = 'l3': allowed values are 'none', 'l1', 'l2'",
+        ),
+        (
+            "[pooling]\nlevel_weights = [0.25, -1, 0.5]\n",
+            r"pooling.level_weights = \[0.25, -1, 0.5\]: expected .*> 0.*got -1",
+        ),
         ('[pooling]\nlevel_weights = "half"\n', "pooling.level_weights = 'half': expected a non-empty list"),
         ("[pooling]\nlevel_weights = []\n", r"pooling.level_weights = \[\]: expected a non-empty list"),
-        ("[pooling]\nlevels = [1, 2]\nlevel_weights = [1, 1, 2]\n",
-         "pooling.level_weights has 3 values for 2 pooling.levels: give one weight per level"),
+        (
+            "[pooling]\nlevels = [1, 2]\nlevel_weights = [1, 1, 2]\n",
+            "pooling.level_weights has 3 values for 2 pooling.levels: give one weight per level",
+        ),
     ],
 )
 def test_bad_config_values_are_one_line_errors(tmp_path, text, message):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from classify_images.pipeline.cli import main
+from classify_images.pipeline.interfaces.cli import main
 
 from ._fuzz import fuzz_settings, run_cli
 from .conftest import FIXTURE_IMAGES, build_fixture_feature_set, write_config_toml
@@ -57,9 +57,9 @@ def _one_line_error(capsys, argv, message):
 # --------------------------------------------------------------- self-contained
 def test_model_alone_predicts_class_names_from_image_paths(tmp_path, trained, lone_model, monkeypatch):
     from classify_images import load_model
-    from classify_images.pipeline.extractor import FeatureExtractor
-    from classify_images.pipeline.feature_store import load_feature_set
-    from classify_images.pipeline.model_file import load_model as load_classifier
+    from classify_images.pipeline.extraction.extractor import FeatureExtractor
+    from classify_images.pipeline.storage.feature_store import load_feature_set
+    from classify_images.pipeline.training.model_file import load_model as load_classifier
 
     fs_path, _ = trained
     moved = tmp_path / "moved-away"
@@ -88,7 +88,7 @@ def test_model_alone_predicts_class_names_from_image_paths(tmp_path, trained, lo
 
 
 def test_cli_trained_model_has_class_names(trained):
-    from classify_images.pipeline.model_file import load_model, read_model_meta
+    from classify_images.pipeline.training.model_file import load_model, read_model_meta
 
     _, model = trained
     classifier, meta = load_model(model)
@@ -100,9 +100,9 @@ def test_cli_trained_model_has_class_names(trained):
 
 def test_evaluate_is_unchanged_by_class_names(tmp_path, trained, capsys):
     """A model trained on names scores exactly as one trained on indices (same problems, same order)."""
-    from classify_images.pipeline.evaluation import evaluate_model, train_classifier
-    from classify_images.pipeline.feature_store import load_feature_set
-    from classify_images.pipeline.model_file import load_model
+    from classify_images.pipeline.storage.feature_store import load_feature_set
+    from classify_images.pipeline.training.evaluation import evaluate_model, train_classifier
+    from classify_images.pipeline.training.model_file import load_model
 
     fs_path, model_path = trained
     fs = load_feature_set(fs_path)
@@ -115,15 +115,21 @@ def test_evaluate_is_unchanged_by_class_names(tmp_path, trained, capsys):
 
 
 def test_class_weight_by_name_or_index(tmp_path, trained, capsys):
-    from classify_images.pipeline.model_file import load_model
+    from classify_images.pipeline.training.model_file import load_model
 
     fs, _ = trained
     by_name, by_index, plain = tmp_path / "name.npz", tmp_path / "index.npz", tmp_path / "plain.npz"
     assert _run(capsys, ["train", fs, "--classifier", "linear", "--out", plain])[0] == 0
-    assert _run(capsys, ["train", fs, "--classifier", "linear", "--param", "class_weight={'flower': 3}",
-                         "--out", by_name])[0] == 0
-    assert _run(capsys, ["train", fs, "--classifier", "linear", "--param", "class_weight={3: 3}",
-                         "--out", by_index])[0] == 0
+    assert (
+        _run(
+            capsys, ["train", fs, "--classifier", "linear", "--param", "class_weight={'flower': 3}", "--out", by_name]
+        )[0]
+        == 0
+    )
+    assert (
+        _run(capsys, ["train", fs, "--classifier", "linear", "--param", "class_weight={3: 3}", "--out", by_index])[0]
+        == 0
+    )
     (a, meta), (b, _) = load_model(by_name), load_model(by_index)
     assert meta["params"]["class_weight"] == {"flower": 3}
     np.testing.assert_array_equal(a.coef_, b.coef_)
@@ -133,8 +139,9 @@ def test_class_weight_by_name_or_index(tmp_path, trained, capsys):
 @pytest.mark.parametrize("weights", ["{99: 2}", "{'accordion': 2}", "{-1: 2}", "{True: 2}"])
 def test_unknown_class_weight_key_is_one_line(trained, capsys, weights):
     fs, _ = trained
-    _one_line_error(capsys, ["train", fs, "--classifier", "linear", "--param", f"class_weight={weights}"],
-                    "is not a class")
+    _one_line_error(
+        capsys, ["train", fs, "--classifier", "linear", "--param", f"class_weight={weights}"], "is not a class"
+    )
 
 
 # ----------------------------------------------------------------- predict inputs
@@ -159,17 +166,20 @@ def _make_inputs(root):
 
 def _skips(err: str) -> dict[str, str]:
     """The ``skipped PATH: REASON`` lines of ``predict``'s stderr, as path → reason."""
-    return dict(line[len("skipped "):].split(": ", 1) for line in err.splitlines() if line.startswith("skipped "))
+    return dict(line[len("skipped ") :].split(": ", 1) for line in err.splitlines() if line.startswith("skipped "))
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
 def test_predict_folder_recursively_lists_skips_on_stderr(capsys, lone_model, inputs, fmt):
     """In every format the skipped inputs, and their count, go to stderr: stdout holds the results only."""
-    code, out, err = _run(capsys, ["predict", lone_model, inputs, inputs / "notes.txt", inputs / "nope.jpg",
-                                   "--format", fmt])
+    code, out, err = _run(
+        capsys, ["predict", lone_model, inputs, inputs / "notes.txt", inputs / "nope.jpg", "--format", fmt]
+    )
     assert code == 1, err  # something asked for was not classified; the rest is printed
     expected = {str(inputs / "sub" / p) for p in ("broken.png", "empty.jpg", "dangling.jpg")} | {
-        str(inputs / "notes.txt"), str(inputs / "nope.jpg")}
+        str(inputs / "notes.txt"),
+        str(inputs / "nope.jpg"),
+    }
     skipped = _skips(err)
     assert set(skipped) == expected, err
     assert "does not exist" in skipped[str(inputs / "nope.jpg")]
@@ -207,14 +217,18 @@ def test_nothing_readable_is_one_line(tmp_path, capsys, lone_model, inputs, case
 
 @pytest.mark.parametrize("k", ["0", "-1"])
 def test_top_k_below_one_is_one_line(capsys, lone_model, k):
-    _one_line_error(capsys, ["predict", lone_model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", k],
-                    f"--top-k must be at least 1, not {k}")
+    _one_line_error(
+        capsys,
+        ["predict", lone_model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", k],
+        f"--top-k must be at least 1, not {k}",
+    )
 
 
 @pytest.mark.parametrize("k", ["5", "99"])
 def test_top_k_above_the_classes_shows_every_class_with_a_note(capsys, lone_model, k):
-    code, out, err = _run(capsys, ["predict", lone_model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", k,
-                                   "--format", "csv"])
+    code, out, err = _run(
+        capsys, ["predict", lone_model, FIXTURE_IMAGES / "flower" / "11.jpg", "--top-k", k, "--format", "csv"]
+    )
     assert code == 0, err
     assert f"note: --top-k {k} is more than the model's 4 classes; showing all 4" in err
     assert [row["rank"] for row in csv.DictReader(io.StringIO(out))] == ["1", "2", "3", "4"]
@@ -226,8 +240,22 @@ def test_default_top_k_on_a_two_class_model(tmp_path, capsys):
     for name in ("china", "flower"):
         shutil.copytree(FIXTURE_IMAGES / name, dataset / name)
     config = write_config_toml(tmp_path / "small.toml")
-    assert main(["build-features", str(dataset), "--config", str(config), "--out", str(tmp_path / "fs"),
-                 "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(dataset),
+                "--config",
+                str(config),
+                "--out",
+                str(tmp_path / "fs"),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     model = tmp_path / "model.npz"
     assert main(["train", str(tmp_path / "fs"), "--classifier", "linear", "--out", str(model)]) == 0
     capsys.readouterr()
@@ -258,7 +286,7 @@ def test_top_k_all_classes_and_formats(capsys, lone_model, inputs):
 
 def test_file_that_cannot_be_opened_is_listed(capsys, lone_model, inputs, monkeypatch):
     """A permission error (simulated: the tests may run as root, who reads anything) is a listed skip."""
-    from classify_images.pipeline import extractor
+    from classify_images.pipeline.extraction import extractor
 
     real = extractor.file_fingerprint
 
@@ -294,7 +322,7 @@ def test_bad_model_argument_is_one_line(tmp_path, capsys, model):
 
 
 def test_model_without_extractor_is_one_line(tmp_path, capsys, trained):
-    from classify_images.pipeline.model_file import load_model, save_model
+    from classify_images.pipeline.training.model_file import load_model, save_model
 
     classifier, meta = load_model(trained[1])
     bare = save_model(tmp_path / "bare.npz", classifier, feature_set=meta["feature_set"])
@@ -302,8 +330,19 @@ def test_model_without_extractor_is_one_line(tmp_path, capsys, trained):
 
 
 # ------------------------------------------------------------------------ fuzz
-_ARGUMENTS = ["a.jpg", "sub", "sub/broken.png", "sub/empty.jpg", "sub/dangling.jpg", "notes.txt", "nope.jpg",
-              ".", "*.jpg", "sub/deeper/b.JPG", ""]
+_ARGUMENTS = [
+    "a.jpg",
+    "sub",
+    "sub/broken.png",
+    "sub/empty.jpg",
+    "sub/dangling.jpg",
+    "notes.txt",
+    "nope.jpg",
+    ".",
+    "*.jpg",
+    "sub/deeper/b.JPG",
+    "",
+]
 
 
 @pytest.fixture(scope="module")
@@ -316,8 +355,11 @@ def fuzz_inputs(tmp_path_factory, trained):
 
 
 @fuzz_settings(30)
-@given(names=st.lists(st.sampled_from(_ARGUMENTS), min_size=1, max_size=4),
-       top_k=st.integers(-3, 6) | st.just(2**70), fmt=st.sampled_from(["table", "csv", "json"]))
+@given(
+    names=st.lists(st.sampled_from(_ARGUMENTS), min_size=1, max_size=4),
+    top_k=st.integers(-3, 6) | st.just(2**70),
+    fmt=st.sampled_from(["table", "csv", "json"]),
+)
 def test_fuzzed_predict_arguments_never_end_in_a_traceback(fuzz_inputs, names, top_k, fmt):
     model, inputs = fuzz_inputs
     argv = ["predict", model, *[inputs / n if n else "" for n in names], "--top-k", top_k, "--format", fmt, "-q"]
@@ -336,18 +378,39 @@ def test_fuzzed_predict_arguments_never_end_in_a_traceback(fuzz_inputs, names, t
 def test_model_alone_on_real_photographs(tmp_path, caltech_mini, capsys):
     """caltech101-mini: a model moved alone predicts, from the image files, exactly what the classifier
     gives on the feature set's stored rows (class names, top-1), for every test image."""
-    from classify_images.pipeline.feature_store import load_feature_set
-    from classify_images.pipeline.model_file import load_model
+    from classify_images.pipeline.storage.feature_store import load_feature_set
+    from classify_images.pipeline.training.model_file import load_model
 
-    config = write_config_toml(tmp_path / "c.toml", {
-        "dataset": {"train_per_class": 10, "test_per_class": 5, "seed": 0},
-        "image": {"max_side": 200}, "sift": {"patch_sizes": [16], "step": 8},
-        "codebook": {"kind": "kmeans", "size": 128, "n_samples": 20000, "n_iter": 30},
-        "pooling": {"method": "average", "levels": [1, 2]}, "normalization": {"method": "l1"},
-    })
+    config = write_config_toml(
+        tmp_path / "c.toml",
+        {
+            "dataset": {"train_per_class": 10, "test_per_class": 5, "seed": 0},
+            "image": {"max_side": 200},
+            "sift": {"patch_sizes": [16], "step": 8},
+            "codebook": {"kind": "kmeans", "size": 128, "n_samples": 20000, "n_iter": 30},
+            "pooling": {"method": "average", "levels": [1, 2]},
+            "normalization": {"method": "l1"},
+        },
+    )
     run = tmp_path / "run"
-    assert main(["run", str(caltech_mini), "--config", str(config), "--classifier", "pmsvm", "--out", str(run),
-                 "-q", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(caltech_mini),
+                "--config",
+                str(config),
+                "--classifier",
+                "pmsvm",
+                "--out",
+                str(run),
+                "-q",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+            ]
+        )
+        == 0
+    )
     alone = tmp_path / "alone"
     alone.mkdir()
     model = shutil.copy(run / "model.npz", alone / "model.npz")
@@ -377,7 +440,7 @@ def _with_image_table(source, destination, edit) -> None:
 def test_predict_uses_the_max_pixels_recorded_in_the_model(tmp_path, capsys, trained):
     """``image.max_pixels`` of the model's pipeline config guards ``predict`` (not the library default)."""
     from classify_images import load_model
-    from classify_images.pipeline.image_features import UnreadableImagesError
+    from classify_images.pipeline.interfaces.image_features import UnreadableImagesError
 
     _, model = trained
     guarded = tmp_path / "guarded.npz"
@@ -386,8 +449,9 @@ def test_predict_uses_the_max_pixels_recorded_in_the_model(tmp_path, capsys, tra
     code, out, err = _run(capsys, ["predict", guarded, large, small, "--format", "csv"])
     assert code == 1, err  # the large image is not classified
     assert {row["path"] for row in csv.DictReader(io.StringIO(out))} == {str(small)}
-    assert _skips(err) == {str(large): "image too large (120 x 120 pixels > image.max_pixels = 4096); "
-                                       "raise image.max_pixels to read it"}
+    assert _skips(err) == {
+        str(large): "image too large (120 x 120 pixels > image.max_pixels = 4096); raise image.max_pixels to read it"
+    }
     with pytest.raises(UnreadableImagesError, match="image.max_pixels = 4096"):
         load_model(guarded).predict([str(large)])
     assert load_model(guarded).predict([str(small)]).shape == (1,)
@@ -396,7 +460,7 @@ def test_predict_uses_the_max_pixels_recorded_in_the_model(tmp_path, capsys, tra
 def test_model_file_without_max_pixels_still_loads_and_uses_the_default(tmp_path, capsys, trained):
     """A model file written before ``image.max_pixels`` existed loads (no pickle) with the default guard."""
     from classify_images import load_model
-    from classify_images.pipeline.config import DEFAULT_MAX_PIXELS
+    from classify_images.pipeline.settings.config import DEFAULT_MAX_PIXELS
 
     _, model = trained
     old = tmp_path / "old.npz"
@@ -413,8 +477,8 @@ def test_image_features_fit_uses_the_configs_max_pixels(tmp_path):
     import dataclasses
 
     from classify_images import ImageFeatures
-    from classify_images.pipeline.config import validate_config
-    from classify_images.pipeline.image_features import UnreadableImagesError
+    from classify_images.pipeline.interfaces.image_features import UnreadableImagesError
+    from classify_images.pipeline.settings.config import validate_config
 
     from .conftest import SMALL_CONFIG
 
@@ -435,12 +499,14 @@ def test_predict_in_parallel_gives_the_same_results(capsys, lone_model, inputs):
     assert [p["path"] for p in two["predictions"]] == [p["path"] for p in one["predictions"]]
     for a, b in zip(one["predictions"], two["predictions"]):
         assert [t["class"] for t in a["top"]] == [t["class"] for t in b["top"]]
-        assert [t["decision_value"] for t in a["top"]] == pytest.approx([t["decision_value"] for t in b["top"]], abs=1e-6)
+        assert [t["decision_value"] for t in a["top"]] == pytest.approx(
+            [t["decision_value"] for t in b["top"]], abs=1e-6
+        )
     assert two["skipped"] == one["skipped"]
 
 
 def test_a_repeated_param_is_refused(capsys, lone_model, tmp_path):
-    from classify_images.pipeline.cli import main as cli_main
+    from classify_images.pipeline.interfaces.cli import main as cli_main
 
     assert cli_main(["experiment", str(tmp_path), "--classifier", "linear", "--param", "C=1", "--param", "C=2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,4 +1,4 @@
-"""Named split protocols (``--protocol``, pipeline/protocols.py) and the one-line warning for
+"""Named split protocols (``--protocol``, classify_images/pipeline/settings/protocols.py) and the one-line warning for
 classes with fewer images than a protocol asks (issue 25 point 5)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.protocols import PROTOCOLS, ProtocolError, protocol_split, short_classes
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.protocols import PROTOCOLS, ProtocolError, protocol_split, short_classes
 
 from .conftest import FIXTURE_IMAGES, write_config_toml
 
@@ -28,8 +28,9 @@ def test_short_classes_line():
     assert short_classes(["a", "b"], [80, 100], 30, 50) is None
     assert short_classes(["a", "b"], [10, 100], 30, None) is None  # all the rest: nothing is short
     line = short_classes(["a", "b", "c"], [31, 79, 200], 30, 50)
-    assert line.startswith("2 class(es) have fewer than the 80 images the split asks (30 training + 50 test): "
-                           "a (31), b (79)")
+    assert line.startswith(
+        "2 class(es) have fewer than the 80 images the split asks (30 training + 50 test): a (31), b (79)"
+    )
     assert "\n" not in line
 
 
@@ -42,8 +43,20 @@ def workspace(tmp_path_factory):
 def _build(workspace, capsys, name, *options):
     root, config = workspace
     out = root / name
-    code = main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(out),
-                 "--cache-dir", str(root / "cache"), "-q", *options])
+    code = main(
+        [
+            "build-features",
+            str(FIXTURE_IMAGES),
+            "--config",
+            str(config),
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(root / "cache"),
+            "-q",
+            *options,
+        ]
+    )
     _, err = capsys.readouterr()
     manifest = json.loads((out / "manifest.json").read_text()) if code == 0 else None
     return code, err, manifest
@@ -64,9 +77,11 @@ def test_classes_smaller_than_the_protocol_asks_give_one_warning_line(workspace,
     assert code == 0, err
     assert (manifest["split"]["train_per_class"], manifest["split"]["test_per_class"]) == (5, 50)
     warnings = [line for line in err.splitlines() if "warning" in line]
-    assert warnings == ["classify-images build-features: warning: 4 class(es) have fewer than the 55 images the "
-                        "split asks (5 training + 50 test): china (12), digit_0 (12), digit_1 (12), flower (12); "
-                        "their test sets are smaller"], err
+    assert warnings == [
+        "classify-images build-features: warning: 4 class(es) have fewer than the 55 images the "
+        "split asks (5 training + 50 test): china (12), digit_0 (12), digit_1 (12), flower (12); "
+        "their test sets are smaller"
+    ], err
 
 
 def test_a_protocol_asking_more_training_images_than_a_class_has_is_one_error(workspace, capsys):

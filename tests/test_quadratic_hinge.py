@@ -12,18 +12,23 @@ from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
-from classify_images.classifiers.base import ovr_targets
-from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC, paper_lambda_to_C
-from classify_images.classifiers.eigenbasis import EigenBasis
 from classify_images.classifiers._quadratic_hinge_objective import QuadraticHingeObjective, jacobi_scale, minimize_lbfgs
+from classify_images.classifiers.base import ovr_targets
+from classify_images.classifiers.eigenbasis import EigenBasis
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC, paper_lambda_to_C
 
 TIGHT = dict(tol=1e-10, max_iter=20000)
 
 
 def _data(n=90, d=12, n_classes=3, seed=0, **kw):
     X, y = make_classification(
-        n_samples=n, n_features=d, n_informative=min(d, 6), n_redundant=0,
-        n_classes=n_classes, random_state=seed, **kw,
+        n_samples=n,
+        n_features=d,
+        n_informative=min(d, 6),
+        n_redundant=0,
+        n_classes=n_classes,
+        random_state=seed,
+        **kw,
     )
     return X, y
 
@@ -128,8 +133,10 @@ def test_gradient_rows_counts_the_rows_the_gradient_product_reads(monkeypatch):
         expected = 0
         for start in range(0, n, 8):
             rows = range(start, min(start + 8, n))
-            active = sum(any(1.0 - Y[i, k] * (float(X[i] @ W[:, k].astype(np.float32)) + b[k]) > 0 for k in range(P))
-                         for i in rows)
+            active = sum(
+                any(1.0 - Y[i, k] * (float(X[i] @ W[:, k].astype(np.float32)) + b[k]) > 0 for k in range(P))
+                for i in rows
+            )
             expected += active if active < 0.5 * len(rows) else len(rows)
         before = problem.n_gradient_rows
         problem.value_and_grad(W, b)
@@ -147,12 +154,21 @@ def test_agrees_with_linearsvc(solver, fit_intercept):
     """Same objective (penalised intercept = LIBLINEAR's) -> same optimum."""
     X, y = _data()
     ours = QuadraticHingeSVC(
-        C=0.5, fit_intercept=fit_intercept, penalize_intercept=True, intercept_scaling=2.0,
-        solver=solver, **TIGHT,
+        C=0.5,
+        fit_intercept=fit_intercept,
+        penalize_intercept=True,
+        intercept_scaling=2.0,
+        solver=solver,
+        **TIGHT,
     ).fit(X, y)
     ref = LinearSVC(
-        C=0.5, loss="squared_hinge", penalty="l2", fit_intercept=fit_intercept,
-        intercept_scaling=2.0, tol=1e-12, max_iter=1_000_000,
+        C=0.5,
+        loss="squared_hinge",
+        penalty="l2",
+        fit_intercept=fit_intercept,
+        intercept_scaling=2.0,
+        tol=1e-12,
+        max_iter=1_000_000,
     ).fit(X, y)
     theirs = _with_coef(ours, ref.coef_, ref.intercept_ if fit_intercept else 0.0)
     assert ours.objective_ == pytest.approx(theirs.objective(X, y), rel=1e-4)
@@ -179,6 +195,7 @@ def test_unpenalised_intercept_matches_reference_per_class():
     assert paper_lambda_to_C(lam) == 5.0
     Y = ovr_targets(y, 3).astype(float)
     for c in range(3):
+
         def reference(theta, yc=Y[:, c]):
             w, b = theta[:-1], theta[-1]
             return lam * w @ w + np.sum(np.maximum(0.0, 1.0 - yc * (X @ w + b)) ** 2)
@@ -232,8 +249,10 @@ def test_preconditioner_cuts_iterations_on_ill_conditioned_histograms(shape):
     Y, C = ovr_targets(y, 3), 1000.0
     basis = EigenBasis(X)
     runs = []
-    for scale in (None, jacobi_scale(basis.eigenvalues, C, n_samples=n, n_problems=3,
-                                     fit_intercept=True, intercept_penalty=0.0)):
+    for scale in (
+        None,
+        jacobi_scale(basis.eigenvalues, C, n_samples=n, n_problems=3, fit_intercept=True, intercept_penalty=0.0),
+    ):
         result, converged = minimize_lbfgs(QuadraticHingeObjective(basis.Z, Y, C, scale=scale), tol=1e-6, max_iter=5000)
         assert converged
         runs.append(result)
@@ -301,5 +320,3 @@ def test_invalid_parameters_are_rejected():
         QuadraticHingeSVC(C=0.0).fit(X, y)
     with pytest.raises(ValueError, match="solver"):
         QuadraticHingeSVC(solver="newton").fit(X, y)
-
-

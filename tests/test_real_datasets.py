@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.dataset import discover_dataset, split_indices
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.dataset import discover_dataset, split_indices
 
 from .conftest import write_config_toml
 
@@ -30,8 +30,22 @@ def test_caltech_mini_end_to_end(tmp_path, caltech_mini, capsys):
     """build-features -> train -> evaluate on four real Caltech-101 classes (background excluded)."""
     config = write_config_toml(tmp_path / "small.toml")
     features, model, report = tmp_path / "fs", tmp_path / "m.npz", tmp_path / "rep"
-    assert main(["build-features", str(caltech_mini), "--config", str(config), "--out", str(features),
-                 "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "build-features",
+                str(caltech_mini),
+                "--config",
+                str(config),
+                "--out",
+                str(features),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert main(["train", str(features), "--classifier", "linear", "--param", "C=10", "--out", str(model)]) == 0
     assert main(["evaluate", str(features), str(model), "--out", str(report)]) == 0
     result = json.loads((report / "report.json").read_text())
@@ -44,9 +58,32 @@ def test_caltech_mini_best_config_end_to_end(tmp_path, caltech_mini, capsys):
     BENCHMARKS.md), as shipped, by one ``run`` with C searched on caltech101-mini: mirrors stored, used
     in training and averaged at test time."""
     out = tmp_path / "run"
-    assert main(["run", str(caltech_mini), "--config", "fisher-flip-rootsift", "--classifier", "linear",
-                 "--search", "C=1,10,100", "--train-per-class", "10", "--test-per-class", "10",
-                 "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--n-jobs", "2", "-q"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(caltech_mini),
+                "--config",
+                "fisher-flip-rootsift",
+                "--classifier",
+                "linear",
+                "--search",
+                "C=1,10,100",
+                "--train-per-class",
+                "10",
+                "--test-per-class",
+                "10",
+                "--out",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--n-jobs",
+                "2",
+                "-q",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((out / "features" / "manifest.json").read_text())
     assert manifest["augment"]["mirrors"]
     result = json.loads((out / "report" / "report.json").read_text())
@@ -102,12 +139,35 @@ def test_caltech_mini_combined_channels_end_to_end(tmp_path, caltech_mini, capsy
     command builds both channels, combines them and records the rule."""
     out, config = tmp_path / "run", tmp_path / "two-channels.toml"
     config.write_text(_TWO_SMALL_CHANNELS, encoding="utf-8")
-    assert main(["run", str(caltech_mini), "--config", str(config), "--classifier", "linear",
-                 "--combine", "average", "--search", "C=1,10,100",
-                 "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--n-jobs", "2", "-q"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(caltech_mini),
+                "--config",
+                str(config),
+                "--classifier",
+                "linear",
+                "--combine",
+                "average",
+                "--search",
+                "C=1,10,100",
+                "--out",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--n-jobs",
+                "2",
+                "-q",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((out / "features" / "manifest.json").read_text())
     assert [(c["name"], c["dims"], c["signed"]) for c in manifest["channels"]] == [
-        ("fisher", 2 * 16 * 32 * 5, True), ("scspm", 128 * 5, False)]
+        ("fisher", 2 * 16 * 32 * 5, True),
+        ("scspm", 128 * 5, False),
+    ]
     result = json.loads((out / "report" / "report.json").read_text())
     assert result["combine"]["rule"] == "average" and result["search"]["best"]["C"] in (1, 10, 100)
     assert result["class_names"] == ["Faces_easy", "accordion", "airplanes", "car_side"]

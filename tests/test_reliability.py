@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from classify_images.pipeline import atomic
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import validate_config
-from classify_images.pipeline.feature_store import (
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import validate_config
+from classify_images.pipeline.storage import atomic
+from classify_images.pipeline.storage.feature_store import (
     FeatureSetError,
     FeatureSetWriter,
     is_feature_set_folder,
@@ -37,8 +37,20 @@ def config_file(tmp_path) -> Path:
 
 
 def _build(dataset, out, config_file, cache, *extra) -> int:
-    return main(["build-features", str(dataset), "--out", str(out), "--config", str(config_file),
-                 "--cache-dir", str(cache), "-q", *extra])
+    return main(
+        [
+            "build-features",
+            str(dataset),
+            "--out",
+            str(out),
+            "--config",
+            str(config_file),
+            "--cache-dir",
+            str(cache),
+            "-q",
+            *extra,
+        ]
+    )
 
 
 def _one_line_error(capsys, *needles) -> str:
@@ -183,12 +195,22 @@ def _tear(out: Path, how: str) -> None:
         raise AssertionError(how)
 
 
-TEARS = ["empty X_train", "empty manifest", "manifest without split", "short y_test", "label out of range",
-         "NaN in X_test", "float64 X_train", "pickled y_train"]
+TEARS = [
+    "empty X_train",
+    "empty manifest",
+    "manifest without split",
+    "short y_test",
+    "label out of range",
+    "NaN in X_test",
+    "float64 X_train",
+    "pickled y_train",
+]
 
 
 @pytest.mark.parametrize("how", TEARS)
-def test_torn_feature_set_is_one_line_everywhere_and_a_rebuild_repairs_it(tmp_path, small_dataset, config_file, capsys, how):
+def test_torn_feature_set_is_one_line_everywhere_and_a_rebuild_repairs_it(
+    tmp_path, small_dataset, config_file, capsys, how
+):
     out, cache = tmp_path / "fs", tmp_path / "cache"
     assert _build(small_dataset, out, config_file, cache) == 0
     good = np.asarray(load_feature_set(out).X_test).copy()
@@ -196,8 +218,10 @@ def test_torn_feature_set_is_one_line_everywhere_and_a_rebuild_repairs_it(tmp_pa
     with pytest.raises(FeatureSetError):
         load_feature_set(out)
     capsys.readouterr()
-    for argv in (["train", str(out), "--classifier", "linear"],
-                 ["experiment", str(out), "--classifier", "linear", "--repeats", "1"]):
+    for argv in (
+        ["train", str(out), "--classifier", "linear"],
+        ["experiment", str(out), "--classifier", "linear", "--repeats", "1"],
+    ):
         assert main(argv) == 2
         _one_line_error(capsys, str(out))
     if how == "empty manifest":  # no manifest of ours: not proven ours, so replaced only with --force
@@ -213,11 +237,15 @@ def test_torn_feature_set_is_one_line_everywhere_and_a_rebuild_repairs_it(tmp_pa
 def test_writer_syncs_every_file_and_the_folder_before_the_rename(tmp_path, monkeypatch):
     synced, order = [], []
     real_fsync_file, real_fsync_folder, real_replace = atomic.fsync_file, atomic.fsync_folder, atomic.replace_folder
-    monkeypatch.setattr("classify_images.pipeline.feature_store.fsync_file",
-                        lambda p: (synced.append(Path(p).name), real_fsync_file(p)))
+    monkeypatch.setattr(
+        "classify_images.pipeline.storage.feature_store.fsync_file",
+        lambda p: (synced.append(Path(p).name), real_fsync_file(p)),
+    )
     monkeypatch.setattr(atomic, "fsync_folder", lambda p: (order.append(("fsync", Path(p).name)), real_fsync_folder(p)))
-    monkeypatch.setattr("classify_images.pipeline.feature_store.replace_folder",
-                        lambda *a: (order.append(("replace",)), real_replace(*a))[1])
+    monkeypatch.setattr(
+        "classify_images.pipeline.storage.feature_store.replace_folder",
+        lambda *a: (order.append(("replace",)), real_replace(*a))[1],
+    )
     with FeatureSetWriter(tmp_path / "fs") as writer:
         rows = writer.open_rows("X_train", 3, 4)
         rows[:] = 1.0
@@ -226,7 +254,7 @@ def test_writer_syncs_every_file_and_the_folder_before_the_rename(tmp_path, monk
         writer.commit({"n_features": 4})
     assert {"X_train.npy", "y_train.npy"} <= set(synced)
     # the new folder is synced before it is renamed (the manifest itself by atomic_write)
-    assert order.index(("fsync", ".fs.partial-%d" % os.getpid())) < order.index(("replace",))
+    assert order.index(("fsync", f".fs.partial-{os.getpid()}")) < order.index(("replace",))
 
 
 def test_open_rows_allocates_the_file_before_mapping(tmp_path):
@@ -315,7 +343,9 @@ def test_disk_full_while_allocating_rows_is_one_line_and_keeps_the_old_set(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".fs.")] == []
 
 
-def test_disk_full_while_writing_a_report_or_model_is_one_line(tmp_path, small_dataset, config_file, capsys, monkeypatch):
+def test_disk_full_while_writing_a_report_or_model_is_one_line(
+    tmp_path, small_dataset, config_file, capsys, monkeypatch
+):
     out, cache = tmp_path / "fs", tmp_path / "cache"
     assert _build(small_dataset, out, config_file, cache) == 0
     model = tmp_path / "model.npz"
@@ -353,8 +383,10 @@ def test_disk_full_on_a_small_tmpfs(tmp_path, small_dataset, config_file):
                     handle.write(bytes(64 * 1024))
                     handle.flush()
         os.truncate(ballast, max(0, os.path.getsize(ballast) - 12 * 1024))
-        script = ("import sys; from classify_images.pipeline.cli import main; "
-                  f"sys.exit(main({['build-features', str(small_dataset), '--out', str(disk / 'fs'), '--config', str(config_file), '--no-cache', '-q']!r}))")
+        script = (
+            "import sys; from classify_images.pipeline.interfaces.cli import main; "
+            f"sys.exit(main({['build-features', str(small_dataset), '--out', str(disk / 'fs'), '--config', str(config_file), '--no-cache', '-q']!r}))"
+        )
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, (done.returncode, done.stderr[-2000:])  # not -7 (SIGBUS)
         assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
@@ -401,13 +433,17 @@ def test_planted_pickle_in_the_cache_never_runs(tmp_path, small_dataset, config_
 
 
 def test_cache_round_trips_every_stage_output_exactly():
-    from classify_images.pipeline.cache_store import decode_result, encode_result
+    from classify_images.pipeline.storage.cache_store import decode_result, encode_result
 
     results = [
         {"ok": True, "shape": (96, 72)},
         {"ok": False, "reason": "truncated or corrupt image (JPEG has no end-of-image marker)"},
-        {"descriptors": np.arange(256, dtype=np.uint8).reshape(2, 128), "x": np.ones(2, np.float32),
-         "y": np.zeros(2, np.float32), "shape": np.array([5, 6], np.int32)},
+        {
+            "descriptors": np.arange(256, dtype=np.uint8).reshape(2, 128),
+            "x": np.ones(2, np.float32),
+            "y": np.zeros(2, np.float32),
+            "shape": np.array([5, 6], np.int32),
+        },
         np.arange(12, dtype=np.float32).reshape(3, 4),
         {"index": np.array([1, 2], np.int16), "scale": 0.5, "count": 3},
     ]
@@ -450,7 +486,7 @@ def test_cache_folder_is_private_and_others_folders_are_refused(tmp_path, small_
 def test_disk_full_in_the_cache_is_one_line_and_leaves_no_temporary_file(
     tmp_path, small_dataset, config_file, capsys, monkeypatch
 ):
-    from classify_images.pipeline import cache_store
+    from classify_images.pipeline.storage import cache_store
 
     def full_disk(handle, **arrays):
         handle.write(b"PK\x03\x04 partial")
@@ -501,31 +537,40 @@ def test_non_utf8_file_names_are_built_and_listed(tmp_path, small_dataset, confi
     assert any(p.endswith("bro\udcffken.jpg") for p in (s["path"] for s in fs.manifest["skipped"]))
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["build-features", "{data}", "--n-jobs", "0"], "--n-jobs"),
-    (["build-features", "{data}", "--config", "{root}"], "is a folder"),
-    (["build-features", "{data}", "--out", "{root}/model.npz"], "is a file"),
-    (["train", "{root}/fs", "--classifier", "linear", "--seed", "-1"], "--seed"),
-    (["train", "{root}/fs", "--classifier", "linear", "--seed", str(2**32)], "--seed"),
-    (["train", "{root}/fs", "--classifier", "linear", "--out", "{root}"], "is a folder"),
-    (["train", "{root}/model.npz", "--classifier", "linear"], "not a folder"),
-    (["experiment", "{root}/fs", "--classifier", "linear", "--seed", "-1"], "--seed"),
-    (["experiment", "{root}/fs", "--classifier", "linear", "--seed", str(2**32 - 1), "--repeats", "2"], "--seed"),
-    (["experiment", "{root}/fs", "--classifier", "linear", "--repeats", "1", "--out", "{root}/model.npz"], "is a file"),
-    (["evaluate", "{root}/fs", "{root}/model.npz", "--out", "{root}/model.npz"], "is a file"),
-    (["train", "{root}/fs", "--classifier", "pmsvm", "--param", "n_jobs=0"], "n_jobs"),
-    (["train", "{root}/fs", "--classifier", "linear", "--param", "class_weight={99: 2}"], "class_weight"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["build-features", "{data}", "--n-jobs", "0"], "--n-jobs"),
+        (["build-features", "{data}", "--config", "{root}"], "is a folder"),
+        (["build-features", "{data}", "--out", "{root}/model.npz"], "is a file"),
+        (["train", "{root}/fs", "--classifier", "linear", "--seed", "-1"], "--seed"),
+        (["train", "{root}/fs", "--classifier", "linear", "--seed", str(2**32)], "--seed"),
+        (["train", "{root}/fs", "--classifier", "linear", "--out", "{root}"], "is a folder"),
+        (["train", "{root}/model.npz", "--classifier", "linear"], "not a folder"),
+        (["experiment", "{root}/fs", "--classifier", "linear", "--seed", "-1"], "--seed"),
+        (["experiment", "{root}/fs", "--classifier", "linear", "--seed", str(2**32 - 1), "--repeats", "2"], "--seed"),
+        (
+            ["experiment", "{root}/fs", "--classifier", "linear", "--repeats", "1", "--out", "{root}/model.npz"],
+            "is a file",
+        ),
+        (["evaluate", "{root}/fs", "{root}/model.npz", "--out", "{root}/model.npz"], "is a file"),
+        (["train", "{root}/fs", "--classifier", "pmsvm", "--param", "n_jobs=0"], "n_jobs"),
+        (["train", "{root}/fs", "--classifier", "linear", "--param", "class_weight={99: 2}"], "class_weight"),
+    ],
+)
 def test_bad_command_line_values_are_one_line(built, capsys, argv, needle):
     argv = [a.replace("{root}", str(built)).replace("{data}", str(built / "data")) for a in argv]
     assert main(argv) == 2
     _one_line_error(capsys, needle)
 
 
-@pytest.mark.parametrize("destination", [
-    "/proc/m.npz",  # a folder nobody (not even root) can create files in
-    "{root}/model.npz/m.npz",  # "inside" a file
-])
+@pytest.mark.parametrize(
+    "destination",
+    [
+        "/proc/m.npz",  # a folder nobody (not even root) can create files in
+        "{root}/model.npz/m.npz",  # "inside" a file
+    ],
+)
 def test_unwritable_model_destination_names_the_given_path(built, capsys, destination):
     """The error names --out as the user gave it, never the temporary file written beside it."""
     if destination.startswith("/proc") and not os.path.isdir("/proc"):
@@ -557,8 +602,21 @@ def test_cache_dir_that_is_a_file_is_one_line(tmp_path, capsys, action):
 
 @pytest.mark.parametrize("repeats", ["0", "-3", "1001", str(10**9)])
 def test_experiment_repeats_outside_its_range_is_one_line(built, capsys, repeats):
-    assert main(["experiment", str(built / "fs"), "--classifier", "linear", "--repeats", repeats,
-                 "--out", str(built / "never-written")]) == 2
+    assert (
+        main(
+            [
+                "experiment",
+                str(built / "fs"),
+                "--classifier",
+                "linear",
+                "--repeats",
+                repeats,
+                "--out",
+                str(built / "never-written"),
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "--repeats must be from 1 to 1000", f"not {repeats}")
     assert not (built / "never-written").exists()
 
@@ -572,26 +630,31 @@ def test_demo_workdir_that_is_a_file_is_one_line(tmp_path, capsys, workdir):
     assert (tmp_path / "plain").read_text() == "a file"
 
 
-@pytest.mark.parametrize("toml, needle", [
-    ("[sift]\ncontrast_threshold = nan\n", "sift.contrast_threshold"),
-    ("[codebook]\nlambda = inf\n", "codebook.lambda"),
-    ("[codebook]\nkind = \"sparse\"\nlambda = -inf\n", "codebook.lambda"),
-    (f"[dataset]\nseed = {2**32}\n", "dataset.seed"),
-    (f"[codebook]\nseed = {2**64}\n", "codebook.seed"),
-    ("[pooling]\nlevels = [3000]\n", "pooling.levels"),
-    ("[sift]\nstep = {a = 1}\n", "sift.step"),
-    ("[sift]\npatch_sizes = {a = 1}\n", "sift.patch_sizes"),
-    ("[image]\nmax_side = {a = 1}\n", "image.max_side"),
-    ("[dataset]\ntest_per_class = {a = 1}\n", "dataset.test_per_class"),
-    ("[pooling]\nmethod = {a = 1}\n", "pooling.method"),
-    ("[codebook]\nsize = 99999999999999999999\n", "codebook.size"),
-    ("[[dataset]]\nseed = 1\n", "[dataset]"),
-    ("dataset = 3\n", "[dataset]"),
-])
+@pytest.mark.parametrize(
+    "toml, needle",
+    [
+        ("[sift]\ncontrast_threshold = nan\n", "sift.contrast_threshold"),
+        ("[codebook]\nlambda = inf\n", "codebook.lambda"),
+        ('[codebook]\nkind = "sparse"\nlambda = -inf\n', "codebook.lambda"),
+        (f"[dataset]\nseed = {2**32}\n", "dataset.seed"),
+        (f"[codebook]\nseed = {2**64}\n", "codebook.seed"),
+        ("[pooling]\nlevels = [3000]\n", "pooling.levels"),
+        ("[sift]\nstep = {a = 1}\n", "sift.step"),
+        ("[sift]\npatch_sizes = {a = 1}\n", "sift.patch_sizes"),
+        ("[image]\nmax_side = {a = 1}\n", "image.max_side"),
+        ("[dataset]\ntest_per_class = {a = 1}\n", "dataset.test_per_class"),
+        ("[pooling]\nmethod = {a = 1}\n", "pooling.method"),
+        ("[codebook]\nsize = 99999999999999999999\n", "codebook.size"),
+        ("[[dataset]]\nseed = 1\n", "[dataset]"),
+        ("dataset = 3\n", "[dataset]"),
+    ],
+)
 def test_bad_config_values_are_one_line(tmp_path, small_dataset, capsys, toml, needle):
     config = tmp_path / "bad.toml"
     config.write_text(toml)
-    assert main(["build-features", str(small_dataset), "--config", str(config), "--out", str(tmp_path / "fs"), "-q"]) == 2
+    assert (
+        main(["build-features", str(small_dataset), "--config", str(config), "--out", str(tmp_path / "fs"), "-q"]) == 2
+    )
     _one_line_error(capsys, needle)
     assert not (tmp_path / "fs").exists()
 
@@ -614,8 +677,16 @@ def _gif(image: np.ndarray) -> bytes:
     data = bytes(int(bits[i : i + 8][::-1], 2) for i in range(0, len(bits), 8))
     blocks = b"".join(bytes([len(data[i : i + 255])]) + data[i : i + 255] for i in range(0, len(data), 255))
     palette = bytes(v for g in range(256) for v in (g, g, g))
-    return (b"GIF89a" + struct.pack("<HHBBB", width, height, 0xF7, 0, 0) + palette
-            + b"," + struct.pack("<HHHHB", 0, 0, width, height, 0) + b"\x08" + blocks + b"\x00;")
+    return (
+        b"GIF89a"
+        + struct.pack("<HHBBB", width, height, 0xF7, 0, 0)
+        + palette
+        + b","
+        + struct.pack("<HHHHB", 0, 0, width, height, 0)
+        + b"\x08"
+        + blocks
+        + b"\x00;"
+    )
 
 
 @pytest.mark.parametrize("extension", [".png", ".jpg", ".bmp", ".tif", ".webp", ".pgm", ".gif"])
@@ -630,9 +701,10 @@ def test_image_size_reads_the_header_of_every_format(extension):
 
 
 def _png_announcing(width: int, height: int) -> bytes:
-    import cv2
     import struct
     import zlib
+
+    import cv2
 
     data = bytearray(cv2.imencode(".png", np.zeros((20, 20), np.uint8))[1].tobytes())
     data[16:24] = struct.pack(">II", width, height)
@@ -676,7 +748,7 @@ def test_bomb_in_a_dataset_is_skipped_and_listed(tmp_path, small_dataset, config
 def test_a_file_changed_during_the_build_is_not_decoded_under_the_old_fingerprint(
     tmp_path, small_dataset, config_file, monkeypatch
 ):
-    from classify_images.pipeline import build as build_module
+    from classify_images.pipeline.extraction import build_steps as build_module
 
     real = build_module.file_fingerprint
     target = str(small_dataset / "china" / "03.jpg")
@@ -701,7 +773,7 @@ def test_corrupt_jpeg_is_listed_and_its_warning_does_not_leak(tmp_path, small_da
 
 
 def test_gif_is_an_image_for_build_features_as_for_predict(tmp_path, small_dataset, config_file):
-    from classify_images.pipeline.dataset import discover_dataset
+    from classify_images.pipeline.settings.dataset import discover_dataset
 
     image = (np.add.outer(np.arange(64), np.arange(64)) % 256).astype(np.uint8)
     (small_dataset / "flower" / "extra.gif").write_bytes(_gif(image))
@@ -728,8 +800,20 @@ def test_dangling_and_looping_symlinks_are_listed_as_skipped(tmp_path, small_dat
 def test_experiment_json_records_each_runs_random_state_and_is_reproducible(built, tmp_path, capsys):
     runs = []
     for name in ("a", "b"):
-        argv = ["experiment", str(built / "fs"), "--classifier", "mbkl", "--repeats", "2", "--seed", "7",
-                "--param", "n_stumps=200", "--out", str(tmp_path / name)]
+        argv = [
+            "experiment",
+            str(built / "fs"),
+            "--classifier",
+            "mbkl",
+            "--repeats",
+            "2",
+            "--seed",
+            "7",
+            "--param",
+            "n_stumps=200",
+            "--out",
+            str(tmp_path / name),
+        ]
         assert main(argv) == 0, capsys.readouterr().err
         runs.append(json.loads((tmp_path / name / "experiment.json").read_text())["runs"])
     assert [run["random_state"] for run in runs[0]] == [7, 8]
@@ -743,11 +827,21 @@ def test_kill_9_during_encoding_keeps_the_old_set_and_the_resumed_build_is_bit_i
     assert _build(small_dataset, out, config_file, cache) == 0
     before = _snapshot(out)
     other = write_config_toml(tmp_path / "other.toml", {**SMALL_CONFIG, "pooling": {"method": "max", "levels": [1, 2]}})
-    argv = ["build-features", str(small_dataset), "--out", str(out), "--config", str(other), "--cache-dir", str(cache), "-q"]
+    argv = [
+        "build-features",
+        str(small_dataset),
+        "--out",
+        str(out),
+        "--config",
+        str(other),
+        "--cache-dir",
+        str(cache),
+        "-q",
+    ]
     script = (
         "import os, signal, sys\n"
         "from classify_images.coding import encoders as extractor\n"
-        "from classify_images.pipeline.cli import main\n"
+        "from classify_images.pipeline.interfaces.cli import main\n"
         "real, calls = extractor.spatial_pyramid_pool, [0]\n"
         "def dying(*a, **k):\n"
         "    calls[0] += 1\n"
@@ -772,15 +866,15 @@ def test_kill_9_during_encoding_keeps_the_old_set_and_the_resumed_build_is_bit_i
 def test_non_finite_rows_are_refused_before_the_feature_set_is_written(
     tmp_path, small_dataset, config_file, capsys, monkeypatch
 ):
-    from classify_images.pipeline import build as build_module
+    from classify_images.pipeline.extraction import build as build_module
 
-    real = build_module._fit_normalizer
+    real = build_module.fit_normalizer
 
     def poisoned(extractor, X):
         real(extractor, X)
         X["test"][2, 0] = np.inf
 
-    monkeypatch.setattr(build_module, "_fit_normalizer", poisoned)
+    monkeypatch.setattr(build_module, "fit_normalizer", poisoned)
     assert _build(small_dataset, tmp_path / "fs", config_file, tmp_path / "cache") == 2
     _one_line_error(capsys, "not finite")
     assert not (tmp_path / "fs").exists()

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from classify_images.pipeline.evaluation import Evaluation, Predictions
-from classify_images.pipeline.report import write_report
-from classify_images.pipeline.report_html import class_order, confusion_figure
+from classify_images.pipeline.interfaces.report import write_report
+from classify_images.pipeline.interfaces.report_html import class_order, confusion_figure
+from classify_images.pipeline.training.evaluation import Evaluation, Predictions
 
 from .conftest import FIXTURE_IMAGES
 
@@ -71,10 +71,21 @@ def synthetic_evaluation(n_classes: int = 5, per_class: int = 6, seed: int = 0, 
     paths = [files[i % len(files)] for i in range(y_true.size)]
     rates = np.diag(confusion) / confusion.sum(axis=1)
     return Evaluation(
-        "pmsvm", {"C": "auto"}, "features/synthetic", "f" * 40, 100 * n_classes, int(y_true.size), 64, names,
-        confusion, 1.5, 0.25, float(rates.mean()),
+        "pmsvm",
+        {"C": "auto"},
+        "features/synthetic",
+        "f" * 40,
+        100 * n_classes,
+        int(y_true.size),
+        64,
+        names,
+        confusion,
+        1.5,
+        0.25,
+        float(rates.mean()),
         predictions=Predictions.from_scores(paths, y_true, y_pred, scores),
-        config={"codebook": {"kind": "kmeans", "size": 16}}, versions={"python": "3", "numpy": "2"},
+        config={"codebook": {"kind": "kmeans", "size": 16}},
+        versions={"python": "3", "numpy": "2"},
         date="2026-11-24T08:00:00+00:00",
     )
 
@@ -106,8 +117,9 @@ def test_report_files_agree(tmp_path):
     assert len(wrong) == evaluation.n_test - np.trace(evaluation.confusion)
     assert all(row["true"] != row["predicted"] for row in wrong)
     misclassified = report["misclassified"]
-    assert [m["score_predicted"] for m in misclassified] == sorted((m["score_predicted"] for m in misclassified),
-                                                                   reverse=True)
+    assert [m["score_predicted"] for m in misclassified] == sorted(
+        (m["score_predicted"] for m in misclassified), reverse=True
+    )
 
 
 def test_report_html_content(tmp_path):
@@ -153,8 +165,12 @@ def test_unreadable_gallery_image_is_a_text_not_a_broken_image(tmp_path):
     broken.write_bytes(b"not an image")
     predictions = evaluation.predictions
     paths = [str(broken)] * len(predictions.paths)
-    evaluation = Evaluation(**{**evaluation.__dict__, "predictions": Predictions(paths, predictions.y_true,
-                                                                                 predictions.y_pred, predictions.scores)})
+    evaluation = Evaluation(
+        **{
+            **evaluation.__dict__,
+            "predictions": Predictions(paths, predictions.y_true, predictions.y_pred, predictions.scores),
+        }
+    )
     page = _parse(write_report(evaluation, tmp_path / "rep") / "report.html")
     assert [img.get("id") for img in page.images] == ["confusion"]
     assert "image not readable" in (tmp_path / "rep" / "report.html").read_text()
@@ -162,9 +178,9 @@ def test_unreadable_gallery_image_is_a_text_not_a_broken_image(tmp_path):
 
 def test_experiment_report(tmp_path, capsys):
     """``experiment`` writes the page with the runs table and mean ± std, and experiment.json."""
-    from classify_images.pipeline.evaluation import run_experiment
-    from classify_images.pipeline.feature_store import FeatureSet
-    from classify_images.pipeline.report import write_experiment
+    from classify_images.pipeline.interfaces.report import write_experiment
+    from classify_images.pipeline.storage.feature_store import FeatureSet
+    from classify_images.pipeline.training.evaluation import run_experiment
 
     rng = np.random.default_rng(0)
     files = sorted(str(p.relative_to(FIXTURE_IMAGES)) for p in FIXTURE_IMAGES.rglob("*.*"))
@@ -172,10 +188,18 @@ def test_experiment_report(tmp_path, capsys):
     X = (rng.random((3, 6))[y] + rng.normal(0, 0.4, (24, 6))).astype(np.float32)
     train = np.r_[0:4, 8:12, 16:20]
     test = np.setdiff1d(np.arange(24), train)
-    manifest = {"class_names": ["a", "b", "c"], "config_hash": "c" * 40, "config": {"x": 1},
-                "dataset": {"root": str(FIXTURE_IMAGES)},
-                "split": {"train": [files[i] for i in train], "test": [files[i] for i in test],
-                          "train_per_class": 4, "test_per_class": None}}
+    manifest = {
+        "class_names": ["a", "b", "c"],
+        "config_hash": "c" * 40,
+        "config": {"x": 1},
+        "dataset": {"root": str(FIXTURE_IMAGES)},
+        "split": {
+            "train": [files[i] for i in train],
+            "test": [files[i] for i in test],
+            "train_per_class": 4,
+            "test_per_class": None,
+        },
+    }
     fs = FeatureSet(tmp_path, manifest, X[train], X[test], y[train], y[test])
     experiment = run_experiment(fs, "linear", {}, 3)
     write_experiment(experiment, tmp_path / "out")
@@ -210,8 +234,10 @@ def test_experiment_report(tmp_path, capsys):
     for k in range(3):
         assert f'<td class="num">{100 * mean[k]:.1f} ± {100 * std[k]:.1f} %</td>' in text
     for run in experiment.runs:  # every split's accuracy and top-1 accuracy in the runs table
-        assert (f'<td class="num">{run.seed}</td><td class="num">{100 * run.mean_per_class_accuracy:.2f} %</td>'
-                f'<td class="num">{100 * run.top_k_accuracy[1]:.2f} %</td>') in text
+        assert (
+            f'<td class="num">{run.seed}</td><td class="num">{100 * run.mean_per_class_accuracy:.2f} %</td>'
+            f'<td class="num">{100 * run.top_k_accuracy[1]:.2f} %</td>'
+        ) in text
     assert json.loads((tmp_path / "out" / "experiment.json").read_text())["per_class_accuracy"] == per_class
 
 
@@ -227,7 +253,7 @@ def test_missing_browser_says_what_to_install(monkeypatch, tmp_path):
 
 def test_evaluate_help_names_every_report_file(tmp_path):
     """``evaluate --help`` lists the files ``write_report`` writes."""
-    from classify_images.pipeline.cli import build_parser
+    from classify_images.pipeline.interfaces.cli import build_parser
 
     written = sorted(path.name for path in write_report(synthetic_evaluation(), tmp_path).iterdir())
     description = build_parser()._subparsers._group_actions[0].choices["evaluate"].description
@@ -249,12 +275,12 @@ def test_header_names_the_classifier_without_empty_params(tmp_path):
     """``linear`` alone when every parameter is at its default; ``key=value`` for those set."""
     plain = _with(synthetic_evaluation(), classifier="linear", params={})
     text = (write_report(plain, tmp_path / "a") / "report.html").read_text()
-    header = text[text.index('id="headline"'):text.index("Per-class accuracy")]
+    header = text[text.index('id="headline"') : text.index("Per-class accuracy")]
     assert "{}" not in header and "<code>" not in header
     assert '<b id="classifier">linear</b> (every parameter at its default;' in header
     tuned = _with(synthetic_evaluation(), classifier="linear", params={"C": 10.0, "loss": "hinge"})
     text = (write_report(tuned, tmp_path / "b") / "report.html").read_text()
-    header = text[text.index('id="headline"'):text.index("Per-class accuracy")]
+    header = text[text.index('id="headline"') : text.index("Per-class accuracy")]
     assert "<code>C=10.0, loss=&quot;hinge&quot;</code>" in header and "{" not in header
     markdown = (tmp_path / "b" / "report.md").read_text()
     assert '- parameters: `C=10.0, loss="hinge"`' in markdown
@@ -267,7 +293,7 @@ def test_provenance_link_points_to_the_classifier_parameters(tmp_path):
     assert "classifier-parameters" in _ids(text)
     target = text.index('id="classifier-parameters"')
     assert text.index('id="provenance"') < target < text.index('id="params"')  # inside Provenance, before the table
-    params = text[text.index('id="params"'):text.index('id="pipeline-config"')]
+    params = text[text.index('id="params"') : text.index('id="pipeline-config"')]
     assert '<td>C</td><td class="changed">10.0</td>' in params  # every parameter, the set ones marked
     assert "<td>max_iter</td>" in params
 
@@ -275,7 +301,7 @@ def test_provenance_link_points_to_the_classifier_parameters(tmp_path):
 def test_percent_cells_do_not_wrap(tmp_path):
     import re
 
-    from classify_images.pipeline.report_html import _CSS
+    from classify_images.pipeline.interfaces.report_html import _CSS
 
     rule = re.search(r"td\.num\{([^}]*)\}", _CSS).group(1)
     assert "white-space:nowrap" in rule
@@ -285,22 +311,24 @@ def test_percent_cells_do_not_wrap(tmp_path):
 
 
 def test_config_is_shown_as_tables_of_the_keys_that_apply(tmp_path):
-    from classify_images.pipeline.config import PipelineConfig
+    from classify_images.pipeline.settings.config import PipelineConfig
 
-    config = PipelineConfig.from_dict({"codebook": {"kind": "kmeans", "size": 16}}).to_dict()  # as a manifest records it
+    config = PipelineConfig.from_dict(
+        {"codebook": {"kind": "kmeans", "size": 16}}
+    ).to_dict()  # as a manifest records it
     assert "soft_beta" in config["codebook"] and "cache_descriptors" in config["sift"]
     evaluation = _with(synthetic_evaluation(), config=config)
     text = (write_report(evaluation, tmp_path) / "report.html").read_text()
     assert '<pre id="config">' not in text and "&quot;codebook&quot;" not in text
-    block = text[text.index('id="pipeline-config"'):]
+    block = text[text.index('id="pipeline-config"') :]
     page = _parse(tmp_path / "report.html")
     semantic = PipelineConfig.from_dict(config).to_dict(semantic_only=True)
     for table, values in semantic.items():
-        assert f'<caption>[{table}]</caption>' in block
+        assert f"<caption>[{table}]</caption>" in block
         assert page.rows[f"config-{table}"] == sum(value is not None for value in values.values())
     assert "soft_beta" not in block and "cache_descriptors" not in block  # keys that do not apply
     assert '<td>size</td><td class="changed">16</td><td class="muted">1024</td>' in block  # differs from the default
-    assert "<td>levels</td><td class=\"\">1, 2, 4</td>" in block  # readable lists
+    assert '<td>levels</td><td class="">1, 2, 4</td>' in block  # readable lists
 
 
 def test_gallery_thumbnails_link_to_the_full_image(tmp_path):
@@ -309,7 +337,7 @@ def test_gallery_thumbnails_link_to_the_full_image(tmp_path):
     evaluation = synthetic_evaluation()
     out = write_report(evaluation, tmp_path / "deep" / "report")
     text = (out / "report.html").read_text()
-    gallery = text[text.index('id="gallery"'):]
+    gallery = text[text.index('id="gallery"') :]
     import re
 
     links = re.findall(r'<a href="([^"]+)"><img src="data:image/jpeg;base64,', gallery)
@@ -322,7 +350,7 @@ def test_gallery_thumbnails_link_to_the_full_image(tmp_path):
 
 
 def test_top_k_accuracy_in_report_and_console(tmp_path):
-    from classify_images.pipeline.report import evaluation_text
+    from classify_images.pipeline.interfaces.report import evaluation_text
 
     evaluation = synthetic_evaluation(n_classes=7)
     top = evaluation.top_k_accuracy

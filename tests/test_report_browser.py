@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from classify_images.pipeline.cli import main
+from classify_images.pipeline.interfaces.cli import main
 
 from ._browser import BrowserMissing, chromium_binary, open_page
 from .conftest import build_fixture_feature_set
@@ -48,7 +48,10 @@ def small_run(tmp_path_factory):
     fs = build_fixture_feature_set(root)
     assert main(["train", str(fs), "--classifier", "pmsvm", "--out", str(root / "m.npz")]) == 0
     assert main(["evaluate", str(fs), str(root / "m.npz"), "--out", str(root / "evaluation")]) == 0
-    assert main(["experiment", str(fs), "--classifier", "linear", "--repeats", "2", "--out", str(root / "experiment")]) == 0
+    assert (
+        main(["experiment", str(fs), "--classifier", "linear", "--repeats", "2", "--out", str(root / "experiment")])
+        == 0
+    )
     return root
 
 

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from classify_images.pipeline.build import default_cache_dir
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import ConfigError, classifier_table, load_config
+from classify_images.pipeline.extraction.build import default_cache_dir
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import ConfigError, classifier_table, load_config
 
 from .conftest import FIXTURE_IMAGES, write_config_toml
 
@@ -23,12 +23,28 @@ def _config_with_classifier(path, table: str):
 
 # ------------------------------------------------------------------------ run
 def test_run_builds_trains_and_evaluates(tmp_path, capsys):
-    from classify_images.pipeline.model_file import load_model
+    from classify_images.pipeline.training.model_file import load_model
 
-    config = _config_with_classifier(tmp_path / "c.toml", '[classifier]\nname = "pmsvm"\nparams = { p = -8, C = 0.1 }\n')
+    config = _config_with_classifier(
+        tmp_path / "c.toml", '[classifier]\nname = "pmsvm"\nparams = { p = -8, C = 0.1 }\n'
+    )
     out = tmp_path / "run"
-    assert main(["run", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(out), "-q",
-                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(config),
+                "--out",
+                str(out),
+                "-q",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+            ]
+        )
+        == 0
+    )
     stdout = capsys.readouterr().out
     assert "mean per-class accuracy" in stdout and "stage cache:" in stdout
     model, meta = load_model(out / "model.npz")
@@ -38,9 +54,28 @@ def test_run_builds_trains_and_evaluates(tmp_path, capsys):
     assert report["classifier"] == "pmsvm" and report["mean_per_class_accuracy"] > 0.4
     assert (out / "features" / "manifest.json").exists()
     # --classifier replaces the table (its params belong to the table's classifier); --param adds
-    assert main(["run", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "run2"), "-q",
-                 "--cache-dir", str(tmp_path / "cache"), "--classifier", "linear", "--param", "C=10",
-                 "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(config),
+                "--out",
+                str(tmp_path / "run2"),
+                "-q",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--classifier",
+                "linear",
+                "--param",
+                "C=10",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     _, meta = load_model(tmp_path / "run2" / "model.npz")
     assert meta["classifier"] == "linear" and meta["params"]["C"] == 10
 
@@ -48,8 +83,23 @@ def test_run_builds_trains_and_evaluates(tmp_path, capsys):
 def test_run_same_numbers_as_the_three_commands(tmp_path, capsys):
     config = write_config_toml(tmp_path / "c.toml")
     cache = ["--cache-dir", str(tmp_path / "cache")]
-    assert main(["run", str(FIXTURE_IMAGES), "--config", str(config), "--classifier", "mbkl", "--out",
-                 str(tmp_path / "run"), "-q", *cache]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(config),
+                "--classifier",
+                "mbkl",
+                "--out",
+                str(tmp_path / "run"),
+                "-q",
+                *cache,
+            ]
+        )
+        == 0
+    )
     fs, model = tmp_path / "fs", tmp_path / "m.npz"
     assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(fs), "-q", *cache]) == 0
     assert main(["train", str(fs), "--classifier", "mbkl", "--out", str(model)]) == 0
@@ -59,13 +109,16 @@ def test_run_same_numbers_as_the_three_commands(tmp_path, capsys):
     assert one["confusion"] == three["confusion"] and one["config_hash"] == three["config_hash"]
 
 
-@pytest.mark.parametrize("table, message", [
-    ('[classifier]\nname = "svm"\n', "classifier.name = 'svm': allowed values are"),
-    ('[classifier]\nname = "pmsvm"\nparams = { gamma = 1 }\n', "has no parameter 'gamma'"),
-    ('[classifier]\nname = "pmsvm"\nkernel = "x"\n', "unknown key classifier.kernel"),
-    ('[classifier]\nname = "pmsvm"\nparams = 3\n', "classifier.params must be a table"),
-    ('classifier = 3\n', "[classifier] must be a table"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ('[classifier]\nname = "svm"\n', "classifier.name = 'svm': allowed values are"),
+        ('[classifier]\nname = "pmsvm"\nparams = { gamma = 1 }\n', "has no parameter 'gamma'"),
+        ('[classifier]\nname = "pmsvm"\nkernel = "x"\n', "unknown key classifier.kernel"),
+        ('[classifier]\nname = "pmsvm"\nparams = 3\n', "classifier.params must be a table"),
+        ("classifier = 3\n", "[classifier] must be a table"),
+    ],
+)
 def test_bad_classifier_table_is_one_line(tmp_path, capsys, table, message):
     config = tmp_path / "c.toml"
     config.write_text(table + (write_config_toml(tmp_path / "base.toml").read_text()))
@@ -94,19 +147,36 @@ def test_run_without_a_classifier_is_one_line(tmp_path, capsys):
 def test_run_out_is_a_file_is_one_line(tmp_path, capsys):
     config = write_config_toml(tmp_path / "c.toml")
     (tmp_path / "file").write_text("mine")
-    assert main(["run", str(FIXTURE_IMAGES), "--config", str(config), "--classifier", "linear", "-q",
-                 "--out", str(tmp_path / "file")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                str(FIXTURE_IMAGES),
+                "--config",
+                str(config),
+                "--classifier",
+                "linear",
+                "-q",
+                "--out",
+                str(tmp_path / "file"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "is a file" in err and len(err.splitlines()) == 1 and (tmp_path / "file").read_text() == "mine"
 
 
 # ---------------------------------------------------------------------- cache
-@pytest.mark.parametrize("environment, expected", [
-    ({"CLASSIFY_IMAGES_CACHE": "/c/mine", "XDG_CACHE_HOME": "/x"}, "/c/mine"),
-    ({"XDG_CACHE_HOME": "/x"}, "/x/classify-images"),
-    ({"XDG_CACHE_HOME": "relative/path"}, "HOME/.cache/classify-images"),
-    ({}, "HOME/.cache/classify-images"),
-])
+@pytest.mark.parametrize(
+    "environment, expected",
+    [
+        ({"CLASSIFY_IMAGES_CACHE": "/c/mine", "XDG_CACHE_HOME": "/x"}, "/c/mine"),
+        ({"XDG_CACHE_HOME": "/x"}, "/x/classify-images"),
+        ({"XDG_CACHE_HOME": "relative/path"}, "HOME/.cache/classify-images"),
+        ({}, "HOME/.cache/classify-images"),
+    ],
+)
 def test_default_cache_dir(monkeypatch, tmp_path, environment, expected):
     monkeypatch.delenv("CLASSIFY_IMAGES_CACHE", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
@@ -121,8 +191,9 @@ def test_cache_info_and_clear_delete_only_the_stage_cache(tmp_path, monkeypatch,
     monkeypatch.delenv("CLASSIFY_IMAGES_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     config = write_config_toml(tmp_path / "c.toml")
-    assert main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"),
-                 "-q"]) == 0
+    assert (
+        main(["build-features", str(FIXTURE_IMAGES), "--config", str(config), "--out", str(tmp_path / "fs"), "-q"]) == 0
+    )
     out = capsys.readouterr().out
     assert f"stage cache: {cache} (" in out
     files = [os.path.join(d, f) for d, _, names in os.walk(cache / "joblib") for f in names]
@@ -148,7 +219,7 @@ def test_provenance_records_opencv_spams_and_commit():
 
     import cv2
 
-    from classify_images.pipeline.provenance import git_commit, library_versions
+    from classify_images.pipeline.storage.provenance import git_commit, library_versions
 
     versions = library_versions()
     assert versions["opencv"].startswith(cv2.__version__.split("-")[0][:3])

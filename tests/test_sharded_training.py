@@ -12,13 +12,13 @@ import pytest
 import scipy.sparse as sp
 
 from classify_images.classifiers import HIKnSVM
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.cli import main
-from classify_images.pipeline.config import validate_config
-from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.pipeline.model_file import load_model
-from classify_images.pipeline.shard_store import ShardedRows, as_dense
-from classify_images.pipeline.streaming_training import ShardBlocks, StreamingError
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.interfaces.cli import main
+from classify_images.pipeline.settings.config import validate_config
+from classify_images.pipeline.storage.feature_store import load_feature_set
+from classify_images.pipeline.storage.shard_store import ShardedRows, as_dense
+from classify_images.pipeline.training.model_file import load_model
+from classify_images.pipeline.training.streaming_training import ShardBlocks, StreamingError
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG
 
@@ -68,15 +68,36 @@ def test_streaming_train_on_a_sharded_set_never_assembles_it(sharded, tmp_path, 
     names = np.asarray(feature_set.class_names)[feature_set.y_train]
     order = ShardBlocks(feature_set.rows["train"], names, 8, seed=5).order
     expected = HIKnSVM(shuffle=False, n_epochs=5, random_state=5).fit(
-        np.asarray(feature_set.X_train)[order], names[order])
+        np.asarray(feature_set.X_train)[order], names[order]
+    )
 
     def refuse(self):
         raise AssertionError("the sharded training rows were assembled")
 
     monkeypatch.setattr(ShardedRows, "toarray", refuse)
     out = tmp_path / "streamed.npz"
-    assert main(["train", str(sharded), "--classifier", "nsvm", "--param", "shuffle=false", "--param", "n_epochs=5",
-                 "--streaming", "--block-rows", "8", "--seed", "5", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(sharded),
+                "--classifier",
+                "nsvm",
+                "--param",
+                "shuffle=false",
+                "--param",
+                "n_epochs=5",
+                "--streaming",
+                "--block-rows",
+                "8",
+                "--seed",
+                "5",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     model, _ = load_model(out)
     np.testing.assert_array_equal(model.coef_, expected.coef_)
     monkeypatch.undo()

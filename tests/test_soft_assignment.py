@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 from classify_images.coding import encode as encode_module
 from classify_images.coding.encode import vq_encode
+from classify_images.coding.encoders import make_encoder
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells, spatial_pyramid_pool
 from classify_images.coding.soft_assignment import (
     DEFAULT_BETA,
@@ -21,11 +22,10 @@ from classify_images.coding.soft_assignment import (
     pool_cell_statistics,
     soft_assignment_codes,
 )
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.config import ConfigError, load_config, stage_hash, validate_config
-from classify_images.pipeline.feature_store import load_feature_set
-from classify_images.coding.encoders import make_encoder
-from classify_images.pipeline.stages import implementation_versions
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.extraction.stages import implementation_versions
+from classify_images.pipeline.settings.config import ConfigError, load_config, stage_hash, validate_config
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from ._encoder_helpers import assert_new_images_match_rows, random_layout, small_config
 from .conftest import SMALL_CONFIG
@@ -46,7 +46,7 @@ def reference_codes(X, B, k, beta):
 
 def reference_scale(B):
     B = np.asarray(B, dtype=np.float64)
-    return np.mean([min(np.sum((B[k] - B[l]) ** 2) for l in range(len(B)) if l != k) for k in range(len(B))])
+    return np.mean([min(np.sum((B[k] - B[j]) ** 2) for j in range(len(B)) if j != k) for k in range(len(B))])
 
 
 def _data(seed=0, n=80, K=12, d=16):
@@ -88,9 +88,11 @@ def test_one_neighbour_is_hard_vq():
     for method in ("average", "sqrt", "max"):
         if POOLING_STATISTICS[method] == "max":
             stats = cell_statistics(X, cells, n_pyramid_cells(levels), B, 1, 7.0, "max")
-        np.testing.assert_allclose(pool_cell_statistics(stats, method),
-                                   spatial_pyramid_pool(vq_encode(X, B), x, y, shape, B.shape[0], levels, method),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            pool_cell_statistics(stats, method),
+            spatial_pyramid_pool(vq_encode(X, B), x, y, shape, B.shape[0], levels, method),
+            rtol=1e-6,
+        )
 
 
 def test_huge_beta_is_hard_vq_without_overflow():
@@ -110,10 +112,10 @@ def test_relative_beta_makes_codes_scale_free():
 
 def test_nearest_are_sorted_and_prefixes_are_the_smaller_k():
     X, B = _data(5)
-    (_, neighbors, sq), = list(nearest_sq_distances(X, B, 6))
+    ((_, neighbors, sq),) = list(nearest_sq_distances(X, B, 6))
     d2 = ((X[:, None, :] - B[None].astype(np.float64)) ** 2).sum(-1)
     np.testing.assert_array_equal(neighbors, np.argsort(d2, axis=1, kind="stable")[:, :6])
-    norms = (X ** 2).sum(1)[:, None]
+    norms = (X**2).sum(1)[:, None]
     np.testing.assert_allclose(sq + norms, np.take_along_axis(d2, neighbors, 1), rtol=1e-5)
     x, y, shape = random_layout(np.random.default_rng(5), X.shape[0])
     cells = pyramid_cells(x, y, shape, [1, 2])
@@ -173,19 +175,22 @@ SOFT = {"kind": "kmeans", "size": 16, "n_samples": 3000, "n_iter": 20, "assignme
 
 
 def test_soft_build_end_to_end(tmp_path, small_dataset, monkeypatch):
-    from classify_images.pipeline import stages
 
     cache = tmp_path / "cache"
-    hard = small_config({k: v for k, v in SOFT.items() if not k.startswith(("assignment", "soft"))},
-                        {"method": "average", "levels": [1, 2]}, "l1")
+    hard = small_config(
+        {k: v for k, v in SOFT.items() if not k.startswith(("assignment", "soft"))},
+        {"method": "average", "levels": [1, 2]},
+        "l1",
+    )
     build_feature_set(small_dataset, tmp_path / "hard", hard, cache_dir=cache)
     config = small_config(SOFT, {"method": "average", "levels": [1, 2], "level_normalization": "l1"}, "l1")
     learnt = []
     from classify_images.coding import codebook as codebook_module
 
     original_learn = codebook_module.learn_kmeans_codebook
-    monkeypatch.setattr(codebook_module, "learn_kmeans_codebook",
-                        lambda *a, **k: learnt.append(1) or original_learn(*a, **k))
+    monkeypatch.setattr(
+        codebook_module, "learn_kmeans_codebook", lambda *a, **k: learnt.append(1) or original_learn(*a, **k)
+    )
     result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=cache)
     assert not learnt  # the hard build's codebook is reused: assignment does not change it
     fs, fs_hard = load_feature_set(tmp_path / "fs"), load_feature_set(tmp_path / "hard")
@@ -206,29 +211,41 @@ def test_soft_build_end_to_end(tmp_path, small_dataset, monkeypatch):
     from classify_images.coding.soft_assignment import SoftAssignmentCoder
 
     original = SoftAssignmentCoder.cell_statistics
-    monkeypatch.setattr(SoftAssignmentCoder, "cell_statistics",
-                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
-    build_feature_set(small_dataset, tmp_path / "fs3", small_config(SOFT, {"method": "sqrt", "levels": [1, 2]}, "l1"),
-                      cache_dir=cache)
+    monkeypatch.setattr(
+        SoftAssignmentCoder, "cell_statistics", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    )
+    build_feature_set(
+        small_dataset, tmp_path / "fs3", small_config(SOFT, {"method": "sqrt", "levels": [1, 2]}, "l1"), cache_dir=cache
+    )
     assert not calls
     # another β is another cache entry
-    build_feature_set(small_dataset, tmp_path / "fs4", small_config(dict(SOFT, soft_beta=1.0), {"method": "sqrt", "levels": [1, 2]}, "l1"),
-                      cache_dir=cache)
+    build_feature_set(
+        small_dataset,
+        tmp_path / "fs4",
+        small_config(dict(SOFT, soft_beta=1.0), {"method": "sqrt", "levels": [1, 2]}, "l1"),
+        cache_dir=cache,
+    )
     assert len(calls) == result.n_train + result.n_test
 
 
-@pytest.mark.parametrize("codebook, message", [
-    ({"assignment": "fuzzy"}, "codebook.assignment = 'fuzzy': allowed values are 'hard', 'soft'"),
-    ({"assignment": "soft", "soft_beta": 0}, "codebook.soft_beta = 0: expected a finite number > 0"),
-    ({"assignment": "soft", "soft_beta": -2.0}, "codebook.soft_beta = -2.0: expected a finite number > 0"),
-    ({"assignment": "soft", "soft_beta": "big"}, "codebook.soft_beta = 'big': expected a finite number > 0"),
-    ({"assignment": "soft", "soft_beta": float("inf")}, "codebook.soft_beta = inf: expected a finite number > 0"),
-    ({"assignment": "soft", "soft_neighbors": 0}, "codebook.soft_neighbors = 0: expected an integer ≥ 1"),
-    ({"assignment": "soft", "soft_neighbors": 17}, "codebook.soft_neighbors = 17: expected at most codebook.size = 16"),
-    ({"soft_beta": 2.0}, "codebook.soft_beta applies to codebook.assignment = 'soft' only"),
-    ({"soft_neighbors": 4}, "codebook.soft_neighbors applies to codebook.assignment = 'soft' only"),
-    ({"kind": "llc", "assignment": "soft"}, "codebook.assignment applies to codebook.kind = 'kmeans' only"),
-])
+@pytest.mark.parametrize(
+    "codebook, message",
+    [
+        ({"assignment": "fuzzy"}, "codebook.assignment = 'fuzzy': allowed values are 'hard', 'soft'"),
+        ({"assignment": "soft", "soft_beta": 0}, "codebook.soft_beta = 0: expected a finite number > 0"),
+        ({"assignment": "soft", "soft_beta": -2.0}, "codebook.soft_beta = -2.0: expected a finite number > 0"),
+        ({"assignment": "soft", "soft_beta": "big"}, "codebook.soft_beta = 'big': expected a finite number > 0"),
+        ({"assignment": "soft", "soft_beta": float("inf")}, "codebook.soft_beta = inf: expected a finite number > 0"),
+        ({"assignment": "soft", "soft_neighbors": 0}, "codebook.soft_neighbors = 0: expected an integer ≥ 1"),
+        (
+            {"assignment": "soft", "soft_neighbors": 17},
+            "codebook.soft_neighbors = 17: expected at most codebook.size = 16",
+        ),
+        ({"soft_beta": 2.0}, "codebook.soft_beta applies to codebook.assignment = 'soft' only"),
+        ({"soft_neighbors": 4}, "codebook.soft_neighbors applies to codebook.assignment = 'soft' only"),
+        ({"kind": "llc", "assignment": "soft"}, "codebook.assignment applies to codebook.kind = 'kmeans' only"),
+    ],
+)
 def test_config_errors_are_one_line(codebook, message):
     raw = {table: dict(values) for table, values in SMALL_CONFIG.items()}
     raw["codebook"].update(codebook)
@@ -239,7 +256,7 @@ def test_config_errors_are_one_line(codebook, message):
 
 
 def test_cli_reports_a_bad_soft_beta_in_one_line(tmp_path, capsys):
-    from classify_images.pipeline.cli import main
+    from classify_images.pipeline.interfaces.cli import main
 
     from .conftest import FIXTURE_IMAGES, write_config_toml
 

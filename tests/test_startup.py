@@ -17,7 +17,7 @@ HEAVY = ("numpy", "scipy", "sklearn", "numba", "cv2", "matplotlib", "dask", "dis
 
 _SCRIPT = """
 import json, sys
-from classify_images.pipeline.cli import main
+from classify_images.pipeline.interfaces.cli import main
 try:
     main({argv!r})
 except SystemExit:
@@ -61,9 +61,10 @@ def test_public_names_still_importable():
     from classify_images.classifiers.base import NegativeFeaturesError as defined
 
     assert NegativeFeaturesError is defined
-    from classify_images.pipeline.build import DEFAULT_BATCH_SIZE
-    from classify_images.pipeline.config import named_configs
-    from classify_images.pipeline.defaults import DEFAULT_BATCH_SIZE as default, named_configs as light
+    from classify_images.pipeline.extraction.build import DEFAULT_BATCH_SIZE
+    from classify_images.pipeline.settings.config import named_configs
+    from classify_images.pipeline.settings.defaults import DEFAULT_BATCH_SIZE as default
+    from classify_images.pipeline.settings.defaults import named_configs as light
 
     assert DEFAULT_BATCH_SIZE == default and named_configs is light
     with pytest.raises(AttributeError):

@@ -7,8 +7,8 @@ from classify_images.classifiers import NegativeFeaturesError
 from classify_images.classifiers.registry import make_classifier
 from classify_images.coding import VladEncoder
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
-from classify_images.pipeline.build import build_feature_set
-from classify_images.pipeline.feature_store import load_feature_set
+from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from ._encoder_helpers import assert_new_images_match_rows, random_layout, reference_cells, small_config
 
@@ -56,7 +56,9 @@ def test_vlad_build_end_to_end_and_additive_kernels_refuse_it(tmp_path, small_da
     result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache")
     fs = load_feature_set(tmp_path / "fs")
     assert result.n_features == 8 * 128 * 5 and fs.codebook().shape == (8, 128)
-    assert fs.manifest["implementation_versions"]["vlad"] >= 1 and "fisher" not in fs.manifest["implementation_versions"]
+    assert (
+        fs.manifest["implementation_versions"]["vlad"] >= 1 and "fisher" not in fs.manifest["implementation_versions"]
+    )
     X = np.asarray(fs.X_train)
     np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, rtol=1e-5)
     assert (X < 0).any()

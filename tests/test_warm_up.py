@@ -1,4 +1,4 @@
-"""The parent's warm-up compiles every numba kernel a stage's workers call (pipeline/warm_up.py)."""
+"""The parent's warm-up compiles every numba kernel a stage's workers call (classify_images/pipeline/execution/warm_up.py)."""
 
 import subprocess
 import sys
@@ -10,14 +10,21 @@ from numba.core.registry import CPUDispatcher
 from classify_images.coding.codebook import learn_sparse_dictionary
 from classify_images.coding.encoders import make_encoder
 from classify_images.features.dsift import dequantize_descriptors
-from classify_images.pipeline.config import load_config
-from classify_images.pipeline.dataset import file_fingerprint
-from classify_images.pipeline.extractor import FeatureExtractor
-from classify_images.pipeline.stages import compute_descriptors
-from classify_images.pipeline.warm_up import (
-    _LEARNER_READY, AsideCompilation, _compile_encoder, compile_learner, encoder_compiled_aside,
-    learns_in_parent_with_numba, synthetic_image, warm_descriptors, warm_encoding,
+from classify_images.pipeline.execution.warm_up import (
+    _LEARNER_READY,
+    AsideCompilation,
+    _compile_encoder,
+    compile_learner,
+    encoder_compiled_aside,
+    learns_in_parent_with_numba,
+    synthetic_image,
+    warm_descriptors,
+    warm_encoding,
 )
+from classify_images.pipeline.extraction.extractor import FeatureExtractor
+from classify_images.pipeline.extraction.stages import compute_descriptors
+from classify_images.pipeline.settings.config import load_config
+from classify_images.pipeline.settings.dataset import file_fingerprint
 
 from .conftest import FIXTURE_PHOTO
 
@@ -44,8 +51,15 @@ def _compiled_signatures() -> dict[str, int]:
 
 
 def _extractor(codebook: dict, max_side: int) -> FeatureExtractor:
-    config = load_config(None, {"codebook": codebook, "image": {"max_side": max_side},
-                                "sift": {"patch_sizes": [16], "step": 6}, "pooling": {"levels": [1, 2]}})
+    config = load_config(
+        None,
+        {
+            "codebook": codebook,
+            "image": {"max_side": max_side},
+            "sift": {"patch_sizes": [16], "step": 6},
+            "pooling": {"levels": [1, 2]},
+        },
+    )
     sample = compute_descriptors(str(FIXTURE_PHOTO), 160, config.sift_params())["descriptors"]
     state = make_encoder(config.codebook_params(learning=True)).learn(dequantize_descriptors(sample))
     return FeatureExtractor(config, state)
@@ -83,8 +97,7 @@ def test_warm_descriptors_covers_the_sampling_stage():
 def test_a_synthetic_state_compiles_what_the_learnt_one_does(name):
     extractor = _extractor(CODEBOOKS[name], max_side=200)
     config = extractor.config
-    _compile_encoder(config.sift_params(), config.codebook_params(), list(config.pooling.levels),
-                     config.pooling.method)
+    _compile_encoder(config.sift_params(), config.codebook_params(), list(config.pooling.levels), config.pooling.method)
     warmed = _compiled_signatures()
     warm_encoding(extractor)
     assert _compiled_signatures() == warmed
@@ -123,7 +136,9 @@ ONLINE = {"kind": "sparse", "size": 8, "n_iter": 5, "lambda": 0.15, "dictionary_
 def test_only_the_online_dictionary_learner_is_compiled_for_the_parent():
     assert learns_in_parent_with_numba(make_encoder(load_config(None, {"codebook": ONLINE}).codebook_params()))
     for codebook in ({**ONLINE, "dictionary_solver": "spams"}, CODEBOOKS["kmeans"], CODEBOOKS["fisher"]):
-        assert not learns_in_parent_with_numba(make_encoder(load_config(None, {"codebook": codebook}).codebook_params()))
+        assert not learns_in_parent_with_numba(
+            make_encoder(load_config(None, {"codebook": codebook}).codebook_params())
+        )
 
 
 def test_compile_learner_covers_a_real_dictionary():
@@ -146,8 +161,10 @@ def test_the_compiling_process_announces_the_learner_before_the_encoder(capsys):
 
 
 def test_wait_for_learner_returns_at_the_line_while_the_process_still_runs():
-    process = subprocess.Popen([sys.executable, "-c", f"print({_LEARNER_READY!r}, flush=True); "
-                                "import time; time.sleep(60)"], stdout=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-c", f"print({_LEARNER_READY!r}, flush=True); import time; time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
     try:
         assert AsideCompilation(process, learner_first=True).wait_for_learner(timeout=30)
         assert process.poll() is None  # the line, not the end of the process

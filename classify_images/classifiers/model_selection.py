@@ -1,0 +1,345 @@
+"""Model selection: a classifier's parameters chosen by stratified k-fold cross-validation.
+
+:func:`search_parameters` scores every point of a grid (``{"C": [0.1, 1, 10, 100]}``, or
+several parameters: their product) by the mean, over ``folds`` seeded stratified folds of
+the *training rows only* (:class:`sklearn.model_selection.StratifiedKFold`, shuffled), of the
+mean per-class accuracy on the held-out fold (``balanced_accuracy``: the mean of the per-class
+recalls), and returns the best point (ties: the first in grid order, as
+:class:`~sklearn.model_selection.GridSearchCV` ranks them) with every score, and which of its
+values lie on an edge of their grid (:attr:`SearchResult.on_edge`).
+
+Two ways to fit the folds
+    *Any estimator*: :class:`~sklearn.model_selection.GridSearchCV` (``refit=False``), which
+    indexes the rows of each fold (a copy of ``(k − 1)/k`` of the rows per fit).
+
+    *The linear squared-hinge SVM* (:class:`~classify_images.classifiers.quadratic_hinge.QuadraticHingeSVC`)
+    when ``n ≤ d`` (rows fewer than dimensions, e.g. Fisher vectors): one Gram matrix
+    ``K = X Xᵀ`` (``n × n``, float64) for all folds and grid points, no copy of the rows.
+    For a fold with training rows ``T`` and held-out rows ``H``, the eigendecomposition
+    ``K_TT = U diag(λ) Uᵀ`` (the ``pinv`` rank rule of
+    :mod:`~classify_images.classifiers.eigenbasis`) gives the training rows in the orthonormal
+    basis ``V = X_Tᵀ U diag(λ)^{-1/2}`` of their span, ``Z_T = U diag(λ)^{1/2}``, and the
+    held-out rows in the same basis, ``Z_H = X_H V = K_HT U diag(λ)^{-1/2}``.  The objective only
+    sees ``W`` through ``‖W‖²`` and ``X_T W`` and its minimiser lies in the span, so training
+    on ``Z_T`` (``solver="features"``, whose Jacobi preconditioner is then ``diag(λ)``: the
+    eigenbasis solver's) and scoring ``Z_H`` is training on ``X_T`` and scoring ``X_H``; each
+    fold's decomposition serves every grid point.  The scores equal the generic path's up to
+    the solver tolerance (tested).
+
+With mirrors (``mirrored=True``: ``[augment] flip_train``)
+    ``X`` holds ``2n`` rows, the ``n`` training images then their mirrors in the same order
+    (row ``n + i`` mirrors row ``i``), and ``y`` the ``n`` labels of the images.  The folds are
+    drawn over the *images* (stratified on ``y``), and an image's mirror goes wherever the image
+    goes: a fold trains on its training images and their mirrors (``T ∪ (T + n)``) and never
+    sees the mirror of a held-out image.  It scores each held-out image ``i ∈ H`` as the test is
+    scored with ``flip_test = "average"``: the class of the largest averaged decision value
+    ``½ (f_c(x_i) + f_c(x_{n+i}))``.  On the Gram path ``K`` is the ``2n × 2n`` Gram matrix of
+    all the rows (one for every fold and grid point, no row copies); the generic path fits each
+    fold on its own copy of its rows.
+
+References
+----------
+.. [1] R. Kohavi, "A study of cross-validation and bootstrap for accuracy estimation and model
+   selection", IJCAI 1995 (stratified k-fold).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.linalg as la
+from sklearn.base import clone
+from sklearn.metrics import balanced_accuracy_score
+from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+from ..errors import ClassifyImagesError
+from .eigenbasis import gram_matrix
+
+__all__ = [
+    "SearchError",
+    "SearchResult",
+    "search_parameters",
+    "search_summary",
+    "edge_warning",
+    "splits_edge_warning",
+    "DEFAULT_FOLDS",
+]
+
+#: Folds of the cross-validation.
+DEFAULT_FOLDS = 3
+
+
+class SearchError(ClassifyImagesError, ValueError):
+    """A parameter grid that cannot be searched (one line naming the parameter)."""
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a grid search chose and why."""
+
+    grid: dict[str, list]  #: the values tried, per parameter
+    best: dict[str, Any]  #: the chosen value of each parameter
+    scores: list[dict[str, Any]]  #: per grid point: ``{"params": {...}, "score": mean held-out accuracy}``
+    folds: int  #: folds of the cross-validation
+    seed: int  #: seed of the fold assignment
+    method: str  #: ``"gram"`` (one Gram matrix, no row copies) or ``"refit"`` (GridSearchCV)
+    on_edge: list[str] = field(
+        default_factory=list
+    )  #: parameters whose choice is the first or last value of a grid of ≥ 3
+    mirrored: bool = False  #: folds of images with their mirrors, held-out images scored averaged with their mirrors
+    #: the Gram matrix ``X Xᵀ`` of the rows searched (``method == "gram"``), for the final fit
+    #: (:func:`~classify_images.classifiers.eigenbasis.reused_gram`); not part of :meth:`to_dict`
+    gram: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (model file header, report)."""
+        return {
+            "grid": self.grid,
+            "best": self.best,
+            "scores": self.scores,
+            "folds": self.folds,
+            "seed": self.seed,
+            "method": self.method,
+            "on_edge": self.on_edge,
+            "mirrored": self.mirrored,
+        }
+
+    def warning(self) -> str | None:
+        """The one-line warning when a choice is on its grid's edge, else None (:func:`edge_warning`)."""
+        return edge_warning(self.to_dict())
+
+
+def _values_text(values: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{name} = {value:g}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else f"{name} = {value!r}"
+        for name, value in values.items()
+    )
+
+
+def search_summary(search: dict[str, Any]) -> str:
+    """One line: what a search (``SearchResult.to_dict()``) chose, from which grid, by what."""
+    grid = "; ".join(f"{name} in {', '.join(map(str, values))}" for name, values in search["grid"].items())
+    best = max(entry["score"] for entry in search["scores"])
+    rows = (
+        "training images and their mirrors, each image in one fold with its mirror"
+        if search.get("mirrored")
+        else "training rows"
+    )
+    return (
+        f"{_values_text(search['best'])} chosen by {search['folds']}-fold stratified cross-validation on the "
+        f"{rows} ({grid}; held-out mean per-class accuracy {100 * best:.2f} %)"
+    )
+
+
+def edge_warning(search: dict[str, Any]) -> str | None:
+    """The one-line warning when a search's choice is on its grid's edge, else None."""
+    if not search.get("on_edge"):
+        return None
+    chosen = _values_text({name: search["best"][name] for name in search["on_edge"]})
+    return f"the search chose {chosen}, on the edge of its grid: the best value may lie beyond it; widen the grid"
+
+
+def splits_edge_warning(grid: dict[str, list], chosen: Sequence[tuple[int, dict[str, Any] | None]]) -> str | None:
+    """The one-line warning when the choice of *any* split of an experiment is on its grid's edge.
+
+    Parameters
+    ----------
+    grid : dict
+        The searched grid, ``{name: [values]}`` (the same on every split).
+    chosen : sequence of (seed, dict or None)
+        Each split's seed and the values its search chose (None: no search on that split).
+
+    Returns
+    -------
+    str or None
+        ``"the search chose a value on the edge of its grid on 2 of 3 splits (seed 0: C = 100;
+        seed 2: C = 100): …"``, or None when every choice lies inside its grid.
+    """
+    on_edge = [(seed, {name: best[name] for name in _edges(grid, best)}) for seed, best in chosen if best]
+    on_edge = [(seed, values) for seed, values in on_edge if values]
+    if not on_edge:
+        return None
+    where = "; ".join(f"seed {seed}: {_values_text(values)}" for seed, values in on_edge)
+    return (
+        f"the search chose a value on the edge of its grid on {len(on_edge)} of {len(chosen)} splits ({where}): "
+        "the best value may lie beyond it; widen the grid"
+    )
+
+
+def _check_grid(estimator: Any, grid: dict[str, list]) -> dict[str, list]:
+    if not grid:
+        raise SearchError("--search needs at least one parameter, e.g. --search C=0.1,1,10,100")
+    known = estimator.get_params(deep=False)
+    for name, values in grid.items():
+        if name not in known:
+            raise SearchError(
+                f"--search {name}=...: {type(estimator).__name__} has no parameter {name!r}; "
+                f"its parameters: {', '.join(sorted(known))}"
+            )
+        if not isinstance(values, (list, tuple)) or not values:
+            raise SearchError(f"--search {name}=...: give one or more values separated by commas")
+        try:
+            for value in values:
+                clone(estimator).set_params(**{name: value})._validate_params()
+        except (ValueError, TypeError) as exc:
+            raise SearchError(f"--search {name}=...: {str(exc).splitlines()[0]}") from None
+    return {name: list(values) for name, values in grid.items()}
+
+
+def _points(grid: dict[str, list]) -> list[dict[str, Any]]:
+    """The grid's points in :class:`~sklearn.model_selection.ParameterGrid`'s order (names sorted, last fastest)."""
+    names = sorted(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[name] for name in names))]
+
+
+def _edges(grid: dict[str, list], best: dict[str, Any]) -> list[str]:
+    edges = []
+    for name, values in grid.items():
+        numeric = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numeric) == len(values) >= 3 and best[name] in (min(numeric), max(numeric)):
+            edges.append(name)
+    return edges
+
+
+def _gram_applies(estimator: Any, X: Any, grid: dict[str, list]) -> bool:
+    from .quadratic_hinge import QuadraticHingeSVC
+
+    return (
+        isinstance(estimator, QuadraticHingeSVC)
+        and "solver" not in grid
+        and estimator.solver != "features"
+        and isinstance(X, np.ndarray)
+        and X.shape[0] <= X.shape[1]
+    )
+
+
+def _fold_coordinates(K: np.ndarray, train: np.ndarray, held_out: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(Z_T, Z_H)``: a fold's training and held-out rows in the eigenbasis of the training rows' span."""
+    lam, U = la.eigh(K[np.ix_(train, train)], check_finite=False)
+    keep = lam > max(train.size, d) * np.finfo(np.float64).eps * max(float(lam[-1]), 0.0)
+    if not np.any(keep):  # all training rows zero: one null coordinate
+        return np.zeros((train.size, 1)), np.zeros((held_out.size, 1))
+    root = np.sqrt(lam[keep])
+    U = U[:, keep]
+    return U * root, K[np.ix_(held_out, train)] @ (U / root)
+
+
+def _with_mirrors(images: np.ndarray, n: int, mirrored: bool) -> np.ndarray:
+    """Row indices of the images ``images`` and, with ``mirrored``, of their mirrors (``images + n``) after them."""
+    return np.concatenate([images, images + n]) if mirrored else images
+
+
+def _held_out_predictions(model: Any, X_held: Any, mirrored: bool) -> np.ndarray:
+    """The classes predicted for the held-out images: ``model.predict``, or, with ``mirrored``
+    (``X_held``: the images then their mirrors), the class of the largest decision value
+    averaged over each image and its mirror (``flip_test = "average"``)."""
+    if not mirrored:
+        return model.predict(X_held)
+    values = np.asarray(model.decision_function(X_held), dtype=np.float64)
+    half = values.shape[0] // 2
+    averaged = 0.5 * (values[:half] + values[half:])
+    winners = (averaged > 0).astype(np.int64) if averaged.ndim == 1 else np.argmax(averaged, axis=1)
+    return model.classes_[winners]
+
+
+def _gram_scores(
+    estimator: Any, X: np.ndarray, y: np.ndarray, points: list[dict], splits: list, mirrored: bool, K: np.ndarray
+) -> np.ndarray:
+    n, labels = y.size, np.concatenate([y, y]) if mirrored else y
+    scores = np.zeros((len(points), len(splits)))
+    for j, (train, held_out) in enumerate(splits):
+        rows = _with_mirrors(train, n, mirrored)
+        Z_train, Z_held = _fold_coordinates(K, rows, _with_mirrors(held_out, n, mirrored), X.shape[1])
+        for i, point in enumerate(points):
+            model = clone(estimator).set_params(**point, solver="features").fit(Z_train, labels[rows])
+            scores[i, j] = balanced_accuracy_score(y[held_out], _held_out_predictions(model, Z_held, mirrored))
+    return scores.mean(axis=1)
+
+
+def _refit_mirrored_scores(estimator: Any, X: Any, y: np.ndarray, points: list[dict], splits: list) -> np.ndarray:
+    """The generic path with mirrors: each fold and grid point fitted on a copy of the fold's rows."""
+    labels = np.concatenate([y, y])
+    scores = np.zeros((len(points), len(splits)))
+    for j, (train, held_out) in enumerate(splits):
+        rows, held_rows = _with_mirrors(train, y.size, True), _with_mirrors(held_out, y.size, True)
+        for i, point in enumerate(points):
+            model = clone(estimator).set_params(**point).fit(X[rows], labels[rows])
+            scores[i, j] = balanced_accuracy_score(y[held_out], _held_out_predictions(model, X[held_rows], True))
+    return scores.mean(axis=1)
+
+
+def search_parameters(
+    estimator: Any,
+    X: Any,
+    y: Any,
+    grid: dict[str, list],
+    *,
+    folds: int = DEFAULT_FOLDS,
+    seed: int = 0,
+    mirrored: bool = False,
+) -> SearchResult:
+    """The point of ``grid`` with the best mean held-out per-class accuracy (module docstring).
+
+    Parameters
+    ----------
+    estimator : unfitted scikit-learn classifier
+        Its other parameters are kept; the grid's are set on clones.
+    X : array-like or sparse matrix, shape (n_samples, n_features), or (2 n_samples, n_features) with ``mirrored``
+        The training rows (nothing else is seen); with ``mirrored``, followed by their mirrors.
+    y : array-like, shape (n_samples,)
+        The labels of the training images (not repeated for the mirrors).
+    grid : dict of str to list
+        Values to try per parameter.
+    folds : int, default 3
+    seed : int, default 0
+        Seed of the shuffled stratified folds.
+    mirrored : bool, default False
+        ``X`` holds the images then their mirrors: folds keep each image with its mirror and
+        score the held-out images by the decision values averaged with their mirrors' (module docstring).
+
+    Returns
+    -------
+    SearchResult
+
+    Raises
+    ------
+    SearchError
+        Unknown parameter or invalid value, or a class with fewer training rows than folds.
+    """
+    grid = _check_grid(estimator, grid)
+    y = np.asarray(y)
+    _, counts = np.unique(y, return_counts=True)
+    if counts.min() < folds:
+        raise SearchError(
+            f"--search: a class has {counts.min()} training rows, fewer than the {folds} folds "
+            "of the cross-validation; give more training images per class"
+        )
+    if mirrored and X.shape[0] != 2 * y.size:
+        raise ValueError(f"{X.shape[0]} rows for {y.size} images and their mirrors (expected {2 * y.size})")
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    points = _points(grid)
+    splits = list(splitter.split(np.zeros(y.size), y))
+    gram = None
+    if _gram_applies(estimator, X, grid):
+        gram = gram_matrix(X)
+        mean_scores, method = _gram_scores(estimator, X, y, points, splits, mirrored, gram), "gram"
+    elif mirrored:
+        mean_scores, method = _refit_mirrored_scores(estimator, X, y, points, splits), "refit"
+    else:
+        search = GridSearchCV(
+            estimator, grid, scoring="balanced_accuracy", cv=splits, refit=False, error_score="raise"
+        ).fit(X, y)
+        order = {
+            tuple(sorted(p.items())): s
+            for p, s in zip(search.cv_results_["params"], search.cv_results_["mean_test_score"])
+        }
+        mean_scores, method = np.array([order[tuple(sorted(p.items()))] for p in points]), "refit"
+    best = points[int(np.argmax(mean_scores))]
+    scores = [{"params": point, "score": float(score)} for point, score in zip(points, mean_scores)]
+    return SearchResult(grid, dict(best), scores, folds, seed, method, _edges(grid, best), mirrored, gram)

@@ -1,0 +1,179 @@
+"""Local descriptors as plug-ins: what the pipeline computes on a decoded image.
+
+A :class:`Descriptor` turns a preprocessed image (float32 in [0, 1]) into local descriptors
+on a grid, with their positions; the pipeline's stages ask it for that and for its
+:attr:`~Descriptor.length` (what an encoder's state is checked against when a model file is
+loaded), and never name it.  Its parameters are the ``[sift]`` table of the configuration
+(today's one descriptor; a second one brings its own table and one module here).
+
+Descriptors are stored in the stage cache as uint8 with VLFeat's convention (512 × the
+unit-normalised value, clipped: :func:`~classify_images.features.dsift.quantize_descriptors`),
+so a descriptor's values must lie in [0, 0.5] after its own normalisation, as SIFT's do.
+
+The registry: :func:`descriptor_class` by ``kind``; :func:`register_descriptor` adds one.
+
+============  ====================  ===============================================
+kind          class                 computes
+============  ====================  ===============================================
+``"sift"``    :class:`DenseSift`    dense SIFT (:func:`~classify_images.features.dsift.dense_sift`),
+                                    grey or per colour channel (``[sift] color``)
+============  ====================  ===============================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import colour as colour_module
+from . import dsift as dsift_module
+
+__all__ = ["Descriptors", "Descriptor", "DenseSift", "register_descriptor", "descriptor_class", "make_descriptor"]
+
+
+@dataclass(frozen=True, eq=False)
+class Descriptors:
+    """The local descriptors of one image.
+
+    Attributes
+    ----------
+    descriptors : ndarray of float32, shape (n, length)
+    x, y : ndarray of float32, shape (n,)
+        Centres, pixels of the preprocessed image.
+    """
+
+    descriptors: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+
+
+class Descriptor:
+    """Base class of the local descriptors.
+
+    Parameters
+    ----------
+    table : mapping
+        The descriptor's configuration table, plain values (``[sift]`` for dense SIFT; keys at
+        their defaults may be absent).
+    """
+
+    #: Registry key.
+    kind: ClassVar[str]
+    #: ``IMPLEMENTATION_VERSION`` key of the module whose numbers it produces (cache keys).
+    version_key: ClassVar[str]
+
+    def __init__(self, table: Mapping[str, Any]) -> None:
+        self.table = dict(table)
+
+    @property
+    def length(self) -> int:
+        """Length of one descriptor."""
+        raise NotImplementedError
+
+    def implementation_version(self) -> int:
+        """The version of this descriptor's numbers (part of the cache keys and config hash)."""
+        raise NotImplementedError
+
+    def compute(self, image: np.ndarray) -> Descriptors:
+        """The descriptors of a preprocessed image (float32, (H, W), values in [0, 1])."""
+        raise NotImplementedError
+
+
+class DenseSift(Descriptor):
+    """Dense SIFT on a regular grid at one or several patch sizes
+    (:func:`~classify_images.features.dsift.dense_sift`; the ``[sift]`` table).  Its
+    options that postdate the first release (``smoothing``, ``window_size``, ``bin_centres``,
+    ``grid_alignment``, ``low_contrast``, ``root_sift``, ``color``) may be absent: they then take
+    their defaults, so that the table a configuration gives the cached stages is unchanged for
+    every configuration that does not set them.
+
+    With ``color`` a colour space (:data:`~classify_images.features.colour.COLOR_SPACES`:
+    ``"opponent"``, ``"hsv"``, ``"rgb"``), the image is decoded in colour, converted by
+    :func:`~classify_images.features.colour.colour_channels`, and dense SIFT is run on each of
+    the three channels alone with the same options; a keypoint's descriptor is the three
+    128-dimensional blocks concatenated (``length`` 384; van de Sande et al., TPAMI 2010).
+    ``low_contrast = "drop"`` would drop a different set of patches per channel and is refused
+    with colour.
+    """
+
+    kind = "sift"
+    version_key = "dense_sift"
+
+    @property
+    def color(self) -> str:
+        """``"gray"`` or the colour space."""
+        return self.table.get("color", colour_module.GRAY)
+
+    @property
+    def needs_colour(self) -> bool:
+        """True when :meth:`compute` takes an RGB image (H, W, 3) rather than a grey one."""
+        return self.color != colour_module.GRAY
+
+    @property
+    def length(self) -> int:
+        return dsift_module.DESCRIPTOR_SIZE * colour_module.n_channels(self.color)
+
+    def implementation_version(self) -> int:
+        return dsift_module.IMPLEMENTATION_VERSION
+
+    def _dense_sift(self, channel: np.ndarray) -> dsift_module.DenseSIFT:
+        table = self.table
+        return dsift_module.dense_sift(
+            channel,
+            patch_sizes=tuple(table["patch_sizes"]),
+            step=table["step"],
+            smooth=table["smooth"],
+            contrast_threshold=table["contrast_threshold"],
+            smoothing=table.get("smoothing", "dsift"),
+            window_size=table.get("window_size") or None,
+            bin_centres=table.get("bin_centres", "patch"),
+            grid_alignment=table.get("grid_alignment", "corner"),
+            low_contrast=table.get("low_contrast", "keep"),
+            root=table.get("root_sift", False),
+        )
+
+    def compute(self, image: np.ndarray) -> Descriptors:
+        """Descriptors of a grey image (H, W), or of an RGB image (H, W, 3) when :attr:`needs_colour`."""
+        if not self.needs_colour:
+            result = self._dense_sift(image)
+            return Descriptors(
+                result.descriptors, np.asarray(result.x, dtype=np.float32), np.asarray(result.y, dtype=np.float32)
+            )
+        if self.table.get("low_contrast", "keep") == "drop":
+            raise ValueError(
+                "sift.low_contrast = 'drop' cannot be used with a colour space (each channel "
+                "would drop different patches); use 'keep' or 'zero'"
+            )
+        blocks = [self._dense_sift(channel) for channel in colour_module.colour_channels(image, self.color)]
+        first = blocks[0]
+        return Descriptors(
+            np.ascontiguousarray(np.concatenate([b.descriptors for b in blocks], axis=1)),
+            np.asarray(first.x, dtype=np.float32),
+            np.asarray(first.y, dtype=np.float32),
+        )
+
+
+_REGISTERED: dict[str, type[Descriptor]] = {DenseSift.kind: DenseSift}
+
+
+def register_descriptor(cls: type[Descriptor]) -> type[Descriptor]:
+    """Add a descriptor class under ``cls.kind`` (usable as a decorator)."""
+    if _REGISTERED.get(cls.kind, cls) is not cls:
+        raise ValueError(f"descriptor kind {cls.kind!r} is taken by {_REGISTERED[cls.kind].__name__}")
+    _REGISTERED[cls.kind] = cls
+    return cls
+
+
+def descriptor_class(kind: str) -> type[Descriptor]:
+    """The descriptor class of ``kind`` (KeyError naming the known kinds)."""
+    if kind not in _REGISTERED:
+        raise KeyError(f"unknown descriptor kind {kind!r}; known kinds: {', '.join(_REGISTERED)}")
+    return _REGISTERED[kind]
+
+
+def make_descriptor(table: Mapping[str, Any], kind: str = "sift") -> Descriptor:
+    """The descriptor of a plain configuration table."""
+    return descriptor_class(kind)(table)

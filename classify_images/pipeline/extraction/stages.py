@@ -1,0 +1,390 @@
+"""Per-image stages of the feature pipeline, as pure functions that joblib caches.
+
+Each function takes the image path *and its content fingerprint* (SHA-1 of the
+bytes) together with the parameters of its own stage and of every stage
+upstream.  :class:`StageCache` wraps them in :class:`joblib.Memory`, so the cache
+key is the image content plus all upstream parameters: a changed image or an
+upstream change can never return a stale result, and a downstream change
+(pooling, normalisation, classifier) recomputes nothing here.  joblib writes
+each result under a temporary name and renames it, so an interrupted run never
+leaves a half-written entry.  Results are stored as ``.npz`` files read without
+pickle, in a private cache folder
+(:mod:`~classify_images.pipeline.storage.cache_store`): a file planted in the cache cannot
+run code, it is a miss.
+
+What is cached per image is compact:
+
+* ``check_image``      — readable?, its size after resizing, or the reason it is not;
+* ``image_descriptors`` — dense SIFT as uint8 (VLFeat's 512·v convention [1]_) + grid
+  positions (only when ``sift.cache_descriptors`` is true: ``n`` descriptors take
+  ``128 n`` bytes, large for dense grids with several patch sizes, and recomputing
+  them is cheap; see docs/benchmarks/build-and-cache.md);
+* ``descriptor_sample`` — the few descriptors of a training image that feed the codebook
+  (``positioned_descriptor_sample``: the same with their keypoints' relative coordinates,
+  for an encoder that learns from positions, Fisher vectors with ``spatial_coordinates``);
+* ``image_encoding``    — what the image's encoder keeps
+  (:meth:`~classify_images.coding.encoders.Encoder.cached_item`): VQ indices (int16) or
+  sparse / LLC codes (CSR float32) + positions, pooled afterwards, so that a change of
+  pooling re-pools them; for soft assignment, per-cell sums of the codes and of their
+  squares (or their maxima); for VLAD and Fisher vectors, which aggregate each pyramid
+  cell themselves, the whole vector.  Its key holds the pyramid settings the item
+  depends on (:meth:`~classify_images.coding.encoders.Encoder.cache_dependencies`) and the
+  versions of the encoder's modules.  No stage names an encoder: they ask it.
+
+The codebook itself is learnt by :func:`learn_codebook` (:func:`learn_positioned_codebook`
+from a positioned sample), cached on the content of the descriptor sample.  The cached functions take plain values (dicts, lists, numbers,
+strings): joblib's cache key is a hash of their arguments.
+
+References
+----------
+.. [1] A. Vedaldi and B. Fulkerson, "VLFeat: an open and portable library of computer
+   vision algorithms", ACM Multimedia 2010.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+
+from ...coding import codebook as codebook_module
+from ...coding import encode as encode_module
+from ...coding import normalize as normalize_module
+from ...coding import pooling as pooling_module
+from ...coding.codebook import sample_rows
+from ...coding.encoders import Encoder, make_encoder
+from ...coding.fisher import N_SPATIAL_COORDINATES, spatial_coordinates
+from ...features import dsift as dsift_module
+from ...features import preprocess as preprocess_module
+from ...features.descriptors import make_descriptor
+from ...features.dsift import dequantize_descriptors, quantize_descriptors
+from ...features.preprocess import (
+    DEFAULT_MAX_PIXELS,
+    ImageReadError,
+    load_colour,
+    load_grayscale,
+    load_grayscale_checked,
+)
+from ..storage.cache_store import BACKEND_NAME, secure_cache_folder
+from .shared_reads import load_image
+
+#: Key added to the ``[sift]`` table a stage receives for the left-right mirror of an image.
+FLIP_KEY = "flip"
+
+__all__ = [
+    "FLIP_KEY",
+    "implementation_versions",
+    "check_image",
+    "compute_descriptors",
+    "image_descriptors",
+    "descriptor_sample",
+    "positioned_descriptor_sample",
+    "learn_codebook",
+    "learn_positioned_codebook",
+    "image_encoding",
+    "StageCache",
+]
+
+
+def implementation_versions(encoder: Encoder | None = None) -> dict[str, int]:
+    """``IMPLEMENTATION_VERSION`` of every module whose numbers end up in a feature set.
+
+    ``encoder`` adds the versions of that encoder's own modules
+    (:meth:`~classify_images.coding.encoders.Encoder.implementation_versions`).
+
+    Stage-cache keys hold the versions of the modules upstream of their stage, and the
+    feature set's config hash holds them all: bumping a module's version after a change
+    to its numerical output invalidates exactly what that module produced.  (joblib's own
+    key covers the cached function's source only, not the code it calls.)
+    """
+    versions = {
+        "preprocess": preprocess_module.IMPLEMENTATION_VERSION,
+        "dense_sift": dsift_module.IMPLEMENTATION_VERSION,
+        "codebook": codebook_module.IMPLEMENTATION_VERSION,
+        "encode": encode_module.IMPLEMENTATION_VERSION,
+        "pooling": pooling_module.IMPLEMENTATION_VERSION,
+        "normalize": normalize_module.IMPLEMENTATION_VERSION,
+    }
+    if encoder is not None:
+        versions.update(encoder.implementation_versions())
+    return versions
+
+
+#: The common modules each cached stage depends on (the keys of :func:`implementation_versions`);
+#: the encoding stage depends on its encoder's own modules as well.
+_STAGE_MODULES = {
+    "check_image": ("preprocess",),
+    "image_descriptors": ("preprocess", "dense_sift"),
+    "descriptor_sample": ("preprocess", "dense_sift"),
+    "positioned_descriptor_sample": ("preprocess", "dense_sift"),
+    "learn_codebook": ("codebook",),
+    "learn_positioned_codebook": ("codebook",),
+    "image_encoding": ("preprocess", "dense_sift", "encode", "pooling"),
+}
+
+
+def _stage_versions(stage: str, encoder: Encoder | None = None) -> tuple[tuple[str, int], ...]:
+    versions = implementation_versions(encoder)
+    own = tuple(encoder.implementation_versions()) if encoder is not None else ()
+    return tuple((module, versions[module]) for module in _STAGE_MODULES[stage] + own)
+
+
+def check_image(
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    min_side: int,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    implementation: tuple = (),
+) -> dict[str, Any]:
+    """Decode an image once: ``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}``.
+
+    ``min_side`` is the largest patch size: an image smaller than one patch has
+    no descriptor and is skipped.  An image whose header announces more than
+    ``max_pixels`` pixels is skipped without being decoded; the bytes decoded are
+    checked against ``fingerprint``.  A readable image whose decoder printed a
+    warning (a damaged JPEG stream) has it under ``"warning"``.
+    """
+    try:
+        image, warnings = load_grayscale_checked(path, max_side=max_side, max_pixels=max_pixels, sha1=fingerprint)
+    except ImageReadError as exc:
+        return {"ok": False, "reason": str(exc)}
+    except OSError as exc:
+        return {"ok": False, "reason": f"cannot read file ({exc.strerror or exc})"}
+    height, width = image.shape
+    if min(height, width) < min_side:
+        return {"ok": False, "reason": f"image smaller than one patch ({width}x{height} px < {min_side} px)"}
+    result = {"ok": True, "shape": (int(height), int(width))}
+    if warnings:
+        result["warning"] = "; ".join(warnings)[:500]
+    return result
+
+
+def compute_descriptors(
+    path: str, max_side: int, sift: dict[str, Any], fingerprint: str | None = None
+) -> dict[str, np.ndarray]:
+    """The local descriptors of one image (:mod:`~classify_images.features.descriptors`: dense
+    SIFT with the ``[sift]`` table, on the image decoded in colour when ``sift.color`` asks for it):
+    ``descriptors`` (uint8, n×length), ``x``, ``y`` (float32), ``shape``.
+
+    ``sift[FLIP_KEY] = True`` (``"flip"``; absent otherwise, so unflipped keys are unchanged) computes
+    them on the image mirrored left-right after decoding and shrinking (augmentation, Chatfield et
+    al., BMVC 2014): a flipped image is its own cache entry in every stage keyed by ``sift``.
+
+    With ``fingerprint``, the bytes decoded must be the bytes fingerprinted.  Inside
+    :func:`~classify_images.pipeline.extraction.shared_reads.decoded_once` (a multi-channel pass) the image is
+    decoded once for every channel that reads it.
+    """
+    descriptor = make_descriptor({key: value for key, value in sift.items() if key != FLIP_KEY})
+    load = load_colour if getattr(descriptor, "needs_colour", False) else load_grayscale
+    image = load_image(load, path, max_side, fingerprint)  # once for all channels inside shared_reads.decoded_once
+    if sift.get(FLIP_KEY, False):
+        image = np.ascontiguousarray(image[:, ::-1])
+    result = descriptor.compute(image)
+    return {
+        "descriptors": quantize_descriptors(result.descriptors),
+        "x": result.x,
+        "y": result.y,
+        "shape": np.asarray(image.shape[:2], dtype=np.int32),
+    }
+
+
+def image_descriptors(
+    path: str, fingerprint: str, max_side: int, sift: dict[str, Any], implementation: tuple = ()
+) -> dict[str, np.ndarray]:
+    """Cached form of :func:`compute_descriptors` (the fingerprint keys the cache)."""
+    return compute_descriptors(path, max_side, sift, fingerprint)
+
+
+def _descriptors(path, fingerprint, max_side, sift, descriptors_fn) -> dict[str, np.ndarray]:
+    if descriptors_fn is None:
+        return compute_descriptors(path, max_side, sift, fingerprint)
+    return descriptors_fn(path, fingerprint, max_side, sift)
+
+
+def _image_seed(seed: int, fingerprint: str) -> int:
+    return int.from_bytes(hashlib.sha1(f"{seed}:{fingerprint}".encode()).digest()[:8], "little")
+
+
+def descriptor_sample(
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    sift: dict[str, Any],
+    n_samples: int,
+    seed: int,
+    descriptors_fn=None,
+    implementation: tuple = (),
+) -> np.ndarray:
+    """``n_samples`` random descriptors (uint8) of one training image, seeded by image content."""
+    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
+    rows = sample_rows(data["descriptors"].shape[0], n_samples, np.random.default_rng(_image_seed(seed, fingerprint)))
+    return data["descriptors"][rows]
+
+
+def positioned_descriptor_sample(
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    sift: dict[str, Any],
+    n_samples: int,
+    seed: int,
+    descriptors_fn=None,
+    implementation: tuple = (),
+) -> np.ndarray:
+    """:func:`descriptor_sample`'s descriptors (the same rows) as float32, each followed by its
+    keypoint's relative coordinates (:func:`~classify_images.coding.fisher.spatial_coordinates`):
+    (n, length + 2), for an encoder that :attr:`~classify_images.coding.encoders.Encoder.learns_from_positions`.
+    A stage of its own, so that :func:`descriptor_sample`'s cache entries stay valid (joblib
+    drops a stage's entries when its code changes)."""
+    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
+    rows = sample_rows(data["descriptors"].shape[0], n_samples, np.random.default_rng(_image_seed(seed, fingerprint)))
+    coordinates = spatial_coordinates(data["x"][rows], data["y"][rows], tuple(int(v) for v in data["shape"]))
+    return np.concatenate([data["descriptors"][rows].astype(np.float32), coordinates], axis=1)
+
+
+def learn_codebook(
+    sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()
+) -> np.ndarray | dict[str, np.ndarray]:
+    """The fitted state of the encoder of the ``[codebook]`` table ``codebook`` (its
+    :meth:`~classify_images.coding.encoders.Encoder.learn`) from a uint8 descriptor sample."""
+    return make_encoder(codebook).learn(dequantize_descriptors(sample))
+
+
+def learn_positioned_codebook(
+    sample: np.ndarray, codebook: dict[str, Any], implementation: tuple = ()
+) -> np.ndarray | dict[str, np.ndarray]:
+    """:func:`learn_codebook` from a :func:`positioned_descriptor_sample`, for an encoder that
+    :attr:`~classify_images.coding.encoders.Encoder.learns_from_positions`: it learns from the
+    descriptors and their coordinates."""
+    descriptors, coordinates = sample[:, :-N_SPATIAL_COORDINATES], sample[:, -N_SPATIAL_COORDINATES:]
+    return make_encoder(codebook).learn(dequantize_descriptors(descriptors), coordinates=coordinates)
+
+
+def image_encoding(
+    path: str,
+    fingerprint: str,
+    max_side: int,
+    sift: dict[str, Any],
+    codebook_params: dict[str, Any],
+    dependencies: dict[str, Any],
+    codebook_digest: str,
+    codebook,
+    descriptors_fn=None,
+    implementation: tuple = (),
+) -> np.ndarray | dict[str, np.ndarray]:
+    """What the encoder of ``codebook_params`` caches for one image
+    (:meth:`~classify_images.coding.encoders.Encoder.cached_item`: codes, per-cell statistics
+    or the whole vector), keyed by ``codebook_digest`` (not the state's arrays) and by the
+    pyramid settings the item depends on (``dependencies``,
+    :meth:`~classify_images.coding.encoders.Encoder.cache_dependencies`)."""
+    data = _descriptors(path, fingerprint, max_side, sift, descriptors_fn)
+    encoder = make_encoder(codebook_params)
+    return encoder.cached_item(
+        encoder.prepared(codebook, codebook_digest),
+        dequantize_descriptors(data["descriptors"]),
+        data["x"],
+        data["y"],
+        tuple(int(v) for v in data["shape"]),
+        **dependencies,
+    )
+
+
+class StageCache:
+    """The per-image stages, memoised in ``cache_dir`` by :class:`joblib.Memory`.
+
+    With ``cache_dir=None`` nothing is cached (every call recomputes).  The folder is
+    created private, or refused when it is a user's folder (:func:`~.output_guard.check_cache_folder`)
+    or others could write into it
+    (:func:`~classify_images.pipeline.storage.cache_store.secure_cache_folder`), and results
+    are stored without pickle.  Every stage
+    function takes an ``implementation`` argument that it does not use: the cache passes
+    the ``IMPLEMENTATION_VERSION`` of the modules upstream of the stage, so that it is
+    part of the key.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike | None, *, cache_descriptors: bool = True) -> None:
+        from joblib import Memory
+
+        from ..storage.output_guard import check_cache_folder
+
+        location = None if cache_dir is None else os.fspath(secure_cache_folder(check_cache_folder(cache_dir)))
+        self.memory = Memory(location, backend=BACKEND_NAME, verbose=0)
+        # Keys are image *content* (fingerprint) and parameters; the path is not
+        # part of the key, so moving a dataset keeps its cache.
+        self.check_image = self._cached(check_image, ["path"])
+        # The codebook learner by whether the encoder learns from positions too (its own stage).
+        self._learners = {False: self._cached(learn_codebook, []), True: self._cached(learn_positioned_codebook, [])}
+        self._descriptors = self._cached(image_descriptors, ["path"]) if cache_descriptors else None
+        self._sample = self._cached(descriptor_sample, ["path", "descriptors_fn"])
+        self._positioned_sample = self._cached(positioned_descriptor_sample, ["path", "descriptors_fn"])
+        self._encoding = self._cached(image_encoding, ["path", "codebook", "descriptors_fn"])
+
+    def _cached(self, stage, ignore: list[str]):
+        """``stage`` memoised, with its modules' implementation versions bound (and keyed)."""
+        return functools.partial(
+            self.memory.cache(stage, ignore=ignore), implementation=_stage_versions(stage.__name__)
+        )
+
+    def _learner(self, codebook_params: dict[str, Any]):
+        return self._learners[make_encoder(codebook_params).learns_from_positions]
+
+    def learn_codebook(self, sample: np.ndarray, codebook_params: dict[str, Any]):
+        """The codebook of ``codebook_params`` learnt from ``sample`` (:func:`learn_codebook`,
+        or :func:`learn_positioned_codebook` for an encoder that learns from positions)."""
+        return self._learner(codebook_params)(sample, codebook_params)
+
+    def has_codebook(self, sample: np.ndarray, codebook_params: dict[str, Any]) -> bool:
+        """Whether :meth:`learn_codebook` of these arguments comes from the cache (hashes the
+        sample, learns nothing)."""
+        learner = self._learner(codebook_params)
+        return learner.func.check_call_in_cache(sample, codebook_params, **learner.keywords)
+
+    @property
+    def caches_descriptors(self) -> bool:
+        """Whether descriptors are kept in a cache folder (``sift.cache_descriptors`` and a folder)."""
+        return self._descriptors is not None and self.memory.location is not None
+
+    def image_descriptors(self, path, fingerprint, max_side, sift) -> dict[str, np.ndarray]:
+        """:func:`image_descriptors` through the cache (the entry the sample and encode stages read);
+        computed, not cached, when descriptors are not cached."""
+        if self._descriptors is None:
+            return compute_descriptors(path, max_side, sift, fingerprint)
+        return self._descriptors(path, fingerprint, max_side, sift)
+
+    def descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
+        return self._sample(path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors)
+
+    def positioned_descriptor_sample(self, path, fingerprint, max_side, sift, n_samples, seed):
+        return self._positioned_sample(
+            path, fingerprint, max_side, sift, n_samples, seed, descriptors_fn=self._descriptors
+        )
+
+    def image_encoding(
+        self,
+        path,
+        fingerprint,
+        max_side,
+        sift,
+        encoder: Encoder,
+        codebook_params,
+        dependencies,
+        codebook_digest,
+        codebook,
+    ):
+        """:func:`image_encoding` through the cache, keyed by ``encoder``'s module versions too."""
+        return self._encoding(
+            path,
+            fingerprint,
+            max_side,
+            sift,
+            codebook_params,
+            dependencies,
+            codebook_digest,
+            codebook,
+            descriptors_fn=self._descriptors,
+            implementation=_stage_versions("image_encoding", encoder),
+        )

@@ -1,0 +1,23 @@
+"""What the command line needs to build its parser, without importing the pipeline.
+
+``classify-images --version`` and ``--help`` import this module and not
+:mod:`.config`, :mod:`.runner` or :mod:`.build` (which load NumPy, SciPy, OpenCV and the
+numba kernels); those modules re-export the names defined here.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["DEFAULT_BATCH_SIZE", "named_configs"]
+
+#: Images per Dask task, and rows per shard of a sharded store: chosen from the scheduler's
+#: cost per task against the cost of an image (docs/benchmarks/cluster-and-scale.md).
+DEFAULT_BATCH_SIZE = 64
+
+
+def named_configs() -> dict[str, Path]:
+    """Ready-made configurations shipped in ``configs/``, by name."""
+    folder = resources.files("classify_images.configs")
+    return {entry.name[: -len(".toml")]: Path(str(entry)) for entry in folder.iterdir() if entry.name.endswith(".toml")}

@@ -1,0 +1,1 @@
+"""Feature rows to models and scores: training, evaluation, repeated experiments, model files."""

@@ -1,1 +1,0 @@
-"""classify_images.pipeline"""
