@@ -102,5 +102,7 @@ def test_every_link_and_anchor_resolves(page):
 
 
 def test_github_slug_follows_githubs_rule():
-    assert github_slug("The Fisher encoder against VLFeat's `vl_fisher`") == "the-fisher-encoder-against-vlfeats-vl_fisher"
+    assert (
+        github_slug("The Fisher encoder against VLFeat's `vl_fisher`") == "the-fisher-encoder-against-vlfeats-vl_fisher"
+    )
     assert github_slug("ScSPM encode + pool: per-image work") == "scspm-encode--pool-per-image-work"
