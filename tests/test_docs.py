@@ -59,8 +59,8 @@ def _module_exists(dotted: str) -> bool:
 
 
 def _references(page: Path):
-    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
-        yield number, line
+    """(line number, line) of every line of a page."""
+    return enumerate(page.read_text(encoding="utf-8").splitlines(), start=1)
 
 
 @pytest.mark.parametrize("page", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
