@@ -222,7 +222,7 @@ class FeatureExtractor:
         """
         rows, status = [], []
         for path in paths:
-            fingerprint, reason = readable_fingerprint(path, self.plan.max_pixels)
+            fingerprint, reason = readable_fingerprint(path, self.config.image.max_pixels)
             check = self.check(path, fingerprint) if fingerprint else {"ok": False, "reason": reason}
             status.append({"path": path, **check})
             if check["ok"]:

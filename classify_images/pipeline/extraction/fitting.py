@@ -96,13 +96,18 @@ def fit_extractor(
 
 
 def _descriptors_aside(
-    paths: list[str], fingerprints: list[str], images: np.ndarray | None, plan: FeaturePlan, cache: StageCache
+    paths: list[str],
+    fingerprints: list[str],
+    images: np.ndarray | None,
+    config: PipelineConfig | FeaturePlan,
+    cache: StageCache,
 ):
     """:func:`~classify_images.pipeline.extraction.descriptors_aside.descriptors_cached_aside` of ``images``
     when the stage cache keeps descriptors (and the ``[sift]`` table passes through JSON with the
     same cache key); else nothing."""
     if images is None or len(images) == 0 or not cache.caches_descriptors:
         return contextlib.nullcontext()
+    plan = feature_plan_of(config)
     sift = plan.sift
     if joblib.hash(json.loads(json.dumps(sift))) != joblib.hash(sift):  # (the aside process would miss the entries)
         return contextlib.nullcontext()
