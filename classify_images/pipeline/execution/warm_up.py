@@ -37,6 +37,8 @@ from ...coding.codebook import learn_sparse_dictionary
 from ...coding.encoders import Encoder, Pyramid, SparseCoding, make_encoder
 from ...features.descriptors import make_descriptor
 from ...features.dsift import dequantize_descriptors, quantize_descriptors
+from ..settings.config import PipelineConfig
+from ..settings.plan import FeaturePlan, feature_plan_of
 
 __all__ = ["warm_descriptors", "warm_encoding", "encoder_compiled_aside", "AsideCompilation"]
 
@@ -58,9 +60,12 @@ def synthetic_image(largest_patch: int, seed: int = 0) -> np.ndarray:
     return np.ascontiguousarray(smooth, dtype=np.float32)
 
 
-def warm_descriptors(sift: dict) -> None:
-    """Compile the descriptor's kernels (dense SIFT with the ``[sift]`` table ``sift``)."""
-    make_descriptor(sift).compute(synthetic_image(max(sift["patch_sizes"])))
+def warm_descriptors(sift: dict | FeaturePlan) -> None:
+    """Compile the descriptor's kernels: the plan's descriptor, or dense SIFT with the ``[sift]`` table ``sift``."""
+    if isinstance(sift, FeaturePlan):
+        sift.descriptor.compute(synthetic_image(sift.largest_patch))
+    else:
+        make_descriptor(sift).compute(synthetic_image(max(sift["patch_sizes"])))
 
 
 def warm_encoding(extractor) -> None:
@@ -68,12 +73,13 @@ def warm_encoding(extractor) -> None:
     <classify_images.pipeline.extraction.extractor.FeatureExtractor.pooled>`: descriptors, the encoder
     with the extractor's codebook, pooling."""
     coder = extractor.encoder.prepared(extractor.codebook, extractor.codebook_digest)
-    _encode_synthetic(extractor.config.sift_params(), extractor.encoder, coder, extractor.pyramid)
+    plan = extractor.plan
+    _encode_synthetic(plan.descriptor, plan.largest_patch, extractor.encoder, coder, extractor.pyramid)
 
 
-def _encode_synthetic(sift: dict, encoder: Encoder, coder, pyramid) -> None:
-    image = synthetic_image(max(sift["patch_sizes"]))
-    result = make_descriptor(sift).compute(image)
+def _encode_synthetic(descriptor, largest_patch: int, encoder: Encoder, coder, pyramid) -> None:
+    image = synthetic_image(largest_patch)
+    result = descriptor.compute(image)
     item = encoder.cached_item(
         coder,
         dequantize_descriptors(quantize_descriptors(result.descriptors)),
@@ -118,13 +124,15 @@ def _compile_encoder(sift: dict, codebook_params: dict, levels: list, pooling: s
     """:func:`warm_encoding` with a synthetic state (what :func:`encoder_compiled_aside` runs),
     after the online dictionary learner's kernels when the parent needs them (then prints
     :data:`_LEARNER_READY`)."""
-    encoder = make_encoder(codebook_params)
+    encoder, descriptor = make_encoder(codebook_params), make_descriptor(sift)  # (a process of its own: plain values)
     if learns_in_parent_with_numba(encoder):
-        compile_learner(make_descriptor(sift).length)
+        compile_learner(descriptor.length)
         sys.stdout.write(_LEARNER_READY + "\n")  # the parent reads this line (not console text)
         sys.stdout.flush()
-    state = synthetic_state(encoder, make_descriptor(sift).length)
-    _encode_synthetic(sift, encoder, encoder.prepare(state), Pyramid(tuple(levels), pooling))
+    state = synthetic_state(encoder, descriptor.length)
+    _encode_synthetic(
+        descriptor, max(sift["patch_sizes"]), encoder, encoder.prepare(state), Pyramid(tuple(levels), pooling)
+    )
 
 
 class AsideCompilation:
@@ -162,7 +170,7 @@ class AsideCompilation:
 
 
 @contextlib.contextmanager
-def encoder_compiled_aside(config) -> Iterator[AsideCompilation]:
+def encoder_compiled_aside(config: PipelineConfig | FeaturePlan) -> Iterator[AsideCompilation]:
     """Compile the encoder's kernels in a separate process while the block runs (the sample
     and the codebook, which leave a core idle), waiting for it at the end of the block.
 
@@ -177,8 +185,9 @@ def encoder_compiled_aside(config) -> Iterator[AsideCompilation]:
     :func:`warm_encoding`.  An error in the block kills it, and so does a wait longer than
     :data:`_WAIT_SECONDS`.
     """
-    arguments = [config.sift_params(), config.codebook_params(), list(config.pooling.levels), config.pooling.method]
-    learner_first = learns_in_parent_with_numba(make_encoder(config.codebook_params()))
+    plan = feature_plan_of(config)
+    arguments = [plan.sift, plan.codebook_table, list(plan.pyramid.levels), plan.pyramid.method]
+    learner_first = learns_in_parent_with_numba(plan.encoder)
     process = None
     try:
         payload = json.dumps(arguments).encode()

@@ -48,11 +48,11 @@ import os
 from pathlib import Path
 
 from ..._log import verbose_output
-from ...coding.encoders import make_encoder
 from ...coding.product_quantizer import ROW_ENCODINGS, RowCodecError
 from ..execution.cluster import ClusterError, scheduler_errors
 from ..execution.progress import tqdm_progress
 from ..settings.config import ConfigError, PipelineConfig, stage_hash
+from ..settings.plan import make_feature_plan
 from ..storage.cache_folder import default_cache_dir
 from ..storage.feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination
 from ..storage.shard_store import shard_format
@@ -244,17 +244,13 @@ def _build(
     encoding: str = "float32",
 ) -> BuildResult:
     timer = StageTimer()
+    plan = make_feature_plan(config)  # the configuration's objects, made once and handed down
     with timer("discover"):
         images = discover_images(dataset_dir, config, n_jobs, client, batch_size)
-        config_hash = stage_hash(
-            config,
-            list(config.to_dict()),
-            images.digest,
-            implementation_versions(make_encoder(config.codebook_params())),
-        )
+        config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(plan.encoder))
     if store == "sharded":  # a compressed encoding of sparse rows is refused before any work
-        shard_format(make_encoder(config.codebook_params()).sparse_rows, encoding)
-        if config.augment.mirrors:
+        shard_format(plan.sparse_rows, encoding)
+        if plan.augment.mirrors:
             raise ConfigError(
                 "[augment] (mirrored rows) needs the npy store: leave out --store sharded, --rows "
                 "and the cluster options, or remove [augment] from the config"
@@ -263,10 +259,10 @@ def _build(
     if reused is not None:
         return reused
 
-    cache = StageCache(cache_dir, cache_descriptors=config.sift.cache_descriptors)
+    cache = StageCache(cache_dir, cache_descriptors=plan.cache_descriptors)
     runner = Runner(n_jobs, cache, progress, client, batch_size)
     with timer("check"):
-        readable, skipped, warned = check_images(images, config, runner)
+        readable, skipped, warned = check_images(images, plan, runner)
     for entry in warned[:3]:
         # INFO, not a warning: the image is kept and listed in the manifest (-q shows only what went wrong)
         _log.info("%s is damaged but decodable (%s); kept, listed in the manifest", entry["path"], entry["warning"])
@@ -275,7 +271,7 @@ def _build(
         split.warnings = warned
     with image_errors_as_dataset_errors(images):
         n_descriptors, extractor = fit_extractor(
-            images.paths, images.fingerprints, split.train, config, runner, timer=timer, encoded_next=split.test
+            images.paths, images.fingerprints, split.train, plan, runner, timer=timer, encoded_next=split.test
         )
     shards = None
     with FeatureSetWriter(out, dataset_dir, force=force) as writer:

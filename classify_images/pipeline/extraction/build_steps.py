@@ -28,6 +28,7 @@ from ..execution.cluster import iter_tasks
 from ..execution.warm_up import warm_encoding
 from ..settings.config import PipelineConfig
 from ..settings.dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
+from ..settings.plan import FeaturePlan, feature_plan_of
 from ..settings.protocols import short_classes
 from ..storage.feature_store import FeatureSetWriter, load_feature_set
 from ..storage.provenance import library_versions
@@ -179,11 +180,12 @@ def reuse_if_up_to_date(
 
 
 def check_images(
-    images: _Images, config: PipelineConfig, runner: Runner
+    images: _Images, config: PipelineConfig | FeaturePlan, runner: Runner
 ) -> tuple[np.ndarray, list[dict[str, str]], list]:
     """Indices of the readable images, the skipped ones with their reasons, and the readable
-    ones whose decoder warned."""
-    max_side, largest_patch, max_pixels = config.image.max_side, max(config.sift.patch_sizes), config.image.max_pixels
+    ones whose decoder warned (checked with the plan's ``[image]`` limits and largest patch)."""
+    plan = feature_plan_of(config)
+    max_side, largest_patch, max_pixels = plan.max_side, plan.largest_patch, plan.max_pixels
     check = delayed(runner.cache.check_image)
     checks = runner.map(
         [check(p, f, max_side, largest_patch, max_pixels) for p, f in zip(images.paths, images.fingerprints)],
@@ -499,7 +501,7 @@ def build_manifest(
         **images_manifest(config, config_hash, images, split, timings),
         "n_features": extractor.n_features,
         "codebook": {
-            "kind": config.codebook.kind,
+            "kind": extractor.encoder.kind,
             "size": extractor.encoder.n_words(extractor.codebook),
             "n_training_descriptors": n_training_descriptors,
             "digest": extractor.codebook_digest,

@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from ...classifiers.combination import Channel, combine_rows
-from ...coding.encoders import encoder_class, make_encoder
 from ...coding.normalize import Normalizer
 from ..settings.config import CHANNEL_TABLE, ChannelsConfig, ConfigError, PipelineConfig
+from ..settings.plan import FeaturePlan, feature_plan_of, make_feature_plan
 from .extractor import FeatureExtractor, check_image
 from .shared_reads import decoded_once
 from .stages import StageCache, implementation_versions
@@ -58,13 +58,13 @@ __all__ = [
 ]
 
 
-def channel_is_signed(config: PipelineConfig) -> bool:
+def channel_is_signed(config: PipelineConfig | FeaturePlan) -> bool:
     """Whether a channel's rows can be negative: a signed encoder (Fisher vectors, VLAD), or signed
     codes (sparse coding, LLC) pooled by a method that keeps their sign (``average``, ``signed_max``)."""
-    encoder = encoder_class(config.codebook.kind)
-    if encoder.signed:
+    plan = feature_plan_of(config)
+    if plan.encoder.signed:
         return True
-    return not encoder.non_negative_codes and config.pooling.method in ("average", "signed_max")
+    return not plan.encoder.non_negative_codes and plan.pyramid.method in ("average", "signed_max")
 
 
 def check_config_of(config: PipelineConfig | ChannelsConfig) -> PipelineConfig:
@@ -105,12 +105,13 @@ class ChannelExtractor(FeatureExtractor):
         layout, offset = [], 0
         for channel, extractor in zip(config.channels, self.extractors):
             layout.append(
-                Channel(channel.name, offset, extractor.n_features, channel_is_signed(channel.config), channel.weight)
+                Channel(channel.name, offset, extractor.n_features, channel_is_signed(extractor.plan), channel.weight)
             )
             offset += extractor.n_features
         self.layout, self.n_features = tuple(layout), offset
         self.codebook_digest = hashlib.sha1(" ".join(e.codebook_digest for e in self.extractors).encode()).hexdigest()
-        self._check_config = check_config_of(config)
+        # images are checked against the channel of the largest patch (check_config_of)
+        self._check_plan = max((e.plan for e in self.extractors), key=lambda plan: plan.largest_patch)
 
     @property
     def codebook(self) -> dict[str, np.ndarray]:
@@ -121,12 +122,16 @@ class ChannelExtractor(FeatureExtractor):
     def with_cache(self, cache: StageCache) -> ChannelExtractor:
         """The same channels (and combination) reading and filling ``cache``."""
         return ChannelExtractor.from_states(
-            self.config, [e.codebook for e in self.extractors], cache=cache, combine=self.combine
+            self.config,
+            [e.codebook for e in self.extractors],
+            cache=cache,
+            combine=self.combine,
+            plans=[e.plan for e in self.extractors],
         )
 
     def check(self, path: str, fingerprint: str) -> dict[str, Any]:
         """:func:`~classify_images.pipeline.extraction.extractor.check_image` against the largest patch of all channels."""
-        return check_image(self.cache, self._check_config, path, fingerprint)
+        return check_image(self.cache, self._check_plan, path, fingerprint)
 
     def pooled(self, path: str, fingerprint: str, *, flip: bool = False) -> np.ndarray:
         """The channels' rows (each normalised by its own ``[normalization]``), side by side."""
@@ -153,11 +158,14 @@ class ChannelExtractor(FeatureExtractor):
         *,
         cache: StageCache | None = None,
         combine: tuple[str, str] | None = None,
+        plans: list[FeaturePlan] | None = None,
     ) -> ChannelExtractor:
-        """The extractor of fitted channel states (one codebook per channel, in order)."""
+        """The extractor of fitted channel states (one codebook per channel, in order; ``plans``: the
+        channels' objects when the caller made them already)."""
+        plans = plans or [make_feature_plan(channel.config) for channel in config.channels]
         return cls(
             config,
-            [FeatureExtractor(channel.config, state, cache=cache) for channel, state in zip(config.channels, states)],
+            [FeatureExtractor(plan, state, cache=cache) for plan, state in zip(plans, states)],
             combine=combine,
         )
 
@@ -165,8 +173,9 @@ class ChannelExtractor(FeatureExtractor):
     def from_feature_set(cls, feature_set: Any, *, cache_dir: str | os.PathLike | None = None) -> ChannelExtractor:
         """The extractor a multi-channel feature set was built with."""
         config = feature_set.config
-        states = channel_states(config, feature_set.codebook())
-        return cls.from_states(config, states, cache=StageCache(cache_dir, cache_descriptors=False))
+        plans = [make_feature_plan(channel.config) for channel in config.channels]
+        states = channel_states(config, feature_set.codebook(), plans=plans)
+        return cls.from_states(config, states, cache=StageCache(cache_dir, cache_descriptors=False), plans=plans)
 
 
 def extractor_of(
@@ -190,23 +199,25 @@ def channel_state_arrays(extractor: ChannelExtractor) -> dict[str, np.ndarray]:
     }
 
 
-def channel_states(config: ChannelsConfig, arrays: dict[str, np.ndarray]) -> list:
-    """The channels' fitted states back from :func:`channel_state_arrays` (checked by each encoder)."""
-    from ...features.descriptors import make_descriptor
-
+def channel_states(
+    config: ChannelsConfig, arrays: dict[str, np.ndarray], *, plans: list[FeaturePlan] | None = None
+) -> list:
+    """The channels' fitted states back from :func:`channel_state_arrays` (checked by each encoder;
+    ``plans``: the channels' objects when the caller made them already)."""
+    plans = plans or [make_feature_plan(channel.config) for channel in config.channels]
     states = []
-    for k, channel in enumerate(config.channels):
+    for k, plan in enumerate(plans):
         prefix = f"channel{k}."
         own = {key[len(prefix) :]: value for key, value in arrays.items() if key.startswith(prefix)}
-        encoder = make_encoder(channel.config.codebook_params())
-        states.append(encoder.from_arrays(own, make_descriptor(channel.config.sift_params()).length))
+        states.append(plan.encoder.from_arrays(own, plan.descriptor_length))
     return states
 
 
-def channels_config_hash(config: ChannelsConfig, dataset_digest: str) -> str:
+def channels_config_hash(config: ChannelsConfig, dataset_digest: str, *, plans: list[FeaturePlan] | None = None) -> str:
     """SHA-1 of the semantic keys of every channel, the images and the implementation versions
-    (a multi-channel feature set's ``config_hash``)."""
-    versions = [implementation_versions(make_encoder(channel.config.codebook_params())) for channel in config.channels]
+    (a multi-channel feature set's ``config_hash``; ``plans``: the channels' objects, if made already)."""
+    plans = plans or [make_feature_plan(channel.config) for channel in config.channels]
+    versions = [implementation_versions(plan.encoder) for plan in plans]
     text = json.dumps([config.to_dict(semantic_only=True), dataset_digest, versions], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()
 
@@ -226,24 +237,24 @@ def build_channel_feature_set(
     from .runner import DEFAULT_BATCH_SIZE, Runner
 
     timer = build_steps.StageTimer()
+    plans = [make_feature_plan(channel.config) for channel in config.channels]  # made once, handed down
     check_config = check_config_of(config)
+    check_plan = max(plans, key=lambda plan: plan.largest_patch)  # (the same channel as check_config)
     with timer("discover"):
         images = build_steps.discover_images(dataset_dir, check_config, n_jobs)
-        config_hash = channels_config_hash(config, images.digest)
+        config_hash = channels_config_hash(config, images.digest, plans=plans)
     reused = build_steps.reuse_if_up_to_date(out, config_hash, len(images.paths), timer.timings)
     if reused is not None:
         return reused
-    cache = StageCache(cache_dir, cache_descriptors=all(c.config.sift.cache_descriptors for c in config.channels))
+    cache = StageCache(cache_dir, cache_descriptors=all(plan.cache_descriptors for plan in plans))
     runner = Runner(n_jobs, cache, progress, None, DEFAULT_BATCH_SIZE)
     with timer("check"):
-        readable, skipped, warned = build_steps.check_images(images, check_config, runner)
+        readable, skipped, warned = build_steps.check_images(images, check_plan, runner)
     with timer("split"):
         split = build_steps.split_images(images, readable, skipped, check_config)
         split.warnings = warned
     with build_steps.image_errors_as_dataset_errors(images):
-        fitted = fit_channel_extractors(
-            images.paths, images.fingerprints, split.train, [channel.config for channel in config.channels], runner
-        )
+        fitted = fit_channel_extractors(images.paths, images.fingerprints, split.train, plans, runner)
     n_descriptors = {channel.name: n for channel, (n, _) in zip(config.channels, fitted)}
     extractors = [extractor for _, extractor in fitted]
     extractor = ChannelExtractor(config, extractors)
@@ -270,7 +281,7 @@ def build_channel_feature_set(
                 {
                     **channel.to_dict(),
                     "codebook": {
-                        "kind": e.config.codebook.kind,
+                        "kind": e.encoder.kind,
                         "size": e.encoder.n_words(e.codebook),
                         "digest": e.codebook_digest,
                     },

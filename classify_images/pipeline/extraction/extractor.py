@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 
 from ...coding.codebook import Codebook, codebook_digest
-from ...coding.encoders import Pyramid, make_encoder
 from ...coding.normalize import Normalizer
 from ...coding.pooling import weight_pyramid_levels
 from ...features.preprocess import DEFAULT_MAX_PIXELS, max_file_bytes
 from ...files import describe_file_kind
 from ..settings.config import PipelineConfig
 from ..settings.dataset import file_fingerprint
+from ..settings.plan import FeaturePlan, feature_plan_of
 from .stages import FLIP_KEY, StageCache
 
 __all__ = ["FeatureExtractor", "check_image", "readable_fingerprint"]
@@ -71,13 +71,13 @@ def readable_fingerprint(path: str, max_pixels: int | None = DEFAULT_MAX_PIXELS)
         return "", f"cannot read file ({exc.strerror or exc})"
 
 
-def check_image(cache: StageCache, config: PipelineConfig, path: str, fingerprint: str) -> dict[str, Any]:
-    """``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}`` for one image under ``config``:
-    decodable, within ``image.max_pixels``, and not smaller than the largest patch once shrunk to
-    ``image.max_side`` (:func:`~classify_images.pipeline.extraction.stages.check_image`, through ``cache``)."""
-    return cache.check_image(
-        path, fingerprint, config.image.max_side, max(config.sift.patch_sizes), config.image.max_pixels
-    )
+def check_image(cache: StageCache, config: PipelineConfig | FeaturePlan, path: str, fingerprint: str) -> dict[str, Any]:
+    """``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}`` for one image under ``config``
+    (or its :class:`~classify_images.pipeline.settings.plan.FeaturePlan`): decodable, within
+    ``image.max_pixels``, and not smaller than the largest patch once shrunk to ``image.max_side``
+    (:func:`~classify_images.pipeline.extraction.stages.check_image`, through ``cache``)."""
+    plan = feature_plan_of(config)
+    return cache.check_image(path, fingerprint, plan.max_side, plan.largest_patch, plan.max_pixels)
 
 
 class FeatureExtractor:
@@ -85,9 +85,10 @@ class FeatureExtractor:
 
     Parameters
     ----------
-    config : PipelineConfig
+    config : PipelineConfig or FeaturePlan
         The pipeline's configuration (tables ``image``, ``sift``, ``codebook``,
-        ``pooling``, ``normalization`` are used).
+        ``pooling``, ``normalization`` are used), or the objects already made of it
+        (:func:`~classify_images.pipeline.settings.plan.make_feature_plan`: then nothing is made again).
     codebook : ndarray of float32, shape (K, 128), or dict of ndarray
         The fitted state of the configuration's encoder
         (:meth:`~classify_images.coding.encoders.Encoder.learn`): k-means centres, a
@@ -101,8 +102,12 @@ class FeatureExtractor:
 
     Attributes
     ----------
+    plan : FeaturePlan
+        The configuration's objects: descriptor, encoder, pyramid, normalisation.
+    config : PipelineConfig
+        The configuration (``plan.config``).
     encoder : Encoder
-        The configuration's encoder (:func:`~classify_images.coding.encoders.make_encoder`).
+        The configuration's encoder (``plan.encoder``).
     pyramid : Pyramid
         Levels and pooling function (``[pooling]``).
     codebook_digest : str
@@ -114,22 +119,23 @@ class FeatureExtractor:
 
     def __init__(
         self,
-        config: PipelineConfig,
+        config: PipelineConfig | FeaturePlan,
         codebook: Codebook,
         normalizer: Normalizer | None = None,
         *,
         cache: StageCache | None = None,
     ) -> None:
-        self.config = config
+        self.plan = plan = feature_plan_of(config)
+        self.config = plan.config
         self.codebook = codebook
-        self.normalizer = normalizer if normalizer is not None else Normalizer(config.normalization.method)
+        self.normalizer = normalizer if normalizer is not None else plan.normalizer()
         self.cache = cache if cache is not None else StageCache(None, cache_descriptors=False)
         self.codebook_digest = codebook_digest(codebook)
         # Plain values for the cached stage functions (their cache keys).
-        self._sift = config.sift_params()
-        self._codebook_params = config.codebook_params()
-        self.encoder = make_encoder(self._codebook_params)
-        self.pyramid = Pyramid(tuple(config.pooling.levels), config.pooling.method)
+        self._sift = plan.sift
+        self._codebook_params = plan.codebook_table
+        self.encoder = plan.encoder
+        self.pyramid = plan.pyramid
         self.n_features = self.encoder.dimension(codebook, self.pyramid)
 
     @classmethod
@@ -144,7 +150,7 @@ class FeatureExtractor:
             Stage cache for the codes of new images (descriptors are not cached).
         """
         return cls(
-            feature_set.config,
+            feature_plan_of(feature_set.config),
             feature_set.codebook(),
             feature_set.normalizer(),
             cache=StageCache(cache_dir, cache_descriptors=False),
@@ -152,7 +158,7 @@ class FeatureExtractor:
 
     def with_cache(self, cache: StageCache) -> FeatureExtractor:
         """The same extractor (configuration, codebook, normaliser) reading and filling ``cache``."""
-        return FeatureExtractor(self.config, self.codebook, self.normalizer, cache=cache)
+        return FeatureExtractor(self.plan, self.codebook, self.normalizer, cache=cache)
 
     def check(self, path: str, fingerprint: str) -> dict[str, Any]:
         """``{"ok": True, "shape": (h, w)}`` or ``{"ok": False, "reason": …}`` for one image.
@@ -160,7 +166,7 @@ class FeatureExtractor:
         An image that cannot be decoded, announces more than the config's ``image.max_pixels``
         pixels, or is smaller than the largest patch once shrunk, is not ok (:func:`check_image`).
         """
-        return check_image(self.cache, self.config, path, fingerprint)
+        return check_image(self.cache, self.plan, path, fingerprint)
 
     def pooled(self, path: str, fingerprint: str, *, flip: bool = False) -> np.ndarray:
         """The pooled vector of a readable image (float32, ``n_features``), its levels normalised
@@ -175,7 +181,7 @@ class FeatureExtractor:
         item = self.cache.image_encoding(
             path,
             fingerprint,
-            self.config.image.max_side,
+            self.plan.max_side,
             sift,
             self.encoder,
             self._codebook_params,
@@ -188,15 +194,15 @@ class FeatureExtractor:
 
     def _weight_levels(self, pooled: np.ndarray) -> np.ndarray:
         """``[pooling] level_normalization`` and ``level_weights`` (unchanged when unset)."""
-        pooling = self.config.pooling
-        if pooling.level_normalization == "none" and pooling.level_weights is None:
+        plan = self.plan
+        if not plan.weights_levels:
             return pooled
         return weight_pyramid_levels(
             pooled,
             self.encoder.cell_dimension(self.codebook),
-            list(pooling.levels),
-            pooling.level_normalization,
-            pooling.level_weights,
+            list(plan.pyramid.levels),
+            plan.level_normalization,
+            plan.level_weights,
         )
 
     def vector(self, path: str, fingerprint: str, *, flip: bool = False) -> np.ndarray:

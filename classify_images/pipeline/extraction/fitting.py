@@ -30,11 +30,11 @@ import numpy as np
 from joblib import delayed
 
 from ..._log import step_progress
-from ...coding.encoders import make_encoder
 from ..execution.cluster import iter_kept, submit_kept
 from ..execution.warm_up import encoder_compiled_aside, warm_descriptors
 from ..settings.config import PipelineConfig
 from ..settings.dataset import DatasetError
+from ..settings.plan import FeaturePlan, feature_plan_of
 from .descriptors_aside import descriptors_cached_aside
 from .extractor import FeatureExtractor
 from .runner import Runner
@@ -58,7 +58,7 @@ def fit_extractor(
     paths: list[str],
     fingerprints: list[str],
     train: np.ndarray,
-    config: PipelineConfig,
+    config: PipelineConfig | FeaturePlan,
     runner: Runner,
     timer: Any = None,
     encoded_next: np.ndarray | None = None,
@@ -67,77 +67,89 @@ def fit_extractor(
     (indices into ``paths``), the codebook learnt from it, and the extractor that applies it
     through ``runner``'s stage cache (its normaliser not yet fitted when it needs training rows).
 
+    ``config``: the configuration, or its objects (:class:`~classify_images.pipeline.settings.plan.FeaturePlan`,
+    made once by the caller and handed down to every step).
+
     ``timer`` (``with timer("step"):``, optional) times the ``sample`` and ``codebook`` steps.
     ``encoded_next`` (indices into ``paths``, optional): the other images the caller encodes next,
     in that order; with several workers on this machine and a stage cache that keeps descriptors,
     their descriptors are cached aside while the codebook is learnt
     (:mod:`~classify_images.pipeline.extraction.descriptors_aside`).  No result depends on it.
     """
+    plan = feature_plan_of(config)
     timed = timer if timer is not None else (lambda step: contextlib.nullcontext())
     here = runner.client is None and runner.n_jobs != 1
     # With several workers on this machine, the encoder's kernels compile aside meanwhile (classify_images/pipeline/execution/warm_up.py).
-    aside = encoder_compiled_aside(config) if here else contextlib.nullcontext()
+    aside = encoder_compiled_aside(plan) if here else contextlib.nullcontext()
     with aside as compiling:
         with timed("sample"):
-            sample = codebook_sample(paths, fingerprints, train, config, runner)
+            sample = codebook_sample(paths, fingerprints, train, plan, runner)
         with (
             timed("codebook"),
-            _descriptors_aside(paths, fingerprints, encoded_next if here else None, config, runner.cache),
+            _descriptors_aside(paths, fingerprints, encoded_next if here else None, plan, runner.cache),
         ):
             if compiling is not None:  # the online learner's kernels: compiled aside, loaded here
                 compiling.wait_for_learner()
-            n_descriptors, codebook = codebook_from_sample(sample, config, runner)
+            n_descriptors, codebook = codebook_from_sample(sample, plan, runner)
     del sample
-    return n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)
+    return n_descriptors, FeatureExtractor(plan, codebook, cache=runner.cache)
 
 
 def _descriptors_aside(
-    paths: list[str], fingerprints: list[str], images: np.ndarray | None, config: PipelineConfig, cache: StageCache
+    paths: list[str],
+    fingerprints: list[str],
+    images: np.ndarray | None,
+    config: PipelineConfig | FeaturePlan,
+    cache: StageCache,
 ):
     """:func:`~classify_images.pipeline.extraction.descriptors_aside.descriptors_cached_aside` of ``images``
     when the stage cache keeps descriptors (and the ``[sift]`` table passes through JSON with the
     same cache key); else nothing."""
     if images is None or len(images) == 0 or not cache.caches_descriptors:
         return contextlib.nullcontext()
-    sift = config.sift_params()
+    plan = feature_plan_of(config)
+    sift = plan.sift
     if joblib.hash(json.loads(json.dumps(sift))) != joblib.hash(sift):  # (the aside process would miss the entries)
         return contextlib.nullcontext()
     return descriptors_cached_aside(
-        cache.memory.location, [(paths[i], fingerprints[i]) for i in images], config.image.max_side, sift
+        cache.memory.location, [(paths[i], fingerprints[i]) for i in images], plan.max_side, sift
     )
 
 
 def fit_channel_extractors(
-    paths: list[str], fingerprints: list[str], train: np.ndarray, configs: list[PipelineConfig], runner: Runner
+    paths: list[str],
+    fingerprints: list[str],
+    train: np.ndarray,
+    configs: list[PipelineConfig] | list[FeaturePlan],
+    runner: Runner,
 ) -> list[tuple[int, FeatureExtractor]]:
-    """:func:`fit_extractor` of each channel's configuration, their samples drawn in one pass.
+    """:func:`fit_extractor` of each channel's configuration (or its plan), their samples drawn in one pass.
 
     Each training image's task draws every channel's sample from one decoded image
     (:func:`~classify_images.pipeline.extraction.shared_reads.decoded_once`), through the same cached stage
     calls as :func:`sample_descriptors` (the same cache entries and the same samples, bit for
     bit); then each channel's codebook.  On a cluster, :func:`fit_extractor` per channel.
     """
+    plans = [feature_plan_of(config) for config in configs]
     if runner.client is not None:
-        return [fit_extractor(paths, fingerprints, train, config, runner) for config in configs]
+        return [fit_extractor(paths, fingerprints, train, plan, runner) for plan in plans]
     with contextlib.ExitStack() as asides:
-        compiling = [None] * len(configs)
+        compiling = [None] * len(plans)
         if runner.n_jobs != 1:  # the encoders' kernels compile aside; the workers load the descriptors' kernels
-            for c, config in enumerate(configs):
-                compiling[c] = asides.enter_context(encoder_compiled_aside(config))
-                warm_descriptors(config.sift_params())
-        channel_calls = [_sample_calls(paths, fingerprints, train, config, runner) for config in configs]
+            for c, plan in enumerate(plans):
+                compiling[c] = asides.enter_context(encoder_compiled_aside(plan))
+                warm_descriptors(plan)
+        channel_calls = [_sample_calls(paths, fingerprints, train, plan, runner) for plan in plans]
         tasks = [delayed(_channel_samples)([calls[k] for calls in channel_calls]) for k in range(len(train))]
         per_image = runner.map(tasks, "sample descriptors")
         fitted = []
-        for c, config in enumerate(configs):
-            sample = _combine_samples(
-                [samples[c] for samples in per_image], config.codebook.n_samples, config.codebook.seed
-            )
+        for c, plan in enumerate(plans):
+            sample = _combine_samples([samples[c] for samples in per_image], plan.n_samples, plan.sample_seed)
             if compiling[c] is not None:
                 compiling[c].wait_for_learner()
-            n_descriptors, codebook = codebook_from_sample(sample, config, runner)
+            n_descriptors, codebook = codebook_from_sample(sample, plan, runner)
             del sample
-            fitted.append((n_descriptors, FeatureExtractor(config, codebook, cache=runner.cache)))
+            fitted.append((n_descriptors, FeatureExtractor(plan, codebook, cache=runner.cache)))
     return fitted
 
 
@@ -148,7 +160,7 @@ def _channel_samples(calls: list) -> list[np.ndarray]:
 
 
 def sample_descriptors(
-    paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig, runner: Runner
+    paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig | FeaturePlan, runner: Runner
 ) -> np.ndarray:
     """``codebook.n_samples`` descriptors (uint8) drawn evenly from the training images, seeded.
 
@@ -158,27 +170,28 @@ def sample_descriptors(
         Every image's path and content fingerprint.
     train : ndarray of int
         Indices of the training images in ``paths``.
-    config : PipelineConfig
+    config : PipelineConfig or FeaturePlan
     runner : Runner
         Where the per-image sampling runs (and the stage cache it reads and fills).
     """
+    plan = feature_plan_of(config)
     if (
         runner.n_jobs != 1
     ):  # the workers load the kernels the parent compiled (classify_images/pipeline/execution/warm_up.py)
-        warm_descriptors(config.sift_params())
-    samples = runner.map(_sample_calls(paths, fingerprints, train, config, runner), "sample descriptors")
-    return _combine_samples(samples, config.codebook.n_samples, config.codebook.seed)
+        warm_descriptors(plan)
+    samples = runner.map(_sample_calls(paths, fingerprints, train, plan, runner), "sample descriptors")
+    return _combine_samples(samples, plan.n_samples, plan.sample_seed)
 
 
 def _sample_calls(
-    paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig, runner: Runner
+    paths: list[str], fingerprints: list[str], train: np.ndarray, plan: FeaturePlan, runner: Runner
 ) -> list:
     """The per-image calls of :func:`sample_descriptors`: ``ceil(n_samples / n_train)`` descriptors of each image."""
-    per_image = max(1, math.ceil(config.codebook.n_samples / len(train)))
-    sift, max_side = config.sift_params(), config.image.max_side
-    positioned = make_encoder(config.codebook_params()).learns_from_positions  # the sample carries coordinates
+    per_image = max(1, math.ceil(plan.n_samples / len(train)))
+    sift, max_side = plan.sift, plan.max_side
+    positioned = plan.encoder.learns_from_positions  # the sample carries coordinates
     sample_of = delayed(runner.cache.positioned_descriptor_sample if positioned else runner.cache.descriptor_sample)
-    return [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, config.codebook.seed) for i in train]
+    return [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, plan.sample_seed) for i in train]
 
 
 def _combine_samples(samples: list[np.ndarray], n_samples: int, seed: int) -> np.ndarray:
@@ -195,27 +208,25 @@ def _combine_sample_batches(batches: list[list[np.ndarray]], n_samples: int, see
     return _combine_samples([sample for batch in batches for sample in batch], n_samples, seed)
 
 
-def _sample_on_cluster(
-    paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig, runner: Runner
-):
+def _sample_on_cluster(paths: list[str], fingerprints: list[str], train: np.ndarray, plan: FeaturePlan, runner: Runner):
     """:func:`sample_descriptors` as Dask tasks whose result stays on the cluster: a future of
     the same sample, which the codebook task reads without it passing through the client."""
     client = runner.client
-    calls = _sample_calls(paths, fingerprints, train, config, runner)
+    calls = _sample_calls(paths, fingerprints, train, plan, runner)
     submitted = submit_kept(client, calls, "sample descriptors", batch_size=runner.batch_size)
     for _ in runner.progress_of(iter_kept(client, submitted), "sample descriptors", len(calls)):
         pass
     return client.submit(
         _combine_sample_batches,
         [future for _, future in submitted],
-        config.codebook.n_samples,
-        config.codebook.seed,
+        plan.n_samples,
+        plan.sample_seed,
         pure=False,
     )
 
 
-def _check_sample_size(n_descriptors: int, config: PipelineConfig) -> None:
-    size = config.codebook.size
+def _check_sample_size(n_descriptors: int, plan: FeaturePlan) -> None:
+    size = plan.codebook_size
     if n_descriptors < size:
         raise DatasetError(
             f"only {n_descriptors} training descriptors for a codebook of {size} words: "
@@ -223,9 +234,9 @@ def _check_sample_size(n_descriptors: int, config: PipelineConfig) -> None:
         )
 
 
-def _announce(n_descriptors: int, config: PipelineConfig, cached: bool) -> None:
+def _announce(n_descriptors: int, plan: FeaturePlan, cached: bool) -> None:
     """The codebook step's INFO line: reused from the stage cache, or learnt (the long step)."""
-    kind, size = config.codebook.kind, config.codebook.size
+    kind, size = plan.kind, plan.codebook_size
     if cached:
         _log.info(
             "reusing the cached %s codebook of %d words (learnt from the same %d training descriptors)",
@@ -237,63 +248,65 @@ def _announce(n_descriptors: int, config: PipelineConfig, cached: bool) -> None:
         _log.info("learning a %s codebook of %d words from %d training descriptors", kind, size, n_descriptors)
 
 
-def learn_codebook(sample: np.ndarray, config: PipelineConfig, cache: StageCache) -> np.ndarray:
-    """The codebook of ``config.codebook`` learnt from ``sample`` (through the stage cache).
+def learn_codebook(sample: np.ndarray, config: PipelineConfig | FeaturePlan, cache: StageCache) -> np.ndarray:
+    """The codebook of ``config.codebook`` (or of the plan's encoder) learnt from ``sample`` (through the stage cache).
 
     Raises :class:`DatasetError` (one line) when the sample holds fewer descriptors than words.
     """
-    _check_sample_size(sample.shape[0], config)
-    params = config.codebook_params(learning=True)
+    plan = feature_plan_of(config)
+    _check_sample_size(sample.shape[0], plan)
+    params, positioned = plan.learning_table, plan.encoder.learns_from_positions
     if _log.isEnabledFor(logging.INFO):  # (hashing the sample once more costs a few ms per MB)
-        _announce(sample.shape[0], config, cache.has_codebook(sample, params))
-    return cache.learn_codebook(sample, params)
+        _announce(sample.shape[0], plan, cache.has_codebook(sample, params, positioned=positioned))
+    return cache.learn_codebook(sample, params, positioned=positioned)
 
 
 def _n_rows(array: np.ndarray) -> int:
     return int(array.shape[0])
 
 
-def _learn_codebook_on_cluster(sample, config: PipelineConfig, runner: Runner):
+def _learn_codebook_on_cluster(sample, plan: FeaturePlan, runner: Runner):
     """``(n_descriptors, codebook)``: :func:`learn_codebook` run by a worker on the sample
     :func:`_sample_on_cluster` left there (same function, same arguments, same stage-cache
     entry: the same codebook bit for bit as on this machine)."""
     client = runner.client
     n_descriptors = client.submit(_n_rows, sample, pure=False).result()
-    _check_sample_size(n_descriptors, config)
-    params = config.codebook_params(learning=True)
+    _check_sample_size(n_descriptors, plan)
+    params, positioned = plan.learning_table, plan.encoder.learns_from_positions
     if _log.isEnabledFor(logging.INFO):
-        _announce(
-            n_descriptors, config, client.submit(_has_codebook_task, runner.cache, sample, params, pure=False).result()
-        )
-    codebook = client.submit(_learn_codebook_task, runner.cache, sample, params, pure=False)
-    with step_progress(_log, f"{config.codebook.kind} codebook on a worker"):  # (the worker's own lines stay there)
+        cached = client.submit(_has_codebook_task, runner.cache, sample, params, positioned, pure=False).result()
+        _announce(n_descriptors, plan, cached)
+    codebook = client.submit(_learn_codebook_task, runner.cache, sample, params, positioned, pure=False)
+    with step_progress(_log, f"{plan.kind} codebook on a worker"):  # (the worker's own lines stay there)
         return n_descriptors, codebook.result()
 
 
-def _has_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> bool:
-    return cache.has_codebook(sample, codebook_params)
+def _has_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict, positioned: bool) -> bool:
+    return cache.has_codebook(sample, codebook_params, positioned=positioned)
 
 
-def _learn_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict) -> Any:
-    return cache.learn_codebook(sample, codebook_params)
+def _learn_codebook_task(cache: StageCache, sample: np.ndarray, codebook_params: dict, positioned: bool) -> Any:
+    return cache.learn_codebook(sample, codebook_params, positioned=positioned)
 
 
 def codebook_sample(
-    paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig, runner: Runner
+    paths: list[str], fingerprints: list[str], train: np.ndarray, config: PipelineConfig | FeaturePlan, runner: Runner
 ):
     """The descriptor sample the codebook is learnt from: :func:`sample_descriptors` on this
     machine; on a cluster (``runner.client``) a future of the same sample, left on the workers."""
+    plan = feature_plan_of(config)
     if runner.client is None:
-        return sample_descriptors(paths, fingerprints, train, config, runner)
-    return _sample_on_cluster(paths, fingerprints, train, config, runner)
+        return sample_descriptors(paths, fingerprints, train, plan, runner)
+    return _sample_on_cluster(paths, fingerprints, train, plan, runner)
 
 
-def codebook_from_sample(sample, config: PipelineConfig, runner: Runner) -> tuple[int, Any]:
+def codebook_from_sample(sample, config: PipelineConfig | FeaturePlan, runner: Runner) -> tuple[int, Any]:
     """``(n_descriptors, codebook)`` from :func:`codebook_sample`'s sample: learnt here
     (:func:`learn_codebook`) or, on a cluster, by a worker (the same numbers bit for bit)."""
+    plan = feature_plan_of(config)
     if runner.client is None:
-        return int(sample.shape[0]), learn_codebook(sample, config, runner.cache)
-    return _learn_codebook_on_cluster(sample, config, runner)
+        return int(sample.shape[0]), learn_codebook(sample, plan, runner.cache)
+    return _learn_codebook_on_cluster(sample, plan, runner)
 
 
 def image_row(

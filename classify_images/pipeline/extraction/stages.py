@@ -329,18 +329,23 @@ class StageCache:
             self.memory.cache(stage, ignore=ignore), implementation=_stage_versions(stage.__name__)
         )
 
-    def _learner(self, codebook_params: dict[str, Any]):
-        return self._learners[make_encoder(codebook_params).learns_from_positions]
+    def _learner(self, codebook_params: dict[str, Any], positioned: bool | None):
+        if positioned is None:  # (a caller without the plan: ask the encoder of the table)
+            positioned = make_encoder(codebook_params).learns_from_positions
+        return self._learners[positioned]
 
-    def learn_codebook(self, sample: np.ndarray, codebook_params: dict[str, Any]):
+    def learn_codebook(self, sample: np.ndarray, codebook_params: dict[str, Any], *, positioned: bool | None = None):
         """The codebook of ``codebook_params`` learnt from ``sample`` (:func:`learn_codebook`,
-        or :func:`learn_positioned_codebook` for an encoder that learns from positions)."""
-        return self._learner(codebook_params)(sample, codebook_params)
+        or :func:`learn_positioned_codebook` for an encoder that learns from positions: ``positioned``,
+        the encoder's :attr:`~classify_images.coding.encoders.Encoder.learns_from_positions`; None: asked here)."""
+        return self._learner(codebook_params, positioned)(sample, codebook_params)
 
-    def has_codebook(self, sample: np.ndarray, codebook_params: dict[str, Any]) -> bool:
+    def has_codebook(
+        self, sample: np.ndarray, codebook_params: dict[str, Any], *, positioned: bool | None = None
+    ) -> bool:
         """Whether :meth:`learn_codebook` of these arguments comes from the cache (hashes the
         sample, learns nothing)."""
-        learner = self._learner(codebook_params)
+        learner = self._learner(codebook_params, positioned)
         return learner.func.check_call_in_cache(sample, codebook_params, **learner.keywords)
 
     @property

@@ -386,23 +386,22 @@ def _restore_classifier(meta: dict, arrays: dict[str, np.ndarray]) -> Any:
 
 def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: int) -> Any:
     """The :class:`FeatureExtractor` stored in the file, checked against the classifier's dimension."""
-    from ...coding.encoders import make_encoder
-    from ...coding.normalize import Normalizer
-    from ...features.descriptors import make_descriptor
     from ..extraction.extractor import FeatureExtractor
     from ..settings.config import CHANNEL_TABLE, PipelineConfig, cap_received_limits
+    from ..settings.plan import make_feature_plan
 
     raw = cap_received_limits(meta["extractor"]["config"], "the model file's config")
     state = {key[len(_STATE_PREFIX) :]: value for key, value in arrays.items() if key.startswith(_STATE_PREFIX)}
     if isinstance(raw, dict) and CHANNEL_TABLE in raw:
         return _restore_channel_extractor(meta, raw, state, n_features)
     config = PipelineConfig.from_dict(raw, source="model file's extractor config")
-    encoder = make_encoder(config.codebook_params())
+    plan = make_feature_plan(config)  # the configuration's objects, made once
+    encoder = plan.encoder
     if meta["format_version"] == 2 and _LEGACY_CODEBOOK_KEY in arrays:
         state = {"codebook": arrays[_LEGACY_CODEBOOK_KEY]}
     _expect(bool(state), "the extractor's encoder state (codebook) is missing")
-    codebook = encoder.from_arrays(state, make_descriptor(config.sift_params()).length)
-    normalizer = Normalizer(config.normalization.method)
+    codebook = encoder.from_arrays(state, plan.descriptor_length)
+    normalizer = plan.normalizer()
     statistics = None
     if not normalizer.per_vector:
         _expect(_NORMALIZER_KEY in arrays, "the normaliser's statistics are missing")
@@ -413,7 +412,7 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
             and bool(np.isfinite(statistics).all()),
             "the normaliser's statistics do not fit the features",
         )
-    extractor = FeatureExtractor(config, codebook, Normalizer.from_statistics(config.normalization.method, statistics))
+    extractor = FeatureExtractor(plan, codebook, plan.fitted_normalizer(statistics))
     _expect(
         extractor.n_features == n_features,
         f"the extractor makes {extractor.n_features}-dimensional vectors but the classifier takes {n_features}",
@@ -427,8 +426,10 @@ def _restore_channel_extractor(meta: dict, raw: dict, state: dict[str, np.ndarra
     from ...classifiers.combination import channels_from_dicts, check_combination
     from ..extraction.channels import ChannelExtractor, channel_states
     from ..settings.config import ChannelsConfig
+    from ..settings.plan import make_feature_plan
 
     config = ChannelsConfig.from_dict(raw, source="model file's extractor config")
+    plans = [make_feature_plan(channel.config) for channel in config.channels]  # made once
     combine = meta.get("combine")
     if combine is not None:
         _expect(
@@ -438,8 +439,9 @@ def _restore_channel_extractor(meta: dict, raw: dict, state: dict[str, np.ndarra
         check_combination(combine.get("rule"), layout, meta["classifier"])
     extractor = ChannelExtractor.from_states(
         config,
-        channel_states(config, state),
+        channel_states(config, state, plans=plans),
         combine=None if combine is None else (combine["rule"], meta["classifier"]),
+        plans=plans,
     )
     _expect(
         extractor.n_features == n_features,
