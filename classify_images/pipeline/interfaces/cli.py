@@ -487,8 +487,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         evaluation = evaluate_model(model, meta, feature_set)
     with _writing("--out", out, "report"):
         guard.check(args.force)
-        guard.claim()
-        write_report(evaluation, out)
+        with guard.claim():
+            write_report(evaluation, out)
     print(evaluation_text(evaluation, out))
     return 0
 
@@ -539,9 +539,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         )
     with _writing("--out", out, "report"):
         guard.check(args.force)
-        guard.claim()
-        write_experiment(experiment, out)
-        write_report(experiment.first, out, experiment=experiment)
+        with guard.claim():
+            write_experiment(experiment, out)
+            write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))
     print(f"  report: {out / 'report.html'}")
     return 0

@@ -741,6 +741,12 @@ def _is_feature_set_file(name: str) -> bool:
     return name in FILE_NAMES or is_shard_name(name)
 
 
+def has_feature_set_manifest(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a manifest of ours (whatever else is there): a folder that does is
+    a feature set, perhaps with files added, and no other output is ever written into it."""
+    return _read_own_manifest(Path(folder)) is not None
+
+
 def is_feature_set_folder(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` is a feature set this project wrote (an empty folder is not).
 
