@@ -29,6 +29,7 @@ from typing import Any
 from joblib import Parallel
 
 from ..execution.cluster import ClusterSpec, iter_tasks, open_client, parse_cluster_option, scheduler_errors
+from ..execution.limits import bounded_workers
 from ..settings.defaults import DEFAULT_BATCH_SIZE
 from .stages import StageCache
 
@@ -91,6 +92,10 @@ class Execution:
     cluster: ClusterSpec | None = None
     #: images per Dask task, rows per shard of a sharded store
     batch_size: int = DEFAULT_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        # more workers than cores only adds processes and memory (execution.limits): clamped
+        object.__setattr__(self, "n_jobs", bounded_workers(self.n_jobs, "n_jobs"))
 
     @classmethod
     def from_options(

@@ -27,6 +27,7 @@ from typing import Any
 
 from ...classifiers.registry import CLASSIFIERS, parse_param
 from ...errors import ClassifyImagesError
+from ..execution.limits import MAX_BATCH_SIZE, bounded_workers, check_grid_size, check_worker_parameter
 from ..execution.progress import tqdm_progress as _tqdm_progress
 from ..settings.defaults import named_configs
 from ..storage.atomic import DISK_FULL_ERRNOS
@@ -47,6 +48,7 @@ def _params(pairs: list[str] | None) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for pair in pairs or []:
         key, value = parse_param(pair)
+        check_worker_parameter("--param", key, value)
         if key in params:
             raise UsageError(f"--param {key} is given twice ({params[key]!r} and {value!r}): give it once")
         params[key] = value
@@ -68,7 +70,10 @@ def _search(pairs: list[str] | None) -> dict[str, list] | None:
         values = list(value) if isinstance(value, (tuple, list)) else [value]
         if len(set(map(repr, values))) != len(values):
             raise UsageError(f"--search {pair!r}: a value is repeated")
+        for value in values:
+            check_worker_parameter("--search", key, value)
         grid[key] = values
+    check_grid_size(grid)
     return grid
 
 
@@ -1148,11 +1153,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with (
-            _thread_limits(args.threads),
             _one_line_warnings(args.command),
             cli_logging(-1 if args.quiet else args.verbose, args.command),
         ):
-            return int(args.func(args) or 0)
+            _bound_resources(args)
+            with _thread_limits(args.threads):
+                return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -1175,6 +1181,26 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _bound_resources(args: argparse.Namespace) -> None:
+    """Every count of workers, threads and images per task the options give, bounded by the cores
+    this process may use (:mod:`~classify_images.pipeline.execution.limits`) before any work: clamped
+    with one warning line.  (``--param`` / ``--search n_jobs=`` are refused where they are parsed.)"""
+    if getattr(args, "n_jobs", None) is not None:
+        args.n_jobs = bounded_workers(args.n_jobs, "--n-jobs")
+    if getattr(args, "threads", None) is not None:
+        args.threads = bounded_workers(args.threads, "--threads")
+    cluster = getattr(args, "cluster", None)
+    if isinstance(cluster, str) and cluster.strip().startswith("local:") and cluster.strip()[6:].isdigit():
+        args.cluster = f"local:{bounded_workers(int(cluster.strip()[6:]), '--cluster local:N, N =')}"
+    if getattr(args, "batch_size", None) is not None and args.batch_size > MAX_BATCH_SIZE:
+        import warnings
+
+        warnings.warn(
+            f"--batch-size {args.batch_size} is more than {MAX_BATCH_SIZE} images per task: using that", stacklevel=2
+        )
+        args.batch_size = MAX_BATCH_SIZE
 
 
 def _package_version() -> str:
