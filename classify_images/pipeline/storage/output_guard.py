@@ -489,6 +489,9 @@ def check_cache_folder(path: str | os.PathLike) -> Path:
         return path  # (absent; a file there is the cache folder's own one-line error)
     except OSError:
         return path
+    from .cache_store import CREATED_MARKER
+
+    present.discard(CREATED_MARKER)  # (the stage cache made this folder)
     if not present or (os.path.isdir(path / "joblib") and not os.path.islink(path / "joblib")):
         return path
     raise OutputRefusedError(
