@@ -1158,7 +1158,12 @@ def main(argv: list[str] | None = None) -> int:
         ):
             _bound_resources(args)
             with _thread_limits(args.threads):
-                return int(args.func(args) or 0)
+                status = int(args.func(args) or 0)
+            sys.stdout.flush()  # a reader gone (``| head``) is met here, not in the interpreter's exit
+            return status
+    except BrokenPipeError:  # the reader of the output stopped reading: as a shell tool, end quietly
+        _silence_stdout()
+        return 128 + 13  # (the status of a process SIGPIPE ends)
     except USER_ERRORS as exc:
         print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -1181,6 +1186,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _silence_stdout() -> None:
+    """Point standard output at ``/dev/null``: what is still buffered for a reader that is gone is
+    dropped, instead of a second broken pipe when the interpreter flushes it at exit."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _bound_resources(args: argparse.Namespace) -> None:
