@@ -23,3 +23,21 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path):
     finally:
         os.close(write_end)
     assert done.stderr.decode() == "" and done.returncode == 141, done
+
+
+def test_run_combine_with_a_single_channel_config_is_refused_before_the_build(tmp_path, capsys, monkeypatch):
+    from classify_images.pipeline.interfaces import workflows
+    from classify_images.pipeline.interfaces.cli import main
+
+    from .conftest import FIXTURE_IMAGES, write_config_toml
+
+    def never(*args, **kwargs):
+        raise AssertionError("the build started")
+
+    monkeypatch.setattr(workflows, "run_pipeline", never)
+    config = write_config_toml(tmp_path / "small.toml")
+    argv = ["run", str(FIXTURE_IMAGES), "--config", str(config), "--classifier", "linear", "--out", str(tmp_path / "r")]
+    assert main([*argv, "--combine", "average", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "single channel" in err and "--combine" in err, err
+    assert not (tmp_path / "r").exists()

@@ -696,6 +696,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     config, _, cache_dir, execution = _build_options(args, out / "features")
+    _check_combine_before_build(args.combine, config, name, args.config)
     _check_seeds(0 if args.seed is None else args.seed)
     with (
         _classifier_errors_as_usage_errors(name, str(out / "features"), _encoder_kind(config)),
@@ -1186,6 +1187,25 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _check_combine_before_build(rule: str | None, config, classifier: str, config_path: str | None) -> None:
+    """``run --combine``: what can be refused from the config alone (one channel, an unknown rule,
+    ``mbkl`` with another classifier), refused before the build rather than after it."""
+    if rule is None:
+        return
+    from ...classifiers.combination import COMBINE_RULES
+    from ..settings.config import ChannelsConfig
+
+    if rule not in COMBINE_RULES:
+        raise UsageError(f"--combine {rule!r}: allowed values are {', '.join(COMBINE_RULES)}")
+    if not isinstance(config, ChannelsConfig):
+        raise UsageError(
+            f"--combine {rule}: the config {config_path or '(default)'} has a single channel; give a config "
+            "with [[channel]] tables, or drop --combine"
+        )
+    if rule == "mbkl" and classifier != "mbkl":
+        raise UsageError(f"--combine mbkl learns the channel weights with MBKL: use --classifier mbkl, not {classifier!r}")
 
 
 def _silence_stdout() -> None:
