@@ -41,3 +41,23 @@ def test_run_combine_with_a_single_channel_config_is_refused_before_the_build(tm
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "single channel" in err and "--combine" in err, err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_rebuild_found_up_to_date_removes_what_a_killed_rename_left(tmp_path, capsys):
+    """A build killed between the rename that moves the old set aside and its removal leaves
+    ``.<out>.partial-<pid>``; the next build, finding the set up to date, removes it too."""
+    import shutil
+
+    from classify_images.pipeline.interfaces.cli import main
+
+    from .conftest import FIXTURE_IMAGES, build_fixture_feature_set
+
+    build_fixture_feature_set(tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process id no process has any more
+    partial = tmp_path / f".fs.partial-{gone.pid}"
+    shutil.copytree(tmp_path / "fs", partial)
+    argv = ["build-features", str(FIXTURE_IMAGES), "--config", str(tmp_path / "small.toml"), "--out"]
+    assert main([*argv, str(tmp_path / "fs"), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
+    assert "already up to date" in capsys.readouterr().out
+    assert not partial.exists() and (tmp_path / "fs" / "manifest.json").is_file()

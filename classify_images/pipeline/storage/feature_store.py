@@ -838,6 +838,14 @@ def check_destination(out: str | os.PathLike, dataset: str | os.PathLike | None 
     return out
 
 
+def remove_stale_partials(out: str | os.PathLike) -> list[Path]:
+    """Delete the ``.<name>.partial-<pid>`` / ``.<name>.old-<pid>`` siblings of the feature set ``out``
+    left by builds that are gone (killed in the middle of writing or of the final rename), by the
+    names a feature set holds only; called by every build, the one that finds ``out`` up to date too."""
+    out = Path(out)
+    return remove_stale_siblings(out.parent, out.name, _remove_feature_set_files)
+
+
 def _remove_feature_set_files(folder: Path) -> bool:
     """Delete a feature set (or a partial one) by the names this project writes in it only:
     :data:`FILE_NAMES`, shards, and the temporary names of the manifest and of shards.
