@@ -61,3 +61,22 @@ def test_a_rebuild_found_up_to_date_removes_what_a_killed_rename_left(tmp_path, 
     assert main([*argv, str(tmp_path / "fs"), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 0
     assert "already up to date" in capsys.readouterr().out
     assert not partial.exists() and (tmp_path / "fs" / "manifest.json").is_file()
+
+
+def test_joblibs_persisting_input_arguments_warning_is_not_shown():
+    """A busy machine makes joblib warn "Persisting input arguments took …" on cache writes (the
+    demo printed it); importing the stages silences that one warning, and only it."""
+    import warnings
+
+    import classify_images.pipeline.extraction.stages  # noqa: F401
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.warn_explicit(
+            "Persisting input arguments took 0.71s to run.If this happens often ...",
+            UserWarning,
+            "memory.py",
+            1,
+            module="joblib.memory",
+        )
+        warnings.warn_explicit("another joblib warning", UserWarning, "memory.py", 2, module="joblib.memory")
+    assert [str(w.message) for w in caught] == ["another joblib warning"]

@@ -62,7 +62,6 @@ def test_every_count_option_is_bounded_before_any_work(two_cores):
     "argv",
     [
         ["build-features", "{missing}", "--n-jobs", "100000"],
-        ["build-features", "{missing}", "--cluster", "local:100000"],
         ["predict", "{missing}", "{missing}", "--n-jobs", "100000"],
         ["build-features", "{missing}", "--threads", "100000"],
     ],

@@ -46,6 +46,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,12 @@ from .shared_reads import load_image
 
 #: Key added to the ``[sift]`` table a stage receives for the left-right mirror of an image.
 FLIP_KEY = "flip"
+
+#: joblib warns when writing a cache entry's small summary of its arguments took over 0.5 s — on a
+#: machine busy with other work, often — and says itself that "results will be correct in all
+#: cases": noise in every build's output (the demo's included), silenced here, in this process and
+#: in every worker that imports the stages.
+warnings.filterwarnings("ignore", message="Persisting input arguments took", category=UserWarning, module="joblib")
 
 __all__ = [
     "FLIP_KEY",

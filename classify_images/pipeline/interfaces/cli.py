@@ -1205,7 +1205,9 @@ def _check_combine_before_build(rule: str | None, config, classifier: str, confi
             "with [[channel]] tables, or drop --combine"
         )
     if rule == "mbkl" and classifier != "mbkl":
-        raise UsageError(f"--combine mbkl learns the channel weights with MBKL: use --classifier mbkl, not {classifier!r}")
+        raise UsageError(
+            f"--combine mbkl learns the channel weights with MBKL: use --classifier mbkl, not {classifier!r}"
+        )
 
 
 def _silence_stdout() -> None:
