@@ -71,7 +71,7 @@ import numpy as np
 
 from ...classifiers.registry import classifier_class, classifier_name
 from ...errors import ClassifyImagesError
-from ...files import JsonBoundsError, NotRegularFileError, load_npz_checked, loads_bounded_json
+from ...files import MAX_NPZ_MEMBERS, JsonBoundsError, NotRegularFileError, load_npz_checked, loads_bounded_json
 from ..storage.atomic import atomic_write
 from ..storage.feature_store import NPY_READ_ERRORS
 from ..storage.output_guard import MODEL_FORMAT_NAME
@@ -228,11 +228,16 @@ def read_model_meta(path: str | os.PathLike) -> dict:
     return _read(path, arrays=False)[0]
 
 
+#: Members a model file may hold: every model :func:`save_model` writes holds far fewer (the
+#: estimator's arrays, the extractor's state, per channel at most a few each).
+MAX_MEMBERS = MAX_NPZ_MEMBERS
+
+
 def _read_members(path: Path, *, arrays: bool) -> tuple[str, dict[str, np.ndarray]]:
     """The JSON header's text and (``arrays``) the other members of a model file: a regular file
     whose zip directory and ``.npy`` headers announce exactly the bytes it holds
     (:func:`~classify_images.files.check_npz_members`), checked before anything is allocated."""
-    loaded = load_npz_checked(path, keep=lambda key: arrays or key == _META_KEY)
+    loaded = load_npz_checked(path, keep=lambda key: arrays or key == _META_KEY, max_members=MAX_MEMBERS)
     meta = loaded.pop(_META_KEY)
     if meta.dtype.kind != "U" or meta.ndim != 0:
         raise ValueError("its header is not a text")
