@@ -80,3 +80,20 @@ def test_joblibs_persisting_input_arguments_warning_is_not_shown():
         )
         warnings.warn_explicit("another joblib warning", UserWarning, "memory.py", 2, module="joblib.memory")
     assert [str(w.message) for w in caught] == ["another joblib warning"]
+
+
+def test_pq_centroids_whose_rows_overflow_float32_are_refused():
+    """Finite PQ centroids of ±3e38 (checksum updated) trained and evaluated at chance with only a
+    NumPy warning: a decoded row's squared norm overflowed float32.  Refused, naming the bound."""
+    import numpy as np
+    import pytest
+
+    from classify_images.coding.product_quantizer import ProductQuantizer, RowCodecError, max_centroid_magnitude
+
+    codebooks = np.random.default_rng(0).standard_normal((4, 16, 8)).astype(np.float32)
+    assert ProductQuantizer.from_codebooks(codebooks, 32).n_features_ == 32
+    for value in (3e38, -3e38, 2 * max_centroid_magnitude(32)):
+        tampered = codebooks.copy()
+        tampered[1, 3, 2] = value
+        with pytest.raises(RowCodecError, match="overflows float32"):
+            ProductQuantizer.from_codebooks(tampered, 32)

@@ -474,3 +474,20 @@ def test_fuzzed_arrays_never_end_in_a_traceback(tmp_path_factory, model_files, n
     path = tmp_path_factory.mktemp("fuzz") / "m.npz"
     _write(path, members)
     _load_and_use(path)
+
+
+@pytest.mark.parametrize("value", [1e308, -1e308, 1e13])
+def test_platt_values_no_fit_gives_are_refused(tmp_path, model_files, value):
+    """Finite but huge Platt values (±1e308) overflowed ``A f + B`` and collapsed every probability."""
+    path = _copy(tmp_path, model_files, "linear")
+    members = _members(path)
+    n_classes = len(_meta(members)["class_names"]) if "class_names" in _meta(members) else None
+    n_problems = members["model/coef_"].shape[0] if members["model/coef_"].ndim == 2 else 1
+    assert n_classes is None or n_problems in (1, n_classes)
+    members["model/platt_folds_"] = np.array(3)
+    members["model/platt_"] = np.tile([[-1.5, 0.2]], (n_problems, 1))
+    _write(path, members)
+    load_model(path)  # a calibration like a fit's: loads
+    members["model/platt_"] = np.tile([[value, 0.2]], (n_problems, 1))
+    _write(path, members)
+    _one_line(lambda: load_model(path), "beyond ±1e+12")

@@ -350,6 +350,13 @@ def _check_fitted_arrays(name: str, arrays: dict[str, np.ndarray], n_classes: in
     _check_calibration(arrays, n_classes)
 
 
+#: Largest Platt slope or offset a model file may hold.  The smoothed targets of Platt's fit keep the
+#: fitted log-odds within about ``log(n + 2)`` of 0 and the decision values are rescaled to ``[-1, 1]``
+#: above 30 (:mod:`~classify_images.classifiers.calibration`), so a fit reaches this only for decision
+#: values below 1e-10; values like ±1e308 overflow ``A f + B`` and collapse every probability.
+MAX_PLATT_MAGNITUDE = 1e12
+
+
 def _check_calibration(arrays: dict[str, np.ndarray], n_classes: int) -> None:
     """The calibrated probabilities' arrays (``platt_``, ``platt_folds_``), when the model has them:
     both, Platt's ``(A, B)`` per problem, finite, and a fold count of at least 2."""
@@ -364,6 +371,10 @@ def _check_calibration(arrays: dict[str, np.ndarray], n_classes: int) -> None:
         f"calibration array platt_ has shape {platt.shape}, expected {shape} for {n_classes} classes",
     )
     _expect(bool(np.isfinite(platt).all()), "calibration array platt_ holds NaN or infinite values")
+    _expect(
+        float(np.abs(platt).max(initial=0.0)) <= MAX_PLATT_MAGNITUDE,
+        f"calibration array platt_ holds values beyond ±{MAX_PLATT_MAGNITUDE:g} (no fitted sigmoid has them)",
+    )
     _expect(folds.shape == () and folds.dtype.kind in "iu" and int(folds) >= 2, "calibration fold count is not valid")
 
 
