@@ -97,3 +97,23 @@ def test_pq_centroids_whose_rows_overflow_float32_are_refused():
         tampered[1, 3, 2] = value
         with pytest.raises(RowCodecError, match="overflows float32"):
             ProductQuantizer.from_codebooks(tampered, 32)
+
+
+def test_a_webp_announcing_a_16383_square_canvas_is_too_large_not_corrupt():
+    import cv2
+    import numpy as np
+    import pytest
+
+    from classify_images.features.preprocess import DEFAULT_MAX_PIXELS, ImageReadError, decode_grayscale
+
+    side = (16383 - 1).to_bytes(3, "little")
+    chunk = b"VP8X" + (10).to_bytes(4, "little") + b"\x00\x00\x00\x00" + side + side
+    canvas = b"RIFF" + (4 + len(chunk)).to_bytes(4, "little") + b"WEBP" + chunk
+    with pytest.raises(ImageReadError, match=r"image too large \(16383 x 16383 pixels"):
+        decode_grayscale(canvas, max_pixels=DEFAULT_MAX_PIXELS)
+    small = b"RIFF" + (4 + len(chunk)).to_bytes(4, "little") + b"WEBP" + b"VP8X" + (10).to_bytes(4, "little")
+    small += b"\x00" * 4 + (99).to_bytes(3, "little") * 2  # a 100² canvas with no image: corrupt, as before
+    with pytest.raises(ImageReadError, match="truncated or corrupt"):
+        decode_grayscale(small, max_pixels=DEFAULT_MAX_PIXELS)
+    ok, encoded = cv2.imencode(".webp", np.full((40, 60), 128, np.uint8))
+    assert ok and decode_grayscale(encoded.tobytes(), max_side=None, max_pixels=DEFAULT_MAX_PIXELS).shape == (40, 60)
