@@ -65,12 +65,13 @@ def test_a_rebuild_found_up_to_date_removes_what_a_killed_rename_left(tmp_path, 
 
 def test_joblibs_persisting_input_arguments_warning_is_not_shown():
     """A busy machine makes joblib warn "Persisting input arguments took …" on cache writes (the
-    demo printed it); importing the stages silences that one warning, and only it."""
+    demo printed it); a stage cache silences that one warning, and only it."""
     import warnings
 
-    import classify_images.pipeline.extraction.stages  # noqa: F401
+    from classify_images.pipeline.extraction.stages import StageCache
 
     with warnings.catch_warnings(record=True) as caught:
+        StageCache(None)
         warnings.warn_explicit(
             "Persisting input arguments took 0.71s to run.If this happens often ...",
             UserWarning,
@@ -117,3 +118,41 @@ def test_a_webp_announcing_a_16383_square_canvas_is_too_large_not_corrupt():
         decode_grayscale(small, max_pixels=DEFAULT_MAX_PIXELS)
     ok, encoded = cv2.imencode(".webp", np.full((40, 60), 128, np.uint8))
     assert ok and decode_grayscale(encoded.tobytes(), max_side=None, max_pixels=DEFAULT_MAX_PIXELS).shape == (40, 60)
+
+
+def test_the_kernel_compiling_helper_ends_with_its_parent(tmp_path):
+    """The process that compiles kernels aside is tied to its parent: a parent killed (``kill -9``)
+    takes it along, instead of leaving it compiling for minutes."""
+    import inspect
+    import signal
+    import time
+
+    from classify_images.pipeline.execution import warm_up
+
+    assert "tie_to_parent(" in inspect.getsource(warm_up.encoder_compiled_aside)
+    child = (
+        "import os, time; from classify_images.pipeline.execution.warm_up import tie_to_parent; "
+        "tie_to_parent(os.getppid(), poll_seconds=0.2); print(os.getpid(), flush=True); time.sleep(600)"
+    )
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    helper = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    for _ in range(600):  # (a liveness wait, not a timing check: the helper ends, soon or late)
+        try:
+            os.kill(helper, 0)
+        except ProcessLookupError:
+            break
+        if open(f"/proc/{helper}/stat").read().split()[2] == "Z":  # ended, not yet reaped by its new parent
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(helper, signal.SIGKILL)
+        raise AssertionError("the helper outlived its parent")
