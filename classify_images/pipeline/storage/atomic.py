@@ -103,7 +103,12 @@ def fsync_folder(path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def atomic_write(
-    path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None, concurrent: bool = False
+    path: str | os.PathLike,
+    mode: str = "wb",
+    *,
+    encoding: str | None = None,
+    concurrent: bool = False,
+    durable: bool = True,
 ) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success sync it and rename it over ``path``.
 
@@ -120,6 +125,11 @@ def atomic_write(
         (cluster workers writing a shard of a shared folder): the temporary name is random,
         ``.<name>.<random>.tmp``, and no stale temporaries are removed (a process id says
         nothing of another machine's writers).
+    durable : bool, default=True
+        Flush the file and its folder to the disk.  ``False`` keeps the write atomic for
+        readers and for a process that dies, not across a power loss: for a file rewritten
+        many times in a row whose last version is written durable (the output marker while a
+        report is written).
 
     Yields
     ------
@@ -158,7 +168,8 @@ def atomic_write(
         with open(tmp, mode, encoding=encoding) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         callback = _BEFORE_REPLACE.get()
         if callback is not None:
             token = _BEFORE_REPLACE.set(None)  # (the callback's own writes are not reported to it)
@@ -177,12 +188,13 @@ def atomic_write(
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    fsync_folder(path.parent)
+    if durable:
+        fsync_folder(path.parent)
 
 
-def atomic_write_json(path: str | os.PathLike, payload: Any) -> None:
+def atomic_write_json(path: str | os.PathLike, payload: Any, *, durable: bool = True) -> None:
     """Write ``payload`` as indented UTF-8 JSON to ``path`` through :func:`atomic_write`."""
-    with atomic_write(path, "w") as handle:
+    with atomic_write(path, "w", durable=durable) as handle:
         handle.write(json.dumps(payload, indent=2) + "\n")
 
 

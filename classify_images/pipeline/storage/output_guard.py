@@ -352,12 +352,12 @@ class OutputFolder:
         self._write_marker(sorted(set(before["files"]) | set(self.names)), written)
         return self
 
-    def _write_marker(self, files: list[str], written: dict[str, list]) -> None:
+    def _write_marker(self, files: list[str], written: dict[str, list], *, durable: bool = True) -> None:
         marker = {"format": MARKER_FORMAT, "format_version": 2, "kind": self.kind, "files": files}
         if self.run is not None:
             marker["run_digest"], marker["run"] = _run_digest(self.run), _run_text(self.run)
         marker["written"] = written
-        atomic_write_json(self.path / MARKER, marker)
+        atomic_write_json(self.path / MARKER, marker, durable=durable)
 
     def _record(self, destination: Path, complete: Path) -> None:
         """Before ``complete`` replaces ``destination``: add its identity to the marker's."""
@@ -366,9 +366,9 @@ class OutputFolder:
         marker = read_marker(self.path) or {"files": sorted(self.names), "written": {}}
         identities = marker["written"].get(destination.name, [])
         new = file_identity(complete)
-        if new not in identities:
+        if new not in identities:  # (not synced: a power loss here leaves the file unproven — refused, never lost)
             marker["written"][destination.name] = [*identities, new][-3:]
-            self._write_marker(marker["files"], marker["written"])
+            self._write_marker(marker["files"], marker["written"], durable=False)
 
     def __enter__(self) -> OutputFolder:
         from .atomic import before_replace
