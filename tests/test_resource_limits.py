@@ -48,6 +48,8 @@ def test_an_execution_never_holds_more_workers_than_cores(two_cores):
         assert Execution(n_jobs=100_000).n_jobs == 2
     with pytest.warns(UserWarning):
         assert Execution.from_options(n_jobs=100_000).n_jobs == 2
+    with pytest.warns(UserWarning, match="local cluster workers 100000"):
+        assert Execution.from_options(cluster="local:100000").cluster.n_workers == 2
 
 
 def test_every_count_option_is_bounded_before_any_work(two_cores):

@@ -16,6 +16,7 @@ for nobody.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -96,6 +97,9 @@ class Execution:
     def __post_init__(self) -> None:
         # more workers than cores only adds processes and memory (execution.limits): clamped
         object.__setattr__(self, "n_jobs", bounded_workers(self.n_jobs, "n_jobs"))
+        if self.cluster is not None and self.cluster.n_workers is not None:
+            workers = bounded_workers(self.cluster.n_workers, "local cluster workers")
+            object.__setattr__(self, "cluster", dataclasses.replace(self.cluster, n_workers=workers))
 
     @classmethod
     def from_options(
