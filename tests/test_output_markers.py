@@ -184,3 +184,36 @@ def test_train_force_keeps_a_users_file_aside(built, tmp_path, capsys):
     assert is_model_file(out)
     assert (tmp_path / "weights.npz.~1~").read_bytes() == b"an older backup of mine"
     assert (tmp_path / "weights.npz.~2~").read_bytes() == b"my weights"
+
+
+def test_claim_without_force_never_moves_a_users_file(tmp_path):
+    """:meth:`OutputFolder.claim` refuses, as :meth:`check` does, a file put there since: only
+    ``--force`` keeps one aside."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_bytes(b"mine")
+    with pytest.raises(OutputRefusedError, match="report.md there was not written"):
+        OutputFolder(out, ("report.md",), "report").claim()
+    assert (out / "report.md").read_bytes() == b"mine" and not (out / "report.md.~1~").exists()
+
+
+def test_the_journal_of_a_write_in_progress_is_folded_into_the_marker(tmp_path):
+    """While files are written, each identity is appended to ``.classify-images.log``; leaving the
+    write folds them into the marker and removes the journal.  A journal proves bytes only."""
+    from classify_images.pipeline.storage.output_guard import JOURNAL
+
+    out = tmp_path / "out"
+    guard = OutputFolder(out, ("report.md", "report.json"), "report").claim()
+    guard.__enter__()
+    for name in ("report.md", "report.json"):
+        with atomic_write(out / name, "w") as handle:
+            handle.write(name)
+    assert len((out / JOURNAL).read_text().splitlines()) == 2
+    guard.__exit__(None, None, None)
+    assert not (out / JOURNAL).exists()
+    assert read_marker(out)["written"]["report.json"] == [file_identity(out / "report.json")]
+    (out / JOURNAL).symlink_to(tmp_path / "elsewhere")  # planted: never written through
+    with OutputFolder(out, ("report.md", "report.json"), "report").claim():
+        with atomic_write(out / "report.md", "w") as handle:
+            handle.write("again")
+    assert not (tmp_path / "elsewhere").exists()

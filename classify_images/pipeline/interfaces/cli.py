@@ -492,7 +492,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         evaluation = evaluate_model(model, meta, feature_set)
     with _writing("--out", out, "report"):
         guard.check(args.force)
-        with guard.claim():
+        with guard.claim(args.force):
             write_report(evaluation, out)
     print(evaluation_text(evaluation, out))
     return 0
@@ -544,7 +544,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         )
     with _writing("--out", out, "report"):
         guard.check(args.force)
-        with guard.claim():
+        with guard.claim(args.force):
             write_experiment(experiment, out)
             write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))

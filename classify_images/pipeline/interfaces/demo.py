@@ -107,7 +107,7 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False, force
     check_destination(workdir / "features", workdir / "digits", force=force)
     check_output_file(model_out, "model file", force=force, option="--workdir")
     report.check(force)
-    folder.claim()
+    folder.claim(force)
     write_digits_dataset(workdir / "digits")
 
     _print_command(build)
@@ -139,7 +139,7 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False, force
     _print_command(evaluate)
     model, meta = load_model(model_path)
     evaluation = evaluate_model(model, meta, feature_set)
-    with report.claim():
+    with report.claim(force):
         write_report(evaluation, report_dir)
     print(evaluation_text(evaluation, report_dir))
 

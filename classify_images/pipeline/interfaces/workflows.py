@@ -470,7 +470,7 @@ def run_pipeline(
     check_destination(out / "features", dataset, force=force)
     check_output_file(out / "model.npz", "model file", force=force)
     report.check(force)
-    folder.claim()
+    folder.claim(force)
     with verbose_output(verbose):
         begin("build-features")
         built = build_feature_set(
@@ -500,6 +500,6 @@ def run_pipeline(
         model, meta = load_model(model_path)
         evaluation = evaluate_model(model, meta, feature_set)
         report.check(force)
-        with report.claim():
+        with report.claim(force):
             write_report(evaluation, out / "report")
     return RunResult(built, training, evaluation, built.path, model_path, out / "report")

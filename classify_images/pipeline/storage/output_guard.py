@@ -45,6 +45,7 @@ References
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -56,12 +57,13 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ClassifyImagesError
-from ...files import read_format_json
+from ...files import read_format_json, read_regular_bytes
 from .atomic import atomic_write_json
 
 __all__ = [
     "MARKER",
     "MARKER_FORMAT",
+    "JOURNAL",
     "OutputRefusedError",
     "OutputFolder",
     "check_output_file",
@@ -75,6 +77,10 @@ __all__ = [
 
 #: The marker file we write in every output folder (feature sets excepted: their manifest).
 MARKER = ".classify-images.json"
+#: Beside the marker while files are written: one line per file written, its identity recorded
+#: before the file replaces the old one (appended: cheaper than rewriting the marker each time);
+#: folded into the marker when the write ends.
+JOURNAL = ".classify-images.log"
 #: The format key of :data:`MARKER`.
 MARKER_FORMAT = "classify-images-outputs"
 #: The ``format`` that a model file's header carries (written by
@@ -123,8 +129,49 @@ def read_marker(folder: str | os.PathLike) -> dict | None:
         isinstance(ids, list) and all(_is_identity(identity) for identity in ids) for ids in written.values()
     ):
         return None
-    marker["written"] = written
+    marker["written"] = {name: list(identities) for name, identities in written.items()}
+    for name, identity in _journal(Path(folder)):
+        if identity not in marker["written"].setdefault(name, []):
+            marker["written"][name].append(identity)
     return marker
+
+
+def _journal(folder: Path) -> list[tuple[str, dict]]:
+    """The ``(name, identity)`` lines of ``folder``'s :data:`JOURNAL` (none when it is not a regular
+    file of at most 1 MiB; lines that are not such a record are skipped)."""
+    try:
+        text = read_regular_bytes(folder / JOURNAL, max_bytes=_MAX_MARKER_BYTES).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return []
+    entries = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("name"), str):
+            identity = {"size": record.get("size"), "sha256": record.get("sha256")}
+            if _is_identity(identity):
+                entries.append((record["name"], identity))
+    return entries
+
+
+def _append_journal(folder: Path, name: str, identity: dict) -> None:
+    """Append ``name``'s identity to :data:`JOURNAL` (not synced, no link followed, no wait on a FIFO);
+    a failure only leaves the file unrecorded until the marker is written at the end."""
+    line = (json.dumps({"name": name, **identity}) + "\n").encode()
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(folder / JOURNAL, flags, 0o644)
+    except OSError:
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.write(fd, line)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _is_identity(value: Any) -> bool:
@@ -155,19 +202,32 @@ def file_identity(path: str | os.PathLike) -> dict[str, Any]:
     return {"size": size, "sha256": digest.hexdigest()}
 
 
-def _is_ours(path: Path, identities: list[dict]) -> bool:
+def _stat_key(info: os.stat_result) -> tuple[int, ...]:
+    """What tells, within one command, that a file is still the one hashed: the same inode (a rename
+    keeps it), size and modification time."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _is_ours(path: Path, identities: list[dict], hashed: dict[Path, tuple] | None = None) -> bool:
     """Whether ``path`` is a regular file whose bytes are one of ``identities`` (size compared first:
-    a user's file of another size is never read)."""
+    a user's file of another size is never read).  ``hashed`` holds identities this command computed
+    already, by :func:`_stat_key`: a file unchanged since is not read again."""
     try:
         info = os.lstat(path)
     except OSError:
         return False
     if not stat.S_ISREG(info.st_mode) or not any(identity["size"] == info.st_size for identity in identities):
         return False
+    known = None if hashed is None else hashed.get(path)
+    if known is not None and known[0] == _stat_key(info):
+        return known[1] in identities
     try:
-        return file_identity(path) in identities
+        identity = file_identity(path)
     except OSError:
         return False
+    if hashed is not None:
+        hashed[path] = (_stat_key(info), identity)
+    return identity in identities
 
 
 def set_aside(path: str | os.PathLike) -> Path:
@@ -252,6 +312,7 @@ class OutputFolder:
         self.parts = frozenset(parts)
         self.files = tuple(name for name in self.names if name not in self.parts)
         self.run, self.option = (None if run is None else _canonical(run)), option
+        self._hashed: dict[Path, tuple] = {}  # identities computed by this command (:func:`_is_ours`)
 
     def _refuse(self, why: str, *, force: bool = True) -> OutputRefusedError:
         return _refusal(self.option, self.path, why, force=force, replaced=_FORCE_KEEPS)
@@ -267,7 +328,7 @@ class OutputFolder:
             elif name in self.parts:
                 if name not in marker["files"]:
                     foreign.append(name)
-            elif not _is_ours(self.path / name, marker["written"].get(name, [])):
+            elif not _is_ours(self.path / name, marker["written"].get(name, []), self._hashed):
                 foreign.append(name)
         return foreign
 
@@ -330,9 +391,9 @@ class OutputFolder:
             )
         return path
 
-    def claim(self) -> OutputFolder:
-        """Create the folder if needed, keep aside each file of :attr:`names` that is not ours (only
-        :meth:`check` with ``force`` lets one through), and record :attr:`names` in the marker before
+    def claim(self, force: bool = False) -> OutputFolder:
+        """Create the folder if needed, keep aside each file of :attr:`names` that is not ours (with
+        ``force``; without, such a file is refused as by :meth:`check`), and record :attr:`names` in the marker before
         the first of them is written.  Use as ``with folder.claim():`` around the writes: each file's
         identity is recorded before it replaces the old one, so a crash at any moment leaves every
         file of ours recorded (and the old identities are dropped on leaving the block)."""
@@ -340,13 +401,19 @@ class OutputFolder:
         marker = read_marker(self.path)
         before = marker or {"files": [], "written": {}}
         present = set(os.listdir(self.path))
-        for name in self._foreign(marker, present):
+        foreign = [name for name in self._foreign(marker, present) if name in self.files]
+        if foreign and not force:  # (what :meth:`check` refuses; a file put there since is refused too)
+            raise self._refuse(
+                f"{_listing(foreign)} there {'was' if len(foreign) == 1 else 'were'} not written by classify-images "
+                "(the bytes differ from those it recorded)"
+            )
+        for name in foreign:
             if name in self.files:
                 backup = set_aside(self.path / name)
                 _note_set_aside(self.path / name, backup)
         written = {}
         for name, identities in before["written"].items():
-            ours = [identity for identity in identities if _is_ours(self.path / name, [identity])]
+            ours = [identity for identity in identities if _is_ours(self.path / name, [identity], self._hashed)]
             if ours:
                 written[name] = ours[:1]
         self._write_marker(sorted(set(before["files"]) | set(self.names)), written)
@@ -358,17 +425,20 @@ class OutputFolder:
             marker["run_digest"], marker["run"] = _run_digest(self.run), _run_text(self.run)
         marker["written"] = written
         atomic_write_json(self.path / MARKER, marker, durable=durable)
+        with contextlib.suppress(FileNotFoundError):  # (folded into the marker just written)
+            os.unlink(self.path / JOURNAL)
 
     def _record(self, destination: Path, complete: Path) -> None:
         """Before ``complete`` replaces ``destination``: add its identity to the marker's."""
         if destination.parent != self.path or destination.name not in self.files:
             return
-        marker = read_marker(self.path) or {"files": sorted(self.names), "written": {}}
+        marker = read_marker(self.path) or {"written": {}}
         identities = marker["written"].get(destination.name, [])
         new = file_identity(complete)
+        with contextlib.suppress(OSError):  # (renamed next: the same inode, size and time at ``destination``)
+            self._hashed[destination] = (_stat_key(os.lstat(complete)), new)
         if new not in identities:  # (not synced: a power loss here leaves the file unproven — refused, never lost)
-            marker["written"][destination.name] = [*identities, new][-3:]
-            self._write_marker(marker["files"], marker["written"], durable=False)
+            _append_journal(self.path, destination.name, new)
 
     def __enter__(self) -> OutputFolder:
         from .atomic import before_replace
@@ -383,7 +453,7 @@ class OutputFolder:
         if marker is not None:  # each file recorded by the identity it has now, and only that one
             written = {}
             for name, identities in marker["written"].items():
-                ours = [identity for identity in identities if _is_ours(self.path / name, [identity])]
+                ours = [identity for identity in identities if _is_ours(self.path / name, [identity], self._hashed)]
                 if ours:
                     written[name] = ours[:1]
             self._write_marker(marker["files"], written)
@@ -394,7 +464,7 @@ _FORCE_KEEPS = "them (a file that is not ours is kept as NAME.~1~; other files a
 
 
 def _not_ours_text(present: set[str]) -> str:
-    others = present - {MARKER}
+    others = present - {MARKER, JOURNAL}
     if not others:
         return f"its {MARKER} is not one classify-images wrote"
     return f"it holds files classify-images did not write ({_listing(others)})"
