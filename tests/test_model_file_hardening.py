@@ -300,6 +300,27 @@ def test_foreign_member_and_object_dtype_are_refused(tmp_path, model_files):
     _one_line(lambda: load_model(path), "object")
 
 
+def test_a_hundred_thousand_extra_members_are_refused_before_any_is_read(tmp_path, model_files, monkeypatch):
+    """A model of 100 000 empty extra ``.npy`` members took predict a minute of member reads: the
+    member count is checked first, against a ceiling far above what any model holds."""
+    import classify_images.files as files_module
+    from classify_images.pipeline.training.model_file import MAX_MEMBERS
+
+    assert max(len(_members(path)) for path in model_files.values()) * 10 < MAX_MEMBERS
+    path = _copy(tmp_path, model_files, "linear")
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.zeros(0), allow_pickle=False)
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_STORED) as archive:
+        for index in range(100_000):
+            archive.writestr(f"extra{index}.npy", buffer.getvalue())
+    reads = []
+    real = files_module.read_npy_header
+    monkeypatch.setattr(files_module, "read_npy_header", lambda *a: reads.append(1) or real(*a))
+    n_members = len(_members(model_files["linear"])) + 100_000
+    _one_line(lambda: load_model(path), f"{n_members} members, more than the {MAX_MEMBERS}")
+    assert reads == []
+
+
 # ---------------------------------------------------------- feature-set identity
 def test_model_without_feature_set_identity_is_refused_by_the_check(tmp_path, model_files):
     classifier, _ = load_model(model_files["linear"])
@@ -453,3 +474,20 @@ def test_fuzzed_arrays_never_end_in_a_traceback(tmp_path_factory, model_files, n
     path = tmp_path_factory.mktemp("fuzz") / "m.npz"
     _write(path, members)
     _load_and_use(path)
+
+
+@pytest.mark.parametrize("value", [1e308, -1e308, 1e13])
+def test_platt_values_no_fit_gives_are_refused(tmp_path, model_files, value):
+    """Finite but huge Platt values (±1e308) overflowed ``A f + B`` and collapsed every probability."""
+    path = _copy(tmp_path, model_files, "linear")
+    members = _members(path)
+    n_classes = len(_meta(members)["class_names"]) if "class_names" in _meta(members) else None
+    n_problems = members["model/coef_"].shape[0] if members["model/coef_"].ndim == 2 else 1
+    assert n_classes is None or n_problems in (1, n_classes)
+    members["model/platt_folds_"] = np.array(3)
+    members["model/platt_"] = np.tile([[-1.5, 0.2]], (n_problems, 1))
+    _write(path, members)
+    load_model(path)  # a calibration like a fit's: loads
+    members["model/platt_"] = np.tile([[value, 0.2]], (n_problems, 1))
+    _write(path, members)
+    _one_line(lambda: load_model(path), "beyond ±1e+12")

@@ -46,6 +46,7 @@ References
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,6 +193,11 @@ def _check_grid(estimator: Any, grid: dict[str, list]) -> dict[str, list]:
     return {name: list(values) for name, values in grid.items()}
 
 
+#: Points of a grid (the product of the numbers of values) :func:`search_parameters` searches at
+#: most: each is a cross-validated fit, so 1000 points is already hours of work on a large feature set.
+MAX_SEARCH_POINTS = 1000
+
+
 def _points(grid: dict[str, list]) -> list[dict[str, Any]]:
     """The grid's points in :class:`~sklearn.model_selection.ParameterGrid`'s order (names sorted, last fastest)."""
     names = sorted(grid)
@@ -310,8 +316,15 @@ def search_parameters(
     Raises
     ------
     SearchError
-        Unknown parameter or invalid value, or a class with fewer training rows than folds.
+        Unknown parameter or invalid value, a class with fewer training rows than folds, or
+        more than :data:`MAX_SEARCH_POINTS` points (counted before any is made).
     """
+    n_points = math.prod(len(values) for values in grid.values()) if isinstance(grid, dict) else 0
+    if n_points > MAX_SEARCH_POINTS:
+        raise SearchError(
+            f"--search: the grid has {n_points} points; at most {MAX_SEARCH_POINTS} are searched "
+            "(each is a cross-validated fit): give fewer values"
+        )
     grid = _check_grid(estimator, grid)
     y = np.asarray(y)
     _, counts = np.unique(y, return_counts=True)

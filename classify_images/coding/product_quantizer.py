@@ -36,6 +36,8 @@ References
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import ClassifyImagesError
@@ -76,6 +78,13 @@ def to_float16(rows: np.ndarray) -> np.ndarray:
             "store them as float32 (--rows float32)"
         )
     return half
+
+
+def max_centroid_magnitude(n_features: int) -> float:
+    """The largest centroid value for which every decoded row's squared norm — and so every inner
+    product, distance and kernel value of two decoded rows — is finite in float32:
+    ``sqrt(float32 max / n_features)`` (1.8e16 for a million dimensions)."""
+    return math.sqrt(float(np.finfo(np.float32).max) / max(int(n_features), 1))
 
 
 class ProductQuantizer:
@@ -207,6 +216,12 @@ class ProductQuantizer:
             raise RowCodecError(
                 f"codebooks of shape {codebooks.shape} ({codebooks.dtype}) are not finite float32 "
                 f"codebooks (m, K <= {N_CENTROIDS}, s) of {n_features}-dimensional rows"
+            )
+        largest, limit = float(np.abs(codebooks).max(initial=0.0)), max_centroid_magnitude(n_features)
+        if largest > limit:  # finite, but a decoded row's squared norm would overflow float32
+            raise RowCodecError(
+                f"codebooks hold a value of magnitude {largest:.3g}, beyond the {limit:.3g} at which the "
+                f"squared norm of a {n_features}-dimensional decoded row overflows float32"
             )
         quantizer = cls(int(codebooks.shape[2]))
         quantizer.codebooks_, quantizer.n_features_ = codebooks, int(n_features)

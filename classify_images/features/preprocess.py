@@ -208,11 +208,38 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     return int(width), int(height)
 
 
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) a WebP file's first chunk announces, read from its bytes (Pillow opens a
+    WebP with libwebp's demuxer, which refuses a file whose frames do not fit the canvas it
+    announces — so a 16383² canvas with no image data reads as "corrupt" there, not "too large").
+
+    The layouts (Google, "WebP Container Specification"): ``VP8X`` (extended) holds the canvas
+    width and height minus one as 24-bit little-endian integers at bytes 24 and 27; ``VP8L``
+    (lossless) their 14-bit values minus one after its 0x2F signature byte at 20; ``VP8 ``
+    (lossy) 14-bit values at bytes 26 and 28, after the start code ``9D 01 2A``.
+    """
+    if len(data) < 30 or data[:4] != b"RIFF" or data[8:12] != b"WEBP":
+        return None
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    if chunk == b"VP8L" and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+        return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
+    return None
+
+
 def _check_pixels(data: bytes, max_pixels: int | None, kind: str | None) -> None:
     """Refuse, before decoding, an image above ``max_pixels`` or whose size cannot be read."""
     if max_pixels is None:
         return
     size = image_size(data)
+    if size is None and kind == "WebP":
+        size = _webp_size(bytes(data[:30]))
+        if size is not None and size[0] * size[1] <= max_pixels:
+            size = None  # (within the cap: the file is what Pillow could not read, corrupt)
     if size is None:
         # nothing is decoded unless its size is known: OpenCV would allocate what the header says
         if kind is None:

@@ -25,10 +25,14 @@ is compiled once, not once in each process (about 12 s of CPU on a cold numba ca
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -135,6 +139,28 @@ def _compile_encoder(sift: dict, codebook_params: dict, levels: list, pooling: s
     )
 
 
+def tie_to_parent(parent: int, poll_seconds: float = 1.0) -> None:
+    """End this process when its parent ``parent`` ends, however it ends (``kill -9`` included).
+
+    On Linux the kernel sends this process SIGKILL when its parent exits
+    (``prctl(PR_SET_PDEATHSIG)``); everywhere, a daemon thread checks every ``poll_seconds``
+    that the parent is still ``parent`` (an orphan is adopted by another process).  A parent
+    already gone ends this process at once.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError, TypeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 class AsideCompilation:
     """What :func:`encoder_compiled_aside` yields: :meth:`wait_for_learner`.
 
@@ -181,7 +207,8 @@ def encoder_compiled_aside(config: PipelineConfig | FeaturePlan) -> Iterator[Asi
     The process compiles on a synthetic state (:func:`synthetic_state`) and writes the
     kernels to numba's cache, from which this process and the workers then load them.  It is
     a plain ``python -c`` (no ``multiprocessing``: the caller's main module is not imported
-    again) whose output is discarded (but for :data:`_LEARNER_READY`); if it fails, the kernels are compiled as before, by
+    again), tied to this process (:func:`tie_to_parent`: it ends when this one does, even killed),
+    whose output is discarded (but for :data:`_LEARNER_READY`); if it fails, the kernels are compiled as before, by
     :func:`warm_encoding`.  An error in the block kills it, and so does a wait longer than
     :data:`_WAIT_SECONDS`.
     """
@@ -195,8 +222,8 @@ def encoder_compiled_aside(config: PipelineConfig | FeaturePlan) -> Iterator[Asi
             [
                 sys.executable,
                 "-c",
-                "import sys, json; from classify_images.pipeline.execution.warm_up import _compile_encoder; "
-                "_compile_encoder(*json.load(sys.stdin))",
+                "import sys, json; from classify_images.pipeline.execution.warm_up import _compile_encoder, "
+                f"tie_to_parent; tie_to_parent({os.getpid()}); _compile_encoder(*json.load(sys.stdin))",
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE if learner_first else subprocess.DEVNULL,

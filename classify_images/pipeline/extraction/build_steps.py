@@ -30,7 +30,7 @@ from ..settings.config import PipelineConfig
 from ..settings.dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
 from ..settings.plan import FeaturePlan, feature_plan_of
 from ..settings.protocols import short_classes
-from ..storage.feature_store import FeatureSetWriter, load_feature_set
+from ..storage.feature_store import FeatureSetWriter, load_feature_set, remove_stale_partials
 from ..storage.provenance import library_versions
 from ..storage.shard_store import shard_format, write_shard
 from .extractor import FeatureExtractor
@@ -165,6 +165,7 @@ def reuse_if_up_to_date(
         return None
     if existing.config_hash != config_hash or existing.layout != store or existing.row_encoding != encoding:
         return None
+    remove_stale_partials(out)  # (what a build killed at its final rename left beside it)
     _log.info("feature set %s is up to date (config hash %s); nothing to do", out, config_hash[:12])
     return BuildResult(
         path=out,

@@ -16,6 +16,7 @@ for nobody.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from typing import Any
 from joblib import Parallel
 
 from ..execution.cluster import ClusterSpec, iter_tasks, open_client, parse_cluster_option, scheduler_errors
+from ..execution.limits import bounded_workers
 from ..settings.defaults import DEFAULT_BATCH_SIZE
 from .stages import StageCache
 
@@ -91,6 +93,13 @@ class Execution:
     cluster: ClusterSpec | None = None
     #: images per Dask task, rows per shard of a sharded store
     batch_size: int = DEFAULT_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        # more workers than cores only adds processes and memory (execution.limits): clamped
+        object.__setattr__(self, "n_jobs", bounded_workers(self.n_jobs, "n_jobs"))
+        if self.cluster is not None and self.cluster.n_workers is not None:
+            workers = bounded_workers(self.cluster.n_workers, "local cluster workers")
+            object.__setattr__(self, "cluster", dataclasses.replace(self.cluster, n_workers=workers))
 
     @classmethod
     def from_options(

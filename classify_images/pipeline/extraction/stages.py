@@ -46,6 +46,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,21 @@ from .shared_reads import load_image
 
 #: Key added to the ``[sift]`` table a stage receives for the left-right mirror of an image.
 FLIP_KEY = "flip"
+
+
+def silence_persisting_warning() -> None:
+    """Hide joblib's "Persisting input arguments took …" warning (and only it).
+
+    joblib warns when writing a cache entry's small summary of its arguments took over 0.5 s — on
+    a machine busy with other work, often — and says itself that "results will be correct in all
+    cases": noise in every build's output (the demo's included).  Called on import (every worker
+    that runs a stage imports this module) and by each :class:`StageCache` (a filter added on
+    import inside a ``warnings.catch_warnings`` block would end with it).
+    """
+    warnings.filterwarnings("ignore", message="Persisting input arguments took", category=UserWarning, module="joblib")
+
+
+silence_persisting_warning()
 
 __all__ = [
     "FLIP_KEY",
@@ -308,6 +324,8 @@ class StageCache:
 
     def __init__(self, cache_dir: str | os.PathLike | None, *, cache_descriptors: bool = True) -> None:
         from joblib import Memory
+
+        silence_persisting_warning()
 
         from ..storage.output_guard import check_cache_folder
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from ...classifiers.registry import CLASSIFIERS, parse_param
 from ...errors import ClassifyImagesError
+from ..execution.limits import MAX_BATCH_SIZE, bounded_workers, check_grid_size, check_worker_parameter
 from ..execution.progress import tqdm_progress as _tqdm_progress
 from ..settings.defaults import named_configs
 from ..storage.atomic import DISK_FULL_ERRNOS
@@ -47,6 +48,7 @@ def _params(pairs: list[str] | None) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for pair in pairs or []:
         key, value = parse_param(pair)
+        check_worker_parameter("--param", key, value)
         if key in params:
             raise UsageError(f"--param {key} is given twice ({params[key]!r} and {value!r}): give it once")
         params[key] = value
@@ -68,7 +70,10 @@ def _search(pairs: list[str] | None) -> dict[str, list] | None:
         values = list(value) if isinstance(value, (tuple, list)) else [value]
         if len(set(map(repr, values))) != len(values):
             raise UsageError(f"--search {pair!r}: a value is repeated")
+        for value in values:
+            check_worker_parameter("--search", key, value)
         grid[key] = values
+    check_grid_size(grid)
     return grid
 
 
@@ -487,8 +492,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         evaluation = evaluate_model(model, meta, feature_set)
     with _writing("--out", out, "report"):
         guard.check(args.force)
-        guard.claim()
-        write_report(evaluation, out)
+        with guard.claim(args.force):
+            write_report(evaluation, out)
     print(evaluation_text(evaluation, out))
     return 0
 
@@ -539,9 +544,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         )
     with _writing("--out", out, "report"):
         guard.check(args.force)
-        guard.claim()
-        write_experiment(experiment, out)
-        write_report(experiment.first, out, experiment=experiment)
+        with guard.claim(args.force):
+            write_experiment(experiment, out)
+            write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))
     print(f"  report: {out / 'report.html'}")
     return 0
@@ -691,6 +696,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     config, _, cache_dir, execution = _build_options(args, out / "features")
+    _check_combine_before_build(args.combine, config, name, args.config)
     _check_seeds(0 if args.seed is None else args.seed)
     with (
         _classifier_errors_as_usage_errors(name, str(out / "features"), _encoder_kind(config)),
@@ -1148,11 +1154,17 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with (
-            _thread_limits(args.threads),
             _one_line_warnings(args.command),
             cli_logging(-1 if args.quiet else args.verbose, args.command),
         ):
-            return int(args.func(args) or 0)
+            _bound_resources(args)
+            with _thread_limits(args.threads):
+                status = int(args.func(args) or 0)
+            sys.stdout.flush()  # a reader gone (``| head``) is met here, not in the interpreter's exit
+            return status
+    except BrokenPipeError:  # the reader of the output stopped reading: as a shell tool, end quietly
+        _silence_stdout()
+        return 128 + 13  # (the status of a process SIGPIPE ends)
     except USER_ERRORS as exc:
         print(f"classify-images {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -1175,6 +1187,55 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _check_combine_before_build(rule: str | None, config, classifier: str, config_path: str | None) -> None:
+    """``run --combine``: what can be refused from the config alone (one channel, an unknown rule,
+    ``mbkl`` with another classifier), refused before the build rather than after it."""
+    if rule is None:
+        return
+    from ...classifiers.combination import COMBINE_RULES
+    from ..settings.config import ChannelsConfig
+
+    if rule not in COMBINE_RULES:
+        raise UsageError(f"--combine {rule!r}: allowed values are {', '.join(COMBINE_RULES)}")
+    if not isinstance(config, ChannelsConfig):
+        raise UsageError(
+            f"--combine {rule}: the config {config_path or '(default)'} has a single channel; give a config "
+            "with [[channel]] tables, or drop --combine"
+        )
+    if rule == "mbkl" and classifier != "mbkl":
+        raise UsageError(
+            f"--combine mbkl learns the channel weights with MBKL: use --classifier mbkl, not {classifier!r}"
+        )
+
+
+def _silence_stdout() -> None:
+    """Point standard output at ``/dev/null``: what is still buffered for a reader that is gone is
+    dropped, instead of a second broken pipe when the interpreter flushes it at exit."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _bound_resources(args: argparse.Namespace) -> None:
+    """Every count of workers, threads and images per task the options give, bounded by the cores
+    this process may use (:mod:`~classify_images.pipeline.execution.limits`) before any work: clamped
+    with one warning line.  (``--param`` / ``--search n_jobs=`` are refused where they are parsed.)"""
+    if getattr(args, "n_jobs", None) is not None:
+        args.n_jobs = bounded_workers(args.n_jobs, "--n-jobs")
+    if getattr(args, "threads", None) is not None:
+        args.threads = bounded_workers(args.threads, "--threads")
+    cluster = getattr(args, "cluster", None)
+    if isinstance(cluster, str) and cluster.strip().startswith("local:") and cluster.strip()[6:].isdigit():
+        args.cluster = f"local:{bounded_workers(int(cluster.strip()[6:]), '--cluster local:N, N =')}"
+    if getattr(args, "batch_size", None) is not None and args.batch_size > MAX_BATCH_SIZE:
+        import warnings
+
+        warnings.warn(
+            f"--batch-size {args.batch_size} is more than {MAX_BATCH_SIZE} images per task: using that", stacklevel=2
+        )
+        args.batch_size = MAX_BATCH_SIZE
 
 
 def _package_version() -> str:

@@ -100,18 +100,14 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False, force
     workdir = Path(workdir)
     build, train, evaluate = commands = demo_commands(workdir, n_jobs=n_jobs, quiet=quiet)
     model_out, report_dir = train[-1], evaluate[-1]  # the --out of each command
-    folder = OutputFolder(
-        workdir,
-        ("digits", "cache", "features", Path(model_out).name, "report", "demo.json"),
-        "demo",
-        option="--workdir",
-    )
+    parts = ("digits", "cache", "features", Path(model_out).name, "report")
+    folder = OutputFolder(workdir, (*parts, "demo.json"), "demo", parts=parts, option="--workdir")
     report = report_folder(report_dir, option="--workdir")
     folder.check(force)  # every output checked before any work
     check_destination(workdir / "features", workdir / "digits", force=force)
     check_output_file(model_out, "model file", force=force, option="--workdir")
     report.check(force)
-    folder.claim()
+    folder.claim(force)
     write_digits_dataset(workdir / "digits")
 
     _print_command(build)
@@ -143,11 +139,12 @@ def run_demo(workdir: str | Path, *, n_jobs: int = 2, quiet: bool = False, force
     _print_command(evaluate)
     model, meta = load_model(model_path)
     evaluation = evaluate_model(model, meta, feature_set)
-    report.claim()
-    write_report(evaluation, report_dir)
+    with report.claim(force):
+        write_report(evaluation, report_dir)
     print(evaluation_text(evaluation, report_dir))
 
-    atomic_write_json(workdir / "demo.json", {"steps": [" ".join(argv) for argv in commands]})
+    with folder:  # demo.json recorded by its bytes
+        atomic_write_json(workdir / "demo.json", {"steps": [" ".join(argv) for argv in commands]})
     return 0
 
 

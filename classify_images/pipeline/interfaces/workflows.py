@@ -463,13 +463,14 @@ def run_pipeline(
         "seed": seed,
         **({"combine": combine} if combine is not None else {}),
     }
-    folder = OutputFolder(out, ("features", "model.npz", "report"), "run", run=run)
+    names = ("features", "model.npz", "report")
+    folder = OutputFolder(out, names, "run", parts=names, run=run)
     report = report_folder(out / "report", run=run)
     folder.check(force)  # every output checked before any work
     check_destination(out / "features", dataset, force=force)
     check_output_file(out / "model.npz", "model file", force=force)
     report.check(force)
-    folder.claim()
+    folder.claim(force)
     with verbose_output(verbose):
         begin("build-features")
         built = build_feature_set(
@@ -499,6 +500,6 @@ def run_pipeline(
         model, meta = load_model(model_path)
         evaluation = evaluate_model(model, meta, feature_set)
         report.check(force)
-        report.claim()
-        write_report(evaluation, out / "report")
+        with report.claim(force):
+            write_report(evaluation, out / "report")
     return RunResult(built, training, evaluation, built.path, model_path, out / "report")

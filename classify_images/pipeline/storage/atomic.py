@@ -23,6 +23,7 @@ error propagates.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import ctypes.util
 import errno
@@ -44,6 +45,7 @@ __all__ = [
     "remove_stale_siblings",
     "process_is_alive",
     "DISK_FULL_ERRNOS",
+    "before_replace",
 ]
 
 #: ``errno`` values meaning "the disk (or the user's quota) is full".
@@ -52,6 +54,25 @@ DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 # renameat2(2) flag: atomically exchange the two paths (Linux ≥ 3.15).
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+
+
+#: Called with ``(destination, complete temporary file)`` just before :func:`atomic_write` renames
+#: one over the other (set by :func:`before_replace`).
+_BEFORE_REPLACE: contextvars.ContextVar[Callable[[Path, Path], None] | None] = contextvars.ContextVar(
+    "classify_images_before_replace", default=None
+)
+
+
+@contextlib.contextmanager
+def before_replace(callback: Callable[[Path, Path], None]) -> Iterator[None]:
+    """While the block runs, :func:`atomic_write` calls ``callback(destination, temporary)`` once the
+    new content is complete and synced, before it replaces ``destination``: the output guard records
+    what identifies those bytes first, so that a crash at any moment leaves the file recorded."""
+    token = _BEFORE_REPLACE.set(callback)
+    try:
+        yield
+    finally:
+        _BEFORE_REPLACE.reset(token)
 
 
 def fsync_file(path: str | os.PathLike) -> None:
@@ -82,7 +103,12 @@ def fsync_folder(path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def atomic_write(
-    path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None, concurrent: bool = False
+    path: str | os.PathLike,
+    mode: str = "wb",
+    *,
+    encoding: str | None = None,
+    concurrent: bool = False,
+    durable: bool = True,
 ) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success sync it and rename it over ``path``.
 
@@ -99,6 +125,11 @@ def atomic_write(
         (cluster workers writing a shard of a shared folder): the temporary name is random,
         ``.<name>.<random>.tmp``, and no stale temporaries are removed (a process id says
         nothing of another machine's writers).
+    durable : bool, default=True
+        Flush the file and its folder to the disk.  ``False`` keeps the write atomic for
+        readers and for a process that dies, not across a power loss: for a file rewritten
+        many times in a row whose last version is written durable (the output marker while a
+        report is written).
 
     Yields
     ------
@@ -137,7 +168,15 @@ def atomic_write(
         with open(tmp, mode, encoding=encoding) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
+        callback = _BEFORE_REPLACE.get()
+        if callback is not None:
+            token = _BEFORE_REPLACE.set(None)  # (the callback's own writes are not reported to it)
+            try:
+                callback(path, tmp)
+            finally:
+                _BEFORE_REPLACE.reset(token)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -149,12 +188,13 @@ def atomic_write(
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    fsync_folder(path.parent)
+    if durable:
+        fsync_folder(path.parent)
 
 
-def atomic_write_json(path: str | os.PathLike, payload: Any) -> None:
+def atomic_write_json(path: str | os.PathLike, payload: Any, *, durable: bool = True) -> None:
     """Write ``payload`` as indented UTF-8 JSON to ``path`` through :func:`atomic_write`."""
-    with atomic_write(path, "w") as handle:
+    with atomic_write(path, "w", durable=durable) as handle:
         handle.write(json.dumps(payload, indent=2) + "\n")
 
 

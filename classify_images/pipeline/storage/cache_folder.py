@@ -8,7 +8,8 @@ What this project writes there is joblib's store of the cached stages
 (:class:`~classify_images.pipeline.extraction.stages.StageCache`), under ``joblib/classify_images/``.
 :func:`clear_cache` deletes that sub-folder only — never anything else a user may keep in
 a folder they pointed the cache at — and then the folders left empty (with the
-``.gitignore`` joblib writes there).  Nothing here follows a symbolic link out of the cache:
+``.gitignore`` joblib writes there); the cache folder itself only when the stage cache created
+it (a folder the user made stays, even empty).  Nothing here follows a symbolic link out of the cache:
 when ``joblib/`` or ``joblib/classify_images/`` is a link, size, prune and clear see an
 empty cache, and clear removes the link itself (what it points to is kept).  :func:`prune_cache` deletes only the temporary files
 that writers killed in the middle of a write left behind (``cache prune``; which ones are
@@ -24,8 +25,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...files import read_regular_bytes
-from .cache_store import STALE_AFTER_SECONDS, is_stale_temporary, remove_stale_temporaries
+from ...files import read_format_json, read_regular_bytes
+from .cache_store import (
+    CREATED_FORMAT,
+    CREATED_MARKER,
+    STALE_AFTER_SECONDS,
+    is_stale_temporary,
+    remove_stale_temporaries,
+)
 
 __all__ = ["default_cache_dir", "CacheUsage", "cache_usage", "clear_cache", "prune_cache", "format_bytes", "ENTRIES"]
 
@@ -75,13 +82,26 @@ def _link_in_entries(root: Path) -> Path | None:
     return None
 
 
+def _unreadable(error: OSError) -> None:
+    """``os.walk``'s errors: a folder removed meanwhile (a concurrent build) is no error; one that
+    cannot be read is (a size of "0 bytes" would be false)."""
+    if not isinstance(error, FileNotFoundError):
+        raise error
+
+
 def cache_usage(cache_dir: str | os.PathLike, *, max_age: float = STALE_AFTER_SECONDS) -> CacheUsage:
     """Bytes and files of the stage cache in ``cache_dir``, and of its stale temporaries
     (:func:`~classify_images.pipeline.storage.cache_store.is_stale_temporary` with ``max_age``).
-    Symbolic links are not followed."""
+    Symbolic links are not followed.
+
+    Raises
+    ------
+    OSError
+        A folder of the cache cannot be read (permissions): its size is unknown, not zero.
+    """
     root = Path(cache_dir)
     n_bytes = n_files = n_stale = stale_bytes = 0
-    walked = [] if _link_in_entries(root) else os.walk(root / ENTRIES)
+    walked = [] if _link_in_entries(root) else os.walk(root / ENTRIES, onerror=_unreadable)
     for folder, _, names in walked:
         for name in names:
             path = os.path.join(folder, name)
@@ -115,7 +135,10 @@ def prune_cache(cache_dir: str | os.PathLike, *, max_age: float = STALE_AFTER_SE
 
 
 def clear_cache(cache_dir: str | os.PathLike) -> CacheUsage:
-    """Delete the stage cache in ``cache_dir`` (only :data:`ENTRIES`), then the folders left empty.
+    """Delete the stage cache in ``cache_dir`` (only :data:`ENTRIES`), the empty ``joblib/`` and
+    joblib's ``.gitignore`` left alone, and the cache folder itself only when the cache created it
+    (its :data:`~classify_images.pipeline.storage.cache_store.CREATED_MARKER`) and it is empty: a
+    folder the user made — an empty project folder given as ``--cache-dir`` — stays.
 
     A symbolic link at ``joblib/`` or ``joblib/classify_images/`` is removed itself, never
     followed: what it points to (a user's folder, perhaps) is kept.
@@ -138,8 +161,12 @@ def clear_cache(cache_dir: str | os.PathLike) -> CacheUsage:
     marker = root / ".gitignore"
     with contextlib.suppress(OSError, ValueError):  # (a FIFO, a device or a large file there is not joblib's)
         if not marker.is_symlink() and read_regular_bytes(marker, max_bytes=4096).startswith(_JOBLIB_MARKER.encode()):
-            if [entry.name for entry in root.iterdir()] == [marker.name]:
+            if {entry.name for entry in root.iterdir()} <= {marker.name, CREATED_MARKER}:
                 marker.unlink()  # joblib's own "ignore this folder" file, alone with nothing left to ignore
-    with contextlib.suppress(OSError):
-        root.rmdir()
+    created = root / CREATED_MARKER
+    if read_format_json(created, CREATED_FORMAT, max_bytes=4096) is not None:
+        with contextlib.suppress(OSError):
+            if [entry.name for entry in root.iterdir()] == [CREATED_MARKER]:
+                created.unlink()  # a folder the cache created, empty again: removed
+                root.rmdir()
     return usage

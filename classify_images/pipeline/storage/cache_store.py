@@ -80,7 +80,7 @@ from joblib._store_backends import FileSystemStoreBackend
 
 from ...errors import ClassifyImagesError
 from ...files import FileTooLargeError, load_npz_checked, open_regular_file
-from .atomic import process_is_alive
+from .atomic import atomic_write_json, process_is_alive
 
 __all__ = [
     "BACKEND_NAME",
@@ -352,6 +352,13 @@ def _trusted_folders(folder: Path) -> list[Path]:
     return found
 
 
+#: The file the stage cache writes in a cache folder it creates (``cache clear`` removes such a
+#: folder once empty; a folder it did not create is kept, empty or not).
+CREATED_MARKER = ".classify-images-cache.json"
+#: Its format key.
+CREATED_FORMAT = "classify-images-cache-folder"
+
+
 def secure_cache_folder(path: str | os.PathLike) -> Path:
     """Create the cache folder private (0700), or check that an existing one can be trusted.
 
@@ -363,7 +370,13 @@ def secure_cache_folder(path: str | os.PathLike) -> Path:
     """
     folder = Path(path).expanduser()
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+        else:  # created here: ``cache clear`` may remove it once empty (never a folder it did not create)
+            atomic_write_json(folder / CREATED_MARKER, {"format": CREATED_FORMAT})
         info = os.stat(folder)
     except FileExistsError:
         raise CacheFolderError(f"cache folder {folder} is a file; use --cache-dir with a folder") from None

@@ -741,6 +741,12 @@ def _is_feature_set_file(name: str) -> bool:
     return name in FILE_NAMES or is_shard_name(name)
 
 
+def has_feature_set_manifest(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a manifest of ours (whatever else is there): a folder that does is
+    a feature set, perhaps with files added, and no other output is ever written into it."""
+    return _read_own_manifest(Path(folder)) is not None
+
+
 def is_feature_set_folder(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` is a feature set this project wrote (an empty folder is not).
 
@@ -830,6 +836,14 @@ def check_destination(out: str | os.PathLike, dataset: str | os.PathLike | None 
                     "replace them",
                 )
     return out
+
+
+def remove_stale_partials(out: str | os.PathLike) -> list[Path]:
+    """Delete the ``.<name>.partial-<pid>`` / ``.<name>.old-<pid>`` siblings of the feature set ``out``
+    left by builds that are gone (killed in the middle of writing or of the final rename), by the
+    names a feature set holds only; called by every build, the one that finds ``out`` up to date too."""
+    out = Path(out)
+    return remove_stale_siblings(out.parent, out.name, _remove_feature_set_files)
 
 
 def _remove_feature_set_files(folder: Path) -> bool:

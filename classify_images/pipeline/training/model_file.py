@@ -71,7 +71,7 @@ import numpy as np
 
 from ...classifiers.registry import classifier_class, classifier_name
 from ...errors import ClassifyImagesError
-from ...files import JsonBoundsError, NotRegularFileError, load_npz_checked, loads_bounded_json
+from ...files import MAX_NPZ_MEMBERS, JsonBoundsError, NotRegularFileError, load_npz_checked, loads_bounded_json
 from ..storage.atomic import atomic_write
 from ..storage.feature_store import NPY_READ_ERRORS
 from ..storage.output_guard import MODEL_FORMAT_NAME
@@ -228,11 +228,16 @@ def read_model_meta(path: str | os.PathLike) -> dict:
     return _read(path, arrays=False)[0]
 
 
+#: Members a model file may hold: every model :func:`save_model` writes holds far fewer (the
+#: estimator's arrays, the extractor's state, per channel at most a few each).
+MAX_MEMBERS = MAX_NPZ_MEMBERS
+
+
 def _read_members(path: Path, *, arrays: bool) -> tuple[str, dict[str, np.ndarray]]:
     """The JSON header's text and (``arrays``) the other members of a model file: a regular file
     whose zip directory and ``.npy`` headers announce exactly the bytes it holds
     (:func:`~classify_images.files.check_npz_members`), checked before anything is allocated."""
-    loaded = load_npz_checked(path, keep=lambda key: arrays or key == _META_KEY)
+    loaded = load_npz_checked(path, keep=lambda key: arrays or key == _META_KEY, max_members=MAX_MEMBERS)
     meta = loaded.pop(_META_KEY)
     if meta.dtype.kind != "U" or meta.ndim != 0:
         raise ValueError("its header is not a text")
@@ -345,6 +350,13 @@ def _check_fitted_arrays(name: str, arrays: dict[str, np.ndarray], n_classes: in
     _check_calibration(arrays, n_classes)
 
 
+#: Largest Platt slope or offset a model file may hold.  The smoothed targets of Platt's fit keep the
+#: fitted log-odds within about ``log(n + 2)`` of 0 and the decision values are rescaled to ``[-1, 1]``
+#: above 30 (:mod:`~classify_images.classifiers.calibration`), so a fit reaches this only for decision
+#: values below 1e-10; values like ±1e308 overflow ``A f + B`` and collapse every probability.
+MAX_PLATT_MAGNITUDE = 1e12
+
+
 def _check_calibration(arrays: dict[str, np.ndarray], n_classes: int) -> None:
     """The calibrated probabilities' arrays (``platt_``, ``platt_folds_``), when the model has them:
     both, Platt's ``(A, B)`` per problem, finite, and a fold count of at least 2."""
@@ -359,6 +371,10 @@ def _check_calibration(arrays: dict[str, np.ndarray], n_classes: int) -> None:
         f"calibration array platt_ has shape {platt.shape}, expected {shape} for {n_classes} classes",
     )
     _expect(bool(np.isfinite(platt).all()), "calibration array platt_ holds NaN or infinite values")
+    _expect(
+        float(np.abs(platt).max(initial=0.0)) <= MAX_PLATT_MAGNITUDE,
+        f"calibration array platt_ holds values beyond ±{MAX_PLATT_MAGNITUDE:g} (no fitted sigmoid has them)",
+    )
     _expect(folds.shape == () and folds.dtype.kind in "iu" and int(folds) >= 2, "calibration fold count is not valid")
 
 
