@@ -60,7 +60,7 @@ def synthetic_image(largest_patch: int, seed: int = 0) -> np.ndarray:
 
 def warm_descriptors(sift: dict) -> None:
     """Compile the descriptor's kernels (dense SIFT with the ``[sift]`` table ``sift``)."""
-    make_descriptor(sift).compute(synthetic_image(max(sift["patch_sizes"])))
+    make_descriptor(sift).compute(synthetic_image(make_descriptor(sift).smallest_side))
 
 
 def warm_encoding(extractor) -> None:
@@ -68,11 +68,11 @@ def warm_encoding(extractor) -> None:
     <classify_images.pipeline.extraction.extractor.FeatureExtractor.pooled>`: descriptors, the encoder
     with the extractor's codebook, pooling."""
     coder = extractor.encoder.prepared(extractor.codebook, extractor.codebook_digest)
-    _encode_synthetic(extractor.config.sift_params(), extractor.encoder, coder, extractor.pyramid)
+    _encode_synthetic(extractor.config.descriptor_params(), extractor.encoder, coder, extractor.pyramid)
 
 
 def _encode_synthetic(sift: dict, encoder: Encoder, coder, pyramid) -> None:
-    image = synthetic_image(max(sift["patch_sizes"]))
+    image = synthetic_image(make_descriptor(sift).smallest_side)
     result = make_descriptor(sift).compute(image)
     item = encoder.cached_item(
         coder,
@@ -177,7 +177,12 @@ def encoder_compiled_aside(config) -> Iterator[AsideCompilation]:
     :func:`warm_encoding`.  An error in the block kills it, and so does a wait longer than
     :data:`_WAIT_SECONDS`.
     """
-    arguments = [config.sift_params(), config.codebook_params(), list(config.pooling.levels), config.pooling.method]
+    arguments = [
+        config.descriptor_params(),
+        config.codebook_params(),
+        list(config.pooling.levels),
+        config.pooling.method,
+    ]
     learner_first = learns_in_parent_with_numba(make_encoder(config.codebook_params()))
     process = None
     try:

@@ -183,7 +183,7 @@ def check_images(
 ) -> tuple[np.ndarray, list[dict[str, str]], list]:
     """Indices of the readable images, the skipped ones with their reasons, and the readable
     ones whose decoder warned."""
-    max_side, largest_patch, max_pixels = config.image.max_side, max(config.sift.patch_sizes), config.image.max_pixels
+    max_side, largest_patch, max_pixels = config.image.max_side, config.smallest_image_side(), config.image.max_pixels
     check = delayed(runner.cache.check_image)
     checks = runner.map(
         [check(p, f, max_side, largest_patch, max_pixels) for p, f in zip(images.paths, images.fingerprints)],

@@ -72,7 +72,7 @@ def check_config_of(config: PipelineConfig | ChannelsConfig) -> PipelineConfig:
     channel whose largest patch is the largest (an image smaller than it has no row in some channel)."""
     if isinstance(config, PipelineConfig):
         return config
-    return max((channel.config for channel in config.channels), key=lambda c: max(c.sift.patch_sizes))
+    return max((channel.config for channel in config.channels), key=lambda c: c.smallest_image_side())
 
 
 class ChannelExtractor(FeatureExtractor):
@@ -199,7 +199,7 @@ def channel_states(config: ChannelsConfig, arrays: dict[str, np.ndarray]) -> lis
         prefix = f"channel{k}."
         own = {key[len(prefix) :]: value for key, value in arrays.items() if key.startswith(prefix)}
         encoder = make_encoder(channel.config.codebook_params())
-        states.append(encoder.from_arrays(own, make_descriptor(channel.config.sift_params()).length))
+        states.append(encoder.from_arrays(own, make_descriptor(channel.config.descriptor_params()).length))
     return states
 
 

@@ -76,7 +76,7 @@ def check_image(cache: StageCache, config: PipelineConfig, path: str, fingerprin
     decodable, within ``image.max_pixels``, and not smaller than the largest patch once shrunk to
     ``image.max_side`` (:func:`~classify_images.pipeline.extraction.stages.check_image`, through ``cache``)."""
     return cache.check_image(
-        path, fingerprint, config.image.max_side, max(config.sift.patch_sizes), config.image.max_pixels
+        path, fingerprint, config.image.max_side, config.smallest_image_side(), config.image.max_pixels
     )
 
 
@@ -126,7 +126,7 @@ class FeatureExtractor:
         self.cache = cache if cache is not None else StageCache(None, cache_descriptors=False)
         self.codebook_digest = codebook_digest(codebook)
         # Plain values for the cached stage functions (their cache keys).
-        self._sift = config.sift_params()
+        self._sift = config.descriptor_params()
         self._codebook_params = config.codebook_params()
         self.encoder = make_encoder(self._codebook_params)
         self.pyramid = Pyramid(tuple(config.pooling.levels), config.pooling.method)

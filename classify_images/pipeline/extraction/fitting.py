@@ -99,7 +99,7 @@ def _descriptors_aside(
     same cache key); else nothing."""
     if images is None or len(images) == 0 or not cache.caches_descriptors:
         return contextlib.nullcontext()
-    sift = config.sift_params()
+    sift = config.descriptor_params()
     if joblib.hash(json.loads(json.dumps(sift))) != joblib.hash(sift):  # (the aside process would miss the entries)
         return contextlib.nullcontext()
     return descriptors_cached_aside(
@@ -124,7 +124,7 @@ def fit_channel_extractors(
         if runner.n_jobs != 1:  # the encoders' kernels compile aside; the workers load the descriptors' kernels
             for c, config in enumerate(configs):
                 compiling[c] = asides.enter_context(encoder_compiled_aside(config))
-                warm_descriptors(config.sift_params())
+                warm_descriptors(config.descriptor_params())
         channel_calls = [_sample_calls(paths, fingerprints, train, config, runner) for config in configs]
         tasks = [delayed(_channel_samples)([calls[k] for calls in channel_calls]) for k in range(len(train))]
         per_image = runner.map(tasks, "sample descriptors")
@@ -165,7 +165,7 @@ def sample_descriptors(
     if (
         runner.n_jobs != 1
     ):  # the workers load the kernels the parent compiled (classify_images/pipeline/execution/warm_up.py)
-        warm_descriptors(config.sift_params())
+        warm_descriptors(config.descriptor_params())
     samples = runner.map(_sample_calls(paths, fingerprints, train, config, runner), "sample descriptors")
     return _combine_samples(samples, config.codebook.n_samples, config.codebook.seed)
 
@@ -175,7 +175,7 @@ def _sample_calls(
 ) -> list:
     """The per-image calls of :func:`sample_descriptors`: ``ceil(n_samples / n_train)`` descriptors of each image."""
     per_image = max(1, math.ceil(config.codebook.n_samples / len(train)))
-    sift, max_side = config.sift_params(), config.image.max_side
+    sift, max_side = config.descriptor_params(), config.image.max_side
     positioned = make_encoder(config.codebook_params()).learns_from_positions  # the sample carries coordinates
     sample_of = delayed(runner.cache.positioned_descriptor_sample if positioned else runner.cache.descriptor_sample)
     return [sample_of(paths[i], fingerprints[i], max_side, sift, per_image, config.codebook.seed) for i in train]

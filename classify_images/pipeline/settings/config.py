@@ -5,6 +5,7 @@ through them, each read into its own frozen dataclass::
 
     [dataset]        DatasetConfig        keep_background, train_per_class, test_per_class, seed
     [image]          ImageConfig          max_side, max_pixels
+    [descriptor]     DescriptorConfig     kind (default "sift"), and another descriptor's own keys
     [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors,
                                           smoothing, window_size, bin_centres, grid_alignment,
                                           low_contrast, root_sift, color
@@ -14,7 +15,9 @@ through them, each read into its own frozen dataclass::
     [normalization]  NormalizationConfig  method
     [augment]        AugmentConfig        flip_train, flip_test
 
-and :class:`PipelineConfig` holds the seven.  Every field has a default; a file or a
+and :class:`PipelineConfig` holds the eight.  ``[descriptor]`` at its default (dense SIFT, whose
+keys are ``[sift]``) is left out of the plain form, so every configuration that does not set it
+keeps its hashes, cache keys and manifests.  Every field has a default; a file or a
 command-line flag overrides some of them.  The allowed values come from the module that
 uses them: pooling methods from :data:`~classify_images.coding.pooling.POOLING_METHODS`,
 normalisations from :data:`~classify_images.coding.normalize.NORMALIZATIONS`, encoder
@@ -52,6 +55,8 @@ from ...coding.normalize import NORMALIZATIONS
 from ...coding.pooling import LEVEL_NORMALIZATIONS, POOLING_METHODS, validate_level_weights, validate_levels
 from ...errors import ClassifyImagesError
 from ...features.colour import COLOR_SPACES, GRAY
+from ...features.descriptors import DEFAULT_KIND as DEFAULT_DESCRIPTOR
+from ...features.descriptors import descriptor_class, descriptor_kinds, make_descriptor
 from ...features.dsift import (
     BIN_CENTRES,
     GRID_ALIGNMENTS,
@@ -68,6 +73,7 @@ __all__ = [
     "ConfigError",
     "DatasetConfig",
     "ImageConfig",
+    "DescriptorConfig",
     "SiftConfig",
     "CodebookConfig",
     "PoolingConfig",
@@ -241,6 +247,36 @@ class ImageConfig:
     max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _int(1, high=OPENCV_MAX_PIXELS), semantic=False)
 
 
+def _descriptor_kind(key: str, value: Any) -> Any:
+    """A registered descriptor kind (:func:`~classify_images.features.descriptors.descriptor_kinds`)."""
+    return _choice(descriptor_kinds())(key, value)
+
+
+@dataclass(frozen=True)
+class DescriptorConfig:
+    """``[descriptor]``: the local descriptor (:mod:`~classify_images.features.descriptors`).
+
+    ``kind = "sift"`` (the default) takes its keys from ``[sift]``; another registered kind
+    takes its own keys from this table, beside ``kind``, checked by the descriptor
+    (:meth:`~classify_images.features.descriptors.Descriptor.check_params`) and held in
+    :attr:`options`.
+    """
+
+    #: the descriptor: "sift" (dense SIFT, the [sift] table) or a registered plug-in
+    kind: str = _setting(DEFAULT_DESCRIPTOR, _descriptor_kind, semantic="unless-default")
+    #: the descriptor's own keys, checked (empty for dense SIFT)
+    options: Any = field(default=None, metadata={"check": None, "key": None, "semantic": True, "table": False})
+
+    def __post_init__(self) -> None:
+        if self.options is None:
+            object.__setattr__(self, "options", {})
+
+    @property
+    def is_default(self) -> bool:
+        """Dense SIFT (left out of the plain form: its keys are ``[sift]``)."""
+        return self.kind == DEFAULT_DESCRIPTOR and not self.options
+
+
 @dataclass(frozen=True)
 class SiftConfig:
     """``[sift]``: dense SIFT."""
@@ -396,12 +432,16 @@ def _table_dict(table: Any, *, semantic_only: bool = False) -> dict[str, Any]:
     }
     if isinstance(table, CodebookConfig):  # the encoder's own keys
         plain.update({key: _plain(value) for key, value in table.own_items(semantic_only=semantic_only).items()})
+    if isinstance(table, DescriptorConfig):  # the descriptor's own keys
+        plain.update({key: _plain(value) for key, value in table.options.items()})
     return plain
 
 
 def _read_table(cls: type, name: str, values: dict[str, Any], source: str) -> Any:
     if cls is CodebookConfig:
         return _read_codebook(values, source)
+    if cls is DescriptorConfig:
+        return _read_descriptor(values, source)
     fields = {_toml_key(f): f for f in dataclasses.fields(cls)}
     for key in values:
         if key not in fields:
@@ -448,12 +488,23 @@ def _read_codebook(values: dict[str, Any], source: str) -> CodebookConfig:
     return CodebookConfig(**checked, options=options)
 
 
+def _read_descriptor(values: dict[str, Any], source: str) -> DescriptorConfig:
+    """``[descriptor]``: ``kind``, then the descriptor's own keys, checked by the descriptor."""
+    kind = _descriptor_kind(f"{source}: descriptor.kind", values.get("kind", DEFAULT_DESCRIPTOR))
+    try:
+        options = descriptor_class(kind).check_params({k: v for k, v in values.items() if k != "kind"})
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return DescriptorConfig(kind=kind, options=dict(options))
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """The whole configuration: one field per TOML table."""
 
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     image: ImageConfig = field(default_factory=ImageConfig)
+    descriptor: DescriptorConfig = field(default_factory=DescriptorConfig)
     sift: SiftConfig = field(default_factory=SiftConfig)
     codebook: CodebookConfig = field(default_factory=CodebookConfig)
     pooling: PoolingConfig = field(default_factory=PoolingConfig)
@@ -472,12 +523,23 @@ class PipelineConfig:
         if not isinstance(raw, dict):
             raise ConfigError(f"{source}: expected tables [dataset], [sift], …")
         for name, values in raw.items():
-            if name not in TABLES:
-                raise ConfigError(f"{source}: unknown table [{name}]; known tables: {', '.join(TABLES)}")
+            if name not in _ALL_TABLES:
+                raise ConfigError(f"{source}: unknown table [{name}]; known tables: {', '.join(_ALL_TABLES)}")
             if not isinstance(values, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table of key = value")
-        config = cls(**{name: _read_table(table, name, raw.get(name, {}), source) for name, table in TABLES.items()})
+        config = cls(
+            **{name: _read_table(table, name, raw.get(name, {}), source) for name, table in _ALL_TABLES.items()}
+        )
         _check_level_weights(config.pooling, source)
+        if (
+            not config.descriptor.is_default
+            and dataclasses.replace(config.sift, cache_descriptors=True) != SiftConfig()
+        ):
+            raise ConfigError(
+                f"{source}: [sift] applies to descriptor.kind = 'sift' only (kind is "
+                f"{config.descriptor.kind!r}); give the descriptor's keys in [descriptor] and remove [sift]'s "
+                "(except cache_descriptors)"
+            )
         if config.sift.color != GRAY and config.sift.low_contrast == "drop":
             raise ConfigError(
                 f"{source}: sift.low_contrast = 'drop' cannot be used with sift.color = "
@@ -490,11 +552,14 @@ class PipelineConfig:
 
         ``semantic_only`` leaves out the keys that change no computed number
         (``sift.cache_descriptors``), and ``[augment]`` when it is at its defaults (so that a
-        configuration without it keeps its hashes).
+        configuration without it keeps its hashes).  ``[descriptor]`` is left out whenever it is
+        at its default (dense SIFT), in both forms.
         """
-        tables = {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in TABLES}
+        tables = {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in _ALL_TABLES}
         if semantic_only and not tables["augment"]:
             del tables["augment"]
+        if self.descriptor.is_default:
+            del tables["descriptor"]
         return tables
 
     def codebook_params(self, *, learning: bool = False) -> dict[str, Any]:
@@ -514,6 +579,19 @@ class PipelineConfig:
         """The ``[sift]`` table as the dense-SIFT stages take it (semantic keys only)."""
         return _table_dict(self.sift, semantic_only=True)
 
+    def descriptor_params(self) -> dict[str, Any]:
+        """The descriptor's plain table as the stages take it
+        (:func:`~classify_images.features.descriptors.make_descriptor`): :meth:`sift_params` for
+        dense SIFT (its cache keys unchanged), else ``{"kind": ..., **own keys}``."""
+        if self.descriptor.kind == DEFAULT_DESCRIPTOR:
+            return self.sift_params()
+        return _table_dict(self.descriptor, semantic_only=True)  # kind (not the default) and own keys
+
+    def smallest_image_side(self) -> int:
+        """The shortest image side, px, that yields a descriptor (the largest SIFT patch for
+        dense SIFT; :attr:`~classify_images.features.descriptors.Descriptor.smallest_side`)."""
+        return make_descriptor(self.descriptor_params()).smallest_side
+
 
 def _check_level_weights(pooling: PoolingConfig, source: str) -> None:
     """``pooling.level_weights`` has one weight per pyramid level."""
@@ -524,8 +602,11 @@ def _check_level_weights(pooling: PoolingConfig, source: str) -> None:
         )
 
 
-#: The tables, by TOML name, in data-flow order.
-TABLES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(PipelineConfig)}
+#: Every table a configuration may hold, by TOML name, in data-flow order.
+_ALL_TABLES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(PipelineConfig)}
+#: The tables of every configuration's plain form, by TOML name, in data-flow order; ``[descriptor]``
+#: joins them only when it selects another descriptor than dense SIFT (:meth:`PipelineConfig.to_dict`).
+TABLES: dict[str, type] = {name: table for name, table in _ALL_TABLES.items() if name != "descriptor"}
 
 
 #: The array of tables of a multi-channel configuration (``[[channel]]``).

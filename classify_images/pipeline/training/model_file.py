@@ -401,7 +401,7 @@ def _restore_extractor(meta: dict, arrays: dict[str, np.ndarray], n_features: in
     if meta["format_version"] == 2 and _LEGACY_CODEBOOK_KEY in arrays:
         state = {"codebook": arrays[_LEGACY_CODEBOOK_KEY]}
     _expect(bool(state), "the extractor's encoder state (codebook) is missing")
-    codebook = encoder.from_arrays(state, make_descriptor(config.sift_params()).length)
+    codebook = encoder.from_arrays(state, make_descriptor(config.descriptor_params()).length)
     normalizer = Normalizer(config.normalization.method)
     statistics = None
     if not normalizer.per_vector:
