@@ -259,7 +259,7 @@ def encode_and_pool(
         tasks += [
             delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized, flip=True) for i in order
         ]
-    if runner.client is None and runner.n_jobs != 1:  # the workers load the kernels the parent compiled
+    if runner.parallel_here:  # the workers load the kernels the parent compiled
         for channel in getattr(extractor, "extractors", [extractor]):  # (a multi-channel extractor: each channel)
             warm_encoding(channel)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,

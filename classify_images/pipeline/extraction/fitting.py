@@ -74,7 +74,7 @@ def fit_extractor(
     (:mod:`~classify_images.pipeline.extraction.descriptors_aside`).  No result depends on it.
     """
     timed = timer if timer is not None else (lambda step: contextlib.nullcontext())
-    here = runner.client is None and runner.n_jobs != 1
+    here = runner.parallel_here
     # With several workers on this machine, the encoder's kernels compile aside meanwhile (classify_images/pipeline/execution/warm_up.py).
     aside = encoder_compiled_aside(config) if here else contextlib.nullcontext()
     with aside as compiling:
@@ -117,7 +117,7 @@ def fit_channel_extractors(
     calls as :func:`sample_descriptors` (the same cache entries and the same samples, bit for
     bit); then each channel's codebook.  On a cluster, :func:`fit_extractor` per channel.
     """
-    if runner.client is not None:
+    if runner.on_cluster:
         return [fit_extractor(paths, fingerprints, train, config, runner) for config in configs]
     with contextlib.ExitStack() as asides:
         compiling = [None] * len(configs)
@@ -283,7 +283,7 @@ def codebook_sample(
 ):
     """The descriptor sample the codebook is learnt from: :func:`sample_descriptors` on this
     machine; on a cluster (``runner.client``) a future of the same sample, left on the workers."""
-    if runner.client is None:
+    if not runner.on_cluster:
         return sample_descriptors(paths, fingerprints, train, config, runner)
     return _sample_on_cluster(paths, fingerprints, train, config, runner)
 
@@ -291,7 +291,7 @@ def codebook_sample(
 def codebook_from_sample(sample, config: PipelineConfig, runner: Runner) -> tuple[int, Any]:
     """``(n_descriptors, codebook)`` from :func:`codebook_sample`'s sample: learnt here
     (:func:`learn_codebook`) or, on a cluster, by a worker (the same numbers bit for bit)."""
-    if runner.client is None:
+    if not runner.on_cluster:
         return int(sample.shape[0]), learn_codebook(sample, config, runner.cache)
     return _learn_codebook_on_cluster(sample, config, runner)
 
