@@ -40,7 +40,7 @@ def test_dense_sift_is_the_default_and_changes_no_key():
     assert stage_hash(explicit, tables) == stage_hash(default, tables)
     assert isinstance(make_descriptor(default.descriptor_params()), DenseSift)
     assert default.smallest_image_side() == max(SMALL_CONFIG["sift"]["patch_sizes"])
-    with pytest.raises(ConfigError, match=r"descriptor.kind = 'nope': allowed values are 'sift'"):
+    with pytest.raises(ConfigError, match=r"descriptor.kind = 'nope': expected one of 'sift'"):
         validate_config({**SMALL_CONFIG, "descriptor": {"kind": "nope"}})
     with pytest.raises(ConfigError, match=r"descriptor.step: dense SIFT's keys go in the \[sift\] table"):
         validate_config({**SMALL_CONFIG, "descriptor": {"step": 4}})

@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import tomllib
 from collections.abc import Callable
@@ -67,6 +66,17 @@ from ...features.dsift import (
 )
 from ...features.preprocess import DEFAULT_MAX_PIXELS, OPENCV_MAX_PIXELS, validate_max_side
 from ...files import FileTooLargeError, NotRegularFileError, read_regular_bytes
+from ...validation import (
+    BOOLEAN,
+    MAX_INT,
+    Choices,
+    Integral,
+    Interval,
+    Options,
+    ParameterValueError,
+    Real,
+    check_value,
+)
 from .defaults import named_configs
 
 __all__ = [
@@ -100,89 +110,51 @@ class ConfigError(ClassifyImagesError, ValueError):
 
 
 # --- value checks: each returns the value to store or raises ConfigError naming ``key`` ---
+# The allowed values are declared with scikit-learn's constraints, as the classifiers declare
+# theirs (:mod:`classify_images.validation`); a refusal reads ``<file>: <table>.<key> = <value>:
+# expected <what is allowed>``.
 
 _Check = Callable[[str, Any], Any]
 
-#: Largest value of an integer setting (counts and sizes): far above any sensible value,
-#: and small enough for every array index and for NumPy's integer types.
-MAX_INT = 2**31 - 1
 #: Largest seed NumPy's legacy ``RandomState`` (scikit-learn's ``random_state``) accepts.
 MAX_SEED = 2**32 - 1
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _constrained(*constraints: Any, convert: Callable[[Any], Any] | None = None) -> _Check:
+    """The check of a setting whose allowed values are ``constraints`` (scikit-learn's:
+    :func:`~classify_images.validation.check_value`); ``convert`` maps the accepted value to the
+    one stored."""
 
-
-def _int(low: int | None = None, *, high: int = MAX_INT, optional: bool = False) -> _Check:
     def check(key: str, value: Any) -> Any:
-        if optional and (value is None or value == "all" or (_is_int(value) and value == 0)):
-            return None
-        if not _is_int(value) or (low is not None and value < low) or value > high:
-            if low is None:
-                allowed = f"an integer ≤ {high}"
-            else:
-                allowed = f"an integer ≥ {low}" + ("" if high == MAX_INT else f" and ≤ {high}")
-            raise ConfigError(
-                f"{key} = {value!r}: expected {allowed}" + (' (or 0 / "all" for no cap)' if optional else "")
-            )
-        return value
+        try:
+            value = check_value(key, value, constraints)
+        except ParameterValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return value if convert is None else convert(value)
 
     return check
 
 
-def _int_or_unset(low: int, high: int | None = None) -> _Check:
-    """An integer in [low, high], or None (unset: the owning module's default, not hashed)."""
-
-    def check(key: str, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-            bound = f" and ≤ {high}" if high is not None else ""
-            raise ConfigError(f"{key} = {value!r}: expected an integer ≥ {low}{bound}")
-        return value
-
-    return check
+def _count(low: int, high: int = MAX_INT) -> Interval:
+    """An integer in ``[low, high]`` (:data:`~classify_images.validation.MAX_INT`: no practical bound)."""
+    return Interval(Integral, low, high, closed="both")
 
 
-def _float(low: float = 0.0) -> _Check:
-    def check(key: str, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
-            raise ConfigError(f"{key} = {value!r}: expected a finite number ≥ {low}")
-        return float(value)
-
-    return check
-
-
-def _positive_float_or_unset(key: str, value: Any) -> Any:
-    """A finite number > 0, or None (unset: the owning module's default, not hashed)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{key} = {value!r}: expected a finite number > 0")
-    return float(value)
+#: A finite number ≥ 0.
+_NON_NEGATIVE = Interval(Real, 0, None, closed="left")
+#: ``true`` or ``false``.
+_bool = _constrained(BOOLEAN)
+#: The TOML shape of a sequence setting: an integer or a list (its items are checked after).
+_int_or_list = _constrained(Interval(Integral, None, None, closed="neither"), list, tuple)
 
 
-def _bool(key: str, value: Any) -> Any:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key} = {value!r}: expected true or false")
-    return value
+def _no_cap(value: Any) -> Any:
+    """``0`` and ``"all"`` of a capped count mean no cap (stored as None)."""
+    return None if value is None or value == "all" or value == 0 else value
 
 
 def _choice(allowed: tuple[str, ...]) -> _Check:
-    def check(key: str, value: Any) -> Any:
-        if value not in allowed:
-            raise ConfigError(f"{key} = {value!r}: allowed values are {', '.join(map(repr, allowed))}")
-        return value
-
-    return check
-
-
-def _int_or_list(key: str, value: Any) -> Any:
-    """The TOML shape of a sequence setting: an integer or a list (its items are checked after)."""
-    if isinstance(value, bool) or not isinstance(value, (int, list, tuple)):
-        raise ConfigError(f"{key} = {value!r}: expected an integer or a list of integers")
-    return value
+    return _constrained(Choices(allowed))
 
 
 def _owned_by(rule: Callable[[Any], Any]) -> _Check:
@@ -228,11 +200,13 @@ class DatasetConfig:
     #: keep Caltech-101's BACKGROUND_Google class
     keep_background: bool = _setting(False, _bool)
     #: training images per class
-    train_per_class: int = _setting(15, _int(1))
+    train_per_class: int = _setting(15, _constrained(_count(1)))
     #: cap on test images per class (None: all)
-    test_per_class: int | None = _setting(50, _int(1, optional=True))
+    test_per_class: int | None = _setting(
+        50, _constrained(_count(1), None, Choices(("all",)), Options(int, {0}), convert=_no_cap)
+    )
     #: seed of the split
-    seed: int = _setting(0, _int(0, high=MAX_SEED))
+    seed: int = _setting(0, _constrained(_count(0, MAX_SEED)))
 
 
 @dataclass(frozen=True)
@@ -240,11 +214,11 @@ class ImageConfig:
     """``[image]``: decoding."""
 
     #: longer side after shrinking, px
-    max_side: int = _setting(300, _all_of(_int(MIN_MAX_SIDE), _owned_by(validate_max_side)))
+    max_side: int = _setting(300, _all_of(_constrained(_count(MIN_MAX_SIDE)), _owned_by(validate_max_side)))
     #: images announcing more pixels (width × height) are skipped without being decoded
     #: (a safety limit, left out of the config hash: changing only it does not rebuild a
     #: feature set, it keys the image checks in the stage cache)
-    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _int(1, high=OPENCV_MAX_PIXELS), semantic=False)
+    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _constrained(_count(1, OPENCV_MAX_PIXELS)), semantic=False)
 
 
 def _descriptor_kind(key: str, value: Any) -> Any:
@@ -288,13 +262,13 @@ class SiftConfig:
     #: Gaussian smoothing per patch size
     smooth: bool = _setting(True, _bool)
     #: raw descriptor norm at or below which a patch is low-contrast (see low_contrast)
-    contrast_threshold: float = _setting(1.0, _float(0.0))
+    contrast_threshold: float = _setting(1.0, _constrained(_NON_NEGATIVE))
     #: keep descriptors in the stage cache
     cache_descriptors: bool = _setting(True, _bool, semantic=False)
     #: smoothing sigma rule: "dsift" sqrt((s/6)² − ¼) or "phow" s/6 (s = patch / 4)
     smoothing: str = _setting("dsift", _choice(SMOOTHING_RULES), semantic="unless-default")
     #: VLFeat's Gaussian bin weights (vl_phow 1.5); 0: every bin weighs 1
-    window_size: float = _setting(0.0, _float(0.0), semantic="unless-default")
+    window_size: float = _setting(0.0, _constrained(_NON_NEGATIVE), semantic="unless-default")
     #: spatial-bin centres: "patch" (half-integers for even bins) or "integer" (VLFeat)
     bin_centres: str = _setting("patch", _choice(BIN_CENTRES), semantic="unless-default")
     #: grids of the patch sizes: "corner" (all at 0) or "centre" (shared centres, vl_phow)
@@ -328,15 +302,15 @@ class CodebookConfig:
     #: the encoder (:mod:`~classify_images.coding.encoders`): k-means VQ, sparse coding, LLC, VLAD, Fisher vectors, …
     kind: str = _setting(DEFAULT_KIND, _encoder_kind)
     #: number of words K (codewords, atoms, Gaussians)
-    size: int = _setting(1024, _int(2))
+    size: int = _setting(1024, _constrained(_count(2)))
     #: training descriptors sampled to learn it
-    n_samples: int = _setting(200_000, _int(100))
+    n_samples: int = _setting(200_000, _constrained(_count(100)))
     #: sparsity weight λ of sparse coding (a key of every kind, for the config hashes of existing feature sets)
-    lambda_: float = _setting(0.15, _float(0.0), key="lambda")
+    lambda_: float = _setting(0.15, _constrained(_NON_NEGATIVE), key="lambda")
     #: iterations of the learner
-    n_iter: int = _setting(100, _int(1))
+    n_iter: int = _setting(100, _constrained(_count(1)))
     #: seed of the sample and the learner
-    seed: int = _setting(0, _int(0, high=MAX_SEED))
+    seed: int = _setting(0, _constrained(_count(0, MAX_SEED)))
     #: the encoder's own keys (its ``Params``; default: the encoder's defaults)
     options: Any = field(default=None, metadata={"check": None, "key": None, "semantic": True, "table": False})
 
@@ -712,7 +686,7 @@ class ChannelsConfig:
                     f"{where}: unknown key {unknown[0]!r}; a [[channel]] holds name, weight and the "
                     f"tables {', '.join(CHANNEL_TABLES)}"
                 )
-            weight = _float(0.0)(f"{where}: weight", entry.get("weight", 1.0))
+            weight = _constrained(_NON_NEGATIVE)(f"{where}: weight", entry.get("weight", 1.0))
             if weight <= 0:
                 raise ConfigError(f"{where}: weight = {weight}: expected a number > 0")
             config = PipelineConfig.from_dict(
@@ -760,7 +734,7 @@ def cap_received_limits(raw: Any, source: str) -> Any:
     line naming the file (a model asking for 10¹² pixels would decode 2 GB images)."""
     image = raw.get("image") if isinstance(raw, dict) else None
     asked = image.get("max_pixels") if isinstance(image, dict) else None
-    if not _is_int(asked) or asked <= DEFAULT_MAX_PIXELS:
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked <= DEFAULT_MAX_PIXELS:
         return raw
     import warnings
 
@@ -858,7 +832,7 @@ def classifier_table(path: str | os.PathLike | None) -> tuple[str | None, dict[s
     name, params = table.get("name"), table.get("params", {})
     if name not in CLASSIFIERS:
         raise ConfigError(
-            f"{source}: {CLASSIFIER_TABLE}.name = {name!r}: allowed values are "
+            f"{source}: {CLASSIFIER_TABLE}.name = {name!r}: expected one of "
             + ", ".join(map(repr, sorted(CLASSIFIERS)))
         )
     if not isinstance(params, dict):
