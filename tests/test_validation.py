@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
-from sklearn.utils._param_validation import Interval, Options, StrOptions, make_constraint
+from sklearn.utils._param_validation import make_constraint
 
 from classify_images.coding.encoders import encoder_class, encoder_kinds
 from classify_images.pipeline.settings.config import ConfigError, validate_config
@@ -15,11 +16,54 @@ from classify_images.validation import (
     MAX_INT,
     Choices,
     Integral,
+    Interval,
+    Options,
     ParameterValueError,
     Real,
+    StrOptions,
     check_value,
     describe,
+    to_sklearn,
 )
+
+CONSTRAINTS = [
+    Interval(Integral, 1, None, closed="left"),
+    Interval(Integral, 1, 384, closed="both"),
+    Interval(Integral, None, None, closed="neither"),
+    Interval(Real, 0, None, closed="left"),
+    Interval(Real, 0, None, closed="neither"),
+    Interval(Real, 0, 1, closed="right"),
+    Interval(Real, None, 0, closed="both"),
+    StrOptions({"a", "b"}),
+    Choices(("b", "a")),
+    Options(int, {0}),
+    BOOLEAN,
+]
+VALUES = [True, False, 0, 1, 384, 385, -1, 0.0, 0.5, 1.0, -0.5, float("inf"), -float("inf"), float("nan")]
+VALUES += [np.int64(3), np.float32(0.5), "a", "c", None, [1], (1,)]
+
+
+@pytest.mark.parametrize("constraint", CONSTRAINTS, ids=lambda c: type(c).__name__)
+def test_the_constraints_are_scikit_learns(constraint):
+    """Same names, signatures and answers as scikit-learn's own classes (without importing it)."""
+    theirs = make_constraint(to_sklearn(constraint))
+    assert type(theirs).__name__ == type(constraint).__name__ or isinstance(constraint, Choices)
+    for value in VALUES:
+        assert constraint.is_satisfied_by(value) == theirs.is_satisfied_by(value), (constraint, value)
+
+
+def test_reading_a_config_does_not_import_scikit_learn():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from classify_images.pipeline.settings.config import validate_config; "
+        "validate_config({'codebook': {'kind': 'llc', 'n_neighbors': 3}}); print('sklearn' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_check_value_speaks_scikit_learns_constraints_in_one_style():
@@ -40,7 +84,7 @@ def test_check_value_speaks_scikit_learns_constraints_in_one_style():
         with pytest.raises(ParameterValueError) as caught:
             check_value("k", bad, constraints)
         assert str(caught.value) == words
-    assert isinstance(Choices(("a",)), StrOptions)
+    assert isinstance(Choices(("a",)), StrOptions) and to_sklearn(Choices(("a",))).options == {"a"}
     assert describe([Interval(Integral, 1, MAX_INT, closed="both"), Choices(("all",)), Options(int, {0})]) == (
         "an integer ≥ 1 or one of 'all' or 0"
     )
@@ -52,7 +96,7 @@ def test_every_encoder_parameter_is_declared_with_scikit_learn_constraints():
             constraints = f.metadata["constraints"]
             assert constraints, (kind, f.name)
             for constraint in constraints:
-                make_constraint(constraint)  # scikit-learn's vocabulary, or it raises
+                make_constraint(to_sklearn(constraint))  # scikit-learn's vocabulary, or it raises
 
 
 def test_config_and_encoder_refusals_share_the_style():
