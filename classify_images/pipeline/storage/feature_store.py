@@ -654,8 +654,7 @@ def _codec_state(folder: Path, manifest: dict, codec: RowCodec):
     try:
         return codec.state_from_array(array, manifest["n_features"])
     except RowCodecError as exc:
-        joiner = " " if str(exc).startswith("has ") else ": "
-        raise FeatureSetError(f"feature set {folder}: {name}{joiner}{exc}; rebuild it") from None
+        raise FeatureSetError(f"feature set {folder}: {name}: {exc}; rebuild it") from None
 
 
 def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:

@@ -313,7 +313,7 @@ class ProductQuantizedRows(RowCodec):
     def state_from_array(self, array, n_features):
         quantizer = ProductQuantizer.from_codebooks(array, n_features)
         if quantizer.sub_dim != self.sub_dim:
-            raise RowCodecError(f"has sub-vectors of {quantizer.sub_dim} dimensions, store.rows says {self.name}")
+            raise RowCodecError(f"sub-vectors of {quantizer.sub_dim} dimensions, but store.rows says {self.name}")
         return quantizer
 
     def state_entry(self, state):
