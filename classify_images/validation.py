@@ -64,6 +64,10 @@ class Interval:
     def is_satisfied_by(self, value: Any) -> bool:
         if not isinstance(value, self.type) or (isinstance(value, float) and math.isnan(value)):
             return False
+        return self.within(value)
+
+    def within(self, value: float) -> bool:
+        """Whether the number ``value`` lies within the bounds (its type not checked)."""
         left_out = operator.lt if self.closed in ("left", "both") else operator.le
         right_out = operator.gt if self.closed in ("right", "both") else operator.ge
         left = -math.inf if self.left is None else self.left
@@ -170,10 +174,11 @@ def _satisfies(value: Any, constraint: Any) -> bool:
         return value is None
     if isinstance(value, bool) and not _is_boolean(constraint):
         return False  # a bool is not a number, nor a choice
-    if isinstance(constraint, Interval):
+    if isinstance(constraint, Interval):  # a finite Python number (the Integral / Real check, without abc's)
         number = (int,) if constraint.type is Integral else (int, float)
         if not isinstance(value, number) or (isinstance(value, float) and not math.isfinite(value)):
             return False
+        return constraint.within(value)
     if isinstance(constraint, type):
         return isinstance(value, constraint)
     return constraint.is_satisfied_by(value)
