@@ -26,6 +26,7 @@ from classify_images.pipeline.extraction.build import build_feature_set
 from classify_images.pipeline.interfaces.cli import main
 from classify_images.pipeline.settings.config import validate_config
 from classify_images.pipeline.storage.feature_store import FeatureSetError, load_feature_set
+from classify_images.pipeline.storage.row_codecs import codec_of_format
 from classify_images.pipeline.storage.shard_store import ShardedRows, as_dense, read_shard, write_shard
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, assert_same_features, write_config_toml
@@ -474,7 +475,7 @@ def test_shards_round_trip_bit_for_bit(tmp_path, fmt):
 @pytest.mark.parametrize("fmt", ["dense", "csr"])
 def test_sharded_feature_set_loads_both_formats_and_iterates_blocks(tmp_path, monkeypatch, reference, fmt):
     for module in (build_module, build_steps_module):  # the layout chosen, and the shards written in it
-        monkeypatch.setattr(module, "shard_format", lambda kind, encoding="float32": fmt)
+        monkeypatch.setattr(module, "codec_for_rows", lambda kind, encoding="float32": codec_of_format(fmt))
     build_feature_set(FIXTURE_IMAGES, tmp_path / "fs", _config(), cache_dir=None, store="sharded", batch_size=6)
     built = load_feature_set(tmp_path / "fs")
     assert built.manifest["store"]["format"] == fmt and 0 < built.manifest["store"]["density"] <= 1

@@ -143,3 +143,27 @@ def test_mbkl_channel_weights_by_loops():
         expected = sum(t for f, t in zip(features, theta) if c.offset <= f < c.offset + c.dims) / theta.sum()
         assert shares[c.name] == pytest.approx(expected)
     assert sum(shares.values()) == pytest.approx(1.0)
+
+
+def test_the_rules_ask_the_classifier_not_its_name():
+    """A classifier (here a class defined in this test) says what the rules need with two class
+    attributes; no rule compares names."""
+    from classify_images.classifiers.combination import channel_scales
+    from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
+
+    class AdditiveToy(QuadraticHingeSVC):
+        homogeneous_additive_kernel = True
+
+    class WeightLearningToy(QuadraticHingeSVC):
+        learns_channel_weights = True
+
+    channels, signed = _channels(signed=(False, False, False)), _channels()
+    assert channel_scales("average", channels, AdditiveToy)[0] == "l1"
+    assert channel_scales("average", channels, QuadraticHingeSVC)[0] == "l2"
+    assert channel_scales("average", channels, "nsvm")[0] == "l1"
+    with pytest.raises(CombinationError, match="signed"):
+        check_combination("average", signed, AdditiveToy)
+    check_combination("average", signed, QuadraticHingeSVC)
+    check_combination("mbkl", channels, WeightLearningToy)
+    with pytest.raises(CombinationError, match="use --classifier mbkl, not 'AdditiveToy'"):
+        check_combination("mbkl", channels, AdditiveToy)

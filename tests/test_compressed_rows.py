@@ -273,3 +273,17 @@ def test_nearest_centroid_kernel_is_the_argmin_of_explicit_distances():
     got_sums, counts = centroid_sums(rows, labels, 8, 256)
     np.testing.assert_allclose(got_sums, sums, atol=1e-5)
     assert counts.sum() == 30 * 5 and (counts.sum(axis=1) == 30).all()
+
+
+def test_a_product_quantised_feature_set_is_recognised_as_ours(fisher_sets, tmp_path):
+    """Its codebooks file is listed (store.codebooks), so a rebuild may replace it without --force."""
+    import shutil
+
+    from classify_images.pipeline.storage.feature_store import check_destination, is_feature_set_folder
+
+    copy = tmp_path / "pq8"
+    shutil.copytree(fisher_sets / "pq8", copy)
+    assert is_feature_set_folder(copy)
+    check_destination(copy)  # no error: ours to replace
+    (copy / "pq_codebooks.npy").unlink()
+    assert not is_feature_set_folder(copy)

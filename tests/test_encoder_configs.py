@@ -42,7 +42,7 @@ def test_rootsift_config_is_its_base_with_rootsift_and_its_own_hashes(base_name,
     [
         (
             '[codebook]\nkind = "gmm"\n',
-            "codebook.kind = 'gmm': allowed values are 'kmeans', 'sparse', 'llc', 'vlad', 'fisher'",
+            "codebook.kind = 'gmm': expected one of 'kmeans', 'sparse', 'llc', 'vlad', 'fisher'",
         ),
         ("[codebook]\npca_dims = 32\n", "codebook.pca_dims applies to codebook.kind = 'fisher' only"),
         ('[codebook]\nkind = "vlad"\nn_neighbors = 5\n', "codebook.n_neighbors applies to codebook.kind = 'llc' only"),
@@ -58,7 +58,7 @@ def test_rootsift_config_is_its_base_with_rootsift_and_its_own_hashes(base_name,
         ),
         ("[pooling]\nlevels = []\n", "pooling.levels = \\[\\]: expected a non-empty list"),
         ('[pooling]\nlevels = [1, "0x2"]\n', "pooling.levels"),
-        ('[pooling]\nmethod = "median"\n', "allowed values are .*'signed_max'"),
+        ('[pooling]\nmethod = "median"\n', "expected one of .*'signed_max'"),
     ],
 )
 def test_bad_encoder_config_is_one_line_error_naming_the_key(tmp_path, text, message):

@@ -38,7 +38,7 @@ def test_the_plan_keeps_every_cache_key(name):
         assert plan.pyramid.levels == tuple(one.pooling.levels) and plan.pyramid.method == one.pooling.method
         assert plan.normalizer().method == one.normalization.method
         assert (plan.max_side, plan.max_pixels) == (one.image.max_side, one.image.max_pixels)
-        assert plan.largest_patch == max(one.sift.patch_sizes)
+        assert plan.smallest_image_side == max(one.sift.patch_sizes)
         assert (plan.n_samples, plan.sample_seed) == (one.codebook.n_samples, one.codebook.seed)
 
 

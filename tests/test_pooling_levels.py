@@ -104,7 +104,7 @@ def test_config_keys_hashed_only_when_set():
     [
         (
             '[pooling]\nlevel_normalization = "l3"\n',
-            "pooling.level_normalization = 'l3': allowed values are 'none', 'l1', 'l2'",
+            "pooling.level_normalization = 'l3': expected one of 'none', 'l1', 'l2'",
         ),
         (
             "[pooling]\nlevel_weights = [0.25, -1, 0.5]\n",

@@ -112,7 +112,7 @@ def test_run_same_numbers_as_the_three_commands(tmp_path, capsys):
 @pytest.mark.parametrize(
     "table, message",
     [
-        ('[classifier]\nname = "svm"\n', "classifier.name = 'svm': allowed values are"),
+        ('[classifier]\nname = "svm"\n', "classifier.name = 'svm': expected one of"),
         ('[classifier]\nname = "pmsvm"\nparams = { gamma = 1 }\n', "has no parameter 'gamma'"),
         ('[classifier]\nname = "pmsvm"\nkernel = "x"\n', "unknown key classifier.kernel"),
         ('[classifier]\nname = "pmsvm"\nparams = 3\n', "classifier.params must be a table"),

@@ -231,7 +231,7 @@ def test_soft_build_end_to_end(tmp_path, small_dataset, monkeypatch):
 @pytest.mark.parametrize(
     "codebook, message",
     [
-        ({"assignment": "fuzzy"}, "codebook.assignment = 'fuzzy': allowed values are 'hard', 'soft'"),
+        ({"assignment": "fuzzy"}, "codebook.assignment = 'fuzzy': expected one of 'hard', 'soft'"),
         ({"assignment": "soft", "soft_beta": 0}, "codebook.soft_beta = 0: expected a finite number > 0"),
         ({"assignment": "soft", "soft_beta": -2.0}, "codebook.soft_beta = -2.0: expected a finite number > 0"),
         ({"assignment": "soft", "soft_beta": "big"}, "codebook.soft_beta = 'big': expected a finite number > 0"),

@@ -282,6 +282,13 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _parameter_constraints : dict
         scikit-learn's description of the allowed value of every constructor
         parameter, checked by :meth:`fit` before anything else.
+    homogeneous_additive_kernel : bool
+        The kernel is additive and homogeneous of degree 1 (PmSVM's power means, nSVM's
+        histogram intersection): the ``average`` channel-combination rule gives it L1-normalised
+        blocks and refuses signed channels (:mod:`classify_images.classifiers.combination`).
+    learns_channel_weights : bool
+        The classifier learns each channel's weight itself (MBKL's stumps): the ``mbkl``
+        combination rule applies to it, and only to it.
     """
 
     _parameter_constraints: dict = {}
@@ -292,6 +299,8 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _problem_axes: dict[str, int] | None = None
     _group_reductions: dict[str, Any] = {}
     _joint_reason: str = "learns its one-vs-rest problems jointly, so they cannot be fitted in groups"
+    homogeneous_additive_kernel: bool = False
+    learns_channel_weights: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -67,11 +67,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ClassifyImagesError
-from .registry import COMBINE_RULES
+from .registry import CLASSIFIERS, COMBINE_RULES, classifier_class
 
 __all__ = [
     "COMBINE_RULES",
-    "ADDITIVE_CLASSIFIERS",
     "Channel",
     "CombinationError",
     "channels_from_dicts",
@@ -81,8 +80,6 @@ __all__ = [
     "mbkl_channel_weights",
 ]
 
-#: Classifiers whose kernel is additive and homogeneous of degree 1 (the ``average`` rule uses L1 blocks).
-ADDITIVE_CLASSIFIERS = ("pmsvm", "nsvm")
 #: Rows combined at a time (a chunk of Fisher-vector rows is a few hundred MB at most).
 _CHUNK_ROWS = 256
 
@@ -144,9 +141,26 @@ def channels_from_dicts(
     return tuple(channels)
 
 
-def check_combination(rule: str, channels: Sequence[Channel], classifier: str) -> None:
+def _asks(classifier: str | type | Any, trait: str) -> bool:
+    """The classifier's answer to ``trait``, a class attribute of
+    :class:`~classify_images.classifiers.base.OneVsRestClassifierBase`
+    (``homogeneous_additive_kernel``, ``learns_channel_weights``); ``classifier`` is a registered
+    name, an estimator class or an instance."""
+    if isinstance(classifier, str):
+        classifier = classifier_class(classifier)
+    return bool(getattr(classifier, trait, False))
+
+
+def _weight_learners() -> list[str]:
+    """The registered classifiers that learn the channel weights themselves (``--combine mbkl``)."""
+    return [name for name in CLASSIFIERS if _asks(name, "learns_channel_weights")]
+
+
+def check_combination(rule: str, channels: Sequence[Channel], classifier: str | type) -> None:
     """Refuse a rule that does not apply: an unknown rule, ``mbkl`` with another classifier or a
-    signed channel, ``average`` with an additive classifier on a signed channel.
+    signed channel, ``average`` with an additive classifier on a signed channel.  The classifier
+    (a registered name or an estimator class) is asked, not named: its ``learns_channel_weights``
+    and ``homogeneous_additive_kernel`` class attributes decide.
 
     Raises
     ------
@@ -160,23 +174,25 @@ def check_combination(rule: str, channels: Sequence[Channel], classifier: str) -
         )
     signed = [channel.name for channel in channels if channel.signed]
     if rule == "mbkl":
-        if classifier != "mbkl":
+        if not _asks(classifier, "learns_channel_weights"):
+            name = classifier if isinstance(classifier, str) else getattr(classifier, "__name__", classifier)
             raise CombinationError(
-                f"--combine mbkl learns the channel weights with MBKL: use --classifier mbkl, not {classifier!r}"
+                f"--combine mbkl learns the channel weights with MBKL: use --classifier "
+                f"{' or '.join(_weight_learners())}, not {name!r}"
             )
         if signed:
             raise CombinationError(
                 f"--combine mbkl: channel {signed[0]!r} is signed (MBKL's stumps combine "
                 "non-negative channels only); drop it or use --combine average"
             )
-    if rule == "average" and classifier in ADDITIVE_CLASSIFIERS and signed:
+    if rule == "average" and signed and _asks(classifier, "homogeneous_additive_kernel"):
         raise CombinationError(
             f"--combine average with {classifier}: channel {signed[0]!r} is signed (an additive "
             "kernel needs non-negative channels); use --classifier linear"
         )
 
 
-def channel_scales(rule: str, channels: Sequence[Channel], classifier: str) -> tuple[str | None, np.ndarray]:
+def channel_scales(rule: str, channels: Sequence[Channel], classifier: str | type) -> tuple[str | None, np.ndarray]:
     """``(norm, factors)``: each block is divided by its ``norm`` (``"l2"``, ``"l1"``, or None: as
     stored) and multiplied by its factor (module docstring)."""
     weights = np.array([channel.weight for channel in channels], dtype=np.float64)
@@ -184,7 +200,7 @@ def channel_scales(rule: str, channels: Sequence[Channel], classifier: str) -> t
         return "l2", weights
     if rule == "average":
         beta = weights / weights.sum()
-        return ("l1", beta) if classifier in ADDITIVE_CLASSIFIERS else ("l2", np.sqrt(beta))
+        return ("l1", beta) if _asks(classifier, "homogeneous_additive_kernel") else ("l2", np.sqrt(beta))
     if rule == "mbkl":
         return None, np.ones_like(weights)
     raise CombinationError(f"--combine {rule!r}: allowed values are {', '.join(COMBINE_RULES)}")
@@ -201,8 +217,9 @@ def combine_rows(
         Multi-channel rows (a memory-mapped array is read a chunk at a time).
     channels : sequence of Channel
     rule : {"concat", "average", "mbkl"}
-    classifier : str
-        Registered classifier name: selects the block norm of ``average``.
+    classifier : str or type
+        Registered classifier name or estimator class: its ``homogeneous_additive_kernel``
+        selects the block norm of ``average``.
     out : ndarray, optional
         Where to write (may be ``X`` itself, when writable); default: a new float32 array.
 

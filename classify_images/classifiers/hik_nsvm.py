@@ -290,6 +290,7 @@ class HIKnSVM(OneVsRestClassifierBase):
     """
 
     _requires_non_negative = True
+    homogeneous_additive_kernel = True
     _accept_sparse = True
     _fitted_shapes = {"coef_": ("P", "d"), "intercept_": ("P",)}
     _problem_axes = {"coef_": 0, "intercept_": 0, "objective_curve_": 1}  # one shared shuffle seed

@@ -402,6 +402,7 @@ class MBKL(OneVsRestClassifierBase):
     """
 
     _requires_non_negative = False
+    learns_channel_weights = True
     _accept_sparse = True
     _fitted_shapes = {
         "stump_features_": ("S",),

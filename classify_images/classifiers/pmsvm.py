@@ -344,6 +344,7 @@ class PmSVM(OneVsRestClassifierBase):
     """
 
     _requires_non_negative = True
+    homogeneous_additive_kernel = True
     _accept_sparse = True
     _fitted_shapes = {"coef_": ("d", "m+1", "P"), "feature_max_": ("d",), "n_iter_": ("P",), "C_": ()}
 

@@ -58,9 +58,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -68,6 +67,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ClassifyImagesError
+from ..validation import BOOLEAN, Choices, Integral, Interval, ParameterValueError, Real, check_value
 from . import codebook as codebook_module
 from .pooling import n_pyramid_cells, pyramid_cells, spatial_pyramid_pool
 
@@ -128,51 +128,32 @@ class EncoderParameterError(ClassifyImagesError, ValueError):
         self.key = key
 
 
-def parameter(default: Any, check: Callable[[Any], Any], doc: str = "") -> Any:
-    """A field of an encoder's parameter dataclass.
+def parameter(default: Any, *constraints: Any, doc: str = "") -> Any:
+    """A field of an encoder's parameter dataclass, its allowed values declared with
+    scikit-learn's constraints (:mod:`classify_images.validation`, as the classifiers'
+    ``_parameter_constraints``): ``parameter(None, integer_at_least(1))``.
 
-    ``check(value)`` returns the value to store or raises ``ValueError`` with what is
-    expected (``"expected an integer ≥ 1"``).  ``None`` means *unset* (the encoder's default
-    applies).  A key at its field default is left out of every hash, so adding a parameter
-    keeps the cache keys and config hashes of every existing configuration.
+    ``None`` means *unset* (the encoder's default applies).  A key at its field default is left
+    out of every hash, so adding a parameter keeps the cache keys and config hashes of every
+    existing configuration.
     """
-    return field(default=default, metadata={"check": check, "doc": doc})
+    return field(default=default, metadata={"constraints": constraints, "doc": doc})
 
 
-def integer_at_least(low: int, high: int | None = None) -> Callable[[Any], Any]:
-    """Check: an integer in ``[low, high]``."""
-
-    def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-            raise ValueError(f"expected an integer ≥ {low}" + ("" if high is None else f" and ≤ {high}"))
-        return value
-
-    return check
+def integer_at_least(low: int, high: int | None = None) -> Interval:
+    """Constraint: an integer in ``[low, high]``."""
+    return Interval(Integral, low, high, closed="left" if high is None else "both")
 
 
-def positive_number(value: Any) -> Any:
-    """Check: a finite number > 0 (stored as float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError("expected a finite number > 0")
-    return float(value)
+#: Constraint: a finite number > 0 (stored as float).
+positive_number = Interval(Real, 0, None, closed="neither")
+#: Constraint: true or false.
+boolean = BOOLEAN
 
 
-def boolean(value: Any) -> Any:
-    """Check: true or false."""
-    if not isinstance(value, bool):
-        raise ValueError("expected true or false")
-    return value
-
-
-def one_of(*allowed: str) -> Callable[[Any], Any]:
-    """Check: one of ``allowed``."""
-
-    def check(value: Any) -> Any:
-        if value not in allowed:
-            raise ValueError(f"allowed values are {', '.join(map(repr, allowed))}")
-        return value
-
-    return check
+def one_of(*allowed: str) -> Choices:
+    """Constraint: one of ``allowed``."""
+    return Choices(allowed)
 
 
 @dataclass(frozen=True)
@@ -255,9 +236,9 @@ class Encoder:
                 value = f.default
             elif value != f.default:
                 try:
-                    value = f.metadata["check"](value)
-                except (ValueError, TypeError) as exc:
-                    raise EncoderParameterError(f.name, f"codebook.{f.name} = {value!r}: {exc}") from None
+                    value = check_value(f"codebook.{f.name}", value, f.metadata["constraints"])
+                except ParameterValueError as exc:
+                    raise EncoderParameterError(f.name, str(exc)) from None
             checked[f.name] = value
         params = cls.Params(**checked)
         cls.check_rules(params, size)

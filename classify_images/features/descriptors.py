@@ -1,16 +1,21 @@
 """Local descriptors as plug-ins: what the pipeline computes on a decoded image.
 
 A :class:`Descriptor` turns a preprocessed image (float32 in [0, 1]) into local descriptors
-on a grid, with their positions; the pipeline's stages ask it for that and for its
+on a grid, with their positions; the pipeline's stages ask it for that, for its
 :attr:`~Descriptor.length` (what an encoder's state is checked against when a model file is
-loaded), and never name it.  Its parameters are the ``[sift]`` table of the configuration
-(today's one descriptor; a second one brings its own table and one module here).
+loaded) and for :attr:`~Descriptor.smallest_side` (smaller images are skipped), and never
+name it.  The configuration selects one with ``[descriptor] kind`` (default ``"sift"``).
+Dense SIFT's parameters are the ``[sift]`` table; another descriptor's are the other keys of
+``[descriptor]``, checked by its :meth:`~Descriptor.check_params`.  The stages receive the
+descriptor's plain table: ``[sift]``'s semantic keys for dense SIFT (so its cache keys do not
+name the kind), ``{"kind": ..., **own keys}`` for any other.
 
 Descriptors are stored in the stage cache as uint8 with VLFeat's convention (512 × the
 unit-normalised value, clipped: :func:`~classify_images.features.dsift.quantize_descriptors`),
 so a descriptor's values must lie in [0, 0.5] after its own normalisation, as SIFT's do.
 
-The registry: :func:`descriptor_class` by ``kind``; :func:`register_descriptor` adds one.
+The registry: :func:`descriptor_class` by ``kind``; :func:`register_descriptor` adds one
+(``docs/extending.md``; ``tests/test_descriptor_plugins.py`` registers a toy descriptor).
 
 ============  ====================  ===============================================
 kind          class                 computes
@@ -31,7 +36,16 @@ import numpy as np
 from . import colour as colour_module
 from . import dsift as dsift_module
 
-__all__ = ["Descriptors", "Descriptor", "DenseSift", "register_descriptor", "descriptor_class", "make_descriptor"]
+__all__ = [
+    "Descriptors",
+    "Descriptor",
+    "DenseSift",
+    "DEFAULT_KIND",
+    "register_descriptor",
+    "descriptor_class",
+    "descriptor_kinds",
+    "make_descriptor",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,9 +82,29 @@ class Descriptor:
     def __init__(self, table: Mapping[str, Any]) -> None:
         self.table = dict(table)
 
+    @classmethod
+    def check_params(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """This descriptor's own ``[descriptor]`` keys (beside ``kind``), checked; the plain dict
+        the stages receive.  Keys at their defaults should be left out, so that adding a key
+        keeps the cache keys of every existing configuration.
+
+        Raises
+        ------
+        ValueError
+            Naming the key (``"descriptor.size = 0: expected an integer ≥ 1"``).
+        """
+        for key in values:
+            raise ValueError(f"unknown key descriptor.{key}: descriptor.kind = {cls.kind!r} has no own keys")
+        return {}
+
     @property
     def length(self) -> int:
         """Length of one descriptor."""
+        raise NotImplementedError
+
+    @property
+    def smallest_side(self) -> int:
+        """The shortest image side, px, that yields a descriptor (smaller images are skipped)."""
         raise NotImplementedError
 
     def implementation_version(self) -> int:
@@ -101,6 +135,17 @@ class DenseSift(Descriptor):
 
     kind = "sift"
     version_key = "dense_sift"
+
+    @classmethod
+    def check_params(cls, values):
+        for key in values:
+            raise ValueError(f"unknown key descriptor.{key}: dense SIFT's keys go in the [sift] table")
+        return {}
+
+    @property
+    def smallest_side(self) -> int:
+        """The largest patch (``[sift] patch_sizes``)."""
+        return max(self.table["patch_sizes"])
 
     @property
     def color(self) -> str:
@@ -167,6 +212,15 @@ def register_descriptor(cls: type[Descriptor]) -> type[Descriptor]:
     return cls
 
 
+#: The descriptor of a configuration that names none.
+DEFAULT_KIND = DenseSift.kind
+
+
+def descriptor_kinds() -> tuple[str, ...]:
+    """The registered ``descriptor.kind`` values."""
+    return tuple(_REGISTERED)
+
+
 def descriptor_class(kind: str) -> type[Descriptor]:
     """The descriptor class of ``kind`` (KeyError naming the known kinds)."""
     if kind not in _REGISTERED:
@@ -174,6 +228,8 @@ def descriptor_class(kind: str) -> type[Descriptor]:
     return _REGISTERED[kind]
 
 
-def make_descriptor(table: Mapping[str, Any], kind: str = "sift") -> Descriptor:
-    """The descriptor of a plain configuration table."""
-    return descriptor_class(kind)(table)
+def make_descriptor(table: Mapping[str, Any]) -> Descriptor:
+    """The descriptor of a plain table as the stages receive it: ``table["kind"]`` (absent:
+    dense SIFT, whose table is ``[sift]``) made with the other keys."""
+    kind = table.get("kind", DEFAULT_KIND)
+    return descriptor_class(kind)({key: value for key, value in table.items() if key != "kind"})

@@ -35,18 +35,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _checkouts import importable_root, module_name
 
 REPO = Path(__file__).resolve().parents[2]
-CODE_FOLDERS = ("features", "coding", "classifiers", "pipeline", "configs")
 
 
 def _shim(source: Path, where: Path) -> Path:
-    """A folder importable as ``classify_images`` whose sub-packages are ``source``'s folders."""
-    package = where / "classify_images"
-    package.mkdir(parents=True)
-    for name in CODE_FOLDERS:
-        (package / name).symlink_to(source / name)
-    return where
+    """The folder to put on ``PYTHONPATH`` for ``source``'s ``classify_images``, whatever its layout
+    (:mod:`_checkouts`: today's ``classify_images/`` folder, or the older mapped folders)."""
+    return importable_root(source, where)
 
 
 def _build(
@@ -65,7 +62,8 @@ def _build(
         "-q",
         *extra,
     ]
-    script = f"import sys; from classify_images.pipeline.interfaces.cli import main; sys.exit(main({argv!r}))"
+    cli = module_name(pythonpath, "classify_images.pipeline.interfaces.cli")
+    script = f"import sys; from {cli} import main; sys.exit(main({argv!r}))"
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
     before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run([sys.executable, "-c", script], env=env, check=True, stdout=subprocess.DEVNULL)
@@ -77,7 +75,7 @@ def _time_load(pythonpath: Path, folder: Path, repeats: int) -> list[float]:
     """Seconds of ``load_feature_set(folder)`` followed by a sum over its rows, ``repeats`` times."""
     script = (
         "import json, sys, time, numpy as np\n"
-        "from classify_images.pipeline.storage.feature_store import load_feature_set\n"
+        f"from {module_name(pythonpath, 'classify_images.pipeline.storage.feature_store')} import load_feature_set\n"
         "times = []\n"
         f"for _ in range({repeats}):\n"
         "    start = time.perf_counter()\n"
@@ -95,8 +93,8 @@ def _synthetic_feature_set(pythonpath: Path, folder: Path, n_rows: int, n_dims: 
     """A valid feature set of random rows, written with the older tree's writer (both trees read it)."""
     script = (
         "import numpy as np\n"
-        "from classify_images.pipeline.settings.config import PipelineConfig\n"
-        "from classify_images.pipeline.storage.feature_store import FeatureSetWriter\n"
+        f"from {module_name(pythonpath, 'classify_images.pipeline.settings.config')} import PipelineConfig\n"
+        f"from {module_name(pythonpath, 'classify_images.pipeline.storage.feature_store')} import FeatureSetWriter\n"
         f"n, d = {n_rows}, {n_dims}\n"
         "rng = np.random.default_rng(0)\n"
         f"with FeatureSetWriter({str(folder)!r}) as w:\n"
@@ -123,10 +121,13 @@ def _rows(folder: Path) -> list[np.ndarray]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--old", required=True, type=Path, help="folder holding the older tree's code folders")
     parser.add_argument(
-        "--new", default=REPO, type=Path, help="folder holding this tree's code folders (default: this checkout)"
+        "--old",
+        required=True,
+        type=Path,
+        help="the older tree: a checkout, either layout (its classify_images/ or api/)",
     )
+    parser.add_argument("--new", default=REPO, type=Path, help="this tree: a checkout (default: this one)")
     parser.add_argument("--dataset", required=True, type=Path)
     parser.add_argument("--config", default="bof-spm")
     parser.add_argument("--rounds", type=int, default=3)

@@ -11,9 +11,10 @@ fills the numba on-disk cache, so the numbers are "after warm-up".
     python benchmarks/bench_startup.py --baseline-rev 3fdba00    # the same for an older revision, side by side
 
 ``--baseline-rev REV`` checks REV out in a temporary ``git worktree`` and runs the same
-commands with ``PYTHONPATH`` pointing at a temporary package tree of that checkout (the
-repository's folders mapped to ``classify_images`` as ``pyproject.toml`` does), with the
-same interpreter and installed dependencies.
+commands with ``PYTHONPATH`` pointing at that checkout (its ``classify_images/`` folder), or,
+for a revision of the older layout, at a temporary package tree of it (the repository's folders
+mapped to ``classify_images`` as its ``pyproject.toml`` did; :mod:`_checkouts`), with the same
+interpreter and installed dependencies.
 """
 
 from __future__ import annotations
@@ -28,19 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _checkouts import importable_root, module_name
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "tests" / "data" / "images"
 #: The tests' small configuration (tests/data/small.toml).
 SMALL_CONFIG_FILE = REPO / "tests" / "data" / "small.toml"
-#: pyproject.toml's package-dir: package → folder of the repository.
-PACKAGE_DIRS = {
-    "": "api",
-    "features": "features",
-    "coding": "coding",
-    "classifiers": "classifiers",
-    "pipeline": "pipeline",
-    "configs": "configs",
-}
 
 
 def revision(repo: Path) -> str:
@@ -66,15 +60,9 @@ def write_config(path: Path) -> Path:
 
 
 def package_tree(checkout: Path, root: Path) -> Path:
-    """A ``classify_images`` package tree of ``checkout`` (symlinks) under ``root``; returns ``root``."""
-    package = root / "classify_images"
-    package.mkdir(parents=True)
-    for name in (checkout / "api").iterdir():
-        (package / name.name).symlink_to(name)
-    for sub, folder in PACKAGE_DIRS.items():
-        if sub:
-            (package / sub).symlink_to(checkout / folder)
-    return root
+    """The folder to put on ``PYTHONPATH`` for ``checkout``'s ``classify_images``: the checkout
+    itself (its ``classify_images/`` folder), or a tree of links under ``root`` for the older layout."""
+    return importable_root(checkout, root)
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
@@ -83,8 +71,10 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def measure(label: str, env: dict[str, str], work: Path, repeats: int, classifier: str) -> dict[str, list[float]]:
-    cli = [sys.executable, "-m", "classify_images.pipeline.interfaces.cli"]
+def measure(
+    label: str, env: dict[str, str], work: Path, repeats: int, classifier: str, root: Path = REPO
+) -> dict[str, list[float]]:
+    cli = [sys.executable, "-m", module_name(root, "classify_images.pipeline.interfaces.cli")]
     feature_set = work / f"fs-{label}"
     subprocess.run(
         [
@@ -139,7 +129,8 @@ def main() -> int:
         env = dict(os.environ)
         env.setdefault("NUMBA_CACHE_DIR", str(work / "numba"))
         env.setdefault("MPLBACKEND", "Agg")
-        runs = {f"this tree ({revision(REPO)})": (env, "current")}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+        runs = {f"this tree ({revision(REPO)})": (env, "current", REPO)}
         if args.baseline_rev:
             checkout = work / "baseline"
             subprocess.run(
@@ -149,11 +140,12 @@ def main() -> int:
                 capture_output=True,
             )
             rev = revision(checkout)
-            base_env = dict(env, PYTHONPATH=str(package_tree(checkout, work / "baseline-pkg")))
-            runs = {f"baseline ({rev})": (base_env, "baseline"), **runs}
+            base_root = package_tree(checkout, work / "baseline-pkg")
+            base_env = dict(env, PYTHONPATH=str(base_root))
+            runs = {f"baseline ({rev})": (base_env, "baseline", base_root), **runs}
         try:
-            for title, (run_env, label) in runs.items():
-                times = measure(label, run_env, work, args.repeats, args.classifier)
+            for title, (run_env, label, root) in runs.items():
+                times = measure(label, run_env, work, args.repeats, args.classifier, root)
                 print(f"\n{title}")
                 print(f"  {'command':<20} {'median s':>9} {'min s':>7} {'max s':>7}")
                 for name, values in times.items():

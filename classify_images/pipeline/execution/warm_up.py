@@ -64,12 +64,14 @@ def synthetic_image(largest_patch: int, seed: int = 0) -> np.ndarray:
     return np.ascontiguousarray(smooth, dtype=np.float32)
 
 
-def warm_descriptors(sift: dict | FeaturePlan) -> None:
-    """Compile the descriptor's kernels: the plan's descriptor, or dense SIFT with the ``[sift]`` table ``sift``."""
-    if isinstance(sift, FeaturePlan):
-        sift.descriptor.compute(synthetic_image(sift.largest_patch))
+def warm_descriptors(descriptor: dict | FeaturePlan) -> None:
+    """Compile the descriptor's kernels: the plan's descriptor, or the one of the plain table
+    ``descriptor`` (:meth:`~classify_images.pipeline.settings.config.PipelineConfig.descriptor_params`)."""
+    if isinstance(descriptor, FeaturePlan):
+        descriptor.descriptor.compute(synthetic_image(descriptor.smallest_image_side))
     else:
-        make_descriptor(sift).compute(synthetic_image(max(sift["patch_sizes"])))
+        made = make_descriptor(descriptor)
+        made.compute(synthetic_image(made.smallest_side))
 
 
 def warm_encoding(extractor) -> None:
@@ -78,7 +80,7 @@ def warm_encoding(extractor) -> None:
     with the extractor's codebook, pooling."""
     coder = extractor.encoder.prepared(extractor.codebook, extractor.codebook_digest)
     plan = extractor.plan
-    _encode_synthetic(plan.descriptor, plan.largest_patch, extractor.encoder, coder, extractor.pyramid)
+    _encode_synthetic(plan.descriptor, plan.smallest_image_side, extractor.encoder, coder, extractor.pyramid)
 
 
 def _encode_synthetic(descriptor, largest_patch: int, encoder: Encoder, coder, pyramid) -> None:
@@ -135,7 +137,7 @@ def _compile_encoder(sift: dict, codebook_params: dict, levels: list, pooling: s
         sys.stdout.flush()
     state = synthetic_state(encoder, descriptor.length)
     _encode_synthetic(
-        descriptor, max(sift["patch_sizes"]), encoder, encoder.prepare(state), Pyramid(tuple(levels), pooling)
+        descriptor, descriptor.smallest_side, encoder, encoder.prepare(state), Pyramid(tuple(levels), pooling)
     )
 
 

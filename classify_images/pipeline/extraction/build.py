@@ -32,8 +32,10 @@ derive from the image's content.  With ``store="sharded"`` the workers also writ
 one shard per task (:mod:`~classify_images.pipeline.storage.shard_store`); the client receives
 only each shard's name, size and checksum, and commits them with the manifest.
 
-Compressed rows (``rows="float16"``, ``"pq8"``, ``"pq16"``, sharded store, dense rows only):
-the workers write each shard compressed.  Product quantisation first needs its codebooks:
+Compressed rows (``rows="float16"``, ``"pq8"``, ``"pq16"`` or any registered row codec,
+:mod:`~classify_images.pipeline.storage.row_codecs`; sharded store, dense rows only): the
+workers write each shard compressed.  A codec with a learnt state, such as product
+quantisation, first needs it (PQ: its codebooks):
 a pass over at most :data:`PQ_SAMPLE_SHARDS` training shards (evenly spaced) returns a sample
 of at most :data:`PQ_SAMPLE_ROWS` training rows (spread evenly over those shards; their
 vectors come from the stage cache when it is on, else these images are encoded twice), the client learns the codebooks from it
@@ -48,14 +50,13 @@ import os
 from pathlib import Path
 
 from ..._log import verbose_output
-from ...coding.product_quantizer import ROW_ENCODINGS, RowCodecError
 from ..execution.cluster import ClusterError, scheduler_errors
 from ..execution.progress import tqdm_progress
 from ..settings.config import ConfigError, PipelineConfig, stage_hash
 from ..settings.plan import make_feature_plan
 from ..storage.cache_folder import default_cache_dir
 from ..storage.feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination
-from ..storage.shard_store import shard_format
+from ..storage.row_codecs import RowCodecError, codec_for_rows, row_codec
 from .build_steps import (
     BuildResult,
     StageTimer,
@@ -141,7 +142,7 @@ def build_feature_set(
     force : bool
         Also replace a folder holding nothing but files of a feature set's names that no manifest
         of ours lists (``--force``; files of other names are refused all the same).
-    rows : {"float32", "float16", "pq8", "pq16"}, default="float32"
+    rows : {"float32", "float16", "pq8", "pq16"} or another registered row codec, default="float32"
         How dense rows are stored (module docstring): compressed forms need the sharded
         store (the default ``store`` is then ``"sharded"``) and dense rows; they are decoded
         to float32 blocks on reading.
@@ -159,13 +160,12 @@ def build_feature_set(
     if execution is None:
         execution = Execution.from_options(n_jobs=n_jobs, scheduler=scheduler, cluster=cluster, batch_size=batch_size)
     n_jobs, spec, batch_size = execution.n_jobs, execution.cluster, execution.batch_size
-    if rows not in ROW_ENCODINGS:
-        raise RowCodecError(f"--rows must be one of {', '.join(ROW_ENCODINGS)}, not {rows!r}")
+    compressed = row_codec(rows).compressed  # RowCodecError naming the known codecs
     if store is None:
-        store = "npy" if spec is None and rows == "float32" else "sharded"
+        store = "npy" if spec is None and not compressed else "sharded"
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
-    if rows != "float32" and store != "sharded":
+    if compressed and store != "sharded":
         raise RowCodecError(
             f"--rows {rows} stores the rows compressed in shards: use --store sharded (or leave --store out)"
         )
@@ -249,7 +249,7 @@ def _build(
         images = discover_images(dataset_dir, config, n_jobs, client, batch_size)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(plan.encoder))
     if store == "sharded":  # a compressed encoding of sparse rows is refused before any work
-        shard_format(plan.sparse_rows, encoding)
+        codec_for_rows(plan.sparse_rows, encoding)
         if plan.augment.mirrors:
             raise ConfigError(
                 "[augment] (mirrored rows) needs the npy store: leave out --store sharded, --rows "

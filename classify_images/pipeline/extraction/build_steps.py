@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
-from ...coding.product_quantizer import ProductQuantizer, pq_sub_dim
 from ...features.preprocess import ImageReadError
 from ..execution.cluster import iter_tasks
 from ..execution.warm_up import warm_encoding
@@ -32,7 +31,8 @@ from ..settings.plan import FeaturePlan, feature_plan_of
 from ..settings.protocols import short_classes
 from ..storage.feature_store import FeatureSetWriter, load_feature_set, remove_stale_partials
 from ..storage.provenance import library_versions
-from ..storage.shard_store import shard_format, write_shard
+from ..storage.row_codecs import RowCodec, codec_for_rows
+from ..storage.shard_store import write_shard
 from .extractor import FeatureExtractor
 from .fitting import image_row
 from .runner import DEFAULT_BATCH_SIZE, Runner
@@ -42,8 +42,8 @@ _log = logging.getLogger(__name__)
 
 #: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
 _NORMALISE_CHUNK = 1024
-#: Training rows the product-quantisation codebooks are learnt from, at most (sent to the client:
-#: 1 GiB of 262 144-dimensional Fisher vectors).
+#: Training rows a row codec's state (the product-quantisation codebooks) is learnt from, at
+#: most (sent to the client: 1 GiB of 262 144-dimensional Fisher vectors).
 PQ_SAMPLE_ROWS = 1024
 #: Training shards the sample is drawn from, at most (evenly spaced): without a stage cache they
 #: are the images encoded twice (ImageNet-1k: 256 of ~20 000 training shards of 64 images).
@@ -51,7 +51,7 @@ PQ_SAMPLE_SHARDS = 256
 
 
 def pq_sample_shards(n_training_shards: int) -> np.ndarray:
-    """Indices of the training shards the PQ codebook sample is drawn from: at most
+    """Indices of the training shards a row codec's state (the PQ codebooks) is learnt from: at most
     :data:`PQ_SAMPLE_SHARDS`, evenly spaced (the shards hold the classes in turn).  Every image
     of these shards is encoded by the sample pass."""
     return np.unique(np.linspace(0, n_training_shards - 1, min(n_training_shards, PQ_SAMPLE_SHARDS)).astype(int))
@@ -186,7 +186,7 @@ def check_images(
     """Indices of the readable images, the skipped ones with their reasons, and the readable
     ones whose decoder warned (checked with the plan's ``[image]`` limits and largest patch)."""
     plan = feature_plan_of(config)
-    max_side, largest_patch, max_pixels = plan.max_side, plan.largest_patch, plan.max_pixels
+    max_side, largest_patch, max_pixels = plan.max_side, plan.smallest_image_side, plan.max_pixels
     check = delayed(runner.cache.check_image)
     checks = runner.map(
         [check(p, f, max_side, largest_patch, max_pixels) for p, f in zip(images.paths, images.fingerprints)],
@@ -262,7 +262,7 @@ def encode_and_pool(
         tasks += [
             delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized, flip=True) for i in order
         ]
-    if runner.client is None and runner.n_jobs != 1:  # the workers load the kernels the parent compiled
+    if runner.parallel_here:  # the workers load the kernels the parent compiled
         for channel in getattr(extractor, "extractors", [extractor]):  # (a multi-channel extractor: each channel)
             warm_encoding(channel)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
@@ -279,22 +279,22 @@ def _encode_shard(
     folder: str,
     part: str,
     index: int,
-    fmt: str,
+    codec: RowCodec,
     *,
     extractor: FeatureExtractor,
     normalized: bool,
     statistics_only: bool = False,
     sample_rows: int = 0,
-    quantizer: ProductQuantizer | None = None,
+    codec_state: Any = None,
 ) -> dict[str, Any]:
     """One task of a sharded build: the rows of ``images``, written by the worker as shard
-    ``index`` of ``part`` in ``folder`` (compressed by ``quantizer`` for format ``pq``).
+    ``index`` of ``part`` in ``folder`` by ``codec`` (with its learnt ``codec_state``, if any).
 
     Returns ``{"entry": …}`` (the shard's manifest entry), ``{"non_finite": [local rows]}``
     (nothing written), with ``statistics_only`` the column minima and maxima of the
     pooled rows (``{"minima", "maxima"}``, nothing written) for fitting a normaliser, or with
     ``sample_rows`` that many of its finite rows, evenly spaced (``{"sample"}``, nothing written)
-    for learning product-quantisation codebooks.
+    for learning the codec's state (product-quantisation codebooks).
     """
     rows = np.stack(
         [image_row(path, fingerprint, extractor=extractor, normalized=normalized) for path, fingerprint in images]
@@ -311,19 +311,19 @@ def _encode_shard(
         }
     if not finite.all():
         return {"non_finite": np.flatnonzero(~finite).tolist()}
-    return {"entry": write_shard(folder, part, index, rows, fmt, quantizer)}
+    return {"entry": write_shard(folder, part, index, rows, codec, codec_state)}
 
 
 @dataclass
 class _Shards:
     """The shards of a sharded build: which images each holds, then their manifest entries."""
 
-    fmt: str
+    codec: RowCodec
     rows_per_shard: int
     #: (part, index of the shard in its part, positions of its images in ``split.train`` / ``split.test``)
     plan: list[tuple[str, int, np.ndarray]]
     entries: dict[str, list[dict]] = field(default_factory=dict)
-    #: how dense rows are stored (``--rows``), and the codebooks' entry when product-quantised
+    #: how dense rows are stored (``--rows``), and the entry of the codec's learnt state, if any
     encoding: str = "float32"
     codebooks: dict | None = None
 
@@ -333,7 +333,7 @@ class _Shards:
         compressed = {} if self.codebooks is None else {"codebooks": self.codebooks}
         return {
             "layout": "sharded",
-            "format": self.fmt,
+            "format": self.codec.format,
             "rows": self.encoding,
             "rows_per_shard": self.rows_per_shard,
             "density": round(nnz / max(n_values, 1), 6),
@@ -356,10 +356,10 @@ def write_shards(
     minima and maxima of the training shards' pooled rows (combined exactly), then every
     shard is computed again, normalised, from the stage cache.  Product-quantised rows
     (``encoding`` ``pq8`` / ``pq16``) likewise first learn their codebooks from a sample of
-    the training rows (module docstring).
+    the training rows (module docstring); so does any row codec with a learnt state.
     """
     size = runner.batch_size
-    shards = _Shards(shard_format(extractor.encoder.sparse_rows, encoding), size, [], encoding=encoding)
+    shards = _Shards(codec_for_rows(extractor.encoder.sparse_rows, encoding), size, [], encoding=encoding)
     for part, index in (("X_train", split.train), ("X_test", split.test)):
         shards.plan += [
             (part, k, np.arange(start, min(start + size, len(index))))
@@ -374,15 +374,17 @@ def write_shards(
                 os.fspath(writer.shard_folder),
                 part,
                 k,
-                shards.fmt,
+                shards.codec,
                 **options,
             )
             for part, k, rows in plan
         ]
 
-    def run(plan, description, extractor, quantizer=None, **options):
+    def run(plan, description, extractor, codec_state=None, **options):
         # the codebooks (as large as 256 rows) travel to each worker once, as the extractor does
-        shared = {"extractor": extractor} if quantizer is None else {"extractor": extractor, "quantizer": quantizer}
+        shared = {"extractor": extractor}
+        if codec_state is not None:
+            shared["codec_state"] = codec_state
         return runner.map(
             tasks(plan, **options),
             description,
@@ -400,8 +402,8 @@ def write_shards(
         extractor.normalizer = type(extractor.normalizer).from_statistics(
             extractor.normalizer.method, np.stack([minima, maxima])
         )
-    quantizer = None
-    if shards.fmt == "pq":
+    codec_state = None
+    if shards.codec.state_file is not None:
         training = [step for step in shards.plan if step[0] == "X_train"]
         # at most PQ_SAMPLE_SHARDS evenly spaced shards (the shards hold the classes in turn)
         picked = pq_sample_shards(len(training))
@@ -409,9 +411,9 @@ def write_shards(
         samples = run(
             [training[k] for k in picked], "pool (codebook sample)", extractor, normalized=True, sample_rows=per_shard
         )
-        quantizer = ProductQuantizer(pq_sub_dim(encoding)).fit(np.concatenate([result["sample"] for result in samples]))
-        shards.codebooks = writer.save_quantizer(quantizer)
-    results = run(shards.plan, "encode + pool", extractor, normalized=True, quantizer=quantizer)
+        codec_state = shards.codec.fit(np.concatenate([result["sample"] for result in samples]))
+        shards.codebooks = writer.save_codec_state(shards.codec, codec_state)
+    results = run(shards.plan, "encode + pool", extractor, normalized=True, codec_state=codec_state)
     bad = [
         images.dataset.paths[split_index[part][rows[r]]]
         for (part, _, rows), result in zip(shards.plan, results)

@@ -72,7 +72,7 @@ def check_config_of(config: PipelineConfig | ChannelsConfig) -> PipelineConfig:
     channel whose largest patch is the largest (an image smaller than it has no row in some channel)."""
     if isinstance(config, PipelineConfig):
         return config
-    return max((channel.config for channel in config.channels), key=lambda c: max(c.sift.patch_sizes))
+    return max((channel.config for channel in config.channels), key=lambda c: c.smallest_image_side())
 
 
 class ChannelExtractor(FeatureExtractor):
@@ -111,7 +111,7 @@ class ChannelExtractor(FeatureExtractor):
         self.layout, self.n_features = tuple(layout), offset
         self.codebook_digest = hashlib.sha1(" ".join(e.codebook_digest for e in self.extractors).encode()).hexdigest()
         # images are checked against the channel of the largest patch (check_config_of)
-        self._check_plan = max((e.plan for e in self.extractors), key=lambda plan: plan.largest_patch)
+        self._check_plan = max((e.plan for e in self.extractors), key=lambda plan: plan.smallest_image_side)
 
     @property
     def codebook(self) -> dict[str, np.ndarray]:
@@ -238,8 +238,9 @@ def build_channel_feature_set(
 
     timer = build_steps.StageTimer()
     plans = [make_feature_plan(channel.config) for channel in config.channels]  # made once, handed down
-    check_config = check_config_of(config)
-    check_plan = max(plans, key=lambda plan: plan.largest_patch)  # (the same channel as check_config)
+    # images are checked with the channel whose descriptor needs the largest image (check_config_of)
+    check_plan = max(plans, key=lambda plan: plan.smallest_image_side)
+    check_config = check_plan.config
     with timer("discover"):
         images = build_steps.discover_images(dataset_dir, check_config, n_jobs)
         config_hash = channels_config_hash(config, images.digest, plans=plans)

@@ -77,7 +77,7 @@ def check_image(cache: StageCache, config: PipelineConfig | FeaturePlan, path: s
     ``image.max_pixels``, and not smaller than the largest patch once shrunk to ``image.max_side``
     (:func:`~classify_images.pipeline.extraction.stages.check_image`, through ``cache``)."""
     plan = feature_plan_of(config)
-    return cache.check_image(path, fingerprint, plan.max_side, plan.largest_patch, plan.max_pixels)
+    return cache.check_image(path, fingerprint, plan.max_side, plan.smallest_image_side, plan.max_pixels)
 
 
 class FeatureExtractor:

@@ -78,7 +78,7 @@ def fit_extractor(
     """
     plan = feature_plan_of(config)
     timed = timer if timer is not None else (lambda step: contextlib.nullcontext())
-    here = runner.client is None and runner.n_jobs != 1
+    here = runner.parallel_here
     # With several workers on this machine, the encoder's kernels compile aside meanwhile (classify_images/pipeline/execution/warm_up.py).
     aside = encoder_compiled_aside(plan) if here else contextlib.nullcontext()
     with aside as compiling:
@@ -131,7 +131,7 @@ def fit_channel_extractors(
     bit); then each channel's codebook.  On a cluster, :func:`fit_extractor` per channel.
     """
     plans = [feature_plan_of(config) for config in configs]
-    if runner.client is not None:
+    if runner.on_cluster:
         return [fit_extractor(paths, fingerprints, train, plan, runner) for plan in plans]
     with contextlib.ExitStack() as asides:
         compiling = [None] * len(plans)
@@ -295,7 +295,7 @@ def codebook_sample(
     """The descriptor sample the codebook is learnt from: :func:`sample_descriptors` on this
     machine; on a cluster (``runner.client``) a future of the same sample, left on the workers."""
     plan = feature_plan_of(config)
-    if runner.client is None:
+    if not runner.on_cluster:
         return sample_descriptors(paths, fingerprints, train, plan, runner)
     return _sample_on_cluster(paths, fingerprints, train, plan, runner)
 
@@ -304,7 +304,7 @@ def codebook_from_sample(sample, config: PipelineConfig | FeaturePlan, runner: R
     """``(n_descriptors, codebook)`` from :func:`codebook_sample`'s sample: learnt here
     (:func:`learn_codebook`) or, on a cluster, by a worker (the same numbers bit for bit)."""
     plan = feature_plan_of(config)
-    if runner.client is None:
+    if not runner.on_cluster:
         return int(sample.shape[0]), learn_codebook(sample, plan, runner.cache)
     return _learn_codebook_on_cluster(sample, plan, runner)
 

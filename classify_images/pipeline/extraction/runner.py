@@ -157,6 +157,19 @@ class Runner:
     client: Any = None
     batch_size: int = DEFAULT_BATCH_SIZE
 
+    # --- what the backend can do (asked by the build, not read off ``client``)
+    @property
+    def on_cluster(self) -> bool:
+        """Tasks run on a Dask cluster: results can stay on the workers (futures), the workers
+        read the files, and the client holds none of the work."""
+        return self.client is not None
+
+    @property
+    def parallel_here(self) -> bool:
+        """Several joblib worker processes on this machine: kernels compiled in this process
+        (or aside, meanwhile) are loaded by the workers from numba's on-disk cache."""
+        return self.client is None and self.n_jobs != 1
+
     def imap(
         self,
         tasks: list,
@@ -167,7 +180,7 @@ class Runner:
         **parallel_options,
     ) -> Iterator[tuple[int, Any]]:
         """``(index, result)`` of each task, in completion order on a cluster, in order otherwise."""
-        if self.client is not None:
+        if self.on_cluster:
             return iter_tasks(self.client, tasks, description, batch_size=batch_size or self.batch_size, shared=shared)
         if shared:
             tasks = [(function, args, {**kwargs, **shared}) for function, args, kwargs in tasks]

@@ -781,11 +781,12 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--rows",
-        choices=("float32", "float16", "pq8", "pq16"),
+        metavar="CODEC",
         default="float32",
         help="how dense rows (Fisher vectors, VLAD, ...) are stored, in shards: float32 (exact), float16 "
-        "(half the bytes) or product-quantised with 8 or 16 dimensions per byte (32x / 64x smaller); "
-        "decoded to float32 on reading",
+        "(half the bytes) or product-quantised with 8 or 16 dimensions per byte (32x / 64x smaller), or a "
+        "registered row codec (checked by the build: the codecs load with it, not with the CLI); decoded to "
+        "float32 on reading",
     )
     parser.add_argument(
         "--batch-size",

@@ -5,6 +5,7 @@ through them, each read into its own frozen dataclass::
 
     [dataset]        DatasetConfig        keep_background, train_per_class, test_per_class, seed
     [image]          ImageConfig          max_side, max_pixels
+    [descriptor]     DescriptorConfig     kind (default "sift"), and another descriptor's own keys
     [sift]           SiftConfig           patch_sizes, step, smooth, contrast_threshold, cache_descriptors,
                                           smoothing, window_size, bin_centres, grid_alignment,
                                           low_contrast, root_sift, color
@@ -14,7 +15,9 @@ through them, each read into its own frozen dataclass::
     [normalization]  NormalizationConfig  method
     [augment]        AugmentConfig        flip_train, flip_test
 
-and :class:`PipelineConfig` holds the seven.  Every field has a default; a file or a
+and :class:`PipelineConfig` holds the eight.  ``[descriptor]`` at its default (dense SIFT, whose
+keys are ``[sift]``) is left out of the plain form, so every configuration that does not set it
+keeps its hashes, cache keys and manifests.  Every field has a default; a file or a
 command-line flag overrides some of them.  The allowed values come from the module that
 uses them: pooling methods from :data:`~classify_images.coding.pooling.POOLING_METHODS`,
 normalisations from :data:`~classify_images.coding.normalize.NORMALIZATIONS`, encoder
@@ -39,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import tomllib
 from collections.abc import Callable
@@ -52,6 +54,8 @@ from ...coding.normalize import NORMALIZATIONS
 from ...coding.pooling import LEVEL_NORMALIZATIONS, POOLING_METHODS, validate_level_weights, validate_levels
 from ...errors import ClassifyImagesError
 from ...features.colour import COLOR_SPACES, GRAY
+from ...features.descriptors import DEFAULT_KIND as DEFAULT_DESCRIPTOR
+from ...features.descriptors import descriptor_class, descriptor_kinds, make_descriptor
 from ...features.dsift import (
     BIN_CENTRES,
     GRID_ALIGNMENTS,
@@ -62,12 +66,24 @@ from ...features.dsift import (
 )
 from ...features.preprocess import DEFAULT_MAX_PIXELS, OPENCV_MAX_PIXELS, validate_max_side
 from ...files import FileTooLargeError, NotRegularFileError, read_regular_bytes
+from ...validation import (
+    BOOLEAN,
+    MAX_INT,
+    Choices,
+    Integral,
+    Interval,
+    Options,
+    ParameterValueError,
+    Real,
+    check_value,
+)
 from .defaults import named_configs
 
 __all__ = [
     "ConfigError",
     "DatasetConfig",
     "ImageConfig",
+    "DescriptorConfig",
     "SiftConfig",
     "CodebookConfig",
     "PoolingConfig",
@@ -94,89 +110,51 @@ class ConfigError(ClassifyImagesError, ValueError):
 
 
 # --- value checks: each returns the value to store or raises ConfigError naming ``key`` ---
+# The allowed values are declared with scikit-learn's constraints, as the classifiers declare
+# theirs (:mod:`classify_images.validation`); a refusal reads ``<file>: <table>.<key> = <value>:
+# expected <what is allowed>``.
 
 _Check = Callable[[str, Any], Any]
 
-#: Largest value of an integer setting (counts and sizes): far above any sensible value,
-#: and small enough for every array index and for NumPy's integer types.
-MAX_INT = 2**31 - 1
 #: Largest seed NumPy's legacy ``RandomState`` (scikit-learn's ``random_state``) accepts.
 MAX_SEED = 2**32 - 1
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _constrained(*constraints: Any, convert: Callable[[Any], Any] | None = None) -> _Check:
+    """The check of a setting whose allowed values are ``constraints`` (scikit-learn's:
+    :func:`~classify_images.validation.check_value`); ``convert`` maps the accepted value to the
+    one stored."""
 
-
-def _int(low: int | None = None, *, high: int = MAX_INT, optional: bool = False) -> _Check:
     def check(key: str, value: Any) -> Any:
-        if optional and (value is None or value == "all" or (_is_int(value) and value == 0)):
-            return None
-        if not _is_int(value) or (low is not None and value < low) or value > high:
-            if low is None:
-                allowed = f"an integer ≤ {high}"
-            else:
-                allowed = f"an integer ≥ {low}" + ("" if high == MAX_INT else f" and ≤ {high}")
-            raise ConfigError(
-                f"{key} = {value!r}: expected {allowed}" + (' (or 0 / "all" for no cap)' if optional else "")
-            )
-        return value
+        try:
+            value = check_value(key, value, constraints)
+        except ParameterValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return value if convert is None else convert(value)
 
     return check
 
 
-def _int_or_unset(low: int, high: int | None = None) -> _Check:
-    """An integer in [low, high], or None (unset: the owning module's default, not hashed)."""
-
-    def check(key: str, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-            bound = f" and ≤ {high}" if high is not None else ""
-            raise ConfigError(f"{key} = {value!r}: expected an integer ≥ {low}{bound}")
-        return value
-
-    return check
+def _count(low: int, high: int = MAX_INT) -> Interval:
+    """An integer in ``[low, high]`` (:data:`~classify_images.validation.MAX_INT`: no practical bound)."""
+    return Interval(Integral, low, high, closed="both")
 
 
-def _float(low: float = 0.0) -> _Check:
-    def check(key: str, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
-            raise ConfigError(f"{key} = {value!r}: expected a finite number ≥ {low}")
-        return float(value)
-
-    return check
-
-
-def _positive_float_or_unset(key: str, value: Any) -> Any:
-    """A finite number > 0, or None (unset: the owning module's default, not hashed)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{key} = {value!r}: expected a finite number > 0")
-    return float(value)
+#: A finite number ≥ 0.
+_NON_NEGATIVE = Interval(Real, 0, None, closed="left")
+#: ``true`` or ``false``.
+_bool = _constrained(BOOLEAN)
+#: The TOML shape of a sequence setting: an integer or a list (its items are checked after).
+_int_or_list = _constrained(Interval(Integral, None, None, closed="neither"), list, tuple)
 
 
-def _bool(key: str, value: Any) -> Any:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key} = {value!r}: expected true or false")
-    return value
+def _no_cap(value: Any) -> Any:
+    """``0`` and ``"all"`` of a capped count mean no cap (stored as None)."""
+    return None if value is None or value == "all" or value == 0 else value
 
 
 def _choice(allowed: tuple[str, ...]) -> _Check:
-    def check(key: str, value: Any) -> Any:
-        if value not in allowed:
-            raise ConfigError(f"{key} = {value!r}: allowed values are {', '.join(map(repr, allowed))}")
-        return value
-
-    return check
-
-
-def _int_or_list(key: str, value: Any) -> Any:
-    """The TOML shape of a sequence setting: an integer or a list (its items are checked after)."""
-    if isinstance(value, bool) or not isinstance(value, (int, list, tuple)):
-        raise ConfigError(f"{key} = {value!r}: expected an integer or a list of integers")
-    return value
+    return _constrained(Choices(allowed))
 
 
 def _owned_by(rule: Callable[[Any], Any]) -> _Check:
@@ -222,11 +200,13 @@ class DatasetConfig:
     #: keep Caltech-101's BACKGROUND_Google class
     keep_background: bool = _setting(False, _bool)
     #: training images per class
-    train_per_class: int = _setting(15, _int(1))
+    train_per_class: int = _setting(15, _constrained(_count(1)))
     #: cap on test images per class (None: all)
-    test_per_class: int | None = _setting(50, _int(1, optional=True))
+    test_per_class: int | None = _setting(
+        50, _constrained(_count(1), None, Choices(("all",)), Options(int, {0}), convert=_no_cap)
+    )
     #: seed of the split
-    seed: int = _setting(0, _int(0, high=MAX_SEED))
+    seed: int = _setting(0, _constrained(_count(0, MAX_SEED)))
 
 
 @dataclass(frozen=True)
@@ -234,11 +214,41 @@ class ImageConfig:
     """``[image]``: decoding."""
 
     #: longer side after shrinking, px
-    max_side: int = _setting(300, _all_of(_int(MIN_MAX_SIDE), _owned_by(validate_max_side)))
+    max_side: int = _setting(300, _all_of(_constrained(_count(MIN_MAX_SIDE)), _owned_by(validate_max_side)))
     #: images announcing more pixels (width × height) are skipped without being decoded
     #: (a safety limit, left out of the config hash: changing only it does not rebuild a
     #: feature set, it keys the image checks in the stage cache)
-    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _int(1, high=OPENCV_MAX_PIXELS), semantic=False)
+    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, _constrained(_count(1, OPENCV_MAX_PIXELS)), semantic=False)
+
+
+def _descriptor_kind(key: str, value: Any) -> Any:
+    """A registered descriptor kind (:func:`~classify_images.features.descriptors.descriptor_kinds`)."""
+    return _choice(descriptor_kinds())(key, value)
+
+
+@dataclass(frozen=True)
+class DescriptorConfig:
+    """``[descriptor]``: the local descriptor (:mod:`~classify_images.features.descriptors`).
+
+    ``kind = "sift"`` (the default) takes its keys from ``[sift]``; another registered kind
+    takes its own keys from this table, beside ``kind``, checked by the descriptor
+    (:meth:`~classify_images.features.descriptors.Descriptor.check_params`) and held in
+    :attr:`options`.
+    """
+
+    #: the descriptor: "sift" (dense SIFT, the [sift] table) or a registered plug-in
+    kind: str = _setting(DEFAULT_DESCRIPTOR, _descriptor_kind, semantic="unless-default")
+    #: the descriptor's own keys, checked (empty for dense SIFT)
+    options: Any = field(default=None, metadata={"check": None, "key": None, "semantic": True, "table": False})
+
+    def __post_init__(self) -> None:
+        if self.options is None:
+            object.__setattr__(self, "options", {})
+
+    @property
+    def is_default(self) -> bool:
+        """Dense SIFT (left out of the plain form: its keys are ``[sift]``)."""
+        return self.kind == DEFAULT_DESCRIPTOR and not self.options
 
 
 @dataclass(frozen=True)
@@ -252,13 +262,13 @@ class SiftConfig:
     #: Gaussian smoothing per patch size
     smooth: bool = _setting(True, _bool)
     #: raw descriptor norm at or below which a patch is low-contrast (see low_contrast)
-    contrast_threshold: float = _setting(1.0, _float(0.0))
+    contrast_threshold: float = _setting(1.0, _constrained(_NON_NEGATIVE))
     #: keep descriptors in the stage cache
     cache_descriptors: bool = _setting(True, _bool, semantic=False)
     #: smoothing sigma rule: "dsift" sqrt((s/6)² − ¼) or "phow" s/6 (s = patch / 4)
     smoothing: str = _setting("dsift", _choice(SMOOTHING_RULES), semantic="unless-default")
     #: VLFeat's Gaussian bin weights (vl_phow 1.5); 0: every bin weighs 1
-    window_size: float = _setting(0.0, _float(0.0), semantic="unless-default")
+    window_size: float = _setting(0.0, _constrained(_NON_NEGATIVE), semantic="unless-default")
     #: spatial-bin centres: "patch" (half-integers for even bins) or "integer" (VLFeat)
     bin_centres: str = _setting("patch", _choice(BIN_CENTRES), semantic="unless-default")
     #: grids of the patch sizes: "corner" (all at 0) or "centre" (shared centres, vl_phow)
@@ -292,15 +302,15 @@ class CodebookConfig:
     #: the encoder (:mod:`~classify_images.coding.encoders`): k-means VQ, sparse coding, LLC, VLAD, Fisher vectors, …
     kind: str = _setting(DEFAULT_KIND, _encoder_kind)
     #: number of words K (codewords, atoms, Gaussians)
-    size: int = _setting(1024, _int(2))
+    size: int = _setting(1024, _constrained(_count(2)))
     #: training descriptors sampled to learn it
-    n_samples: int = _setting(200_000, _int(100))
+    n_samples: int = _setting(200_000, _constrained(_count(100)))
     #: sparsity weight λ of sparse coding (a key of every kind, for the config hashes of existing feature sets)
-    lambda_: float = _setting(0.15, _float(0.0), key="lambda")
+    lambda_: float = _setting(0.15, _constrained(_NON_NEGATIVE), key="lambda")
     #: iterations of the learner
-    n_iter: int = _setting(100, _int(1))
+    n_iter: int = _setting(100, _constrained(_count(1)))
     #: seed of the sample and the learner
-    seed: int = _setting(0, _int(0, high=MAX_SEED))
+    seed: int = _setting(0, _constrained(_count(0, MAX_SEED)))
     #: the encoder's own keys (its ``Params``; default: the encoder's defaults)
     options: Any = field(default=None, metadata={"check": None, "key": None, "semantic": True, "table": False})
 
@@ -396,12 +406,16 @@ def _table_dict(table: Any, *, semantic_only: bool = False) -> dict[str, Any]:
     }
     if isinstance(table, CodebookConfig):  # the encoder's own keys
         plain.update({key: _plain(value) for key, value in table.own_items(semantic_only=semantic_only).items()})
+    if isinstance(table, DescriptorConfig):  # the descriptor's own keys
+        plain.update({key: _plain(value) for key, value in table.options.items()})
     return plain
 
 
 def _read_table(cls: type, name: str, values: dict[str, Any], source: str) -> Any:
     if cls is CodebookConfig:
         return _read_codebook(values, source)
+    if cls is DescriptorConfig:
+        return _read_descriptor(values, source)
     fields = {_toml_key(f): f for f in dataclasses.fields(cls)}
     for key in values:
         if key not in fields:
@@ -448,12 +462,23 @@ def _read_codebook(values: dict[str, Any], source: str) -> CodebookConfig:
     return CodebookConfig(**checked, options=options)
 
 
+def _read_descriptor(values: dict[str, Any], source: str) -> DescriptorConfig:
+    """``[descriptor]``: ``kind``, then the descriptor's own keys, checked by the descriptor."""
+    kind = _descriptor_kind(f"{source}: descriptor.kind", values.get("kind", DEFAULT_DESCRIPTOR))
+    try:
+        options = descriptor_class(kind).check_params({k: v for k, v in values.items() if k != "kind"})
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return DescriptorConfig(kind=kind, options=dict(options))
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """The whole configuration: one field per TOML table."""
 
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     image: ImageConfig = field(default_factory=ImageConfig)
+    descriptor: DescriptorConfig = field(default_factory=DescriptorConfig)
     sift: SiftConfig = field(default_factory=SiftConfig)
     codebook: CodebookConfig = field(default_factory=CodebookConfig)
     pooling: PoolingConfig = field(default_factory=PoolingConfig)
@@ -472,12 +497,23 @@ class PipelineConfig:
         if not isinstance(raw, dict):
             raise ConfigError(f"{source}: expected tables [dataset], [sift], …")
         for name, values in raw.items():
-            if name not in TABLES:
-                raise ConfigError(f"{source}: unknown table [{name}]; known tables: {', '.join(TABLES)}")
+            if name not in _ALL_TABLES:
+                raise ConfigError(f"{source}: unknown table [{name}]; known tables: {', '.join(_ALL_TABLES)}")
             if not isinstance(values, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table of key = value")
-        config = cls(**{name: _read_table(table, name, raw.get(name, {}), source) for name, table in TABLES.items()})
+        config = cls(
+            **{name: _read_table(table, name, raw.get(name, {}), source) for name, table in _ALL_TABLES.items()}
+        )
         _check_level_weights(config.pooling, source)
+        if (
+            not config.descriptor.is_default
+            and dataclasses.replace(config.sift, cache_descriptors=True) != SiftConfig()
+        ):
+            raise ConfigError(
+                f"{source}: [sift] applies to descriptor.kind = 'sift' only (kind is "
+                f"{config.descriptor.kind!r}); give the descriptor's keys in [descriptor] and remove [sift]'s "
+                "(except cache_descriptors)"
+            )
         if config.sift.color != GRAY and config.sift.low_contrast == "drop":
             raise ConfigError(
                 f"{source}: sift.low_contrast = 'drop' cannot be used with sift.color = "
@@ -490,11 +526,14 @@ class PipelineConfig:
 
         ``semantic_only`` leaves out the keys that change no computed number
         (``sift.cache_descriptors``), and ``[augment]`` when it is at its defaults (so that a
-        configuration without it keeps its hashes).
+        configuration without it keeps its hashes).  ``[descriptor]`` is left out whenever it is
+        at its default (dense SIFT), in both forms.
         """
-        tables = {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in TABLES}
+        tables = {name: _table_dict(getattr(self, name), semantic_only=semantic_only) for name in _ALL_TABLES}
         if semantic_only and not tables["augment"]:
             del tables["augment"]
+        if self.descriptor.is_default:
+            del tables["descriptor"]
         return tables
 
     def codebook_params(self, *, learning: bool = False) -> dict[str, Any]:
@@ -514,6 +553,19 @@ class PipelineConfig:
         """The ``[sift]`` table as the dense-SIFT stages take it (semantic keys only)."""
         return _table_dict(self.sift, semantic_only=True)
 
+    def descriptor_params(self) -> dict[str, Any]:
+        """The descriptor's plain table as the stages take it
+        (:func:`~classify_images.features.descriptors.make_descriptor`): :meth:`sift_params` for
+        dense SIFT (its cache keys unchanged), else ``{"kind": ..., **own keys}``."""
+        if self.descriptor.kind == DEFAULT_DESCRIPTOR:
+            return self.sift_params()
+        return _table_dict(self.descriptor, semantic_only=True)  # kind (not the default) and own keys
+
+    def smallest_image_side(self) -> int:
+        """The shortest image side, px, that yields a descriptor (the largest SIFT patch for
+        dense SIFT; :attr:`~classify_images.features.descriptors.Descriptor.smallest_side`)."""
+        return make_descriptor(self.descriptor_params()).smallest_side
+
 
 def _check_level_weights(pooling: PoolingConfig, source: str) -> None:
     """``pooling.level_weights`` has one weight per pyramid level."""
@@ -524,8 +576,11 @@ def _check_level_weights(pooling: PoolingConfig, source: str) -> None:
         )
 
 
-#: The tables, by TOML name, in data-flow order.
-TABLES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(PipelineConfig)}
+#: Every table a configuration may hold, by TOML name, in data-flow order.
+_ALL_TABLES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(PipelineConfig)}
+#: The tables of every configuration's plain form, by TOML name, in data-flow order; ``[descriptor]``
+#: joins them only when it selects another descriptor than dense SIFT (:meth:`PipelineConfig.to_dict`).
+TABLES: dict[str, type] = {name: table for name, table in _ALL_TABLES.items() if name != "descriptor"}
 
 
 #: The array of tables of a multi-channel configuration (``[[channel]]``).
@@ -631,7 +686,7 @@ class ChannelsConfig:
                     f"{where}: unknown key {unknown[0]!r}; a [[channel]] holds name, weight and the "
                     f"tables {', '.join(CHANNEL_TABLES)}"
                 )
-            weight = _float(0.0)(f"{where}: weight", entry.get("weight", 1.0))
+            weight = _constrained(_NON_NEGATIVE)(f"{where}: weight", entry.get("weight", 1.0))
             if weight <= 0:
                 raise ConfigError(f"{where}: weight = {weight}: expected a number > 0")
             config = PipelineConfig.from_dict(
@@ -679,7 +734,7 @@ def cap_received_limits(raw: Any, source: str) -> Any:
     line naming the file (a model asking for 10¹² pixels would decode 2 GB images)."""
     image = raw.get("image") if isinstance(raw, dict) else None
     asked = image.get("max_pixels") if isinstance(image, dict) else None
-    if not _is_int(asked) or asked <= DEFAULT_MAX_PIXELS:
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked <= DEFAULT_MAX_PIXELS:
         return raw
     import warnings
 
@@ -777,7 +832,7 @@ def classifier_table(path: str | os.PathLike | None) -> tuple[str | None, dict[s
     name, params = table.get("name"), table.get("params", {})
     if name not in CLASSIFIERS:
         raise ConfigError(
-            f"{source}: {CLASSIFIER_TABLE}.name = {name!r}: allowed values are "
+            f"{source}: {CLASSIFIER_TABLE}.name = {name!r}: expected one of "
             + ", ".join(map(repr, sorted(CLASSIFIERS)))
         )
     if not isinstance(params, dict):

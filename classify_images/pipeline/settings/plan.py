@@ -49,7 +49,7 @@ class FeaturePlan:
     config : PipelineConfig
         The configuration it was made from (what manifests, model files and hashes record).
     descriptor : Descriptor
-        The local descriptor of ``[sift]``.
+        The local descriptor (``[descriptor] kind``; dense SIFT with its ``[sift]`` table by default).
     encoder : Encoder
         The encoder of ``[codebook]``.
     pyramid : Pyramid
@@ -64,8 +64,9 @@ class FeaturePlan:
         ``[image] max_side``: the longer side images are shrunk to.
     max_pixels : int
         ``[image] max_pixels``: images announcing more pixels are skipped undecoded.
-    largest_patch : int
-        The largest patch side of ``[sift]`` (an image smaller than it once shrunk has no row).
+    smallest_image_side : int
+        The shortest image side, px, that yields a descriptor (the largest patch for dense SIFT; an
+        image smaller than it once shrunk has no row).
     n_samples, sample_seed : int
         ``[codebook] n_samples`` and ``seed``: the descriptor sample the codebook learns from.
     cache_descriptors : bool
@@ -73,7 +74,8 @@ class FeaturePlan:
     augment : AugmentConfig
         ``[augment]``: horizontal flips.
     sift : dict
-        The plain ``[sift]`` table the cached stages take (their cache key).
+        The descriptor's plain table the cached stages take (their cache key): ``[sift]`` for
+        dense SIFT (:meth:`~classify_images.pipeline.settings.config.PipelineConfig.descriptor_params`).
     codebook_table : dict
         The plain ``[codebook]`` table the encoding stage takes (its cache key).
     learning_table : dict
@@ -90,7 +92,7 @@ class FeaturePlan:
     level_weights: tuple[float, ...] | None
     max_side: int
     max_pixels: int
-    largest_patch: int
+    smallest_image_side: int
     n_samples: int
     sample_seed: int
     cache_descriptors: bool
@@ -149,16 +151,17 @@ def make_feature_plan(config: PipelineConfig) -> FeaturePlan:
     -------
     FeaturePlan
     """
-    sift = config.sift_params()
+    sift = config.descriptor_params()  # dense SIFT's [sift] table, or a plug-in's [descriptor] table
     codebook_table = config.codebook_params()
     encoder = make_encoder(codebook_table)
     # the learner's key: the same table without the keys that change the coding only
     # (what ``config.codebook_params(learning=True)`` gives, without asking the registry again)
     learning_table = {key: value for key, value in codebook_table.items() if key not in encoder.coding_only_keys}
     pooling = config.pooling
+    descriptor = make_descriptor(sift)
     return FeaturePlan(
         config=config,
-        descriptor=make_descriptor(sift),
+        descriptor=descriptor,
         encoder=encoder,
         pyramid=Pyramid(tuple(pooling.levels), pooling.method),
         normalization=config.normalization.method,
@@ -166,7 +169,7 @@ def make_feature_plan(config: PipelineConfig) -> FeaturePlan:
         level_weights=pooling.level_weights,
         max_side=config.image.max_side,
         max_pixels=config.image.max_pixels,
-        largest_patch=max(config.sift.patch_sizes),
+        smallest_image_side=descriptor.smallest_side,
         n_samples=config.codebook.n_samples,
         sample_seed=config.codebook.seed,
         cache_descriptors=config.sift.cache_descriptors,

@@ -70,7 +70,6 @@ import numpy as np
 
 from ...classifiers.combination import Channel, channels_from_dicts
 from ...coding.normalize import Normalizer
-from ...coding.product_quantizer import ROW_ENCODINGS, ProductQuantizer, RowCodecError, pq_sub_dim
 from ...errors import ClassifyImagesError
 from ...files import (
     MAX_JSON_BYTES,
@@ -84,9 +83,16 @@ from ...files import (
 )
 from ..settings.config import ChannelsConfig, ConfigError, PipelineConfig, read_any_config
 from .atomic import atomic_write_json, fsync_file, remove_stale_siblings, replace_folder
+from .row_codecs import (
+    RowCodec,
+    RowCodecError,
+    codec_for_rows,
+    codec_of_format,
+    row_codec,
+    shard_formats,
+    state_files,
+)
 from .shard_store import (
-    ENCODING_FORMATS,
-    SHARD_FORMATS,
     ShardedRows,
     ShardError,
     file_sha1,
@@ -109,7 +115,7 @@ MANIFEST = "manifest.json"
 CODEBOOK = "codebook"
 #: The fitted normaliser's statistics (``[minima; maxima]``), when it has any.
 NORMALIZER_STATISTICS = "minmax"
-#: The product-quantisation codebooks of rows stored ``pq8`` / ``pq16``.
+#: The product-quantisation codebooks of rows stored ``pq8`` / ``pq16`` (their codec's state file).
 PQ_CODEBOOKS = "pq_codebooks"
 FORMAT_NAME = "classify-images-feature-set"
 #: Version 1: rows in ``X_train.npy`` / ``X_test.npy``; version 2: a ``store`` entry says
@@ -138,6 +144,13 @@ FILE_NAMES = frozenset(
         ),
     }
 )
+
+
+def _file_names() -> frozenset[str]:
+    """:data:`FILE_NAMES` and the state files of the row codecs registered now."""
+    return FILE_NAMES | {f"{name}.npy" for name in state_files()}
+
+
 #: Rows checked for non-finite values at a time (bounded memory on memory-mapped arrays).
 _FINITE_CHECK_ROWS = 4096
 
@@ -227,7 +240,7 @@ class FeatureSet:
 
     @property
     def row_encoding(self) -> str:
-        """How the rows are stored: ``"float32"``, ``"float16"``, ``"pq8"`` or ``"pq16"``."""
+        """How the rows are stored: the row codec's name (``"float32"``, ``"float16"``, ``"pq8"``, ``"pq16"``, ...)."""
         return str(self.manifest.get("store", {}).get("rows", "float32"))
 
     def iter_row_blocks(self, split: str, rows_per_block: int | None = None):
@@ -536,23 +549,28 @@ def _is_shard_entry(entry, part: str, fmt: str, index: int) -> bool:
 def _check_store(manifest: dict, bad) -> None:
     """The ``store`` entry of a sharded feature set: layout, format, shards covering every row."""
     store = manifest["store"]
-    if not isinstance(store, dict) or store.get("layout") != "sharded" or store.get("format") not in SHARD_FORMATS:
-        raise bad(f"has an invalid 'store' (expected layout 'sharded' and a format among {', '.join(SHARD_FORMATS)})")
-    encoding = store.get("rows", "float32")
-    if encoding not in ROW_ENCODINGS or store["format"] not in ("csr", ENCODING_FORMATS[encoding]):
-        raise bad(f"has an invalid store.rows {encoding!r} for format {store['format']!r}")
+    formats = shard_formats()
+    if not isinstance(store, dict) or store.get("layout") != "sharded" or store.get("format") not in formats:
+        raise bad(f"has an invalid 'store' (expected layout 'sharded' and a format among {', '.join(formats)})")
+    try:
+        codec = _store_codec(store)
+    except RowCodecError:
+        raise bad(
+            f"has an invalid store.rows {store.get('rows', 'float32')!r} for format {store['format']!r}"
+        ) from None
     codebooks = store.get("codebooks")
-    if (store["format"] == "pq") != (codebooks is not None) or (
+    if (codec.state_file is not None) != (codebooks is not None) or (
         codebooks is not None
         and not (
             isinstance(codebooks, dict)
-            and codebooks.get("file") == f"{PQ_CODEBOOKS}.npy"
+            and codebooks.get("file") == f"{codec.state_file}.npy"
             and isinstance(codebooks.get("sha1"), str)
             and len(codebooks["sha1"]) == 40
         )
     ):
         raise bad(
-            "has an invalid store.codebooks (format 'pq' lists its codebooks file and SHA-1, no other format does)"
+            "has an invalid store.codebooks (a codec with a learnt state, such as 'pq', lists its file and "
+            "SHA-1, no other does)"
         )
     shards = store.get("shards")
     if not isinstance(shards, dict):
@@ -590,15 +608,34 @@ def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -
             _require_finite(folder, f"X_{part}.npy", X)
 
 
+def _store_codec(store: dict) -> RowCodec:
+    """The row codec of a ``store`` entry: the sparse codec of its format (``csr``), else the codec
+    named by ``store.rows``, which must write that format.
+
+    Raises
+    ------
+    RowCodecError
+        No registered codec fits.
+    """
+    name = store.get("rows", "float32")
+    if not isinstance(name, str):
+        raise RowCodecError(f"store.rows {name!r} is not a codec name")
+    if codec_of_format(store["format"]).sparse:
+        return codec_for_rows(True, name)  # the rows as computed, never compressed
+    codec = row_codec(name)
+    if codec.format != store["format"]:
+        raise RowCodecError(f"store.rows {name!r} writes format {codec.format!r}, not {store['format']!r}")
+    return codec
+
+
 def _sharded_rows(folder: Path, manifest: dict) -> dict[str, ShardedRows]:
     """The shards of both splits, each read once and checked (structure, SHA-1, finite values)."""
     store = manifest["store"]
-    quantizer = _quantizer(folder, manifest) if store["format"] == "pq" else None
+    codec = _store_codec(store)
+    state = _codec_state(folder, manifest, codec) if codec.state_file is not None else None
     rows = {}
     for part in ("train", "test"):
-        rows[part] = ShardedRows(
-            folder, store["shards"][f"X_{part}"], manifest["n_features"], store["format"], quantizer
-        )
+        rows[part] = ShardedRows(folder, store["shards"][f"X_{part}"], manifest["n_features"], codec, state)
         try:
             rows[part].check()
         except ShardError as exc:
@@ -606,24 +643,18 @@ def _sharded_rows(folder: Path, manifest: dict) -> dict[str, ShardedRows]:
     return rows
 
 
-def _quantizer(folder: Path, manifest: dict) -> ProductQuantizer:
-    """The product quantiser of a ``pq`` store, its codebooks checked against the manifest."""
-    name, store = f"{PQ_CODEBOOKS}.npy", manifest["store"]
-    codebooks = _load_array(folder, name)
+def _codec_state(folder: Path, manifest: dict, codec: RowCodec):
+    """The learnt state of a row codec (``pq``: the product quantiser), its file checked against the manifest."""
+    name, store = f"{codec.state_file}.npy", manifest["store"]
+    array = _load_array(folder, name)
     if file_sha1(folder / name) != store["codebooks"]["sha1"]:
         raise FeatureSetError(
             f"feature set {folder}: {name} is not the file the manifest lists (SHA-1 differs); rebuild it"
         )
     try:
-        quantizer = ProductQuantizer.from_codebooks(codebooks, manifest["n_features"])
+        return codec.state_from_array(array, manifest["n_features"])
     except RowCodecError as exc:
         raise FeatureSetError(f"feature set {folder}: {name}: {exc}; rebuild it") from None
-    if quantizer.sub_dim != pq_sub_dim(store["rows"]):
-        raise FeatureSetError(
-            f"feature set {folder}: {name} has sub-vectors of {quantizer.sub_dim} dimensions, "
-            f"store.rows says {store['rows']}; rebuild it"
-        )
-    return quantizer
 
 
 def _load_arrays(folder: Path, name: str) -> dict[str, np.ndarray]:
@@ -733,12 +764,15 @@ def _listed_files(manifest: dict) -> tuple[set[str], set[str]] | None:
             for name in required - {MANIFEST} - {f"{name}.npy" for name in LABEL_ARRAYS}
         ):
             return None
+        state = store.get("codebooks")
+        if isinstance(state, dict) and state.get("file") in _file_names():  # a codec's learnt state
+            required.add(state["file"])
     return required, {f"{CODEBOOK}.npy", f"{CODEBOOK}.npz", f"{NORMALIZER_STATISTICS}.npy"}
 
 
 def _is_feature_set_file(name: str) -> bool:
     """A name this project writes in a feature set: :data:`FILE_NAMES` or a shard."""
-    return name in FILE_NAMES or is_shard_name(name)
+    return name in _file_names() or is_shard_name(name)
 
 
 def has_feature_set_manifest(folder: str | os.PathLike) -> bool:
@@ -942,16 +976,12 @@ class FeatureSetWriter:
         else:
             self.save(CODEBOOK, codebook)
 
-    def save_quantizer(self, quantizer: ProductQuantizer) -> dict:
-        """Store product-quantisation codebooks; return their ``store.codebooks`` manifest entry."""
-        name = f"{PQ_CODEBOOKS}.npy"
-        self.save(PQ_CODEBOOKS, quantizer.codebooks_)
-        return {
-            "file": name,
-            "sha1": file_sha1(self.tmp / name),
-            "sub_dim": quantizer.sub_dim,
-            "n_centroids": int(quantizer.codebooks_.shape[1]),
-        }
+    def save_codec_state(self, codec: RowCodec, state) -> dict:
+        """Store a row codec's learnt state (``pq``: the codebooks, ``pq_codebooks.npy``); return
+        its ``store.codebooks`` manifest entry."""
+        name = f"{codec.state_file}.npy"
+        self.save(codec.state_file, codec.state_to_array(state))
+        return {"file": name, "sha1": file_sha1(self.tmp / name), **codec.state_entry(state)}
 
     def save_normalizer(self, normalizer: Normalizer) -> None:
         """Store the fitted normaliser's statistics (nothing for per-vector methods)."""

@@ -10,19 +10,17 @@ funnel every vector, so each task writes the rows of its images itself, as one *
     ...
     X_test.000000.npy    rows 0 … B-1 of X_test, dense    (format "dense")
 
-Format.  A whole feature set is ``dense`` (each shard a float32 ``.npy``,
-memory-mappable), ``float16`` or ``pq`` (dense rows stored compressed, ``--rows``: a float16
-``.npy``, or a uint8 ``.npy`` of product-quantisation codes whose codebooks the feature set
-keeps beside the shards; both decoded to float32 blocks on reading,
-:mod:`~classify_images.coding.product_quantizer`) or ``csr`` (each shard an uncompressed ``.npz`` of the CSR components
-``data`` float32, ``indices`` int32, ``indptr`` int64 and ``shape`` — these dtypes whatever
-scipy chose, so that the bytes do not depend on its version), so that a reader always gets
-blocks of one type.  :func:`shard_format` chooses it from the
-encoder (its ``sparse_rows``): VQ histograms (``codebook.kind = "kmeans"``, BoF/SPM) have at most one
-non-zero per descriptor and cell, a few per cent of their entries, and are stored CSR;
-sparse-code max pooling, LLC, VLAD and Fisher vectors are mostly non-zero and stored
-dense.  The measured density is recorded in the manifest beside the choice.  CSR keeps
-every value bit for bit (entries ``-0.0`` are kept as stored entries).
+Format.  A whole feature set has one row codec
+(:mod:`~classify_images.pipeline.storage.row_codecs`), which writes every shard and reads it
+back, so that a reader always gets blocks of one type: ``dense`` (each shard a float32
+``.npy``, memory-mappable), ``float16`` or ``pq`` (dense rows stored compressed, ``--rows``,
+decoded to float32 blocks on reading) or ``csr`` (each shard an uncompressed ``.npz`` of the
+CSR components).  :func:`~classify_images.pipeline.storage.row_codecs.codec_for_rows` chooses
+it from the encoder (its ``sparse_rows``): VQ histograms (BoF/SPM) have at most one non-zero
+per descriptor and cell, a few per cent of their entries, and are stored CSR; sparse-code max
+pooling, LLC, VLAD and Fisher vectors are mostly non-zero and stored as ``--rows`` says.  The
+measured density is recorded in the manifest beside the choice.  CSR keeps every value bit
+for bit (entries ``-0.0`` are kept as stored entries).
 
 Writing.  :func:`write_shard` writes a shard under a random temporary name, syncs it and
 renames it into place (:func:`~classify_images.pipeline.storage.atomic.atomic_write`), so a reader
@@ -50,25 +48,21 @@ arrays managed by hand), and a chunk write is atomic only on some of its stores.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from ...coding.product_quantizer import ProductQuantizer, RowCodecError, to_float16
 from ...errors import ClassifyImagesError
-from ...files import load_npy_checked, load_npz_checked, open_regular_file
+from ...files import open_regular_file
 from .atomic import atomic_write
+from .row_codecs import RowCodec, StoredFormError, as_dense, codec_of_format
 
 __all__ = [
-    "SHARD_FORMATS",
-    "ENCODING_FORMATS",
-    "shard_format",
     "shard_name",
     "is_shard_name",
     "is_shard_temporary",
@@ -80,46 +74,17 @@ __all__ = [
     "file_sha1",
 ]
 
-#: ``dense``: float32 ``.npy`` shards; ``csr``: ``.npz`` shards of CSR components;
-#: ``float16``: float16 ``.npy`` shards; ``pq``: ``.npy`` shards of uint8 product-quantisation codes.
-SHARD_FORMATS = ("dense", "csr", "float16", "pq")
-#: The shard format of each stored row encoding of dense rows (``--rows``).
-ENCODING_FORMATS = {"float32": "dense", "float16": "float16", "pq8": "pq", "pq16": "pq"}
-_SUFFIX = {"dense": "npy", "csr": "npz", "float16": "npy", "pq": "npy"}
 _SHARD = re.compile(r"(?P<part>X_train|X_test)\.(?P<index>\d{6})\.(?P<suffix>npy|npz)")
 _TEMPORARY = re.compile(r"\.(?:X_train|X_test)\.\d{6}\.(?:npy|npz)\.[0-9a-f]{32}\.tmp")
-#: The fixed date of the ``.npz`` members (the earliest a zip file can hold): the bytes of
-#: a shard depend on its rows only.
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-_CSR_KEYS = ("data", "indices", "indptr", "shape")
 
 
 class ShardError(ClassifyImagesError, ValueError):
     """A shard is missing, torn or disagrees with the manifest (the reader words the message)."""
 
 
-def shard_format(sparse_rows: bool, encoding: str = "float32") -> str:
-    """``"csr"`` for rows sparse enough (an encoder's ``sparse_rows``: VQ histograms), else the
-    format of the dense rows' ``encoding`` (:data:`ENCODING_FORMATS`: ``"dense"`` for float32).
-
-    Raises
-    ------
-    RowCodecError
-        A compressed ``encoding`` of sparse rows (they are stored CSR, exactly).
-    """
-    if sparse_rows:
-        if encoding != "float32":
-            raise RowCodecError(
-                f"--rows {encoding} compresses dense rows (Fisher vectors, VLAD, sparse coding, LLC); "
-                "this encoder's histograms are sparse and stored CSR: use --rows float32"
-            )
-        return "csr"
-    return ENCODING_FORMATS[encoding]
-
-
-def shard_name(part: str, index: int, fmt: str) -> str:
-    """``X_train.000003.npz`` (``part`` is ``X_train`` or ``X_test``)."""
-    return f"{part}.{index:06d}.{_SUFFIX[fmt]}"
+def shard_name(part: str, index: int, fmt: str | RowCodec) -> str:
+    """``X_train.000003.npz`` (``part`` is ``X_train`` or ``X_test``; the suffix is the codec's)."""
+    return f"{part}.{index:06d}.{codec_of_format(fmt).suffix}"
 
 
 def is_shard_name(name: str) -> bool:
@@ -132,49 +97,13 @@ def is_shard_temporary(name: str) -> bool:
     return _TEMPORARY.fullmatch(name) is not None
 
 
-def _csr_of(rows: np.ndarray) -> sp.csr_matrix:
-    """CSR of a float32 block keeping every entry that is not +0.0 (``-0.0`` included)."""
-    stored = (rows != 0) | np.signbit(rows)
-    indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-    np.cumsum(stored.sum(axis=1), out=indptr[1:])
-    row_index, col_index = np.nonzero(stored)
-    return sp.csr_matrix((rows[row_index, col_index], col_index, indptr), shape=rows.shape)
-
-
-def as_dense(block: np.ndarray | sp.csr_matrix) -> np.ndarray:
-    """A block as a float32 ndarray; a CSR block's stored entries are copied as they are
-    (``scipy``'s ``toarray`` adds them to zeros, which turns ``-0.0`` into ``0.0``)."""
-    if not sp.issparse(block):
-        return np.asarray(block)
-    dense = np.zeros(block.shape, dtype=np.float32)
-    dense[np.repeat(np.arange(block.shape[0]), np.diff(block.indptr)), block.indices] = block.data
-    return dense
-
-
-def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """An uncompressed ``.npz`` whose bytes depend on ``arrays`` only (fixed member dates)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-        for key, array in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
-            archive.writestr(zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_DATE), member.getvalue())
-    return buffer.getvalue()
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    return buffer.getvalue()
-
-
 def write_shard(
     folder: str | os.PathLike,
     part: str,
     index: int,
     rows: np.ndarray,
-    fmt: str,
-    quantizer: ProductQuantizer | None = None,
+    fmt: str | RowCodec,
+    state: Any = None,
 ) -> dict:
     """Write rows as shard ``index`` of ``part``, atomically and idempotently.
 
@@ -186,41 +115,28 @@ def write_shard(
     index : int
         Shard number within ``part``.
     rows : ndarray of float32, shape (n, d)
-    fmt : {"dense", "csr", "float16", "pq"}
-    quantizer : ProductQuantizer, optional
-        The fitted codebooks of format ``pq`` (the shard holds the codes of ``rows``).
+    fmt : RowCodec or str
+        The row codec, or a shard format (``"dense"``, ``"csr"``, ``"float16"``, ``"pq"``, ...:
+        :func:`~classify_images.pipeline.storage.row_codecs.codec_of_format`).
+    state : optional
+        The codec's learnt state (format ``pq``: the fitted ``ProductQuantizer``).
 
     Returns
     -------
     dict
         The manifest's entry of the shard: ``file``, ``rows``, ``nnz`` (stored entries; for
-        ``float16`` and ``pq`` the non-zeros of ``rows`` before compression), ``bytes`` and
+        compressed codecs the non-zeros of ``rows`` before compression), ``bytes`` and
         ``sha1`` of the file.
 
     Raises
     ------
     RowCodecError
-        Rows beyond float16's range (format ``float16``).
+        Rows the codec cannot hold (format ``float16``: beyond its range).
     """
+    codec = codec_of_format(fmt)
     rows = np.asarray(rows, dtype=np.float32)
-    if fmt == "csr":
-        matrix = _csr_of(rows)
-        payload = _npz_bytes(
-            {
-                "data": matrix.data.astype(np.float32),
-                "indices": matrix.indices.astype(np.int32),
-                "indptr": matrix.indptr.astype(np.int64),
-                "shape": np.asarray(rows.shape, dtype=np.int64),
-            }
-        )
-        nnz = int(matrix.nnz)
-    elif fmt == "float16":
-        payload, nnz = _npy_bytes(to_float16(rows)), int(np.count_nonzero(rows))
-    elif fmt == "pq":
-        payload, nnz = _npy_bytes(quantizer.encode(rows)), int(np.count_nonzero(rows))
-    else:
-        payload, nnz = _npy_bytes(rows), int(np.count_nonzero(rows))
-    name = shard_name(part, index, fmt)
+    payload, nnz = codec.payload(rows, state)
+    name = shard_name(part, index, codec)
     with atomic_write(Path(folder) / name, "wb", concurrent=True) as handle:
         handle.write(payload)
     return {
@@ -245,75 +161,36 @@ def read_shard(
     path: str | os.PathLike,
     n_rows: int,
     n_features: int,
-    fmt: str,
-    quantizer: ProductQuantizer | None = None,
+    fmt: str | RowCodec,
+    state: Any = None,
     *,
     out: np.ndarray | None = None,
     decode: bool = True,
 ) -> np.ndarray | sp.csr_matrix:
-    """One shard: a read-only memory-mapped float32 array, a CSR matrix, or (formats ``float16``
-    and ``pq``, decoded with ``quantizer``) a new float32 array (no pickle).
+    """One shard, read by its codec: a read-only memory-mapped float32 array (``dense``), a CSR
+    matrix (``csr``), or new float32 rows decoded with ``state`` (``float16``, ``pq``, ...; no pickle).
 
-    ``out`` (formats ``float16`` and ``pq``): a C-contiguous float32 array ``(n_rows, n_features)``
-    the shard is decoded into, and returned.  ``decode=False`` (format ``pq``): the checked uint8
-    codes, not decoded (their values are centroids of finite codebooks).
+    ``out`` (codecs that decode): a C-contiguous float32 array ``(n_rows, n_features)`` the shard
+    is decoded into, and returned.  ``decode=False``: the checked stored array, not decoded
+    (format ``pq``: codes whose values are centroids of finite codebooks).
 
     Raises
     ------
     ShardError
-        Unreadable file, or dtype, shape or CSR structure not the expected ones (the
-        message says what; the caller names the feature set).
+        Unreadable file, or dtype, shape, structure or stored values not the expected ones
+        (the message says what; the caller names the feature set).
     """
     path = Path(path)
+    codec = codec_of_format(fmt)
     try:
-        if fmt != "csr":
-            with open_regular_file(path) as handle:
-                rows = load_npy_checked(handle, os.fstat(handle.fileno()).st_size, mmap=True)
-        else:
-            archive = load_npz_checked(path)
-            if sorted(archive) != sorted(_CSR_KEYS):
-                raise ShardError(f"{path.name} holds {sorted(archive)}, not the CSR components")
-            data, indices, indptr, shape = (archive[key] for key in _CSR_KEYS)
+        return codec.read(path, n_rows, n_features, state, out=out, decode=decode)
     except FileNotFoundError:
         raise ShardError(f"{path.name} is missing") from None
-    except ShardError:
-        raise
+    except StoredFormError as exc:
+        raise ShardError(f"{path.name}{exc.joiner}{exc}") from None
     except Exception as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ShardError(f"{path.name} is corrupt ({reason})") from None
-    if fmt != "csr":
-        stored = {"dense": (np.float32, n_features), "float16": (np.float16, n_features)}.get(fmt)
-        if stored is None:
-            stored = (np.uint8, quantizer.codebooks_.shape[0])
-        if rows.dtype != stored[0] or rows.shape != (n_rows, stored[1]):
-            raise ShardError(
-                f"{path.name} is {rows.dtype} {rows.shape}, expected {np.dtype(stored[0])} ({n_rows}, {stored[1]})"
-            )
-        if fmt == "float16":
-            if out is None:
-                return rows.astype(np.float32)
-            np.copyto(out, rows)
-            return out
-        if fmt == "pq":
-            try:
-                return quantizer.decode(rows, out=out) if decode else quantizer.check_codes(rows)
-            except RowCodecError as exc:
-                raise ShardError(f"{path.name}: {exc}") from None
-        return rows
-    if (
-        tuple(shape.tolist()) != (n_rows, n_features)
-        or data.dtype != np.float32
-        or indices.dtype.kind != "i"
-        or indptr.dtype.kind != "i"
-        or indptr.shape != (n_rows + 1,)
-        or data.shape != indices.shape
-        or indptr[0] != 0
-        or indptr[-1] != data.shape[0]
-        or np.any(np.diff(indptr) < 0)
-        or (indices.size and (indices.min() < 0 or indices.max() >= n_features))
-    ):
-        raise ShardError(f"{path.name} is not a valid float32 CSR matrix of shape ({n_rows}, {n_features})")
-    return sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_features))
 
 
 class ShardedRows:
@@ -326,17 +203,18 @@ class ShardedRows:
     entries : list of dict
         The manifest's shard entries of the split, in row order (``file``, ``rows``, …).
     n_features : int
-    fmt : {"dense", "csr", "float16", "pq"}
-    quantizer : ProductQuantizer, optional
-        The codebooks of format ``pq``.  Shards of formats ``float16`` and ``pq`` are
-        decoded to float32 blocks as they are read: a reader sees float32 rows whatever the format.
+    fmt : RowCodec or str
+        The row codec, or its shard format (``"dense"``, ``"csr"``, ``"float16"``, ``"pq"``, ...).
+    state : optional
+        The codec's learnt state (format ``pq``: the codebooks).  Shards of codecs that
+        compress are decoded to float32 blocks as they are read: a reader sees float32 rows
+        (or CSR blocks of format ``csr``) whatever the codec.
     """
 
-    def __init__(
-        self, folder: Path, entries: list[dict], n_features: int, fmt: str, quantizer: ProductQuantizer | None = None
-    ) -> None:
-        self.folder, self.entries, self.n_features, self.format = Path(folder), list(entries), int(n_features), fmt
-        self.quantizer = quantizer
+    def __init__(self, folder: Path, entries: list[dict], n_features: int, fmt: str | RowCodec, state=None) -> None:
+        self.folder, self.entries, self.n_features = Path(folder), list(entries), int(n_features)
+        self.codec = codec_of_format(fmt)
+        self.state = state
         self.starts = np.concatenate([[0], np.cumsum([entry["rows"] for entry in self.entries], dtype=np.int64)])
         self._dense: np.ndarray | None = None
 
@@ -353,11 +231,19 @@ class ShardedRows:
 
     def shard(self, index: int, out: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
         """Shard ``index`` (memory-mapped dense array, CSR matrix, or decoded float32 rows;
-        formats ``float16`` and ``pq``: decoded into ``out`` if given)."""
+        codecs that decode: into ``out`` if given)."""
         entry = self.entries[index]
-        return read_shard(
-            self.folder / entry["file"], entry["rows"], self.n_features, self.format, self.quantizer, out=out
-        )
+        return read_shard(self.folder / entry["file"], entry["rows"], self.n_features, self.codec, self.state, out=out)
+
+    @property
+    def format(self) -> str:
+        """The shard format (the manifest's ``store.format``)."""
+        return self.codec.format
+
+    @property
+    def quantizer(self):
+        """The codec's learnt state (product quantisation: the fitted quantiser), or None."""
+        return self.state
 
     def __getitem__(self, rows) -> np.ndarray | sp.csr_matrix:
         """The rows at the integer indices ``rows`` (in that order), reading only the shards that hold them."""
@@ -377,8 +263,10 @@ class ShardedRows:
         return joined[np.argsort(placed, kind="stable")]
 
     def check(self, verify_digests: bool = True) -> None:
-        """Read every shard once: structure, SHA-1 against the manifest, finite values (format
-        ``pq``: codes within the codebooks, whose finite centroids make every decoded value finite).
+        """Read every shard once: structure, SHA-1 against the manifest, finite values (codecs
+        :attr:`~classify_images.pipeline.storage.row_codecs.RowCodec.checked_without_decoding`,
+        such as ``pq``: stored values checked, codes within the codebooks whose finite centroids
+        make every decoded value finite).
 
         Raises
         ------
@@ -386,8 +274,8 @@ class ShardedRows:
         """
         for index, entry in enumerate(self.entries):
             path = self.folder / entry["file"]
-            if self.format == "pq":  # codes checked, not decoded: centroids of finite codebooks are finite
-                read_shard(path, entry["rows"], self.n_features, self.format, self.quantizer, decode=False)
+            if self.codec.checked_without_decoding:
+                read_shard(path, entry["rows"], self.n_features, self.codec, self.state, decode=False)
             else:
                 block = self.shard(index)
                 values = block.data if sp.issparse(block) else block
@@ -400,8 +288,8 @@ class ShardedRows:
     def blocks(self, rows_per_block: int | None = None) -> Iterator[tuple[slice, np.ndarray | sp.csr_matrix]]:
         """``(rows, block)`` in row order: one shard at a time, or ``rows_per_block`` rows at a time.
 
-        Blocks are float32 ndarrays (dense, float16 and pq formats: the latter two decoded) or
-        CSR matrices (csr format).
+        Blocks are float32 ndarrays (dense rows; compressed codecs decoded) or CSR matrices
+        (csr format).
         """
         if rows_per_block is None:
             for index in range(len(self.entries)):
@@ -425,9 +313,7 @@ class ShardedRows:
 
     def stack(self, pieces: list) -> np.ndarray | sp.csr_matrix:
         """Row blocks of this split (shards or slices of them) stacked into one block of its format."""
-        if self.format == "csr":
-            return sp.vstack(pieces, format="csr", dtype=np.float32) if len(pieces) > 1 else pieces[0].tocsr()
-        return np.concatenate(pieces) if len(pieces) > 1 else np.asarray(pieces[0])
+        return self.codec.stack(pieces)
 
     def toarray(self) -> np.ndarray:
         """The dense float32 matrix of the split (assembled once, then kept)."""
@@ -435,7 +321,7 @@ class ShardedRows:
             dense = np.zeros(self.shape, dtype=np.float32)
             for index in range(len(self.entries)):
                 rows = slice(int(self.starts[index]), int(self.starts[index + 1]))
-                if self.format in ("float16", "pq"):  # decoded in place
+                if self.codec.decodes:  # decoded in place
                     self.shard(index, out=dense[rows])
                 else:
                     dense[rows] = as_dense(self.shard(index))

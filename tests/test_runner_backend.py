@@ -1,0 +1,36 @@
+"""The build asks the runner what its backend can do (``on_cluster``, ``parallel_here``) instead
+of testing ``runner.client is None`` and ``n_jobs`` itself."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+from classify_images.pipeline.extraction.runner import Runner, no_progress
+from classify_images.pipeline.extraction.stages import StageCache
+
+
+def test_the_runner_says_what_its_backend_can_do():
+    cache = StageCache(None)
+    one, two, cluster = (
+        Runner(1, cache, no_progress),
+        Runner(2, cache, no_progress),
+        Runner(2, cache, no_progress, object()),
+    )
+    assert (one.on_cluster, one.parallel_here) == (False, False)
+    assert (two.on_cluster, two.parallel_here) == (False, True)
+    assert (cluster.on_cluster, cluster.parallel_here) == (True, False)
+    assert Runner(-1, cache, no_progress).parallel_here
+
+
+def test_fitting_and_the_build_steps_ask_the_runner():
+    """No ``runner.client is None`` / ``is not None`` left in fitting.py and build_steps.py."""
+    import classify_images.pipeline.extraction as extraction
+
+    offenders = []
+    for name in ("fitting.py", "build_steps.py"):
+        tree = ast.parse((pathlib.Path(extraction.__file__).parent / name).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "client":
+                offenders.append(f"{name}:{node.lineno}")
+    assert not offenders, offenders
