@@ -157,6 +157,15 @@ def _positive_float_or_unset(key: str, value: Any) -> Any:
     return float(value)
 
 
+def _fraction_or_unset(key: str, value: Any) -> Any:
+    """A number strictly between 0 and 1, or None (unset)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ConfigError(f"{key} = {value!r}: expected a fraction between 0 and 1 (0.5: half of each class)")
+    return float(value)
+
+
 def _bool(key: str, value: Any) -> Any:
     if not isinstance(value, bool):
         raise ConfigError(f"{key} = {value!r}: expected true or false")
@@ -227,6 +236,8 @@ class DatasetConfig:
     test_per_class: int | None = _setting(50, _int(1, optional=True))
     #: seed of the split
     seed: int = _setting(0, _int(0, high=MAX_SEED))
+    #: fraction of each class for training (``--protocol half``: 0.5), instead of ``train_per_class``
+    train_fraction: float | None = _setting(None, _fraction_or_unset, semantic="unless-default")
 
 
 @dataclass(frozen=True)

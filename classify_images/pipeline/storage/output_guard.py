@@ -188,7 +188,8 @@ class OutputFolder:
                 f"to the {self.kind}",
                 force=False,
             )
-        if not force and self.run is not None and marker.get("run") not in (None, self.run):
+        unfinished = marker.get("finished") is False  # a run that failed: its retry may take the folder back
+        if not force and self.run is not None and marker.get("run") not in (None, self.run) and not unfinished:
             raise self._refuse(f"it holds the {self.kind} of another run ({_run_text(marker['run'])})")
         foreign = [name for name in self.names if name in present and name not in marker["files"]]
         if foreign and not force:
@@ -197,17 +198,25 @@ class OutputFolder:
             )
         return path
 
-    def claim(self) -> Path:
+    def claim(self, *, until_finished: bool = False) -> Path:
         """Create the folder if needed and record :attr:`names` (with those recorded before) in its
-        marker, before the first of them is written: a crash in between leaves them ours."""
+        marker, before the first of them is written: a crash in between leaves them ours.
+
+        ``until_finished``: the run is recorded as unfinished until :meth:`finish`; a command that
+        fails in between leaves a folder its retry with other settings may write into (the run
+        recorded there never completed, so no finished run is replaced)."""
         self.path.mkdir(parents=True, exist_ok=True)
         before = read_marker(self.path) or {}
         files = sorted(set(before.get("files", [])) | set(self.names))
-        atomic_write_json(
-            self.path / MARKER,
-            {"format": MARKER_FORMAT, "format_version": 1, "kind": self.kind, "files": files, "run": self.run},
-        )
+        marker = {"format": MARKER_FORMAT, "format_version": 1, "kind": self.kind, "files": files, "run": self.run}
+        if until_finished:
+            marker["finished"] = False
+        atomic_write_json(self.path / MARKER, marker)
         return self.path
+
+    def finish(self) -> Path:
+        """Record the run claimed with ``until_finished`` as finished (:meth:`claim`)."""
+        return self.claim()
 
 
 def _run_text(run: Any) -> str:
@@ -272,12 +281,18 @@ def params_suffix(params: dict[str, Any] | None) -> str:
     or ``-p<8 hex digits of their hash>`` when that would be long or not portable."""
     if not params:
         return ""
-    text = "-".join(f"{key}={json.dumps(value, sort_keys=True)}" for key, value in sorted(params.items()))
-    text = text.replace('"', "")
-    if len(text) <= 40 and re.fullmatch(r"[A-Za-z0-9_.=+\-]+", text):
+    text = "-".join(f"{key}={_value_text(value)}" for key, value in sorted(params.items()))
+    if len(text) <= 40 and re.fullmatch(r"[A-Za-z0-9_.,=+\-]+", text):
         return "-" + text
     digest = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
     return f"-p{digest}"
+
+
+def _value_text(value: Any) -> str:
+    """A parameter value in a folder name: a list as its values joined by commas (``C=1,10,100``)."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(_value_text(v) for v in value)
+    return json.dumps(value, sort_keys=True).replace('"', "")
 
 
 def check_cache_folder(path: str | os.PathLike) -> Path:
