@@ -32,7 +32,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = [
     "PACKAGE_LOGGER",
@@ -145,31 +145,44 @@ class _StepProgress:
     ``total`` iterations at most, the news lines that start with "Iteration" are counted and the
     time left estimated from the mean time of those done."""
 
-    def __init__(self, logger: logging.Logger, what: str, interval: float, total: int | None = None) -> None:
-        self.logger, self.what, self.interval, self.total = logger, what, interval, total
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        interval: float,
+        total: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.logger, self.what, self.interval, self.total, self.clock = logger, what, interval, total, clock
         self.latest = ""
-        self.iterations = 0
-        self.start = time.perf_counter()
+        self.iterations = 0  # "Iteration" lines seen
+        self.first_iteration_at: float | None = None  # when the first one came (the phases before it differ)
+        self.start = clock()
         self.done = threading.Event()
 
     def note(self, text: str) -> None:
         self.latest = text
         if text.startswith("Iteration"):
             self.iterations += 1
+            if self.first_iteration_at is None:
+                self.first_iteration_at = self.clock()
         self.logger.debug("%s: %s", self.what, text)
 
-    def status(self, elapsed: float) -> str:
-        """``[news, ]N s so far[, at most ~M s left (T iterations at most)]``."""
+    def status(self) -> str:
+        """``[news, ]N s so far[, at most ~M s left (I of at most T iterations done)]``: the time left
+        from the mean time of the iterations since the first (an upper bound: it may converge sooner)."""
+        now = self.clock()
         news = f"{self.latest}, " if self.latest else ""
-        text = f"{news}{elapsed:.0f} s so far"
-        if self.total and 0 < self.iterations < self.total:
-            left = elapsed / self.iterations * (self.total - self.iterations)
+        text = f"{news}{now - self.start:.0f} s so far"
+        if self.total and self.first_iteration_at is not None and 2 <= self.iterations < self.total:
+            per_iteration = (now - self.first_iteration_at) / (self.iterations - 1)
+            left = per_iteration * (self.total - self.iterations)
             text += f", at most ~{left:.0f} s left ({self.iterations} of at most {self.total} iterations done)"
         return text
 
     def beat(self) -> None:
         while not self.done.wait(self.interval):
-            self.logger.info("%s: %s", self.what, self.status(time.perf_counter() - self.start))
+            self.logger.info("%s: %s", self.what, self.status())
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ from .conftest import write_config_toml
 
 DATA = Path(__file__).parent / "data"
 #: Seconds a command that used to hang gets before the test fails.
-HANG_TIMEOUT = 180
+HANG_TIMEOUT = 600  # a hang guard only: a loaded machine runs these far slower than an idle one
 
 
 def _cli(*argv: str, timeout: float = HANG_TIMEOUT, memory: int | None = None, cwd=None) -> subprocess.CompletedProcess:
@@ -393,14 +393,14 @@ def test_kill_9_of_build_features_leaves_no_worker_alive(copy):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # a hang guard only
         while time.monotonic() < deadline and not any("LokyProcess" in line for line in _group(process.pid)):
             assert process.poll() is None, "the build ended before its workers were seen"
             time.sleep(0.2)
         assert any("LokyProcess" in line for line in _group(process.pid)), "no worker started"
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 600  # a hang guard only: the workers die with the build, however busy the machine
         while time.monotonic() < deadline and _group(process.pid):
             time.sleep(0.5)
         assert _group(process.pid) == []

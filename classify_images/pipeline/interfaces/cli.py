@@ -3,14 +3,17 @@
 Sub-commands::
 
     classify-images build-features DATASET [--config FILE] [--out DIR] ...
-    classify-images train FEATURESET --classifier NAME [--param key=value ...] [--out FILE]
+    classify-images train FEATURESET [--classifier NAME] [--param key=value ...] [--out FILE]
                     [--scheduler tcp://HOST:PORT | --cluster local:N | --streaming [--block-rows N]]
     classify-images evaluate FEATURESET MODEL [--out DIR]
-    classify-images experiment FEATURESET --classifier NAME --repeats R [--param ...]
+    classify-images experiment FEATURESET [--classifier NAME] --repeats R [--param ...]
     classify-images predict MODEL IMAGE_OR_FOLDER... [--top-k K] [--format table|csv|json]
-    classify-images run DATASET --config NAME --classifier NAME [--param ...] [--out DIR]
+    classify-images run DATASET [--config NAME] [--classifier NAME] [--param ...] [--probability] [--out DIR]
     classify-images cache info|prune|clear
     classify-images demo [--workdir DIR]
+
+Without ``--config`` every command uses the recommended pipeline (:data:`RECOMMENDED_CONFIG`, said
+in one log line); without ``--classifier``, the config's ``[classifier]`` table names the classifier.
 
 A user's mistake (missing folder, bad config key, model for another feature
 set, …) ends with one line on stderr and exit status 2, never a traceback.
@@ -437,7 +440,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_out_file(out, "model")
     check_output_file(out, "model file", force=args.force)
     feature_set = load_feature_set(args.featureset)
-    _warn_pairing(feature_set.config, args.classifier)
     block_rows = (
         (getattr(args, "block_rows", None) or DEFAULT_BLOCK_ROWS) if getattr(args, "streaming", False) else None
     )
@@ -463,6 +465,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             combine=args.combine,
         )
     print(training_text(training, path))
+    _warn_pairing(feature_set.config, args.classifier)  # (after the work: an error stays the one line)
     if folds is not None:
         print(
             f"  calibrated probabilities: Platt scaling on the decision values of {folds} held-out folds "
@@ -554,7 +557,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     )
     guard.check(args.force)
     feature_set = load_feature_set(args.featureset)
-    _warn_pairing(feature_set.config, args.classifier)
     with _classifier_errors_as_usage_errors(args.classifier, args.featureset, _encoder_kind(feature_set.config)):
         experiment = run_experiment_on(
             feature_set,
@@ -573,6 +575,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))
     print(f"  report: {out / 'report.html'}")
+    _warn_pairing(feature_set.config, args.classifier)
     return 0
 
 
@@ -742,7 +745,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         _log.info("classifier: %s (the config's [classifier]; --classifier to choose another)", name)
     _check_seeds(0 if args.seed is None else args.seed)
     folds = _probability_folds(args, None)
-    _warn_pairing(config, name)
     with (
         _classifier_errors_as_usage_errors(name, str(out / "features"), _encoder_kind(config)),
         _writing("--out", out, "run folder"),
@@ -767,6 +769,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(training_text(result.training, result.model))
     print(evaluation_text(result.evaluation, result.report))
     print(f"run folder: {out} (features/, model.npz, report/)")
+    _warn_pairing(config, name)  # (after the work: an error stays the one line; the report says it too)
     proba = " --proba" if folds is not None else ""
     print(
         f"next: classify new photos with  classify-images predict {_shell_word(str(result.model))} PHOTO_OR_FOLDER{proba}"

@@ -253,6 +253,8 @@ def find_images(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
                 skipped.append({"path": argument, "reason": f"not an image file extension ({extensions})"})
         else:
             skipped.append({"path": argument, "reason": _not_a_file_reason(argument)})
+    listed: set[str] = set()  # a file named and also found in a folder given: listed once
+    skipped = [entry for entry in skipped if not (entry["path"] in listed or listed.add(entry["path"]))]
     return files, skipped
 
 
