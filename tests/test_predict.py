@@ -285,7 +285,7 @@ def test_top_k_all_classes_and_formats(capsys, lone_model, inputs):
     assert len(document["skipped"]) == 4 and all(s["reason"] for s in document["skipped"])
     assert {s["path"]: s["reason"] for s in document["skipped"]}[
         str(inputs / "notes.txt")
-    ] == "not an image file (.txt)"
+    ] == "not an image file extension (.txt)"
 
 
 def test_file_that_cannot_be_opened_is_listed(capsys, lone_model, inputs, monkeypatch):

@@ -200,7 +200,7 @@ def walk_image_files(folder: str | os.PathLike) -> tuple[list[Path], list[dict[s
                     {"path": relative, "reason": f"unsupported format ({kind}): convert it to JPEG or PNG to use it"}
                 )
             else:
-                passed_over.append({"path": relative, "reason": f"not an image file ({suffix or 'no extension'})"})
+                passed_over.append({"path": relative, "reason": f"not an image file extension ({suffix or 'none'})"})
         for sub in list(subfolders):  # a link to a folder is listed by os.walk among the folders
             if (Path(parent) / sub).is_symlink():
                 subfolders.remove(sub)
