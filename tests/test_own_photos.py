@@ -214,6 +214,7 @@ def test_experiment_seed_redraws_the_builds_split_and_the_report_shows_each_spli
     runs = report["experiment"]["runs"]
     assert [run["seed"] for run in runs] == [3, 4] and all(run["chosen"] for run in runs)
     assert "<th>C chosen</th>" in page  # every split's C, not the first split's only
+    assert "Split of seed 3 (every split&#x27;s choice: the Splits table)" in page
     assert "Order: the mean over the 2 splits, worst first" in page
 
 

@@ -290,8 +290,13 @@ def _search_html(evaluation: Evaluation, experiment: Experiment | None = None) -
     warning = (
         edge_warning(evaluation.search) if experiment is None or len(experiment.runs) < 2 else experiment.edge_warning()
     )
+    which = (
+        ""
+        if experiment is None or len(experiment.runs) < 2
+        else f"Split of seed {experiment.runs[0].seed} (every split's choice: the Splits table): "
+    )
     return (
-        f'<p id="search">{_e(search_summary(evaluation.search))}'
+        f'<p id="search">{_e(which + search_summary(evaluation.search))}'
         + (f"<br><b>warning:</b> {_e(warning)}" if warning else "")
         + "</p>"
     )
