@@ -134,6 +134,8 @@ def test_no_config_means_the_recommended_one_said_in_one_line(photos, caplog):
     args = build_parser().parse_args(["build-features", str(photos)])
     with caplog.at_level(logging.INFO, logger="classify_images"):
         config, out, _, _ = cli._build_options(args)
+        assert caplog.messages == []  # (said once the command's checks pass: an error stays one line)
+        cli._log_config_choice(args)
     assert config == load_config(RECOMMENDED_CONFIG) and out.name == f"photos-{RECOMMENDED_CONFIG}"
     assert f"config: {RECOMMENDED_CONFIG} (the recommended pipeline; --config to choose another)" in caplog.messages
     run = build_parser().parse_args(["run", str(photos)])

@@ -208,11 +208,16 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
     )
     config = load_config(_config_argument(args), overrides)
     config_name = Path(_config_argument(args)).stem
-    _log.info("%s", config_choice_line(config_name, chosen=args.config is not None))
     if out is None:
         out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     return config, out, cache_dir, execution
+
+
+def _log_config_choice(args: argparse.Namespace) -> None:
+    """The one line naming the config (and whether it is the recommended one), once the command's
+    checks have passed: a refused command stays the one line of its error."""
+    _log.info("%s", config_choice_line(Path(_config_argument(args)).stem, chosen=args.config is not None))
 
 
 def _config_argument(args: argparse.Namespace) -> str:
@@ -256,6 +261,12 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     from ..extraction.build import build_feature_set
 
     config, out, cache_dir, execution = _build_options(args)
+    from ..settings.dataset import check_dataset_folder
+    from ..storage.feature_store import check_destination
+
+    check_dataset_folder(args.dataset)
+    check_destination(out, args.dataset, force=args.force)  # (again in the build: refused before the log line)
+    _log_config_choice(args)
     result = build_feature_set(
         args.dataset,
         out,
@@ -740,9 +751,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_run_out(args, name, params, search)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
-    config, _, cache_dir, execution = _build_options(args, out / "features")  # (logs the config's line)
-    if args.classifier is None:
-        _log.info("classifier: %s (the config's [classifier]; --classifier to choose another)", name)
+    config, _, cache_dir, execution = _build_options(args, out / "features")
+
+    def begin(step: str) -> None:  # the config and classifier lines once every output is checked
+        if step == "build-features":
+            _log_config_choice(args)
+            if args.classifier is None:
+                _log.info("classifier: %s (the config's [classifier]; --classifier to choose another)", name)
+
     _check_seeds(0 if args.seed is None else args.seed)
     folds = _probability_folds(args, None)
     with (
@@ -764,6 +780,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             search=search,
             combine=args.combine,
             probability_folds=folds,
+            step=begin,
         )
     _print_build(result.build, cache_dir)
     print(training_text(result.training, result.model))

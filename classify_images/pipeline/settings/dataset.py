@@ -40,6 +40,7 @@ __all__ = [
     "DatasetError",
     "Dataset",
     "discover_dataset",
+    "check_dataset_folder",
     "walk_image_files",
     "split_indices",
     "train_counts",
@@ -119,11 +120,7 @@ def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) 
         ``root`` missing or not a folder, no class folder, fewer than two classes
         with images.
     """
-    root = Path(root)
-    if not root.exists():
-        raise DatasetError(f"dataset folder {root} does not exist")
-    if not root.is_dir():
-        raise DatasetError(f"dataset {root} is not a folder (expected a folder of class folders)")
+    root = check_dataset_folder(root)
     class_dirs = sorted(entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
     if not keep_background:
         class_dirs = [d for d in class_dirs if d.name not in BACKGROUND_CLASSES]
@@ -157,6 +154,16 @@ def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) 
     return Dataset(
         root=root, class_names=class_names, paths=paths, labels=np.asarray(labels, dtype=np.int64), unusable=unusable
     )
+
+
+def check_dataset_folder(root: str | os.PathLike) -> Path:
+    """``root`` as a Path, or :class:`DatasetError` when it is missing or not a folder."""
+    root = Path(root)
+    if not root.exists():
+        raise DatasetError(f"dataset folder {root} does not exist")
+    if not root.is_dir():
+        raise DatasetError(f"dataset {root} is not a folder (expected a folder of class folders)")
+    return root
 
 
 def walk_image_files(folder: str | os.PathLike) -> tuple[list[Path], list[dict[str, str]]]:

@@ -654,8 +654,15 @@ def _evaluation(
         versions=library_versions(),
         date=_now(),
         combine=combine,
-        dataset=(feature_set.manifest.get("dataset") or {}).get("root"),
+        dataset=_dataset_root(feature_set.manifest),
     )
+
+
+def _dataset_root(manifest: dict) -> str | None:
+    """The dataset folder a manifest records (None when it records none, or not as text)."""
+    dataset = manifest.get("dataset")
+    root = dataset.get("root") if isinstance(dataset, dict) else None
+    return root if isinstance(root, str) else None
 
 
 @dataclass(frozen=True)
