@@ -172,7 +172,7 @@ class _StepProgress:
         """``[news, ]N s so far[, at most ~M s left (I of at most T iterations done)]``: the time left
         from the mean time of the iterations since the first (an upper bound: it may converge sooner)."""
         now = self.clock()
-        news = f"{self.latest}, " if self.latest else ""
+        news = f"{self.latest.rstrip('.')}, " if self.latest else ""  # (scikit-learn's lines end with a full stop)
         text = f"{news}{now - self.start:.0f} s so far"
         if self.total and self.first_iteration_at is not None and 2 <= self.iterations < self.total:
             per_iteration = (now - self.first_iteration_at) / (self.iterations - 1)
