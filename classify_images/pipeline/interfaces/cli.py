@@ -789,7 +789,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _warn_pairing(config, name)  # (after the work: an error stays the one line; the report says it too)
     proba = " --proba" if folds is not None else ""
     print(
-        f"next: classify new photos with  classify-images predict {_shell_word(str(result.model))} PHOTO_OR_FOLDER{proba}"
+        f"next, to classify new photos: classify-images predict {_shell_word(str(result.model))} PHOTO_OR_FOLDER{proba}"
     )
     return 0
 
