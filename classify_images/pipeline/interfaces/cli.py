@@ -220,6 +220,32 @@ def _log_config_choice(args: argparse.Namespace) -> None:
     _log.info("%s", config_choice_line(Path(_config_argument(args)).stem, chosen=args.config is not None))
 
 
+@contextlib.contextmanager
+def _before_the_first_step(say):
+    """Call ``say`` (which logs a line) just before the first record the command shows, while the
+    block runs: a command refused before any work (an output it may not write, an unreachable
+    scheduler) stays the one line of its error."""
+    from ..._log import PACKAGE_LOGGER
+
+    said = False
+
+    def first(record: logging.LogRecord) -> bool:
+        nonlocal said
+        if not said:
+            said = True
+            say()  # (re-enters the handler: said is already set)
+        return True
+
+    handlers = list(logging.getLogger(PACKAGE_LOGGER).handlers)
+    for handler in handlers:
+        handler.addFilter(first)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(first)
+
+
 def _config_argument(args: argparse.Namespace) -> str:
     """``--config``, or the recommended pipeline's name without one (the one default of every entry point)."""
     return args.config if args.config else RECOMMENDED_CONFIG
@@ -261,23 +287,18 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     from ..extraction.build import build_feature_set
 
     config, out, cache_dir, execution = _build_options(args)
-    from ..settings.dataset import check_dataset_folder
-    from ..storage.feature_store import check_destination
-
-    check_dataset_folder(args.dataset)
-    check_destination(out, args.dataset, force=args.force)  # (again in the build: refused before the log line)
-    _log_config_choice(args)
-    result = build_feature_set(
-        args.dataset,
-        out,
-        config,
-        cache_dir=cache_dir,
-        progress=_tqdm_progress(not args.quiet),
-        store=args.store,
-        execution=execution,
-        force=args.force,
-        rows=args.rows,
-    )
+    with _before_the_first_step(lambda: _log_config_choice(args)):
+        result = build_feature_set(
+            args.dataset,
+            out,
+            config,
+            cache_dir=cache_dir,
+            progress=_tqdm_progress(not args.quiet),
+            store=args.store,
+            execution=execution,
+            force=args.force,
+            rows=args.rows,
+        )
     _print_build(result, cache_dir)
     return 0
 
