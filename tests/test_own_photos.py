@@ -53,7 +53,13 @@ def _small_toml(path, classifier: str | None = None):
 
 
 def test_class_folders_are_read_recursively_and_every_unused_file_is_listed(photos):
+    import cv2
+
+    ok, avif = cv2.imencode(".avif", cv2.imread(str(photos / "flower" / "00.jpg")))
+    assert ok
+    (photos / "flower" / "phone.avif").write_bytes(avif.tobytes())  # a format the reader decodes: used
     dataset = discover_dataset(photos)
+    assert "flower/phone.avif" in dataset.paths
     china = [p for p, label in zip(dataset.paths, dataset.labels) if dataset.class_names[label] == "china"]
     assert len(china) == 12 and sum(p.startswith("china/2019/") for p in china) == 3  # the sub-folder's photos
     reasons = {entry["path"]: entry["reason"] for entry in dataset.unusable}

@@ -49,16 +49,16 @@ __all__ = [
 ]
 
 IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp"}
+    {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp", ".avif"}
 )
 BACKGROUND_CLASSES = frozenset({"BACKGROUND_Google"})
-#: Photograph formats cameras and phones write that the image reader (OpenCV, Pillow without
-#: plugins) cannot decode: listed as skipped with the advice to convert them, never ignored.
+#: Photograph formats cameras and phones write that the image reader (OpenCV 5 here, Pillow without
+#: plugins) cannot decode: listed as skipped with the advice to convert them, never ignored (AVIF it
+#: reads: an image extension).
 UNSUPPORTED_IMAGE_EXTENSIONS = {
     ".heic": "HEIC/HEIF",
     ".heif": "HEIC/HEIF",
     ".hif": "HEIC/HEIF",
-    ".avif": "AVIF",
     ".jxl": "JPEG XL",
     ".dng": "camera raw (DNG)",
     ".cr2": "camera raw (CR2)",
