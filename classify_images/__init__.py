@@ -3,7 +3,7 @@
 The public API, importable from the top-level package::
 
     from classify_images import ImageFeatures, PmSVM, HIKnSVM, MBKL, QuadraticHingeSVC
-    from classify_images import load_model, build_feature_set, __version__
+    from classify_images import load_model, save_model, build_feature_set, __version__
 
 ``ImageFeatures``
     scikit-learn transformer: image paths → feature vectors (dense SIFT, codebook,
@@ -13,6 +13,9 @@ The public API, importable from the top-level package::
 ``load_model(path)``
     a model file written by ``classify-images train`` as an estimator whose ``predict``
     takes image paths and returns class names.
+``save_model(path, pipeline)``
+    a fitted ``make_pipeline(ImageFeatures(...), classifier)`` as a model file (``.npz`` and a JSON
+    header, no pickle) that ``load_model`` and ``classify-images predict`` read.
 ``build_feature_set(dataset, out, config)``
     what ``classify-images build-features`` does.
 
@@ -40,6 +43,7 @@ _LAZY = {
     "MBKL": "classify_images.classifiers.mbkl:MBKL",
     "QuadraticHingeSVC": "classify_images.classifiers.quadratic_hinge:QuadraticHingeSVC",
     "load_model": "classify_images.pipeline.interfaces.image_features:load_image_model",
+    "save_model": "classify_images.pipeline.training.model_file:save_model",
     "build_feature_set": "classify_images.pipeline.extraction.build:build_feature_set",
 }
 

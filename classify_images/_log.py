@@ -32,9 +32,18 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-__all__ = ["PACKAGE_LOGGER", "HEARTBEAT_SECONDS", "cli_logging", "level_of", "verbose_output", "step_progress"]
+__all__ = [
+    "PACKAGE_LOGGER",
+    "HEARTBEAT_SECONDS",
+    "cli_logging",
+    "level_of",
+    "verbose_output",
+    "step_progress",
+    "fits_summarised",
+    "fits_are_summarised",
+]
 
 #: The logger every module of the package logs under.
 PACKAGE_LOGGER = "classify_images"
@@ -132,27 +141,58 @@ class _LinesToLog(io.TextIOBase):
 
 
 class _StepProgress:
-    """The latest news of a long step and the thread that logs it every ``interval`` seconds."""
+    """The latest news of a long step and the thread that logs it every ``interval`` seconds; with
+    ``total`` iterations at most, the news lines that start with "Iteration" are counted and the
+    time left estimated from the mean time of those done."""
 
-    def __init__(self, logger: logging.Logger, what: str, interval: float) -> None:
-        self.logger, self.what, self.interval = logger, what, interval
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        interval: float,
+        total: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.logger, self.what, self.interval, self.total, self.clock = logger, what, interval, total, clock
         self.latest = ""
-        self.start = time.perf_counter()
+        self.iterations = 0  # "Iteration" lines seen
+        self.first_iteration_at: float | None = None  # when the first one came (the phases before it differ)
+        self.start = clock()
         self.done = threading.Event()
 
     def note(self, text: str) -> None:
         self.latest = text
+        if text.startswith("Iteration"):
+            self.iterations += 1
+            if self.first_iteration_at is None:
+                self.first_iteration_at = self.clock()
         self.logger.debug("%s: %s", self.what, text)
+
+    def status(self) -> str:
+        """``[news, ]N s so far[, at most ~M s left (I of at most T iterations done)]``: the time left
+        from the mean time of the iterations since the first (an upper bound: it may converge sooner)."""
+        now = self.clock()
+        news = f"{self.latest.rstrip('.')}, " if self.latest else ""  # (scikit-learn's lines end with a full stop)
+        text = f"{news}{now - self.start:.0f} s so far"
+        if self.total and self.first_iteration_at is not None and 2 <= self.iterations < self.total:
+            per_iteration = (now - self.first_iteration_at) / (self.iterations - 1)
+            left = per_iteration * (self.total - self.iterations)
+            text += f", at most ~{left:.0f} s left ({self.iterations} of at most {self.total} iterations done)"
+        return text
 
     def beat(self) -> None:
         while not self.done.wait(self.interval):
-            news = f"{self.latest}, " if self.latest else ""
-            self.logger.info("%s: %s%.0f s so far", self.what, news, time.perf_counter() - self.start)
+            self.logger.info("%s: %s", self.what, self.status())
 
 
 @contextlib.contextmanager
 def step_progress(
-    logger: logging.Logger, what: str, *, capture_stdout: bool = False, interval: float | None = None
+    logger: logging.Logger,
+    what: str,
+    *,
+    capture_stdout: bool = False,
+    interval: float | None = None,
+    total_iterations: int | None = None,
 ) -> Iterator[bool]:
     """Progress of a step that runs inside one library call, while the block runs.
 
@@ -166,11 +206,15 @@ def step_progress(
 
     ``capture_stdout`` replaces ``sys.stdout`` of the whole process while the block runs: use
     it only around a call in the main thread that nothing else prints during.
+
+    ``total_iterations``: the most iterations the library runs; each news line starting with
+    "Iteration" counts one, and the heartbeat adds an estimate of the time left (an upper bound:
+    the library may converge sooner).
     """
     if not logger.isEnabledFor(logging.INFO):
         yield False
         return
-    progress = _StepProgress(logger, what, HEARTBEAT_SECONDS if interval is None else interval)
+    progress = _StepProgress(logger, what, HEARTBEAT_SECONDS if interval is None else interval, total_iterations)
     thread = threading.Thread(target=progress.beat, name=f"progress of {what}", daemon=True)
     thread.start()
     redirect = contextlib.redirect_stdout(_LinesToLog(progress)) if capture_stdout else contextlib.nullcontext()
@@ -181,3 +225,26 @@ def step_progress(
         progress.done.set()
         thread.join()
         logger.debug("%s: done in %.1f s", what, time.perf_counter() - progress.start)
+
+
+#: Depth of :func:`fits_summarised` blocks in this process: inside one, each fit logs at DEBUG.
+_summarised_depth = 0
+
+
+@contextlib.contextmanager
+def fits_summarised(summary: str, *args: object) -> Iterator[None]:
+    """A block of many fits (a cross-validated search, a calibration's folds) logged as the one INFO
+    line ``summary % args``; each fit's own line ("training P one-vs-rest problems on n rows …",
+    :func:`fits_are_summarised`) goes to DEBUG (``-v``) instead of repeating once per fold and value."""
+    global _summarised_depth
+    logging.getLogger(PACKAGE_LOGGER).info(summary, *args)
+    _summarised_depth += 1
+    try:
+        yield
+    finally:
+        _summarised_depth -= 1
+
+
+def fits_are_summarised() -> bool:
+    """Whether a :func:`fits_summarised` block is running (a fit then logs its line at DEBUG)."""
+    return _summarised_depth > 0

@@ -245,6 +245,7 @@ def real_configs() -> dict:
     configs = {}
     for name in ("scspm", "bof-spm"):
         raw = tomllib.loads(named_configs()[name].read_text())
+        raw.pop("classifier", None)  # (the [classifier] table is not the feature pipeline's)
         raw["dataset"].update(train_per_class=15, test_per_class=5)
         configs[name] = raw
     return configs

@@ -21,12 +21,15 @@ def test_public_names_import_from_the_top_level():
         QuadraticHingeSVC,
         build_feature_set,
         load_model,
+        save_model,
     )
     from classify_images.classifiers.pmsvm import PmSVM as PmSVMClass
     from classify_images.pipeline.extraction.build import build_feature_set as build
     from classify_images.pipeline.interfaces.image_features import load_image_model
+    from classify_images.pipeline.training.model_file import save_model as save
 
     assert PmSVM is PmSVMClass and build_feature_set is build and load_model is load_image_model
+    assert save_model is save
     assert set(classify_images.__all__) == {
         "__version__",
         "ImageFeatures",
@@ -35,6 +38,7 @@ def test_public_names_import_from_the_top_level():
         "MBKL",
         "QuadraticHingeSVC",
         "load_model",
+        "save_model",
         "build_feature_set",
     }
     with pytest.raises(AttributeError):

@@ -55,7 +55,7 @@ def test_two_processes_writing_the_same_cache_keys(tmp_path):
     ]
     time.sleep(1.0)  # let both import and wait at the start line
     start.touch()
-    outputs = [writer.communicate(timeout=300) for writer in writers]
+    outputs = [writer.communicate(timeout=1800) for writer in writers]
     for writer, (out, err) in zip(writers, outputs):
         assert writer.returncode == 0 and out.startswith("done 48"), err[-2000:]
         assert "Warning" not in err, err[-2000:]  # joblib warns when it cannot write an entry
@@ -111,7 +111,7 @@ def _kill_a_writer(cache, image) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,  # a hang guard only (a loaded machine is far slower)
     )
     assert writer.returncode == 3, writer.stderr[-2000:]
 

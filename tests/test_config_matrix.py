@@ -307,7 +307,7 @@ def test_run_predict_and_reload(config, classifier, built, tmp_path, capsys, mon
         )
     finally:
         try:
-            stdout, stderr = process.communicate(timeout=300)
+            stdout, stderr = process.communicate(timeout=1800)
         except subprocess.TimeoutExpired:
             process.kill()  # ours, by its handle
             stdout, stderr = process.communicate()

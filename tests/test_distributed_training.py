@@ -25,7 +25,7 @@ from .conftest import build_fixture_feature_set
 from .test_hik_nsvm import histograms
 
 #: Seconds any training on the cluster may take in these tests (they take about one).
-TIMEOUT = 120
+TIMEOUT = 600  # a hang guard only, not a speed claim
 
 DECOMPOSING = {
     "nsvm": lambda: HIKnSVM(n_epochs=8, fit_intercept=True, random_state=3),

@@ -29,7 +29,7 @@ from .conftest import write_config_toml
 
 DATA = Path(__file__).parent / "data"
 #: Seconds a command that used to hang gets before the test fails.
-HANG_TIMEOUT = 180
+HANG_TIMEOUT = 600  # a hang guard only: a loaded machine runs these far slower than an idle one
 
 
 def _cli(*argv: str, timeout: float = HANG_TIMEOUT, memory: int | None = None, cwd=None) -> subprocess.CompletedProcess:
@@ -244,7 +244,7 @@ def test_opencv_pixel_limit_is_set_before_opencv_decodes():
     )
     env = {k: v for k, v in os.environ.items() if k != "OPENCV_IO_MAX_IMAGE_PIXELS"}
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800
     ).stdout.split()
     assert out[0] == out[1] == str(2**30)
 
@@ -393,14 +393,14 @@ def test_kill_9_of_build_features_leaves_no_worker_alive(copy):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # a hang guard only
         while time.monotonic() < deadline and not any("LokyProcess" in line for line in _group(process.pid)):
             assert process.poll() is None, "the build ended before its workers were seen"
             time.sleep(0.2)
         assert any("LokyProcess" in line for line in _group(process.pid)), "no worker started"
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 600  # a hang guard only: the workers die with the build, however busy the machine
         while time.monotonic() < deadline and _group(process.pid):
             time.sleep(0.5)
         assert _group(process.pid) == []
@@ -456,7 +456,7 @@ def test_config_dev_zero_is_one_line_without_reading_it(built, tmp_path):
         "/dev/zero",
         "--cache-dir",
         str(tmp_path / "cache"),
-        timeout=120,
+        timeout=1800,  # a hang guard only (a loaded machine is far slower)
         memory=3 * 2**30,
     )
     _one_line_exit_2(result, "/dev/zero", "character device")

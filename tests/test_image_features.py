@@ -12,6 +12,7 @@ from sklearn.pipeline import make_pipeline
 from classify_images import MBKL, HIKnSVM, ImageFeatures, PmSVM, QuadraticHingeSVC
 from classify_images.pipeline.interfaces.image_features import UnreadableImagesError
 from classify_images.pipeline.settings.config import PipelineConfig, load_config
+from classify_images.pipeline.settings.defaults import RECOMMENDED_CONFIG
 
 from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, write_config_toml
 
@@ -47,7 +48,7 @@ def test_vectors_equal_the_feature_set_rows(tmp_path, cache):
 
 def test_config_by_name_path_or_object(tmp_path):
     toml = write_config_toml(tmp_path / "c.toml")
-    assert ImageFeatures()._read_config() == load_config("scspm")
+    assert ImageFeatures()._read_config() == load_config(RECOMMENDED_CONFIG) == load_config("fisher-flip-rootsift")
     assert ImageFeatures("bof-spm")._read_config() == load_config("bof-spm")
     assert ImageFeatures(toml)._read_config() == load_config(toml)
     assert ImageFeatures(CONFIG)._read_config() is CONFIG

@@ -281,7 +281,11 @@ def test_top_k_all_classes_and_formats(capsys, lone_model, inputs):
     assert len(document["predictions"]) == 2 and all(len(p["top"]) == 2 for p in document["predictions"])
     assert document["predictions"][0]["top"][0]["class"] == rows[0]["class"]
     assert document["predictions"][0]["top"][0]["decision_value"] == pytest.approx(values[0], abs=1e-6)
-    assert len(document["skipped"]) == 3 and all(s["reason"] for s in document["skipped"])
+    # the folder's notes.txt is listed too (every file not used is listed with its reason)
+    assert len(document["skipped"]) == 4 and all(s["reason"] for s in document["skipped"])
+    assert {s["path"]: s["reason"] for s in document["skipped"]}[
+        str(inputs / "notes.txt")
+    ] == "not an image file extension (.txt)"
 
 
 def test_file_that_cannot_be_opened_is_listed(capsys, lone_model, inputs, monkeypatch):

@@ -17,7 +17,8 @@ def test_protocol_counts():
     assert protocol_split("scene15", [300, 200]) == (100, None)
     assert protocol_split("caltech101-15", [31, 800]) == (15, 50)
     assert protocol_split("caltech101-30", [31, 800]) == (30, 50)
-    assert protocol_split("half", [12, 7, 20]) == (3, None)  # half of the smallest class, in every class
+    # half of each class (the split's train_fraction); the count recorded is the smallest class's
+    assert protocol_split("half", [12, 7, 20]) == (3, None) and PROTOCOLS["half"].train_fraction == 0.5
     assert protocol_split("half", [3, 2]) == (1, None)
     with pytest.raises(ProtocolError, match="known: scene15"):
         protocol_split("caltech256", [10, 10])

@@ -387,7 +387,7 @@ def test_disk_full_on_a_small_tmpfs(tmp_path, small_dataset, config_file):
             "import sys; from classify_images.pipeline.interfaces.cli import main; "
             f"sys.exit(main({['build-features', str(small_dataset), '--out', str(disk / 'fs'), '--config', str(config_file), '--no-cache', '-q']!r}))"
         )
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1800)
         assert done.returncode == 2, (done.returncode, done.stderr[-2000:])  # not -7 (SIGBUS)
         assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
@@ -851,7 +851,7 @@ def test_kill_9_during_encoding_keeps_the_old_set_and_the_resumed_build_is_bit_i
         "extractor.spatial_pyramid_pool = dying\n"
         f"sys.exit(main({argv!r}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=1800)
     assert done.returncode == -9
     assert _snapshot(out) == before  # the previous feature set is untouched
     assert any(p.name.startswith(".fs.partial-") for p in tmp_path.iterdir())  # what the killed run left

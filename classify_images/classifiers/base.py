@@ -58,7 +58,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
-from .._log import verbose_output
+from .._log import fits_are_summarised, verbose_output
 from ..errors import ClassifyImagesError
 from ._compat import _check_partial_fit_first_call, _fit_context
 
@@ -397,7 +397,8 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     def _logged_fit(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         """:meth:`_fit_ovr`, logged: the problems (INFO) and the time they took (DEBUG)."""
         name = type(self).__name__
-        _log.info(
+        _log.log(
+            logging.DEBUG if fits_are_summarised() else logging.INFO,
             "%s: training %d one-vs-rest problem%s on %d rows of %d features",
             name,
             Y.shape[1],

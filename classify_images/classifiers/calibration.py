@@ -43,6 +43,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 
+from .._log import fits_summarised
 from ..errors import ClassifyImagesError
 
 __all__ = ["CalibrationError", "DEFAULT_FOLDS", "fit_platt", "platt_probabilities", "calibrate"]
@@ -165,7 +166,8 @@ def calibrate(estimator: Any, X: Any, y: np.ndarray, *, folds: int = DEFAULT_FOL
             f"calibrating probabilities on {folds} folds needs at least {folds} training images per class; "
             f"class {smallest} has {int(counts.min())}: use fewer folds (at least 2) or more training images"
         )
-    held_out = cross_val_predict(clone(estimator), X, y, cv=StratifiedKFold(folds), method="decision_function")
+    with fits_summarised("calibration: Platt scaling on the decision values of %d held-out folds", folds):
+        held_out = cross_val_predict(clone(estimator), X, y, cv=StratifiedKFold(folds), method="decision_function")
     if held_out.ndim == 1:
         problems = [(held_out, y == estimator.classes_[1])]
     else:

@@ -57,6 +57,7 @@ from sklearn.base import clone
 from sklearn.metrics import balanced_accuracy_score
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 
+from .._log import fits_summarised
 from ..errors import ClassifyImagesError
 from .eigenbasis import gram_matrix
 
@@ -338,21 +339,33 @@ def search_parameters(
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     points = _points(grid)
     splits = list(splitter.split(np.zeros(y.size), y))
-    gram = None
-    if _gram_applies(estimator, X, grid):
-        gram = gram_matrix(X)
-        mean_scores, method = _gram_scores(estimator, X, y, points, splits, mirrored, gram), "gram"
-    elif mirrored:
-        mean_scores, method = _refit_mirrored_scores(estimator, X, y, points, splits), "refit"
-    else:
-        search = GridSearchCV(
-            estimator, grid, scoring="balanced_accuracy", cv=splits, refit=False, error_score="raise"
-        ).fit(X, y)
-        order = {
-            tuple(sorted(p.items())): s
-            for p, s in zip(search.cv_results_["params"], search.cv_results_["mean_test_score"])
-        }
-        mean_scores, method = np.array([order[tuple(sorted(p.items()))] for p in points]), "refit"
+    with fits_summarised(
+        "search: %d-fold cross-validation of %d parameter value%s on %d training images (%d fits)",
+        folds,
+        len(points),
+        "s" if len(points) > 1 else "",
+        y.size,
+        folds * len(points),
+    ):
+        mean_scores, method, gram = _search_scores(estimator, X, y, grid, points, splits, mirrored)
     best = points[int(np.argmax(mean_scores))]
     scores = [{"params": point, "score": float(score)} for point, score in zip(points, mean_scores)]
     return SearchResult(grid, dict(best), scores, folds, seed, method, _edges(grid, best), mirrored, gram)
+
+
+def _search_scores(
+    estimator: Any, X: Any, y: np.ndarray, grid: dict[str, list], points: list[dict], splits: list, mirrored: bool
+) -> tuple[np.ndarray, str, Any]:
+    """The mean held-out score of each point, the method that gave them, and the Gram matrix (if used)."""
+    if _gram_applies(estimator, X, grid):
+        gram = gram_matrix(X)
+        return _gram_scores(estimator, X, y, points, splits, mirrored, gram), "gram", gram
+    if mirrored:
+        return _refit_mirrored_scores(estimator, X, y, points, splits), "refit", None
+    search = GridSearchCV(
+        estimator, grid, scoring="balanced_accuracy", cv=splits, refit=False, error_score="raise"
+    ).fit(X, y)
+    order = {
+        tuple(sorted(p.items())): s for p, s in zip(search.cv_results_["params"], search.cv_results_["mean_test_score"])
+    }
+    return np.array([order[tuple(sorted(p.items()))] for p in points]), "refit", None

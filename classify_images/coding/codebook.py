@@ -145,7 +145,10 @@ def learn_kmeans_codebook(
     # Progress: scikit-learn's verbose lines ("Iteration i, inertia …"), which change no number.
     with (
         step_progress(
-            _log, f"k-means codebook ({n_words} words, at most {max_iter} iterations)", capture_stdout=True
+            _log,
+            f"k-means codebook ({n_words} words, at most {max_iter} iterations)",
+            capture_stdout=True,
+            total_iterations=max_iter,
         ) as verbose,
         threadpool_limits(limits=1),
     ):
@@ -399,6 +402,7 @@ def learn_fisher_model(
             _log,
             f"Fisher-vector GMM ({n_components} components, at most {max_iter} EM iterations)",
             capture_stdout=True,
+            total_iterations=max_iter,
         ) as verbose,
     ):
         pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)

@@ -120,7 +120,14 @@ def _one_hot_statistics(x: np.ndarray, labels: np.ndarray, n_clusters: int, squa
 
 
 def kmeans_lloyd(
-    x: np.ndarray, n_clusters: int, *, random_state: int = 0, max_iter: int = 300, tol: float = 1e-4, n_threads: int = 1
+    x: np.ndarray,
+    n_clusters: int,
+    *,
+    random_state: int = 0,
+    max_iter: int = 300,
+    tol: float = 1e-4,
+    n_threads: int = 1,
+    progress: Callable[[str], None] | None = None,
 ) -> np.ndarray:
     """k-means labels (Lloyd from a k-means++ start), as scikit-learn's :class:`~sklearn.cluster.KMeans`
     with ``n_init=1`` computes them, with the chunked sums of :func:`chunk_statistics`.
@@ -128,6 +135,7 @@ def kmeans_lloyd(
     Stops when no label changes or when the centres move by at most ``tol`` times the mean
     variance of the columns (squared shift summed over centres); the labels returned are those
     of the final centres.  An empty cluster keeps its centre (scikit-learn moves it to a far point).
+    ``progress``, if given, is called with one line per iteration (it changes no number).
 
     Returns
     -------
@@ -139,7 +147,7 @@ def kmeans_lloyd(
     centres, _ = kmeans_plusplus(x, n_clusters, random_state=np.random.RandomState(random_state))
     threshold = float(np.mean(np.var(x, axis=0))) * tol
     labels = None
-    for _ in range(max_iter):
+    for iteration in range(1, max_iter + 1):
         centre_norms = np.einsum("kd,kd->k", centres, centres)
         new_labels = np.concatenate(_chunk_map(n, lambda rows: _labels(x[rows], centres, centre_norms), n_threads))
         if labels is not None and np.array_equal(labels, new_labels):
@@ -151,6 +159,8 @@ def kmeans_lloyd(
         moved = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1.0)[:, None], centres)
         shift = float(np.sum((moved - centres) ** 2))
         centres = moved
+        if progress is not None:
+            progress(f"k-means start: iteration {iteration} of at most {max_iter}, centres moved {shift:.3g}")
         if shift <= threshold:
             break
     centre_norms = np.einsum("kd,kd->k", centres, centres)
@@ -219,7 +229,7 @@ def fit_diagonal_gmm(
     x = np.ascontiguousarray(x, dtype=np.float64)
     n = x.shape[0]
     n_threads = default_threads() if n_threads is None else max(1, int(n_threads))
-    labels = kmeans_lloyd(x, n_components, random_state=random_state, n_threads=n_threads)
+    labels = kmeans_lloyd(x, n_components, random_state=random_state, n_threads=n_threads, progress=progress)
     s0, s1, s2 = chunk_statistics(n, lambda rows: _one_hot_statistics(x[rows], labels[rows], n_components), n_threads)
     weights, means, variances = _m_step(s0, s1, s2, n)
     lower_bound = -np.inf

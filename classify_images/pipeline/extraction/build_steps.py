@@ -26,9 +26,17 @@ from ...features.preprocess import ImageReadError
 from ..execution.cluster import iter_tasks
 from ..execution.warm_up import warm_encoding
 from ..settings.config import PipelineConfig
-from ..settings.dataset import Dataset, DatasetError, dataset_digest, discover_dataset, file_fingerprint, split_indices
+from ..settings.dataset import (
+    Dataset,
+    DatasetError,
+    dataset_digest,
+    discover_dataset,
+    file_fingerprint,
+    split_indices,
+    train_counts,
+)
 from ..settings.plan import FeaturePlan, feature_plan_of
-from ..settings.protocols import short_classes
+from ..settings.protocols import short_classes, small_classes
 from ..storage.feature_store import FeatureSetWriter, load_feature_set, remove_stale_partials
 from ..storage.provenance import library_versions
 from ..storage.row_codecs import RowCodec, codec_for_rows
@@ -218,7 +226,8 @@ def split_images(images: _Images, readable: np.ndarray, skipped: list, config: P
     """Seeded per-class split of the readable images (every class needs a test image)."""
     dataset, protocol = images.dataset, config.dataset
     readable_per_class = np.bincount(dataset.labels[readable], minlength=len(dataset.class_names))
-    short = [n for n, k in zip(dataset.class_names, readable_per_class) if k < protocol.train_per_class + 1]
+    needed = 1 if protocol.train_fraction is not None else protocol.train_per_class  # training images per class
+    short = [n for n, k in zip(dataset.class_names, readable_per_class) if k < needed + 1]
     if short:
         smallest = int(readable_per_class.min())
         classes = f"class(es) {', '.join(short[:5])}{' …' if len(short) > 5 else ''}"
@@ -229,13 +238,24 @@ def split_images(images: _Images, readable: np.ndarray, skipped: list, config: P
             )
         raise DatasetError(
             f"{classes} have fewer than {protocol.train_per_class + 1} readable images (smallest: {smallest}); "
-            f"lower --train-per-class to at most {smallest - 1}"
+            f"use --protocol half (half of each class for training) or lower --train-per-class to at most "
+            f"{smallest - 1}"
         )
-    warning = short_classes(dataset.class_names, readable_per_class, protocol.train_per_class, protocol.test_per_class)
+    if protocol.train_fraction is not None:
+        per_class = train_counts(readable_per_class, protocol.train_fraction)
+        warning = small_classes(dataset.class_names, per_class)
+    else:
+        warning = short_classes(
+            dataset.class_names, readable_per_class, protocol.train_per_class, protocol.test_per_class
+        )
     if warning is not None:
         warnings.warn(warning, UserWarning, stacklevel=2)
     train_local, test_local = split_indices(
-        dataset.labels[readable], protocol.train_per_class, protocol.test_per_class, protocol.seed
+        dataset.labels[readable],
+        protocol.train_per_class,
+        protocol.test_per_class,
+        protocol.seed,
+        train_fraction=protocol.train_fraction,
     )
     return _Split(readable[train_local], readable[test_local], skipped)
 
@@ -525,6 +545,7 @@ def images_manifest(config: Any, config_hash: str, images: _Images, split: _Spli
         "split": {
             "seed": config.dataset.seed,
             "train_per_class": config.dataset.train_per_class,
+            **({"train_fraction": config.dataset.train_fraction} if config.dataset.train_fraction else {}),
             "test_per_class": config.dataset.test_per_class,
             "train": [dataset.paths[i] for i in split.train],
             "test": [dataset.paths[i] for i in split.test],

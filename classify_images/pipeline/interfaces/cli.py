@@ -3,14 +3,17 @@
 Sub-commands::
 
     classify-images build-features DATASET [--config FILE] [--out DIR] ...
-    classify-images train FEATURESET --classifier NAME [--param key=value ...] [--out FILE]
+    classify-images train FEATURESET [--classifier NAME] [--param key=value ...] [--out FILE]
                     [--scheduler tcp://HOST:PORT | --cluster local:N | --streaming [--block-rows N]]
     classify-images evaluate FEATURESET MODEL [--out DIR]
-    classify-images experiment FEATURESET --classifier NAME --repeats R [--param ...]
+    classify-images experiment FEATURESET [--classifier NAME] --repeats R [--param ...]
     classify-images predict MODEL IMAGE_OR_FOLDER... [--top-k K] [--format table|csv|json]
-    classify-images run DATASET --config NAME --classifier NAME [--param ...] [--out DIR]
+    classify-images run DATASET [--config NAME] [--classifier NAME] [--param ...] [--probability] [--out DIR]
     classify-images cache info|prune|clear
     classify-images demo [--workdir DIR]
+
+Without ``--config`` every command uses the recommended pipeline (:data:`RECOMMENDED_CONFIG`, said
+in one log line); without ``--classifier``, the config's ``[classifier]`` table names the classifier.
 
 A user's mistake (missing folder, bad config key, model for another feature
 set, …) ends with one line on stderr and exit status 2, never a traceback.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -29,10 +33,12 @@ from ...classifiers.registry import CLASSIFIERS, parse_param
 from ...errors import ClassifyImagesError
 from ..execution.limits import MAX_BATCH_SIZE, bounded_workers, check_grid_size, check_worker_parameter
 from ..execution.progress import tqdm_progress as _tqdm_progress
-from ..settings.defaults import named_configs
+from ..settings.defaults import RECOMMENDED_CONFIG, config_choice_line, named_configs
 from ..storage.atomic import DISK_FULL_ERRNOS
 
 __all__ = ["main", "build_parser"]
+
+_log = logging.getLogger("classify_images.pipeline.interfaces.cli")  # (not __name__: "__main__" under -m)
 
 #: Errors for the user to fix, printed as one line (exit status 2): every error classify-images
 #: raises derives from :class:`~classify_images.errors.ClassifyImagesError`.
@@ -205,12 +211,49 @@ def _build_options(args: argparse.Namespace, out: Path | None = None):
     execution = Execution.from_options(
         n_jobs=args.n_jobs, scheduler=args.scheduler, cluster=args.cluster, batch_size=args.batch_size
     )
-    config = load_config(args.config, overrides)
-    config_name = Path(args.config).stem if args.config else "default"
+    config = load_config(_config_argument(args), overrides)
+    config_name = Path(_config_argument(args)).stem
     if out is None:
         out = Path(args.out) if args.out else _default_feature_out(Path(args.dataset), config_name)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     return config, out, cache_dir, execution
+
+
+def _log_config_choice(args: argparse.Namespace) -> None:
+    """The one line naming the config (and whether it is the recommended one), once the command's
+    checks have passed: a refused command stays the one line of its error."""
+    _log.info("%s", config_choice_line(Path(_config_argument(args)).stem, chosen=args.config is not None))
+
+
+@contextlib.contextmanager
+def _before_the_first_step(say):
+    """Call ``say`` (which logs a line) just before the first record the command shows, while the
+    block runs: a command refused before any work (an output it may not write, an unreachable
+    scheduler) stays the one line of its error."""
+    from ..._log import PACKAGE_LOGGER
+
+    said = False
+
+    def first(record: logging.LogRecord) -> bool:
+        nonlocal said
+        if not said:
+            said = True
+            say()  # (re-enters the handler: said is already set)
+        return True
+
+    handlers = list(logging.getLogger(PACKAGE_LOGGER).handlers)
+    for handler in handlers:
+        handler.addFilter(first)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(first)
+
+
+def _config_argument(args: argparse.Namespace) -> str:
+    """``--config``, or the recommended pipeline's name without one (the one default of every entry point)."""
+    return args.config if args.config else RECOMMENDED_CONFIG
 
 
 def _apply_protocol(args: argparse.Namespace, split: dict[str, Any]) -> None:
@@ -230,6 +273,7 @@ def _apply_protocol(args: argparse.Namespace, split: dict[str, Any]) -> None:
     train, test = protocol_split(name, counts)
     if split["train_per_class"] is None:
         split["train_per_class"] = train
+        split["train_fraction"] = PROTOCOLS[name].train_fraction  # (None: a count, the same in every class)
     if split["test_per_class"] is None:
         split["test_per_class"] = 0 if test is None else test  # 0: all the rest
 
@@ -248,17 +292,18 @@ def cmd_build_features(args: argparse.Namespace) -> int:
     from ..extraction.build import build_feature_set
 
     config, out, cache_dir, execution = _build_options(args)
-    result = build_feature_set(
-        args.dataset,
-        out,
-        config,
-        cache_dir=cache_dir,
-        progress=_tqdm_progress(not args.quiet),
-        store=args.store,
-        execution=execution,
-        force=args.force,
-        rows=args.rows,
-    )
+    with _before_the_first_step(lambda: _log_config_choice(args)):
+        result = build_feature_set(
+            args.dataset,
+            out,
+            config,
+            cache_dir=cache_dir,
+            progress=_tqdm_progress(not args.quiet),
+            store=args.store,
+            execution=execution,
+            force=args.force,
+            rows=args.rows,
+        )
     _print_build(result, cache_dir)
     return 0
 
@@ -392,6 +437,21 @@ def _training_mode(args: argparse.Namespace):
     return spec
 
 
+def _default_classifier_of(args: argparse.Namespace) -> dict[str, Any]:
+    """Without ``--classifier`` (``train``, ``experiment``): set ``args.classifier`` to the classifier of
+    the feature set's config (:func:`~..settings.recommendation.default_classifier`), logged in one line,
+    and return its ``[classifier]`` parameters ({} when ``--classifier`` is given)."""
+    if getattr(args, "classifier", None) is not None:
+        return {}
+    from ..settings.recommendation import default_classifier
+    from ..storage.feature_store import load_feature_set
+
+    name, params, why = default_classifier(load_feature_set(args.featureset).config)
+    _log.info("classifier: %s (%s; --classifier to choose another)", name, why)
+    args.classifier = name
+    return params
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ..extraction.runner import Execution
     from ..storage.feature_store import load_feature_set
@@ -400,8 +460,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .workflows import train_model
 
     _check_seeds(args.seed)
+    table_params = _default_classifier_of(args)
     spec = _training_mode(args)
-    params = getattr(args, "params", None) or _params(args.param)
+    params = getattr(args, "params", None) or {**table_params, **_params(args.param)}
     search = _search_and_params(args, params)
     if search and (spec is not None or getattr(args, "streaming", False)):
         raise UsageError(
@@ -441,6 +502,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             combine=args.combine,
         )
     print(training_text(training, path))
+    _warn_pairing(feature_set.config, args.classifier)  # (after the work: an error stays the one line)
     if folds is not None:
         print(
             f"  calibrated probabilities: Platt scaling on the decision values of {folds} held-out folds "
@@ -507,8 +569,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if not 1 <= args.repeats <= MAX_REPEATS:
         raise UsageError(f"--repeats must be from 1 to {MAX_REPEATS}, not {args.repeats}")
     _check_seeds(args.seed, args.repeats)
+    table_params = _default_classifier_of(args)
     spec = _cluster_spec(args)
-    params = _params(args.param)
+    params = {**table_params, **_params(args.param)}
     search = _search_and_params(args, params)
     out = (
         Path(args.out)
@@ -549,6 +612,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             write_report(experiment.first, out, experiment=experiment)
     print(experiment_text(experiment))
     print(f"  report: {out / 'report.html'}")
+    _warn_pairing(feature_set.config, args.classifier)
     return 0
 
 
@@ -668,13 +732,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 1 if skipped else 0  # something asked for was not classified (listed on stderr)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """build-features, train and evaluate in one command, into one folder."""
+def _run_classifier(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """``run``'s classifier and parameters: ``--classifier``, else the config's ``[classifier]`` table
+    (the recommended pipeline's without ``--config``); ``--param`` over them. Logged in one line."""
     from ..settings.config import classifier_table
-    from .report import evaluation_text, training_text
-    from .workflows import run_pipeline
 
-    name, params = classifier_table(args.config)
+    name, params = classifier_table(_config_argument(args))
     if args.classifier is not None and args.classifier != name:
         name, params = args.classifier, {}  # the table's parameters belong to the table's classifier
     if name is None:
@@ -682,22 +745,49 @@ def cmd_run(args: argparse.Namespace) -> int:
             "name the classifier: --classifier NAME, or a [classifier] table in the config "
             '(name = "pmsvm", params = { ... })'
         )
-    params = {**params, **_params(args.param)}
-    search = _search_and_params(args, params)
-    config_name = Path(args.config).stem if args.config else "default"
+    return name, {**params, **_params(args.param)}
+
+
+def _warn_pairing(config: Any, classifier: str) -> None:
+    """One warning line when ``classifier`` suits the rows of ``config`` poorly (the report says it too)."""
+    from ..settings.recommendation import pairing_warning
+
+    advice = pairing_warning(config, classifier)
+    if advice is not None:
+        _log.warning("%s", advice)
+
+
+def _default_run_out(args: argparse.Namespace, name: str, params: dict[str, Any], search) -> Path:
+    """``runs/<dataset>-<config>-<classifier>[-<params>]``: readable, parameters rather than hashes."""
     from ..storage.output_guard import params_suffix
 
-    out = (
-        Path(args.out)
-        if args.out
-        else Path("runs")
-        / f"{Path(args.dataset).resolve().name}-{config_name}-{name}{params_suffix(_naming(params, search))}"
+    config_name = Path(_config_argument(args)).stem
+    return Path("runs") / (
+        f"{Path(args.dataset).resolve().name}-{config_name}-{name}{params_suffix(_naming(params, search))}"
     )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """build-features, train and evaluate in one command, into one folder."""
+    from .report import evaluation_text, training_text
+    from .workflows import run_pipeline
+
+    name, params = _run_classifier(args)
+    search = _search_and_params(args, params)
+    out = Path(args.out) if args.out else _default_run_out(args, name, params, search)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder for the run (features/, model.npz, report/)")
     config, _, cache_dir, execution = _build_options(args, out / "features")
     _check_combine_before_build(args.combine, config, name, args.config)
+
+    def begin(step: str) -> None:  # the config and classifier lines once every output is checked
+        if step == "build-features":
+            _log_config_choice(args)
+            if args.classifier is None:
+                _log.info("classifier: %s (the config's [classifier]; --classifier to choose another)", name)
+
     _check_seeds(0 if args.seed is None else args.seed)
+    folds = _probability_folds(args, None)
     with (
         _classifier_errors_as_usage_errors(name, str(out / "features"), _encoder_kind(config)),
         _writing("--out", out, "run folder"),
@@ -716,12 +806,26 @@ def cmd_run(args: argparse.Namespace) -> int:
             force=args.force,
             search=search,
             combine=args.combine,
+            probability_folds=folds,
+            step=begin,
         )
     _print_build(result.build, cache_dir)
     print(training_text(result.training, result.model))
     print(evaluation_text(result.evaluation, result.report))
     print(f"run folder: {out} (features/, model.npz, report/)")
+    _warn_pairing(config, name)  # (after the work: an error stays the one line; the report says it too)
+    proba = " --proba" if folds is not None else ""
+    print(
+        f"next, to classify new photos: classify-images predict {_shell_word(str(result.model))} PHOTO_OR_FOLDER{proba}"
+    )
     return 0
+
+
+def _shell_word(text: str) -> str:
+    """``text`` quoted for a POSIX shell when it needs to be (a command the user can paste)."""
+    import shlex
+
+    return shlex.quote(text)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -745,7 +849,9 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("dataset", help="folder with one sub-folder of images per class")
     parser.add_argument(
-        "--config", help="TOML config file, or a ready-made one by name: " + ", ".join(sorted(named_configs()))
+        "--config",
+        help=f"TOML config file, or a ready-made one by name (default: {RECOMMENDED_CONFIG}, the recommended "
+        "pipeline): " + ", ".join(sorted(named_configs())),
     )
     parser.add_argument("--out", help="feature-set folder (default: feature-sets/<dataset>-<config>)")
     parser.add_argument(
@@ -829,7 +935,12 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser, shared: str = "the d
 def _add_classifier_arguments(parser: argparse.ArgumentParser) -> None:
     """The feature set, the classifier and its parameters (``train``, ``experiment``)."""
     parser.add_argument("featureset", help="feature-set folder written by build-features")
-    parser.add_argument("--classifier", required=True, choices=sorted(CLASSIFIERS))
+    parser.add_argument(
+        "--classifier",
+        choices=sorted(CLASSIFIERS),
+        help="default: the [classifier] table of the shipped config the feature set was built with "
+        "(else the classifier its features call for: pmsvm for L1 histograms, linear otherwise)",
+    )
     parser.add_argument(
         "--param", action="append", metavar="KEY=VALUE", help="classifier parameter, repeatable (e.g. --param C=0.01)"
     )
@@ -1009,7 +1120,9 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         help="build-features + train + evaluate in one command",
         description="From a folder of class folders to a report in one command: build the "
         "feature set, train the classifier and evaluate it, into OUT/features, OUT/model.npz "
-        "and OUT/report. The classifier comes from --classifier/--param or from a [classifier] "
+        "and OUT/report. With no --config, the recommended pipeline ("
+        + RECOMMENDED_CONFIG
+        + "). The classifier comes from --classifier/--param or from the [classifier] "
         'table of the config (name = "pmsvm", params = { p = -8 }); --param overrides it.',
     )
     # every build-features option (the same argparse actions, so the two commands never drift apart)
@@ -1024,6 +1137,14 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "--seed", type=int, help="seed of the split (default: the config's) and of a randomised classifier (default: 0)"
     )
     parser.add_argument("--out", help="run folder (default: runs/<dataset>-<config>-<classifier>[-<params>])")
+    parser.add_argument(
+        "--probability",
+        action="store_true",
+        help="also calibrate probabilities (as train --probability), for predict --proba",
+    )
+    parser.add_argument(
+        "--calibration-folds", type=int, metavar="K", help="folds of --probability's calibration (default 5)"
+    )
     parser.set_defaults(func=cmd_run)
 
 

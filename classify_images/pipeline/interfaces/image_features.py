@@ -34,6 +34,7 @@ config says ``flip_test = "average"`` returns a pipeline that averages them itse
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from typing import Any
 
@@ -48,8 +49,11 @@ from ...errors import ClassifyImagesError
 from ..extraction.extractor import FeatureExtractor, check_image, readable_fingerprint
 from ..extraction.stages import StageCache
 from ..settings.config import ChannelsConfig, PipelineConfig, load_config
+from ..settings.defaults import RECOMMENDED_CONFIG, config_choice_line
 
 __all__ = ["ImageFeatures", "UnreadableImagesError", "load_image_model", "MirrorAveragedPipeline"]
+
+_log = logging.getLogger(__name__)
 
 #: Unreadable images named in an error message (the rest are counted).
 _NAMED_IN_ERRORS = 3
@@ -74,8 +78,10 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
 
     Parameters
     ----------
-    config : str, path-like or PipelineConfig, default="scspm"
-        The pipeline configuration: a ready-made config by name (``"scspm"``,
+    config : str, path-like or PipelineConfig, default=RECOMMENDED_CONFIG
+        The pipeline configuration; by default the recommended pipeline,
+        :data:`~classify_images.pipeline.settings.defaults.RECOMMENDED_CONFIG`
+        (``"fisher-flip-rootsift"``, the command line's default too).  A ready-made config by name (``"scspm"``,
         ``"bof-spm"``, … — :func:`~classify_images.pipeline.settings.config.named_configs`), a TOML
         file, or a :class:`~classify_images.pipeline.settings.config.PipelineConfig`.  Its
         ``[dataset]`` table is ignored.
@@ -134,7 +140,7 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
 
     def __init__(
         self,
-        config: str | os.PathLike | PipelineConfig = "scspm",
+        config: str | os.PathLike | PipelineConfig = RECOMMENDED_CONFIG,
         *,
         cache_dir: str | os.PathLike | bool | None = None,
         n_jobs: int = 1,
@@ -224,6 +230,8 @@ class ImageFeatures(TransformerMixin, BaseEstimator):
             raise ValueError("ImageFeatures.fit needs at least one image")
         from ..extraction.channels import ChannelExtractor, check_config_of
 
+        if isinstance(self.config, str) and self.config == RECOMMENDED_CONFIG:
+            _log.info("%s", config_choice_line(RECOMMENDED_CONFIG, chosen=False, how="ImageFeatures(config=...)"))
         config = self._read_config()
         cache = self._stage_cache(config)
         checked = check_config_of(config)  # ([[channel]] tables: the channel of the largest patch)

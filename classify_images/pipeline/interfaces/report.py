@@ -36,7 +36,7 @@ import numpy as np
 from ..storage.atomic import atomic_write, atomic_write_json
 from ..storage.output_guard import OutputFolder
 from ..training.evaluation import EXPERIMENT_NOTE, PREDICTIONS_FILE, Evaluation, Experiment, TrainingResult
-from .report_html import class_order, confusion_figure, params_text, render_html
+from .report_html import class_order, confusion_figure, params_text, pipeline_summary, render_html
 
 if TYPE_CHECKING:
     from ..extraction.build import BuildResult
@@ -65,14 +65,27 @@ def markdown_report(evaluation: Evaluation, experiment: Experiment | None = None
     """
     report = evaluation.to_dict()
     seconds = {key: None if report[key] is None else round(report[key], 4) for key in ("train_seconds", "test_seconds")}
+    summary = pipeline_summary(evaluation)
+    facts = [
+        *([f"- config: {summary['config']}"] if summary["config"] else []),
+        *([f"- dataset: {summary['dataset']}"] if summary["dataset"] else []),
+        *([f"- **warning:** {summary['advice']}"] if summary["advice"] else []),
+    ]
+    on = summary["dataset"] or report["feature_set"]  # the dataset folder, relative (not the feature set's path)
     if experiment is None:
-        lines = [f"# Evaluation: {report['classifier']} on {report['feature_set']}", ""]
+        lines = [
+            f"# Evaluation: {report['classifier']} on {on}",
+            "",
+            *facts,
+            *([""] if facts else []),
+        ]
         which = ""
     else:
         runs = experiment.runs
         lines = [
-            f"# Experiment: {report['classifier']} on {report['feature_set']}",
+            f"# Experiment: {report['classifier']} on {on}",
             "",
+            *facts,
             f"- mean per-class accuracy over {len(runs)} seeded splits: "
             f"**{100 * experiment.mean:.2f} ± {100 * experiment.std:.2f} %**",
             "- per split: " + ", ".join(f"seed {run.seed}: {100 * run.mean_per_class_accuracy:.2f} %" for run in runs),
@@ -177,7 +190,7 @@ def write_report(
     write_predictions(evaluation, out_dir / PREDICTIONS_FILE)
     with atomic_write(out_dir / "report.md", "w") as handle:
         handle.write(markdown_report(evaluation, experiment))
-    order = class_order(evaluation)
+    order = class_order(evaluation, experiment)
     mean = 100 * evaluation.mean_per_class_accuracy
     figure = confusion_figure(
         evaluation.confusion, evaluation.class_names, order, title=f"mean per-class accuracy {mean:.2f} %"

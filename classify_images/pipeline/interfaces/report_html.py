@@ -57,10 +57,49 @@ SCROLL_ROWS = 40
 THUMBNAIL_SIDE = 144
 
 
-def class_order(evaluation: Evaluation) -> np.ndarray:
-    """Class indices sorted by per-class accuracy, worst first (classes without test images last)."""
+def class_order(evaluation: Evaluation, experiment: Experiment | None = None) -> np.ndarray:
+    """Class indices sorted by per-class accuracy, worst first (classes without test images last):
+    of an ``experiment``'s splits, by the mean over them (one split is not the class's rank)."""
     rates = evaluation.per_class_accuracy
+    statistics = None if experiment is None or len(experiment.runs) < 2 else experiment.per_class_statistics()
+    if statistics is not None:
+        rates = statistics[0]
     return np.argsort(np.where(np.isnan(rates), np.inf, rates), kind="stable")
+
+
+def pipeline_summary(evaluation: Evaluation) -> dict[str, str | None]:
+    """What the report's header says of the pipeline: ``config`` (the shipped config the feature set
+    was built with, by its settings, or "own settings"), ``dataset`` (its folder relative to the
+    current one when below it, else its name) and ``advice`` (a classifier poorly suited to the
+    features: :func:`~classify_images.pipeline.settings.recommendation.pairing_warning`)."""
+    from ..settings.config import read_any_config
+    from ..settings.defaults import RECOMMENDED_CONFIG
+    from ..settings.recommendation import pairing_warning, shipped_config_name
+
+    config_text, advice = None, None
+    if evaluation.config:
+        name = shipped_config_name(evaluation.config)
+        config_text = (
+            "own settings (see Pipeline config)"
+            if name is None
+            else name + (" (the recommended pipeline)" if name == RECOMMENDED_CONFIG else "")
+        )
+        try:
+            advice = pairing_warning(read_any_config(evaluation.config, source="report"), evaluation.classifier)
+        except (ValueError, TypeError):
+            advice = None
+    return {"config": config_text, "dataset": dataset_display(evaluation.dataset), "advice": advice}
+
+
+def dataset_display(root: str | None) -> str | None:
+    """A dataset folder as the header shows it: relative to the current folder when below it, else its name."""
+    if not root:
+        return None
+    try:
+        relative = os.path.relpath(root)
+    except ValueError:  # another drive (Windows)
+        relative = root
+    return relative if not relative.startswith("..") and not os.path.isabs(relative) else Path(root).name
 
 
 class ConfusionFigure:
@@ -251,8 +290,13 @@ def _search_html(evaluation: Evaluation, experiment: Experiment | None = None) -
     warning = (
         edge_warning(evaluation.search) if experiment is None or len(experiment.runs) < 2 else experiment.edge_warning()
     )
+    which = (
+        ""
+        if experiment is None or len(experiment.runs) < 2
+        else f"Split of seed {experiment.runs[0].seed} (every split's choice: the Splits table): "
+    )
     return (
-        f'<p id="search">{_e(search_summary(evaluation.search))}'
+        f'<p id="search">{_e(which + search_summary(evaluation.search))}'
         + (f"<br><b>warning:</b> {_e(warning)}" if warning else "")
         + "</p>"
     )
@@ -279,20 +323,36 @@ def _top_k_text(evaluation: Evaluation, experiment: Experiment | None) -> str:
     )
 
 
+def _pipeline_html(summary: dict[str, str | None]) -> str:
+    """The header line naming the config and the dataset folder, and the pairing advice if any."""
+    facts = []
+    if summary["config"] is not None:
+        facts.append(f'config <b id="config-name">{_e(summary["config"])}</b>')
+    if summary["dataset"] is not None:
+        facts.append(f'dataset <code id="dataset">{_e(summary["dataset"])}</code>')
+    text = f'<p class="muted" id="pipeline">{" · ".join(facts)}</p>' if facts else ""
+    if summary["advice"]:
+        text += f'<p id="advice"><b>warning:</b> {_e(summary["advice"])}</p>'
+    return text
+
+
 def _runs_table(experiment: Experiment | None) -> str:
     if experiment is None:
         return ""
     ks = sorted(experiment.top_k_statistics())
+    chosen = sorted({key for run in experiment.runs for key in (run.chosen or {})})  # every split's own choice
     rows = "".join(
         f'<tr><td class="num">{run.seed}</td><td class="num">{100 * run.mean_per_class_accuracy:.2f} %</td>'
         + "".join(f'<td class="num">{100 * run.top_k_accuracy[k]:.2f} %</td>' for k in ks)
+        + "".join(f'<td class="num">{_e(str((run.chosen or {}).get(key, "–")))}</td>' for key in chosen)
         + f'<td class="num">{run.train_seconds:.2f}</td><td class="num">{run.test_seconds:.2f}</td></tr>'
         for run in experiment.runs
     )
     top_k = "".join(f"<th>top-{k} accuracy</th>" for k in ks)
+    chosen_header = "".join(f"<th>{_e(key)} chosen</th>" for key in chosen)
     return (
         '<h2>Splits</h2><table id="runs"><thead><tr><th>seed</th><th>mean per-class accuracy</th>'
-        f"{top_k}<th>train s</th><th>test s</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"{top_k}{chosen_header}<th>train s</th><th>test s</th></tr></thead><tbody>{rows}</tbody></table>"
         f'<p class="small muted">{_e(experiment.to_dict()["note"])}</p>'
     )
 
@@ -322,7 +382,8 @@ def _per_class_table(evaluation: Evaluation, order: np.ndarray, experiment: Expe
     if statistics is not None:
         first = experiment.runs[0].seed
         note += (
-            f'<p class="small muted">Bars, order, test images and mistakes: the split of seed {first}; '
+            f'<p class="small muted">Order: the mean over the {len(experiment.runs)} splits, worst first; '
+            f"bars, test images and mistakes: the split of seed {first}; "
             f"mean ± std: over the {len(experiment.runs)} splits (sample standard deviation).</p>"
         )
         header = f"<th>seed {first}</th><th></th><th>mean ± std, {len(experiment.runs)} splits</th>"
@@ -515,14 +576,18 @@ def render_html(
 
     ``out_dir``, the folder the page goes to, makes the gallery's links to the full images
     relative to it (:func:`image_href`)."""
-    order = class_order(evaluation)
-    title = f"{evaluation.classifier} on {evaluation.feature_set}"
+    order = class_order(evaluation, experiment)
+    summary = pipeline_summary(evaluation)
+    title = f"{evaluation.classifier} on {summary['dataset'] or evaluation.feature_set}"
+    if summary["config"] is not None and not summary["config"].startswith("own settings"):
+        title = f"{summary['config'].split(' (')[0]} + {title}"  # fisher-flip-rootsift + linear on my-photos
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<link rel="icon" href="data:,">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
+        + _pipeline_html(summary)
         + _headline(evaluation, experiment)
         + _runs_table(experiment)
         + _per_class_table(evaluation, order, experiment)

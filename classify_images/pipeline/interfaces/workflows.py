@@ -227,34 +227,34 @@ def run_experiment_on(
 # ------------------------------------------------------------------------ prediction
 def find_images(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
     """Image files named by ``arguments`` (files, and folders searched recursively for files with
-    an image extension, hidden ones excepted), and the arguments that cannot be images, with why."""
-    from ..settings.dataset import IMAGE_EXTENSIONS
+    an image extension, hidden ones excepted: :func:`~..settings.dataset.walk_image_files`), and the
+    arguments and files in the folders that cannot be images, with why."""
+    from ..settings.dataset import IMAGE_EXTENSIONS, UNSUPPORTED_IMAGE_EXTENSIONS, walk_image_files
 
     extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
     files, skipped = [], []
     for argument in arguments:
         if os.path.isdir(argument):
-            found = []
-            for folder, subfolders, names in os.walk(argument):
-                subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
-                for name in names:
-                    path = os.path.join(folder, name)
-                    if name.startswith(".") or os.path.splitext(name)[1].lower() not in IMAGE_EXTENSIONS:
-                        continue
-                    if os.path.isfile(path):
-                        found.append(path)
-                    else:
-                        skipped.append({"path": path, "reason": _not_a_file_reason(path)})
+            found, passed_over = walk_image_files(argument)  # the rule of build-features' class folders
+            skipped += [{**entry, "path": os.path.join(argument, entry["path"])} for entry in passed_over]
             if not found:
                 skipped.append({"path": argument, "reason": f"folder holds no image file ({extensions})"})
-            files += sorted(found)
+            files += [os.path.join(argument, os.path.relpath(f, argument)) for f in found]
         elif os.path.isfile(argument):
-            if os.path.splitext(argument)[1].lower() in IMAGE_EXTENSIONS:
+            suffix = os.path.splitext(argument)[1].lower()
+            if suffix in IMAGE_EXTENSIONS:
                 files.append(argument)
+            elif suffix in UNSUPPORTED_IMAGE_EXTENSIONS:
+                kind = UNSUPPORTED_IMAGE_EXTENSIONS[suffix]
+                skipped.append(
+                    {"path": argument, "reason": f"unsupported format ({kind}): convert it to JPEG or PNG to use it"}
+                )
             else:
                 skipped.append({"path": argument, "reason": f"not an image file extension ({extensions})"})
         else:
             skipped.append({"path": argument, "reason": _not_a_file_reason(argument)})
+    listed: set[str] = set()  # a file named and also found in a folder given: listed once
+    skipped = [entry for entry in skipped if not (entry["path"] in listed or listed.add(entry["path"]))]
     return files, skipped
 
 
@@ -404,6 +404,7 @@ def run_pipeline(
     force: bool = False,
     search: dict[str, list] | None = None,
     combine: str | None = None,
+    probability_folds: int | None = None,
 ) -> RunResult:
     """Build the feature set of ``dataset``, train ``classifier`` on it and evaluate it, into
     ``out``: ``out/features/``, ``out/model.npz``, ``out/report/`` (VLFeat's ``phow_caltech101``
@@ -418,6 +419,9 @@ def run_pipeline(
     config : PipelineConfig or ChannelsConfig
     classifier, params, seed, search, combine
         As :func:`train_model` (``combine``: a config with ``[[channel]]`` tables).
+    probability_folds : int, optional
+        Also calibrate probabilities (Platt scaling on this many held-out folds), as
+        :func:`train_model`.
     execution : Execution, optional
         Where the per-image work and the training run (default: this machine, one process).
     cache_dir, store, progress, verbose
@@ -462,6 +466,7 @@ def run_pipeline(
         "search": search,
         "seed": seed,
         **({"combine": combine} if combine is not None else {}),
+        **({"probability_folds": probability_folds} if probability_folds is not None else {}),
     }
     names = ("features", "model.npz", "report")
     folder = OutputFolder(out, names, "run", parts=names, run=run)
@@ -470,7 +475,7 @@ def run_pipeline(
     check_destination(out / "features", dataset, force=force)
     check_output_file(out / "model.npz", "model file", force=force)
     report.check(force)
-    folder.claim(force)
+    folder.claim(force, until_finished=True)  # a failure before finish() never blocks its own retry
     with verbose_output(verbose):
         begin("build-features")
         built = build_feature_set(
@@ -495,6 +500,7 @@ def run_pipeline(
             execution=execution,
             search=search,
             combine=combine,
+            probability_folds=probability_folds,
         )
         begin("evaluate")
         model, meta = load_model(model_path)
@@ -502,4 +508,5 @@ def run_pipeline(
         report.check(force)
         with report.claim(force):
             write_report(evaluation, out / "report")
+    folder.finish()
     return RunResult(built, training, evaluation, built.path, model_path, out / "report")

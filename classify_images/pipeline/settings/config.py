@@ -207,6 +207,10 @@ class DatasetConfig:
     )
     #: seed of the split
     seed: int = _setting(0, _constrained(_count(0, MAX_SEED)))
+    #: fraction of each class for training (``--protocol half``: 0.5), instead of ``train_per_class``
+    train_fraction: float | None = _setting(
+        None, _constrained(Interval(Real, 0, 1, closed="neither"), None), semantic="unless-default"
+    )
 
 
 @dataclass(frozen=True)

@@ -35,19 +35,40 @@ from ...files import describe_file_kind, open_regular_file
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "UNSUPPORTED_IMAGE_EXTENSIONS",
     "BACKGROUND_CLASSES",
     "DatasetError",
     "Dataset",
     "discover_dataset",
+    "check_dataset_folder",
+    "walk_image_files",
     "split_indices",
+    "train_counts",
     "file_fingerprint",
     "dataset_digest",
 ]
 
 IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp"}
+    {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".pgm", ".ppm", ".pbm", ".tif", ".tiff", ".webp", ".avif"}
 )
 BACKGROUND_CLASSES = frozenset({"BACKGROUND_Google"})
+#: Photograph formats cameras and phones write that the image reader (OpenCV 5 here, Pillow without
+#: plugins) cannot decode: listed as skipped with the advice to convert them, never ignored (AVIF it
+#: reads: an image extension).
+UNSUPPORTED_IMAGE_EXTENSIONS = {
+    ".heic": "HEIC/HEIF",
+    ".heif": "HEIC/HEIF",
+    ".hif": "HEIC/HEIF",
+    ".jxl": "JPEG XL",
+    ".dng": "camera raw (DNG)",
+    ".cr2": "camera raw (CR2)",
+    ".cr3": "camera raw (CR3)",
+    ".nef": "camera raw (NEF)",
+    ".arw": "camera raw (ARW)",
+    ".orf": "camera raw (ORF)",
+    ".rw2": "camera raw (RW2)",
+    ".raf": "camera raw (RAF)",
+}
 
 
 class DatasetError(ClassifyImagesError, ValueError):
@@ -64,12 +85,13 @@ class Dataset:
     class_names : list of str
         Sorted class folder names.
     paths : list of str
-        Image paths relative to ``root`` (``class/file``), sorted.
+        Image paths relative to ``root`` (``class/file``, ``class/sub-folder/file``), sorted.
     labels : ndarray of int64
         Index into ``class_names`` of each path.
     unusable : list of dict
-        Image names that are not files that can be read — a symbolic link whose target is
-        missing, a symbolic-link loop — as ``{"path", "reason"}`` (listed as skipped).
+        Files that are not used, as ``{"path", "reason"}`` (listed as skipped): a format the
+        reader cannot decode (HEIC, camera raw), another extension, a file beside the class
+        folders, a symbolic link whose target is missing, a symbolic-link loop.
     """
 
     root: Path
@@ -86,8 +108,11 @@ class Dataset:
 def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) -> Dataset:
     """List the classes and images of ``root``.
 
-    Image files are recognised by extension, case-insensitively
-    (:data:`IMAGE_EXTENSIONS`); hidden files and folders are ignored.
+    Each class folder is searched recursively (:func:`walk_image_files`, the rule ``predict``
+    follows too); image files are recognised by extension, case-insensitively
+    (:data:`IMAGE_EXTENSIONS`); hidden files and folders are ignored.  Every other file — in a
+    class folder, or beside the class folders — is listed in :attr:`Dataset.unusable` with its
+    reason (an unsupported format such as HEIC, another extension, a broken link).
 
     Raises
     ------
@@ -95,26 +120,21 @@ def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) 
         ``root`` missing or not a folder, no class folder, fewer than two classes
         with images.
     """
-    root = Path(root)
-    if not root.exists():
-        raise DatasetError(f"dataset folder {root} does not exist")
-    if not root.is_dir():
-        raise DatasetError(f"dataset {root} is not a folder (expected a folder of class folders)")
+    root = check_dataset_folder(root)
     class_dirs = sorted(entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
     if not keep_background:
         class_dirs = [d for d in class_dirs if d.name not in BACKGROUND_CLASSES]
     class_names, paths, labels = [], [], []
-    empty, unusable = [], []
+    empty: list[str] = []
+    unusable = [
+        {"path": entry.name, "reason": "not in a class folder (each class is a sub-folder of the dataset)"}
+        for entry in sorted(root.iterdir())
+        if not entry.name.startswith(".") and not entry.is_dir()
+    ]
     for class_dir in class_dirs:
-        candidates = [
-            f for f in class_dir.iterdir() if not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTENSIONS
-        ]
-        files = sorted(f.name for f in candidates if f.is_file())
-        unusable += [
-            {"path": f"{class_dir.name}/{f.name}", "reason": reason}
-            for f in sorted(candidates)
-            if (reason := _unusable_reason(f)) is not None
-        ]
+        found, passed_over = walk_image_files(class_dir)
+        files = [f.relative_to(class_dir).as_posix() for f in found]
+        unusable += [{**entry, "path": f"{class_dir.name}/{entry['path']}"} for entry in passed_over]
         if not files:
             empty.append(class_dir.name)
             continue
@@ -136,6 +156,72 @@ def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) 
     )
 
 
+def check_dataset_folder(root: str | os.PathLike) -> Path:
+    """``root`` as a Path, or :class:`DatasetError` when it is missing or not a folder."""
+    root = Path(root)
+    if not root.exists():
+        raise DatasetError(f"dataset folder {root} does not exist")
+    if not root.is_dir():
+        raise DatasetError(f"dataset {root} is not a folder (expected a folder of class folders)")
+    return root
+
+
+def walk_image_files(folder: str | os.PathLike) -> tuple[list[Path], list[dict[str, str]]]:
+    """The image files under ``folder``, searched recursively, and every other file with why it is not used.
+
+    The one rule of every command that reads folders of images (``build-features``, ``run``,
+    ``predict``): sub-folders are searched (a class folder's ``2019/`` holds photos of the class);
+    hidden files and folders (``.DS_Store``, ``.thumbnails/``) are not images and are not listed;
+    every other file that is not read is listed, as ``{"path", "reason"}`` with ``path`` relative to
+    ``folder``: a format the reader cannot decode (HEIC/HEIF, camera raw, …:
+    :data:`UNSUPPORTED_IMAGE_EXTENSIONS`), another extension, a broken link, a FIFO.
+
+    Returns
+    -------
+    files : list of Path
+        Regular files with an extension of :data:`IMAGE_EXTENSIONS` (case-insensitive), sorted by
+        their relative path.
+    passed_over : list of dict
+        The other non-hidden entries, sorted by path.
+    """
+    folder = Path(folder)
+    files: list[Path] = []
+    passed_over: list[dict[str, str]] = []
+    for parent, subfolders, names in os.walk(folder, followlinks=False):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            path = Path(parent) / name
+            relative = path.relative_to(folder).as_posix()
+            suffix = path.suffix.lower()
+            if suffix in IMAGE_EXTENSIONS:
+                reason = _unusable_reason(path)
+                if reason is None:
+                    files.append(path)
+                else:
+                    passed_over.append({"path": relative, "reason": reason})
+            elif suffix in UNSUPPORTED_IMAGE_EXTENSIONS:
+                kind = UNSUPPORTED_IMAGE_EXTENSIONS[suffix]
+                passed_over.append(
+                    {"path": relative, "reason": f"unsupported format ({kind}): convert it to JPEG or PNG to use it"}
+                )
+            else:
+                passed_over.append({"path": relative, "reason": f"not an image file extension ({suffix or 'none'})"})
+        for sub in list(subfolders):  # a link to a folder is listed by os.walk among the folders
+            if (Path(parent) / sub).is_symlink():
+                subfolders.remove(sub)
+                passed_over.append(
+                    {
+                        "path": (Path(parent) / sub).relative_to(folder).as_posix(),
+                        "reason": "symbolic link to a folder (not followed)",
+                    }
+                )
+    files.sort(key=lambda f: f.relative_to(folder).as_posix())
+    passed_over.sort(key=lambda e: e["path"])
+    return files, passed_over
+
+
 def _unusable_reason(entry: Path) -> str | None:
     """Why an entry with an image extension is not a readable file (None: it is a file)."""
     if entry.is_file():
@@ -154,9 +240,13 @@ def _unusable_reason(entry: Path) -> str | None:
 
 
 def split_indices(
-    labels: np.ndarray, n_train: int, n_test: int | None = None, seed: int = 0
+    labels: np.ndarray, n_train: int, n_test: int | None = None, seed: int = 0, *, train_fraction: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Seeded per-class split: ``n_train`` images per class for training, the rest (≤ ``n_test``) for testing.
+
+    With ``train_fraction``, class ``c`` of ``k_c`` items gives ``clip(floor(train_fraction · k_c), 1,
+    k_c - 1)`` items to training instead (:func:`train_counts`): each class keeps its share, and a
+    small class does not cut the training sets of the others.
 
     Parameters
     ----------
@@ -186,7 +276,12 @@ def split_indices(
     rng = np.random.default_rng(seed)
     train, test = [], []
     classes, counts = np.unique(labels, return_counts=True)
-    too_small = [(int(c), int(k)) for c, k in zip(classes, counts) if k < n_train + 1]
+    if train_fraction is not None:
+        too_small = [(int(c), int(k)) for c, k in zip(classes, counts) if k < 2]
+        n_train_of = dict(zip(classes.tolist(), train_counts(counts, train_fraction)))
+    else:
+        too_small = [(int(c), int(k)) for c, k in zip(classes, counts) if k < n_train + 1]
+        n_train_of = dict.fromkeys(classes.tolist(), n_train)
     if too_small:
         smallest = min(k for _, k in too_small)
         if smallest < 2:
@@ -196,15 +291,21 @@ def split_indices(
             )
         raise DatasetError(
             f"{len(too_small)} class(es) have fewer than {n_train + 1} images (smallest: {smallest}); "
-            f"lower --train-per-class to at most {smallest - 1}"
+            f"use --protocol half (half of each class for training) or lower --train-per-class to at most {smallest - 1}"
         )
     for c in classes:
         members = np.flatnonzero(labels == c)
         order = rng.permutation(members)
-        train.append(order[:n_train])
-        rest = order[n_train:]
+        train.append(order[: n_train_of[c.item()]])
+        rest = order[n_train_of[c.item()] :]
         test.append(rest if n_test is None else rest[:n_test])
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+def train_counts(class_counts: np.ndarray, train_fraction: float) -> list[int]:
+    """Training items per class under ``train_fraction``: ``floor(fraction · k)``, at least 1 and at
+    most ``k - 1`` (a test item per class)."""
+    return [int(min(max(1, int(train_fraction * int(k))), int(k) - 1)) for k in class_counts]
 
 
 def file_fingerprint(path: str | os.PathLike) -> str:

@@ -10,8 +10,10 @@ here, with one for a small folder of a user's own photos:
 ``caltech101-15``, ``caltech101-30``
     Caltech-101 [2]_ [3]_: 15 or 30 training images per class, at most 50 for testing.
 ``half``
-    half of the smallest class for training (at least one image; the same count in every class,
-    so that no class is favoured by a larger training set), all the rest for testing.
+    half of each class for training (at least one image, at least one left for testing), all the
+    rest for testing: every class keeps its share, so a class of 3 photos does not cut the training
+    sets of the classes of 40 (a warning names a class far smaller than the others:
+    :func:`small_classes`).
 
 A class with fewer images than a protocol asks for testing is kept with a smaller test set,
 with one warning line (:func:`short_classes`, a ``UserWarning`` of the build); a class without the
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 
 from ...errors import ClassifyImagesError
 
-__all__ = ["Protocol", "PROTOCOLS", "ProtocolError", "protocol_split", "short_classes"]
+__all__ = ["Protocol", "PROTOCOLS", "ProtocolError", "protocol_split", "short_classes", "small_classes"]
 
 
 class ProtocolError(ClassifyImagesError, ValueError):
@@ -47,9 +49,10 @@ class ProtocolError(ClassifyImagesError, ValueError):
 class Protocol:
     """A named train/test protocol."""
 
-    train_per_class: int | None  #: training images per class (None: half of the smallest class, at least 1)
+    train_per_class: int | None  #: training images per class (None: :attr:`train_fraction` of each class)
     test_per_class: int | None  #: cap on the test images per class (None: all the rest)
     description: str  #: one line for ``--help``
+    train_fraction: float | None = None  #: fraction of each class for training (``train_per_class`` None)
 
 
 #: The protocols ``--protocol`` knows, by name.
@@ -60,15 +63,17 @@ PROTOCOLS: dict[str, Protocol] = {
     "half": Protocol(
         None,
         None,
-        "a small folder of your own photos: half of the smallest class for training "
-        "(the same count in every class), all the rest for testing",
+        "a folder of your own photos: half of each class for training, all the rest for testing",
+        train_fraction=0.5,
     ),
 }
 
 
 def protocol_split(name: str, class_counts: Sequence[int]) -> tuple[int, int | None]:
     """``(train_per_class, test_per_class)`` of protocol ``name`` for classes of ``class_counts``
-    images (``test_per_class`` None: all the rest).
+    images (``test_per_class`` None: all the rest).  For a protocol of a training fraction
+    (``half``), ``train_per_class`` is the smallest class's training count (the split gives each
+    class its own: :func:`~classify_images.pipeline.settings.dataset.train_counts`).
 
     Raises
     ------
@@ -80,8 +85,24 @@ def protocol_split(name: str, class_counts: Sequence[int]) -> tuple[int, int | N
     protocol = PROTOCOLS[name]
     train = protocol.train_per_class
     if train is None:
-        train = max(1, min(int(k) for k in class_counts) // 2)
+        smallest = min(int(k) for k in class_counts)
+        train = max(1, min(int(protocol.train_fraction * smallest), smallest - 1))
     return train, protocol.test_per_class
+
+
+def small_classes(class_names: Sequence[str], train_counts: Sequence[int]) -> str | None:
+    """One line naming the classes with fewer than half the median class's training images (they
+    will be learnt poorly: a limit on the accuracy the others do not share), or None."""
+    counts = sorted(int(k) for k in train_counts)
+    median = counts[len(counts) // 2]
+    small = [(name, int(k)) for name, k in zip(class_names, train_counts) if 2 * int(k) < median]
+    if not small:
+        return None
+    named = ", ".join(f"{name} ({k})" for name, k in small[:5]) + (" …" if len(small) > 5 else "")
+    return (
+        f"{len(small)} class(es) have far fewer training images than the others (median {median}): {named}; "
+        "they will be recognised less well: add photos to them"
+    )
 
 
 def short_classes(

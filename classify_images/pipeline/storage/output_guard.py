@@ -374,7 +374,13 @@ class OutputFolder:
                     f"to the {self.kind}",
                     force=False,
                 )
-            if not force and self.run is not None and marker.get("run_digest") not in (None, _run_digest(self.run)):
+            unfinished = marker.get("finished") is False  # a run that failed: its retry may take the folder back
+            if (
+                not force
+                and self.run is not None
+                and marker.get("run_digest") not in (None, _run_digest(self.run))
+                and not unfinished
+            ):
                 raise self._refuse(f"it holds the {self.kind} of another run ({marker.get('run', 'unknown')})")
         foreign = self._foreign(marker, present)
         folders = [name for name in foreign if name in self.files and os.path.isdir(path / name)]
@@ -391,12 +397,16 @@ class OutputFolder:
             )
         return path
 
-    def claim(self, force: bool = False) -> OutputFolder:
+    def claim(self, force: bool = False, *, until_finished: bool = False) -> OutputFolder:
         """Create the folder if needed, keep aside each file of :attr:`names` that is not ours (with
         ``force``; without, such a file is refused as by :meth:`check`), and record :attr:`names` in the marker before
         the first of them is written.  Use as ``with folder.claim():`` around the writes: each file's
         identity is recorded before it replaces the old one, so a crash at any moment leaves every
-        file of ours recorded (and the old identities are dropped on leaving the block)."""
+        file of ours recorded (and the old identities are dropped on leaving the block).
+
+        ``until_finished``: the run is recorded as unfinished until :meth:`finish`; a command that
+        fails in between leaves a folder its retry with other settings may write into (the run
+        recorded there never completed, so no finished run is replaced)."""
         self.path.mkdir(parents=True, exist_ok=True)
         marker = read_marker(self.path)
         before = marker or {"files": [], "written": {}}
@@ -416,13 +426,23 @@ class OutputFolder:
             ours = [identity for identity in identities if _is_ours(self.path / name, [identity], self._hashed)]
             if ours:
                 written[name] = ours[:1]
-        self._write_marker(sorted(set(before["files"]) | set(self.names)), written)
+        self._write_marker(sorted(set(before["files"]) | set(self.names)), written, unfinished=until_finished)
         return self
 
-    def _write_marker(self, files: list[str], written: dict[str, list], *, durable: bool = True) -> None:
+    def finish(self) -> None:
+        """Record the run claimed with ``until_finished`` as finished (:meth:`claim`)."""
+        marker = read_marker(self.path)
+        if marker is not None:
+            self._write_marker(marker["files"], marker["written"])
+
+    def _write_marker(
+        self, files: list[str], written: dict[str, list], *, durable: bool = True, unfinished: bool = False
+    ) -> None:
         marker = {"format": MARKER_FORMAT, "format_version": 2, "kind": self.kind, "files": files}
         if self.run is not None:
             marker["run_digest"], marker["run"] = _run_digest(self.run), _run_text(self.run)
+        if unfinished:
+            marker["finished"] = False
         marker["written"] = written
         atomic_write_json(self.path / MARKER, marker, durable=durable)
         with contextlib.suppress(FileNotFoundError):  # (folded into the marker just written)
@@ -456,7 +476,7 @@ class OutputFolder:
                 ours = [identity for identity in identities if _is_ours(self.path / name, [identity], self._hashed)]
                 if ours:
                     written[name] = ours[:1]
-            self._write_marker(marker["files"], written)
+            self._write_marker(marker["files"], written, unfinished=marker.get("finished") is False)
 
 
 #: What ``--force`` does, in a refusal.
@@ -468,6 +488,10 @@ def _not_ours_text(present: set[str]) -> str:
     if not others:
         return f"its {MARKER} is not one classify-images wrote"
     return f"it holds files classify-images did not write ({_listing(others)})"
+
+    def finish(self) -> Path:
+        """Record the run claimed with ``until_finished`` as finished (:meth:`claim`)."""
+        return self.claim()
 
 
 def _run_text(run: Any) -> str:
@@ -536,12 +560,18 @@ def params_suffix(params: dict[str, Any] | None) -> str:
     or ``-p<8 hex digits of their hash>`` when that would be long or not portable."""
     if not params:
         return ""
-    text = "-".join(f"{key}={json.dumps(value, sort_keys=True)}" for key, value in sorted(params.items()))
-    text = text.replace('"', "")
-    if len(text) <= 40 and re.fullmatch(r"[A-Za-z0-9_.=+\-]+", text):
+    text = "-".join(f"{key}={_value_text(value)}" for key, value in sorted(params.items()))
+    if len(text) <= 40 and re.fullmatch(r"[A-Za-z0-9_.,=+\-]+", text):
         return "-" + text
     digest = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
     return f"-p{digest}"
+
+
+def _value_text(value: Any) -> str:
+    """A parameter value in a folder name: a list as its values joined by commas (``C=1,10,100``)."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(_value_text(v) for v in value)
+    return json.dumps(value, sort_keys=True).replace('"', "")
 
 
 def check_cache_folder(path: str | os.PathLike) -> Path:

@@ -80,7 +80,10 @@ PREDICTIONS_FILE = "predictions.csv"
 TOP_K = (1, 3, 5)
 
 #: What :func:`run_experiment` re-uses from the first split, stated in its JSON form.
-EXPERIMENT_NOTE = "re-splits of the stored rows; the codebook was learnt from the first split's training images only"
+EXPERIMENT_NOTE = (
+    "re-splits of the stored rows (seed S re-draws the build's split when the build used seed S and kept all "
+    "the rest for testing); the codebook was learnt from the build's training images only"
+)
 
 
 def _seconds(value: float | None) -> float | None:
@@ -483,6 +486,8 @@ class Evaluation:
     date: str | None = None  #: when the evaluation ran (ISO 8601, UTC)
     #: the channel combination of a multi-channel model (``{"rule", "channels"}``; None: rows as stored)
     combine: dict | None = None
+    #: the dataset folder the feature set was built from (as its manifest records it; None: not recorded)
+    dataset: str | None = None
 
     def most_confused(self, limit: int = 20) -> list[dict[str, Any]]:
         """The largest off-diagonal cells: ``true`` predicted as ``predicted``, ``count`` times.
@@ -537,19 +542,23 @@ class Evaluation:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the content of ``report.json``)."""
-        return _json_form(
-            self,
-            "classifier params feature_set config_hash n_train n_test n_features mean_per_class_accuracy "
-            "overall_accuracy top_k_accuracy per_class_accuracy class_names confusion train_seconds test_seconds "
-            "most_confused misclassified predictions config search versions date",
-            top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
-            per_class_accuracy={name: float(rate) for name, rate in zip(self.class_names, self.per_class_accuracy)},
-            confusion=self.confusion.tolist(),
-            test_seconds=_seconds(self.test_seconds),
-            most_confused=self.most_confused(),
-            misclassified=self.misclassified(),
-            predictions=PREDICTIONS_FILE if self.predictions is not None else None,
-        ) | _combine_entry(self.combine)
+        return (
+            _json_form(
+                self,
+                "classifier params feature_set config_hash n_train n_test n_features mean_per_class_accuracy "
+                "overall_accuracy top_k_accuracy per_class_accuracy class_names confusion train_seconds test_seconds "
+                "most_confused misclassified predictions config search versions date",
+                top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
+                per_class_accuracy={name: float(rate) for name, rate in zip(self.class_names, self.per_class_accuracy)},
+                confusion=self.confusion.tolist(),
+                test_seconds=_seconds(self.test_seconds),
+                most_confused=self.most_confused(),
+                misclassified=self.misclassified(),
+                predictions=PREDICTIONS_FILE if self.predictions is not None else None,
+            )
+            | _combine_entry(self.combine)
+            | ({"dataset": self.dataset} if self.dataset is not None else {})
+        )
 
 
 def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluation:
@@ -645,7 +654,15 @@ def _evaluation(
         versions=library_versions(),
         date=_now(),
         combine=combine,
+        dataset=_dataset_root(feature_set.manifest),
     )
+
+
+def _dataset_root(manifest: dict) -> str | None:
+    """The dataset folder a manifest records (None when it records none, or not as text)."""
+    dataset = manifest.get("dataset")
+    root = dataset.get("root") if isinstance(dataset, dict) else None
+    return root if isinstance(root, str) else None
 
 
 @dataclass(frozen=True)
@@ -812,12 +829,22 @@ def run_experiment(
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
     paths_all = feature_set.train_paths + feature_set.test_paths
     split = feature_set.manifest["split"]
+    # the rows in the order the build split them (by class, then path): seed S re-draws the build's own
+    # split when the build used seed S and kept all the rest for testing (no test cap left images out)
+    build_order = np.asarray(sorted(range(len(paths_all)), key=lambda i: (int(y_all[i]), paths_all[i])), dtype=np.int64)
     runs = []
     first = None
     seeds = range(first_seed, first_seed + repeats)
     for seed in progress(seeds) if progress else seeds:
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
-        train, test = split_indices(y_all, split["train_per_class"], split["test_per_class"], seed)
+        train, test = split_indices(
+            y_all[build_order],
+            split["train_per_class"],
+            split["test_per_class"],
+            seed,
+            train_fraction=split.get("train_fraction"),
+        )
+        train, test = np.sort(build_order[train]), np.sort(build_order[test])
         X_train = _in_place(
             combined, rows_and_mirrors(feature_set, train) if augment.flip_train else feature_set.pooled_rows(train)
         )
