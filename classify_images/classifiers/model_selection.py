@@ -60,6 +60,7 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from .._log import fits_summarised
 from ..errors import ClassifyImagesError
 from .eigenbasis import gram_matrix
+from .registry import MAX_SEARCH_POINTS
 
 __all__ = [
     "SearchError",
@@ -192,11 +193,6 @@ def _check_grid(estimator: Any, grid: dict[str, list]) -> dict[str, list]:
         except (ValueError, TypeError) as exc:
             raise SearchError(f"--search {name}=...: {str(exc).splitlines()[0]}") from None
     return {name: list(values) for name, values in grid.items()}
-
-
-#: Points of a grid (the product of the numbers of values) :func:`search_parameters` searches at
-#: most: each is a cross-validated fit, so 1000 points is already hours of work on a large feature set.
-MAX_SEARCH_POINTS = 1000
 
 
 def _points(grid: dict[str, list]) -> list[dict[str, Any]]:

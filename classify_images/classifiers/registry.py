@@ -70,6 +70,12 @@ def classifier_name(estimator: Any) -> str:
 #: hundred classes fits; 100 000 minus signs would exhaust the parser's memory).
 MAX_PARAM_CHARS = 10_000
 
+#: Points of a grid (the product of the numbers of values) a search tries at most
+#: (:func:`~classify_images.classifiers.model_selection.search_parameters`): each is a
+#: cross-validated fit, so 1000 points is already hours of work on a large feature set. Here, with
+#: the parameter parsing, so the command line can check a grid without importing scikit-learn.
+MAX_SEARCH_POINTS = 1000
+
 
 def parse_param(text: str) -> tuple[str, Any]:
     """Parse a ``key=value`` command-line parameter.

@@ -23,7 +23,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 
-from ...classifiers.model_selection import MAX_SEARCH_POINTS
+from ...classifiers.registry import MAX_SEARCH_POINTS
 from ...errors import ClassifyImagesError
 
 __all__ = [

@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...coding.product_quantizer import ProductQuantizer, RowCodecError, to_float16
+from ...errors import ClassifyImagesError
 from ...files import load_npy_checked, load_npz_checked, open_regular_file
 
 __all__ = [
@@ -59,7 +60,7 @@ _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 _CSR_KEYS = ("data", "indices", "indptr", "shape")
 
 
-class StoredFormError(ValueError):
+class StoredFormError(ClassifyImagesError, ValueError):
     """A shard's stored array is not what its codec writes (the shard store names the file).
 
     The message follows the file's name: ``"<name> is float64 (3, 4), expected ..."``, or, with
