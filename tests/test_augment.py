@@ -185,7 +185,7 @@ def test_the_shipped_flip_config_shares_the_fisher_cache():
 def test_averaging_is_the_mean_of_the_two_decision_functions(built, tmp_path):
     fs = built["augmented"]
     model = tmp_path / "m.npz"
-    assert main(["train", str(fs.path), "--classifier", "linear", "--out", str(model), "-q"]) == 0
+    assert main(["train", str(fs.path), "--classifier", "linear", "--param", "C=auto", "--out", str(model), "-q"]) == 0
     from classify_images.pipeline.training.model_file import load_model
 
     classifier, meta = load_model(model)
@@ -221,7 +221,7 @@ def test_cli_round_trip_and_predict_averages_with_the_mirror(dataset, built, tmp
 
     fs = built["augmented"]
     model = tmp_path / "m.npz"
-    assert main(["train", str(fs.path), "--classifier", "linear", "--out", str(model), "-q"]) == 0
+    assert main(["train", str(fs.path), "--classifier", "linear", "--param", "C=auto", "--out", str(model), "-q"]) == 0
     assert main(["evaluate", str(fs.path), str(model), "--out", str(tmp_path / "rep"), "-q"]) == 0
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["n_test"] == len(fs.y_test)

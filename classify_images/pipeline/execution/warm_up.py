@@ -58,9 +58,19 @@ def synthetic_image(largest_patch: int, seed: int = 0) -> np.ndarray:
     return np.ascontiguousarray(smooth, dtype=np.float32)
 
 
+def synthetic_input(sift: dict) -> np.ndarray:
+    """:func:`synthetic_image` in the form the descriptor of ``sift`` reads: grey (H, W), or RGB
+    (H, W, 3) for a colour space (``[sift] color``), its three channels different textures."""
+    descriptor = make_descriptor(sift)
+    largest = max(sift["patch_sizes"])
+    if not descriptor.needs_colour:
+        return synthetic_image(largest)
+    return np.ascontiguousarray(np.stack([synthetic_image(largest, seed) for seed in range(3)], axis=2))
+
+
 def warm_descriptors(sift: dict) -> None:
     """Compile the descriptor's kernels (dense SIFT with the ``[sift]`` table ``sift``)."""
-    make_descriptor(sift).compute(synthetic_image(max(sift["patch_sizes"])))
+    make_descriptor(sift).compute(synthetic_input(sift))
 
 
 def warm_encoding(extractor) -> None:
@@ -72,14 +82,14 @@ def warm_encoding(extractor) -> None:
 
 
 def _encode_synthetic(sift: dict, encoder: Encoder, coder, pyramid) -> None:
-    image = synthetic_image(max(sift["patch_sizes"]))
+    image = synthetic_input(sift)
     result = make_descriptor(sift).compute(image)
     item = encoder.cached_item(
         coder,
         dequantize_descriptors(quantize_descriptors(result.descriptors)),
         result.x,
         result.y,
-        image.shape,
+        image.shape[:2],
         **encoder.cache_dependencies(pyramid),
     )
     encoder.pool(coder, item, pyramid)
