@@ -723,6 +723,8 @@ class ExperimentRun:
     top_k_accuracy: dict[int, float] = field(default_factory=dict)
     #: the parameters the search chose on this split's training rows (None: no search)
     chosen: dict[str, Any] | None = None
+    #: the use of the stored mirrors the search chose on this split's training rows (None: not chosen)
+    flips: dict[str, Any] | None = None
 
     def to_dict(self, class_names: Sequence[str] | None = None) -> dict[str, Any]:
         """JSON form (the per-class rates keyed by ``class_names`` when given, else a list)."""
@@ -736,7 +738,7 @@ class ExperimentRun:
         return _json_form(
             self,
             "seed random_state mean_per_class_accuracy top_k_accuracy per_class_accuracy "
-            "train_seconds test_seconds chosen",
+            "train_seconds test_seconds chosen" + (" flips" if self.flips is not None else ""),
             train_seconds=_seconds(self.train_seconds),
             test_seconds=_seconds(self.test_seconds),
             top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
@@ -922,6 +924,7 @@ def run_experiment(
                 per_class_accuracy=tuple(float(r) for r in evaluation.per_class_accuracy),
                 top_k_accuracy=evaluation.top_k_accuracy,
                 chosen=None if training.search is None else training.search["best"],
+                flips=None if training.search is None else training.search.get("flips"),
             )
         )
     return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first, record)
