@@ -182,7 +182,10 @@ def _values_text(values: dict[str, Any]) -> str:
 
 def search_summary(search: dict[str, Any]) -> str:
     """One line: what a search (``SearchResult.to_dict()``) chose, from which grid, by what."""
-    grid = "; ".join(f"{name} in {', '.join(map(str, values))}" for name, values in search["grid"].items())
+    grid = "; ".join(
+        f"{name} in {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in values)}"
+        for name, values in search["grid"].items()
+    )
     best = max(entry["score"] for entry in search["scores"])
     rows = (
         "training images and their mirrors, each image in one fold with its mirror"
