@@ -87,6 +87,7 @@ __all__ = [
     "DEFAULT_C_FACTORS",
     "FLIP_VARIANTS",
     "default_grid",
+    "gram_path_applies",
 ]
 
 #: Folds of the cross-validation.
@@ -275,6 +276,13 @@ def _edges(grid: dict[str, list], best: dict[str, Any]) -> list[str]:
         if len(numeric) == len(values) >= 3 and best[name] in (min(numeric), max(numeric)):
             edges.append(name)
     return edges
+
+
+def gram_path_applies(estimator: Any, X: Any, grid: dict[str, list]) -> bool:
+    """Whether :func:`search_parameters` scores ``grid`` on ``X`` through one Gram matrix (the linear
+    squared-hinge SVM on dense rows, fewer rows than dimensions): every fold and grid point at the
+    cost of one Gram matrix and one eigendecomposition per fold."""
+    return _gram_applies(estimator, X, grid)
 
 
 def _gram_applies(estimator: Any, X: Any, grid: dict[str, list]) -> bool:

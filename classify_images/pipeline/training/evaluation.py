@@ -502,12 +502,12 @@ def default_search(
     ``params`` do not set it, and the search costs little (the linear SVM on rows in memory, fewer
     rows than dimensions: every fold and grid point from one Gram matrix); else None (the
     estimator's default ``C``), said in one log line."""
-    from ...classifiers.model_selection import _gram_applies, default_grid
+    from ...classifiers.model_selection import default_grid, gram_path_applies
 
     if "C" in params or "C" not in estimator.get_params(deep=False):
         return None
     grid = default_grid(X, n_images)
-    if in_memory and _gram_applies(estimator, X, grid):
+    if in_memory and gram_path_applies(estimator, X, grid):
         return grid
     _log.info(
         "C not given: the estimator's default C = %r is used (cross-validating C here would refit every fold; "
