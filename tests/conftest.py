@@ -28,6 +28,7 @@ FIXTURE_PHOTO = DATA / "china-300.jpg"
 SHARED_DATASETS = Path(os.environ.get("CLASSIFY_IMAGES_DATASETS", REPO.parent / "shared" / "datasets"))
 CALTECH_MINI = SHARED_DATASETS / "caltech101-mini"
 SCENE15 = SHARED_DATASETS / "scene15"
+FLOWERS17 = SHARED_DATASETS / "flowers17"
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -116,6 +117,12 @@ def caltech_mini(request) -> Path:
 def scene15(request) -> Path:
     """The real 15-Scenes folder (4485 images); realdata tests only."""
     return require_real_data(request, SCENE15)
+
+
+@pytest.fixture
+def flowers17(request) -> Path:
+    """The real Oxford Flowers-17 folder (17 species × 80 colour photographs); realdata tests only."""
+    return require_real_data(request, FLOWERS17)
 
 
 @pytest.fixture

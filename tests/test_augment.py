@@ -185,7 +185,7 @@ def test_the_shipped_flip_config_shares_the_fisher_cache():
 def test_averaging_is_the_mean_of_the_two_decision_functions(built, tmp_path):
     fs = built["augmented"]
     model = tmp_path / "m.npz"
-    assert main(["train", str(fs.path), "--classifier", "linear", "--out", str(model), "-q"]) == 0
+    assert main(["train", str(fs.path), "--classifier", "linear", "--param", "C=auto", "--out", str(model), "-q"]) == 0
     from classify_images.pipeline.training.model_file import load_model
 
     classifier, meta = load_model(model)
@@ -221,7 +221,7 @@ def test_cli_round_trip_and_predict_averages_with_the_mirror(dataset, built, tmp
 
     fs = built["augmented"]
     model = tmp_path / "m.npz"
-    assert main(["train", str(fs.path), "--classifier", "linear", "--out", str(model), "-q"]) == 0
+    assert main(["train", str(fs.path), "--classifier", "linear", "--param", "C=auto", "--out", str(model), "-q"]) == 0
     assert main(["evaluate", str(fs.path), str(model), "--out", str(tmp_path / "rep"), "-q"]) == 0
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["n_test"] == len(fs.y_test)
@@ -332,3 +332,40 @@ def test_averaged_decision_function_checks_the_mirrors_match():
     np.testing.assert_array_equal(averaged_decision_function(Stub(), X, None), X.sum(axis=1))
     with pytest.raises(ValueError, match="2 mirrored rows for 3 rows"):
         averaged_decision_function(Stub(), X, M[:2])
+
+
+def test_without_C_the_model_uses_the_mirrors_as_the_search_chose(built, tmp_path):
+    """No C given: C and the use of the stored mirrors are chosen on the training images; the model
+    file's config says the chosen use, and evaluate and predict follow it (not the config's)."""
+    fs = built["augmented"]
+    model = tmp_path / "m.npz"
+    assert main(["train", str(fs.path), "--classifier", "linear", "--out", str(model), "-q"]) == 0
+    from classify_images.pipeline.interfaces.image_features import MirrorAveragedPipeline, load_image_model
+    from classify_images.pipeline.training.model_file import load_model
+
+    classifier, meta = load_model(model)
+    flips = meta["search"]["flips"]
+    assert meta["extractor"]["config"]["augment"] == flips
+    assert classifier.n_features_in_ == fs.n_features
+    result = evaluation.evaluate_model(classifier, meta, fs)
+    plain = classifier.decision_function(fs.X_test)
+    expected = (
+        0.5 * (plain + classifier.decision_function(fs.mirrors("test"))) if flips["flip_test"] == "average" else plain
+    )
+    np.testing.assert_allclose(result.predictions.scores, expected, rtol=1e-12, atol=1e-12)
+    assert isinstance(load_image_model(model), MirrorAveragedPipeline) == (flips["flip_test"] == "average")
+    # the search trained on the mirrors only if it chose to
+    n_train = len(fs.y_train)
+    refit = evaluation.train_classifier(
+        "linear",
+        {"C": meta["params"]["C"]},
+        rows_and_mirrors(fs, np.arange(n_train)) if flips["flip_train"] else np.asarray(fs.X_train),
+        fs.y_train,
+        mirrored=flips["flip_train"],
+    )
+    np.testing.assert_allclose(
+        refit.estimator.decision_function(fs.X_test),
+        plain.reshape(refit.estimator.decision_function(fs.X_test).shape),
+        rtol=1e-6,
+        atol=1e-6,
+    )

@@ -254,3 +254,62 @@ def test_a_colour_feature_set_builds_and_its_model_classifies_images(small_datas
     fs = load_feature_set(tmp_path / "fs")
     assert fs.config.sift.color == "opponent" and fs.codebook().shape == (8, 384)
     assert_image_model_classifies_like_rows(fs, small_dataset, tmp_path / "model.npz")
+
+
+# ---------------------------------------------------------------- grey images in a colour configuration
+@pytest.mark.parametrize("space", ["opponent", "hsv", "rgb"])
+@pytest.mark.parametrize("root", [False, True])
+def test_a_grey_image_skips_zero_and_repeated_channels_with_the_same_descriptors(space, root, monkeypatch):
+    from classify_images.features import colour as colour_module
+    from classify_images.features.descriptors import make_descriptor
+
+    rng = np.random.default_rng(1)
+    grey = rng.random((56, 64)).astype(np.float32)
+    grey[:16, :16] = 0.5  # a flat patch: low contrast in every channel
+    rgb = np.ascontiguousarray(np.repeat(grey[:, :, None], 3, axis=2))
+    descriptor = make_descriptor(
+        {
+            "patch_sizes": [8, 16],
+            "step": 4,
+            "smooth": True,
+            "contrast_threshold": 0.005,
+            "color": space,
+            "root_sift": root,
+        }
+    )
+    every_channel = np.concatenate(
+        [descriptor._dense_sift(c).descriptors for c in colour_module.colour_channels(rgb, space)], axis=1
+    )
+    calls = []
+    original = descriptor._dense_sift
+    monkeypatch.setattr(descriptor, "_dense_sift", lambda channel: calls.append(1) or original(channel))
+    np.testing.assert_array_equal(descriptor.compute(rgb).descriptors, every_channel)
+    assert len(calls) == 1  # one channel computed, not three
+    calls.clear()
+    colourful = np.ascontiguousarray(rng.random((56, 64, 3)).astype(np.float32))
+    descriptor.compute(colourful)
+    assert len(calls) == 3
+
+
+def test_warm_up_compiles_a_colour_descriptor():
+    from classify_images.pipeline.execution.warm_up import synthetic_input, warm_descriptors
+
+    sift = {"patch_sizes": [16], "step": 8, "smooth": True, "contrast_threshold": 0.005, "color": "opponent"}
+    assert synthetic_input(sift).ndim == 3
+    warm_descriptors(sift)  # raised "expected an RGB float image" before
+
+
+def test_the_build_says_in_one_line_when_the_images_are_grey(tmp_path):
+    import cv2
+
+    from classify_images.pipeline.extraction.build_steps import grey_images_note
+
+    rng = np.random.default_rng(0)
+    grey, colour = tmp_path / "g.png", tmp_path / "c.png"
+    cv2.imwrite(str(grey), (255 * rng.random((20, 20))).astype(np.uint8))
+    cv2.imwrite(str(colour), (255 * rng.random((20, 20, 3))).astype(np.uint8))
+    assert grey_images_note([str(grey)], ["gray"]) is None
+    assert grey_images_note([str(colour)], ["opponent"]) is None
+    note = grey_images_note([str(grey), str(grey)], ["opponent"])
+    assert note.startswith("all 2 images are grey") and "only O3 is computed" in note
+    assert grey_images_note([str(grey), str(colour)], ["rgb"]).startswith("1 of 2 images are grey")

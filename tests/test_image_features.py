@@ -48,7 +48,7 @@ def test_vectors_equal_the_feature_set_rows(tmp_path, cache):
 
 def test_config_by_name_path_or_object(tmp_path):
     toml = write_config_toml(tmp_path / "c.toml")
-    assert ImageFeatures()._read_config() == load_config(RECOMMENDED_CONFIG) == load_config("fisher-flip-rootsift")
+    assert ImageFeatures()._read_config() == load_config(RECOMMENDED_CONFIG) == load_config("recommended")
     assert ImageFeatures("bof-spm")._read_config() == load_config("bof-spm")
     assert ImageFeatures(toml)._read_config() == load_config(toml)
     assert ImageFeatures(CONFIG)._read_config() is CONFIG

@@ -346,3 +346,94 @@ def test_a_reused_gram_matrix_serves_only_the_same_rows():
     with pytest.raises(ValueError, match="reused_gram"):
         with reused_gram(X, wrong[:-1]):
             pass
+
+
+# ---------------------------------------------------------------- the default search and the mirrors' use
+def _flip_reference(X, mirrors, y, Cs, seed=0):
+    """Every (flip_train, flip_test) variant and C fitted on each fold's own rows (copies)."""
+    splitter = StratifiedKFold(n_splits=3, shuffle=True, random_state=seed)
+    table = {}
+    for train_mirrors in (False, True):
+        for C in Cs:
+            per_fold = {"none": [], "average": []}
+            for tr, va in splitter.split(X, y):
+                rows = np.concatenate([X[tr], mirrors[tr]]) if train_mirrors else X[tr]
+                labels = np.concatenate([y[tr], y[tr]]) if train_mirrors else y[tr]
+                model = QuadraticHingeSVC(C=C, tol=1e-8).fit(rows, labels)
+                plain = model.decision_function(X[va])
+                averaged = 0.5 * (plain + model.decision_function(mirrors[va]))
+                for test, values in (("none", plain), ("average", averaged)):
+                    per_fold[test].append(balanced_accuracy_score(y[va], model.classes_[np.argmax(values, axis=1)]))
+            for test in ("none", "average"):
+                table[(train_mirrors, test, C)] = np.mean(per_fold[test])
+    return table
+
+
+def test_choosing_the_mirrors_scores_every_variant_as_refitting_each_fold():
+    X, mirrors, y = _mirrored_problem()
+    Cs = [1e-3, 1e-2, 1e-1]
+    reference = _flip_reference(X, mirrors, y, Cs, seed=1)
+    stacked = np.concatenate([X, mirrors])
+    for estimator, method in (
+        (QuadraticHingeSVC(tol=1e-8), "gram"),
+        (QuadraticHingeSVC(tol=1e-8, solver="features"), "refit"),
+    ):
+        result = search_parameters(estimator, stacked, y, {"C": Cs}, seed=1, mirrored=True, choose_flips=True)
+        assert result.method == method
+        got = {(s["flip_train"], s["flip_test"], s["params"]["C"]): s["score"] for s in result.scores}
+        assert got.keys() == reference.keys()
+        np.testing.assert_allclose([got[k] for k in reference], list(reference.values()), atol=1e-12)
+        best = max(reference.values())
+        chosen = (result.flips["flip_train"], result.flips["flip_test"], result.best["C"])
+        assert reference[chosen] == best
+        # ties go to the fewest mirrors
+        order = [(t, f) for t, f in ((False, "none"), (False, "average"), (True, "none"), (True, "average"))]
+        first = min(order.index(k[:2]) for k, v in reference.items() if v == best)
+        assert order.index(chosen[:2]) == first
+    with pytest.raises(ValueError, match="mirrored"):
+        search_parameters(QuadraticHingeSVC(), X, y, {"C": Cs}, choose_flips=True)
+
+
+def test_mirrors_that_change_the_class_are_not_used():
+    """A pose-aligned dataset: the mirror of an image of class 0 looks like class 1 (the class *is*
+    the orientation), so training on mirrors or averaging with them hurts; the search keeps neither."""
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1, 2], 15)
+    d = 200
+    X = rng.normal(scale=0.3, size=(y.size, d))
+    X[:, 0] += np.where(y == 0, 2.0, np.where(y == 1, -2.0, 0.0))  # left-facing vs right-facing
+    X[:, 1] += np.where(y == 2, 2.0, 0.0)
+    mirrors = X.copy()
+    mirrors[:, 0] *= -1  # a mirror turns left into right
+    stacked = np.concatenate([X, mirrors]).astype(np.float32)
+    result = search_parameters(
+        QuadraticHingeSVC(tol=1e-8), stacked, y, {"C": [0.1, 1.0, 10.0]}, mirrored=True, choose_flips=True
+    )
+    assert result.flips == {"flip_train": False, "flip_test": "none"}
+    assert result.to_dict()["flips"] == result.flips
+
+
+def test_default_grid_follows_the_scale_of_the_rows():
+    from classify_images.classifiers.model_selection import DEFAULT_C_FACTORS, default_grid
+
+    X = np.full((4, 25), 0.2, dtype=np.float32)  # ||x||^2 = 1
+    assert default_grid(X) == {"C": list(DEFAULT_C_FACTORS)}
+    assert default_grid(3 * X)["C"] == [float(f"{f / 9:.3g}") for f in DEFAULT_C_FACTORS]
+    # only the first n rows (the images, not their mirrors)
+    assert default_grid(np.concatenate([X, 10 * X]), 4) == default_grid(X)
+
+
+def test_train_without_C_chooses_it_by_cross_validation_and_records_it(tmp_path, capsys):
+    fs = build_fixture_feature_set(tmp_path)
+    model = tmp_path / "m.npz"
+    assert main(["train", str(fs), "--classifier", "linear", "--out", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "chosen by 3-fold stratified cross-validation" in out
+    _, meta = load_model(model)
+    assert meta["search"]["method"] == "gram" and len(meta["search"]["grid"]["C"]) == 5
+    assert meta["params"]["C"] == meta["search"]["best"]["C"]
+    # --param C= still overrides: no search
+    fixed = tmp_path / "fixed.npz"
+    assert main(["train", str(fs), "--classifier", "linear", "--param", "C=0.5", "--out", str(fixed), "-q"]) == 0
+    _, meta = load_model(fixed)
+    assert "search" not in meta and meta["params"]["C"] == 0.5

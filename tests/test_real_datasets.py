@@ -172,3 +172,58 @@ def test_caltech_mini_combined_channels_end_to_end(tmp_path, caltech_mini, capsy
     assert result["combine"]["rule"] == "average" and result["search"]["best"]["C"] in (1, 10, 100)
     assert result["class_names"] == ["Faces_easy", "accordion", "airplanes", "car_side"]
     assert result["mean_per_class_accuracy"] > 0.8  # four easy Caltech classes; chance 0.25
+
+
+def test_flowers17_recommended_config_in_small_chooses_c_and_mirrors(tmp_path, flowers17, caplog):
+    """The recommended config's tables (opponent RootSIFT Fisher vectors, mirrors stored), shrunk to
+    run in a minute, on 3 Flowers-17 species × 12 colour photographs, by one ``run`` with no C: the
+    colour descriptors are computed (no grey-images line), C and the use of the mirrors are chosen by
+    cross-validation on the training images and recorded in the report."""
+    import logging
+    import shutil
+    import tomllib
+
+    from classify_images.pipeline.settings.defaults import named_configs
+
+    subset = tmp_path / "flowers"
+    for species in ("bluebell", "daffodil", "sunflower"):
+        (subset / species).mkdir(parents=True)
+        for image in sorted((flowers17 / species).iterdir())[:12]:
+            shutil.copy(image, subset / species / image.name)
+    tables = tomllib.loads(named_configs()["recommended"].read_text())
+    assert tables["sift"]["color"] == "opponent" and tables["augment"]["flip_train"]
+    tables["dataset"] = {"train_per_class": 8, "test_per_class": 4, "seed": 0}
+    tables["image"]["max_side"] = 160
+    tables["sift"].update(patch_sizes=[16, 24], step=8)
+    tables["codebook"].update(size=8, pca_dims=32, n_samples=5000, n_iter=10)
+    lines = []
+    for table, values in tables.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    config = tmp_path / "small-recommended.toml"
+    config.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    with caplog.at_level(logging.INFO):
+        code = main(
+            [
+                "run",
+                str(subset),
+                "--config",
+                str(config),
+                "--classifier",
+                "linear",
+                "--out",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "-q",
+            ]
+        )
+    assert code == 0
+    assert not any("images are grey" in record.getMessage() for record in caplog.records)
+    result = json.loads((out / "report" / "report.json").read_text())
+    assert result["class_names"] == ["bluebell", "daffodil", "sunflower"]
+    search = result["search"]
+    assert search["method"] == "gram" and search["mirrored"] and len(search["grid"]["C"]) == 5
+    assert set(search["flips"]) == {"flip_train", "flip_test"}
+    assert result["mean_per_class_accuracy"] > 0.6  # blue, yellow and large yellow flowers; chance 1/3

@@ -37,10 +37,27 @@ With mirrors (``mirrored=True``: ``[augment] flip_train``)
     all the rows (one for every fold and grid point, no row copies); the generic path fits each
     fold on its own copy of its rows.
 
+The default search (no ``C`` given)
+    :func:`default_grid` is the grid the commands search when a classifier with a ``C`` is trained
+    without one: ``C = f / mean_i ‖x_i‖²`` for ``f`` in :data:`DEFAULT_C_FACTORS` (SVMlight's
+    default [2]_ times 0.1 … 1000), so the grid follows the scale of the rows (unit-norm Fisher
+    vectors: C = 0.1 … 1000).
+
+Choosing the mirrors (``choose_flips=True``, with ``mirrored``)
+    The four uses of stored mirrors (:data:`FLIP_VARIANTS`: training on the images alone or on the
+    images and their mirrors; scoring a held-out image alone or averaged with its mirror) are
+    scored with every grid point on the same folds, and the best (variant, point) pair is chosen;
+    the variants are ordered from no mirrors to both, so on a tie the fewer mirrors win: a mirror
+    is used only where it wins on the training rows (a pose-aligned dataset keeps none).  On the
+    Gram path each fold needs two eigendecompositions (training rows without and with their
+    mirrors) for all variants and grid points.
+
 References
 ----------
 .. [1] R. Kohavi, "A study of cross-validation and bootstrap for accuracy estimation and model
    selection", IJCAI 1995 (stratified k-fold).
+.. [2] T. Joachims, "Making Large-Scale SVM Learning Practical", in Advances in Kernel Methods,
+   MIT Press, 1999 (SVMlight's default ``C = 1 / mean x.x``).
 """
 
 from __future__ import annotations
@@ -70,10 +87,49 @@ __all__ = [
     "edge_warning",
     "splits_edge_warning",
     "DEFAULT_FOLDS",
+    "DEFAULT_C_FACTORS",
+    "FLIP_VARIANTS",
+    "default_grid",
+    "gram_path_applies",
 ]
 
 #: Folds of the cross-validation.
 DEFAULT_FOLDS = 3
+
+#: Multiples of SVMlight's ``C = 1 / mean ‖x‖²`` searched when ``C`` is not given (:func:`default_grid`).
+DEFAULT_C_FACTORS = (0.1, 1.0, 10.0, 100.0, 1000.0)
+
+#: The uses of stored mirrors ``choose_flips`` compares, fewest mirrors first:
+#: ``(flip_train, flip_test)`` as in ``[augment]``.
+FLIP_VARIANTS = ((False, "none"), (False, "average"), (True, "none"), (True, "average"))
+
+
+def default_grid(X: Any, n_rows: int | None = None) -> dict[str, list[float]]:
+    """``{"C": [f / mean_i ‖x_i‖² for f in DEFAULT_C_FACTORS]}`` over the first ``n_rows`` rows of
+    ``X`` (all by default; the images without their mirrors), each value rounded to 3 significant
+    digits; the factors themselves when every row is zero.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix, shape (n_samples, n_features)
+    n_rows : int, optional
+
+    Returns
+    -------
+    dict
+        ``{"C": [...]}``, increasing.
+    """
+    rows = X[: X.shape[0] if n_rows is None else n_rows]
+    if hasattr(rows, "multiply"):  # sparse
+        total = float(rows.multiply(rows).sum())
+    else:
+        total = 0.0
+        for start in range(0, rows.shape[0], 256):  # blocks: no float64 copy of the rows
+            block = np.asarray(rows[start : start + 256], dtype=np.float64)
+            total += float(np.einsum("ij,ij->", block, block))
+    mean = total / max(rows.shape[0], 1)
+    scale = 1.0 / mean if mean > 0 else 1.0
+    return {"C": [float(f"{factor * scale:.3g}") for factor in DEFAULT_C_FACTORS]}
 
 
 class SearchError(ClassifyImagesError, ValueError):
@@ -94,6 +150,8 @@ class SearchResult:
         default_factory=list
     )  #: parameters whose choice is the first or last value of a grid of ≥ 3
     mirrored: bool = False  #: folds of images with their mirrors, held-out images scored averaged with their mirrors
+    #: with ``choose_flips``: the chosen use of the mirrors, ``{"flip_train": bool, "flip_test": "none" | "average"}``
+    flips: dict[str, Any] | None = None
     #: the Gram matrix ``X Xᵀ`` of the rows searched (``method == "gram"``), for the final fit
     #: (:func:`~classify_images.classifiers.eigenbasis.reused_gram`); not part of :meth:`to_dict`
     gram: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -109,6 +167,7 @@ class SearchResult:
             "method": self.method,
             "on_edge": self.on_edge,
             "mirrored": self.mirrored,
+            **({"flips": self.flips} if self.flips is not None else {}),
         }
 
     def warning(self) -> str | None:
@@ -127,16 +186,28 @@ def _values_text(values: dict[str, Any]) -> str:
 
 def search_summary(search: dict[str, Any]) -> str:
     """One line: what a search (``SearchResult.to_dict()``) chose, from which grid, by what."""
-    grid = "; ".join(f"{name} in {', '.join(map(str, values))}" for name, values in search["grid"].items())
+    grid = "; ".join(
+        f"{name} in {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in values)}"
+        for name, values in search["grid"].items()
+    )
     best = max(entry["score"] for entry in search["scores"])
     rows = (
         "training images and their mirrors, each image in one fold with its mirror"
         if search.get("mirrored")
         else "training rows"
     )
+    flips = search.get("flips")
+    mirrors = (
+        ""
+        if flips is None
+        else "; mirrors: "
+        + ("trained on" if flips["flip_train"] else "not trained on")
+        + ", "
+        + ("test images averaged with their mirrors" if flips["flip_test"] == "average" else "no test-time averaging")
+    )
     return (
         f"{_values_text(search['best'])} chosen by {search['folds']}-fold stratified cross-validation on the "
-        f"{rows} ({grid}; held-out mean per-class accuracy {100 * best:.2f} %)"
+        f"{rows} ({grid}; held-out mean per-class accuracy {100 * best:.2f} %){mirrors}"
     )
 
 
@@ -210,6 +281,13 @@ def _edges(grid: dict[str, list], best: dict[str, Any]) -> list[str]:
     return edges
 
 
+def gram_path_applies(estimator: Any, X: Any, grid: dict[str, list]) -> bool:
+    """Whether :func:`search_parameters` scores ``grid`` on ``X`` through one Gram matrix (the linear
+    squared-hinge SVM on dense rows, fewer rows than dimensions): every fold and grid point at the
+    cost of one Gram matrix and one eigendecomposition per fold."""
+    return _gram_applies(estimator, X, grid)
+
+
 def _gram_applies(estimator: Any, X: Any, grid: dict[str, list]) -> bool:
     from .quadratic_hinge import QuadraticHingeSVC
 
@@ -265,6 +343,40 @@ def _gram_scores(
     return scores.mean(axis=1)
 
 
+def _class_of(model: Any, values: np.ndarray) -> np.ndarray:
+    """The classes of the largest decision values (two classes: the sign)."""
+    winners = (values > 0).astype(np.int64) if values.ndim == 1 else np.argmax(values, axis=1)
+    return model.classes_[winners]
+
+
+def _flip_scores(
+    estimator: Any, X: Any, y: np.ndarray, points: list[dict], splits: list, K: np.ndarray | None
+) -> np.ndarray:
+    """Held-out scores ``(len(FLIP_VARIANTS), len(points))`` of every use of the mirrors and grid point
+    (``X``: the images then their mirrors; ``K``: their Gram matrix, or None to fit copies of the rows)."""
+    n = y.size
+    labels = np.concatenate([y, y])
+    scores = np.zeros((len(FLIP_VARIANTS), len(points), len(splits)))
+    for j, (train, held_out) in enumerate(splits):
+        held_rows = _with_mirrors(held_out, n, True)
+        for train_mirrors in (False, True):
+            rows = _with_mirrors(train, n, train_mirrors)
+            if K is not None:
+                Z_train, Z_held = _fold_coordinates(K, rows, held_rows, X.shape[1])
+                fixed = {"solver": "features"}
+            else:
+                Z_train, Z_held, fixed = X[rows], X[held_rows], {}
+            for i, point in enumerate(points):
+                model = clone(estimator).set_params(**point, **fixed).fit(Z_train, labels[rows])
+                values = np.asarray(model.decision_function(Z_held), dtype=np.float64)
+                half = held_out.size
+                for test in ("none", "average"):
+                    both = values[:half] if test == "none" else 0.5 * (values[:half] + values[half:])
+                    v = FLIP_VARIANTS.index((train_mirrors, test))
+                    scores[v, i, j] = balanced_accuracy_score(y[held_out], _class_of(model, both))
+    return scores.mean(axis=2)
+
+
 def _refit_mirrored_scores(estimator: Any, X: Any, y: np.ndarray, points: list[dict], splits: list) -> np.ndarray:
     """The generic path with mirrors: each fold and grid point fitted on a copy of the fold's rows."""
     labels = np.concatenate([y, y])
@@ -286,6 +398,7 @@ def search_parameters(
     folds: int = DEFAULT_FOLDS,
     seed: int = 0,
     mirrored: bool = False,
+    choose_flips: bool = False,
 ) -> SearchResult:
     """The point of ``grid`` with the best mean held-out per-class accuracy (module docstring).
 
@@ -305,6 +418,10 @@ def search_parameters(
     mirrored : bool, default False
         ``X`` holds the images then their mirrors: folds keep each image with its mirror and
         score the held-out images by the decision values averaged with their mirrors' (module docstring).
+    choose_flips : bool, default False
+        With ``mirrored``: also choose whether to train on the mirrors and whether to average the
+        test decision values with the mirrors' (:data:`FLIP_VARIANTS`, module docstring); the choice
+        is :attr:`SearchResult.flips`.
 
     Returns
     -------
@@ -341,12 +458,40 @@ def search_parameters(
         len(points),
         "s" if len(points) > 1 else "",
         y.size,
-        folds * len(points),
+        folds * len(points) * (len(FLIP_VARIANTS) if choose_flips else 1),
     ):
-        mean_scores, method, gram = _search_scores(estimator, X, y, grid, points, splits, mirrored)
+        if choose_flips:
+            if not mirrored:
+                raise ValueError("choose_flips needs the mirrored rows (mirrored=True)")
+            gram = gram_matrix(X) if _gram_applies(estimator, X, grid) else None
+            method = "gram" if gram is not None else "refit"
+            table = _flip_scores(estimator, X, y, points, splits, gram)
+        else:
+            mean_scores, method, gram = _search_scores(estimator, X, y, grid, points, splits, mirrored)
+    if choose_flips:
+        v, i = np.unravel_index(int(np.argmax(table)), table.shape)  # first maximum: fewest mirrors, grid order
+        best = points[int(i)]
+        flip_train, flip_test = FLIP_VARIANTS[int(v)]
+        scores = [
+            {"params": point, "flip_train": train, "flip_test": test, "score": float(table[a, b])}
+            for a, (train, test) in enumerate(FLIP_VARIANTS)
+            for b, point in enumerate(points)
+        ]
+        return SearchResult(
+            grid,
+            dict(best),
+            scores,
+            folds,
+            seed,
+            method,
+            _edges(grid, best),
+            mirrored,
+            flips={"flip_train": bool(flip_train), "flip_test": flip_test},
+            gram=gram,
+        )
     best = points[int(np.argmax(mean_scores))]
     scores = [{"params": point, "score": float(score)} for point, score in zip(points, mean_scores)]
-    return SearchResult(grid, dict(best), scores, folds, seed, method, _edges(grid, best), mirrored, gram)
+    return SearchResult(grid, dict(best), scores, folds, seed, method, _edges(grid, best), mirrored, gram=gram)
 
 
 def _search_scores(

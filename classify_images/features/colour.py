@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["COLOR_SPACES", "GRAY", "colour_channels", "n_channels"]
+__all__ = ["COLOR_SPACES", "GRAY", "colour_channels", "n_channels", "skipped_on_grey"]
 
 #: Grey (one channel, the default) and the colour spaces of ``[sift] color``.
 GRAY = "gray"
@@ -69,6 +69,18 @@ def n_channels(space: str) -> int:
     """Channels of ``space``: 1 for grey, 3 for a colour space."""
     _check_space(space)
     return 1 if space == GRAY else 3
+
+
+def skipped_on_grey(space: str) -> str:
+    """What :meth:`~classify_images.features.descriptors.DenseSift.compute` skips on a grey image
+    (R = G = B) in ``space``: its zero channels and the copies of a computed one, as a phrase."""
+    _check_space(space)
+    return {
+        GRAY: "nothing",
+        "opponent": "O1 and O2 are zero, only O3 is computed",
+        "hsv": "H and S are zero, only V is computed",
+        "rgb": "G and B repeat R, only R is computed",
+    }[space]
 
 
 def _check_space(space: str) -> None:

@@ -181,7 +181,13 @@ class DenseSift(Descriptor):
         )
 
     def compute(self, image: np.ndarray) -> Descriptors:
-        """Descriptors of a grey image (H, W), or of an RGB image (H, W, 3) when :attr:`needs_colour`."""
+        """Descriptors of a grey image (H, W), or of an RGB image (H, W, 3) when :attr:`needs_colour`.
+
+        A colour space's channels that are all zero, or equal to an earlier channel, are not run
+        through SIFT: their blocks are zeros or a copy (the same values SIFT gives them).  On a grey
+        image (R = G = B) opponent and HSV compute one channel (O3, V) and RGB one (R), so a colour
+        configuration costs about what a grey one does on grey photographs.
+        """
         if not self.needs_colour:
             result = self._dense_sift(image)
             return Descriptors(
@@ -192,10 +198,28 @@ class DenseSift(Descriptor):
                 "sift.low_contrast = 'drop' cannot be used with a colour space (each channel "
                 "would drop different patches); use 'keep' or 'zero'"
             )
-        blocks = [self._dense_sift(channel) for channel in colour_module.colour_channels(image, self.color)]
-        first = blocks[0]
+        channels = colour_module.colour_channels(image, self.color)
+        # A grey image (R = G = B) has zero channels (O1, O2; H, S) and repeated ones (R, G, B): their
+        # SIFT blocks are all zeros or copies, so only the distinct non-zero channels are computed.
+        computed: dict[int, dsift_module.DenseSIFT] = {}
+        sources = []
+        for k, channel in enumerate(channels):
+            if not channel.any():
+                sources.append(None)
+                continue
+            same = next((j for j in computed if np.array_equal(channels[j], channel)), None)
+            if same is None:
+                computed[k] = self._dense_sift(channel)
+                same = k
+            sources.append(same)
+        if not computed:  # a black image: every channel zero, SIFT of the first one (all zeros) gives the grid
+            computed[0] = self._dense_sift(channels[0])
+            sources[0] = 0
+        first = next(iter(computed.values()))
+        zeros = np.zeros_like(first.descriptors)
+        blocks = [zeros if source is None else computed[source].descriptors for source in sources]
         return Descriptors(
-            np.ascontiguousarray(np.concatenate([b.descriptors for b in blocks], axis=1)),
+            np.ascontiguousarray(np.concatenate(blocks, axis=1)),
             np.asarray(first.x, dtype=np.float32),
             np.asarray(first.y, dtype=np.float32),
         )

@@ -231,6 +231,28 @@ def _webp_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
+#: Pillow modes of single-channel images (a palette image, ``P``, may hold colours: not counted).
+GREY_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F", "La"})
+
+
+def is_grey_file(path: str | os.PathLike) -> bool:
+    """Whether an image file is stored as one grey channel (its Pillow mode, read from the header
+    without decoding; False when Pillow cannot read the header)."""
+    from PIL import Image
+
+    with _PILLOW_LOCK, _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            with Image.open(path) as image:
+                return image.mode in GREY_MODES
+        except Exception:
+            return False
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+
+
 def _check_pixels(data: bytes, max_pixels: int | None, kind: str | None) -> None:
     """Refuse, before decoding, an image above ``max_pixels`` or whose size cannot be read."""
     if max_pixels is None:

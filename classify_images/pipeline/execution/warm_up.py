@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -64,14 +65,27 @@ def synthetic_image(largest_patch: int, seed: int = 0) -> np.ndarray:
     return np.ascontiguousarray(smooth, dtype=np.float32)
 
 
+def synthetic_input(descriptor: Any, side: int | None = None) -> np.ndarray:
+    """:func:`synthetic_image` in the form ``descriptor`` reads (a descriptor, or its plain table):
+    grey (H, W), or RGB (H, W, 3), its three channels different textures, for a descriptor that
+    :attr:`~classify_images.features.descriptors.Descriptor.needs_colour`; ``side`` defaults to the
+    descriptor's smallest image side."""
+    if isinstance(descriptor, dict):
+        descriptor = make_descriptor(descriptor)
+    side = descriptor.smallest_side if side is None else side
+    if not getattr(descriptor, "needs_colour", False):
+        return synthetic_image(side)
+    return np.ascontiguousarray(np.stack([synthetic_image(side, seed) for seed in range(3)], axis=2))
+
+
 def warm_descriptors(descriptor: dict | FeaturePlan) -> None:
     """Compile the descriptor's kernels: the plan's descriptor, or the one of the plain table
     ``descriptor`` (:meth:`~classify_images.pipeline.settings.config.PipelineConfig.descriptor_params`)."""
     if isinstance(descriptor, FeaturePlan):
-        descriptor.descriptor.compute(synthetic_image(descriptor.smallest_image_side))
+        descriptor.descriptor.compute(synthetic_input(descriptor.descriptor, descriptor.smallest_image_side))
     else:
         made = make_descriptor(descriptor)
-        made.compute(synthetic_image(made.smallest_side))
+        made.compute(synthetic_input(made))
 
 
 def warm_encoding(extractor) -> None:
@@ -83,15 +97,15 @@ def warm_encoding(extractor) -> None:
     _encode_synthetic(plan.descriptor, plan.smallest_image_side, extractor.encoder, coder, extractor.pyramid)
 
 
-def _encode_synthetic(descriptor, largest_patch: int, encoder: Encoder, coder, pyramid) -> None:
-    image = synthetic_image(largest_patch)
+def _encode_synthetic(descriptor, side: int, encoder: Encoder, coder, pyramid) -> None:
+    image = synthetic_input(descriptor, side)
     result = descriptor.compute(image)
     item = encoder.cached_item(
         coder,
         dequantize_descriptors(quantize_descriptors(result.descriptors)),
         result.x,
         result.y,
-        image.shape,
+        image.shape[:2],
         **encoder.cache_dependencies(pyramid),
     )
     encoder.pool(coder, item, pyramid)

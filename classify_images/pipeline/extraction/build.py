@@ -66,6 +66,7 @@ from .build_steps import (
     discover_images,
     encode_and_pool,
     fit_normalizer,
+    grey_images_note,
     image_errors_as_dataset_errors,
     reuse_if_up_to_date,
     split_images,
@@ -263,6 +264,9 @@ def _build(
     runner = Runner(n_jobs, cache, progress, client, batch_size)
     with timer("check"):
         readable, skipped, warned = check_images(images, plan, runner)
+    note = grey_images_note([images.paths[i] for i in readable], [config.sift.color])
+    if note:
+        _log.info("%s", note)
     for entry in warned[:3]:
         # INFO, not a warning: the image is kept and listed in the manifest (-q shows only what went wrong)
         _log.info("%s is damaged but decodable (%s); kept, listed in the manifest", entry["path"], entry["warning"])

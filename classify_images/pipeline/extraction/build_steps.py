@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
-from ...features.preprocess import ImageReadError
+from ...features.colour import GRAY, skipped_on_grey
+from ...features.preprocess import ImageReadError, is_grey_file
 from ..execution.cluster import iter_tasks
 from ..execution.warm_up import warm_encoding
 from ..settings.config import PipelineConfig
@@ -210,6 +211,26 @@ def check_images(
     if readable.size == 0:
         raise DatasetError(f"no readable image in {images.dataset.root} ({len(skipped)} skipped)")
     return readable, skipped, warned
+
+
+def grey_images_note(paths: list[str], colour_spaces: list[str]) -> str | None:
+    """The one log line of a colour build on grey images: how many of ``paths`` are stored grey
+    (Pillow mode, header only) and which colour channels their descriptors skip (zero or a copy of
+    another channel, :meth:`~classify_images.features.descriptors.DenseSift.compute`); None when no
+    colour space is configured or no image is grey."""
+    spaces = sorted({space for space in colour_spaces if space != GRAY})
+    if not spaces:
+        return None
+    grey = sum(is_grey_file(path) for path in paths)
+    if grey == 0:
+        return None
+    skipped = "; ".join(f"{space}: {skipped_on_grey(space)}" for space in spaces)
+    if grey == len(paths):
+        return (
+            f"all {grey} images are grey: their colour channels are skipped ({skipped}), "
+            "so colour descriptors cost about as much as grey ones here"
+        )
+    return f"{grey} of {len(paths)} images are grey: their colour channels are skipped ({skipped})"
 
 
 @contextlib.contextmanager

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ from ..settings.plan import FeaturePlan, feature_plan_of, make_feature_plan
 from .extractor import FeatureExtractor, check_image
 from .shared_reads import decoded_once
 from .stages import StageCache, implementation_versions
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "ChannelExtractor",
@@ -251,6 +254,11 @@ def build_channel_feature_set(
     runner = Runner(n_jobs, cache, progress, None, DEFAULT_BATCH_SIZE)
     with timer("check"):
         readable, skipped, warned = build_steps.check_images(images, check_plan, runner)
+    note = build_steps.grey_images_note(
+        [images.paths[i] for i in readable], [channel.config.sift.color for channel in config.channels]
+    )
+    if note:
+        _log.info("%s", note)
     with timer("split"):
         split = build_steps.split_images(images, readable, skipped, check_config)
         split.warnings = warned

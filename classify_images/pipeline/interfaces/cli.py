@@ -83,17 +83,22 @@ def _search(pairs: list[str] | None) -> dict[str, list] | None:
     return grid
 
 
-def _naming(params: dict[str, Any], search: dict[str, list] | None) -> dict[str, Any]:
+def _naming(params: dict[str, Any], search: dict[str, list] | str | None) -> dict[str, Any]:
     """What names a default output: the parameters, and the grids ``--search`` chooses from."""
-    return {**params, **{f"search-{key}": values for key, values in (search or {}).items()}}
+    grids = search if isinstance(search, dict) else {}
+    return {**params, **{f"search-{key}": values for key, values in grids.items()}}
 
 
-def _search_and_params(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, list] | None:
-    """``--search``, refused for a parameter ``--param`` also sets."""
+def _search_and_params(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, list] | str | None:
+    """``--search``, refused for a parameter ``--param`` also sets; without either for ``C``,
+    ``"default"``: the training chooses ``C`` (and the use of stored mirrors) by cross-validation
+    where that is cheap (:func:`~classify_images.pipeline.training.evaluation.default_search`)."""
     grid = _search(getattr(args, "search", None))
     for key in grid or {}:
         if key in params:
             raise UsageError(f"--search {key}=... and --param {key}=... both set {key}: give one")
+    if grid is None and "C" not in params:
+        return "default"
     return grid
 
 
@@ -464,7 +469,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     spec = _training_mode(args)
     params = getattr(args, "params", None) or {**table_params, **_params(args.param)}
     search = _search_and_params(args, params)
-    if search and (spec is not None or getattr(args, "streaming", False)):
+    if isinstance(search, dict) and (spec is not None or getattr(args, "streaming", False)):
         raise UsageError(
             "--search runs the cross-validation on this machine with the rows in memory: "
             "drop --scheduler/--cluster/--streaming, or choose the value first and give --param"

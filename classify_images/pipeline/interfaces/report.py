@@ -278,6 +278,7 @@ def experiment_text(experiment: Experiment) -> str:
         f"  seed {run.seed}: {100 * run.mean_per_class_accuracy:.2f} %  "
         f"(train {run.train_seconds:.2f} s, test {run.test_seconds:.2f} s"
         + ("" if run.chosen is None else "; chose " + ", ".join(f"{k} = {v}" for k, v in run.chosen.items()))
+        + ("" if run.flips is None else ", " + ", ".join(f"{k} = {v}" for k, v in run.flips.items()))
         + ")"
         for run in experiment.runs
     ]

@@ -128,7 +128,9 @@ def train_model(
 
             wrapper = functools.partial(Incremental, block_rows=block_rows, seed=seed)
         # on a cluster or streaming, a sharded set is never assembled here (the rows are read lazily)
-        mirrored = augment_settings(feature_set).flip_train
+        augment = augment_settings(feature_set)
+        # with a search, the stored mirrors are loaded so that it chooses how to use them
+        mirrored = augment.flip_train or (bool(search) and augment.mirrors and wrapper is None)
         if mirrored and wrapper is not None:
             raise ConfigError(
                 "[augment] flip_train = true trains in memory on this machine: leave out the "
@@ -154,7 +156,10 @@ def train_model(
             wrapper=wrapper,
             search=search,
             mirrored=mirrored,
+            choose_flips=augment.mirrors,
+            flip_train=augment.flip_train,
         )
+        mirrored = training.n_mirrors > 0
         if probability_folds is not None:
             from ...classifiers.calibration import calibrate
 
@@ -165,13 +170,29 @@ def train_model(
     path = save_model(
         out,
         training.estimator,
-        extractor=extractor_of(feature_set, combine=None if combine is None else (combine, classifier)),
+        extractor=_with_flips(
+            extractor_of(feature_set, combine=None if combine is None else (combine, classifier)), training
+        ),
         feature_set=feature_set.identity(),
         train_seconds=training.train_seconds,
         search=training.search,
         combine=combination_record(feature_set, combine),
     )
     return training, path
+
+
+def _with_flips(extractor, training):
+    """``extractor`` whose config's ``[augment]`` says how the model uses mirrors: the search's choice
+    (``flips``), so that ``predict`` and ``evaluate`` average with the mirror only where it won."""
+    flips = (training.search or {}).get("flips")
+    if flips is None:
+        return extractor
+    from ..settings.config import AugmentConfig
+
+    extractor.config = dataclasses.replace(
+        extractor.config, augment=AugmentConfig(flip_train=flips["flip_train"], flip_test=flips["flip_test"])
+    )
+    return extractor
 
 
 # ---------------------------------------------------------------------- experiments

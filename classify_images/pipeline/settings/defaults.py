@@ -15,7 +15,7 @@ __all__ = ["DEFAULT_BATCH_SIZE", "RECOMMENDED_CONFIG", "named_configs", "config_
 #: The shipped config every entry point uses when none is named (``classify-images build-features``,
 #: ``run``, ``experiment`` and ``train`` without ``--classifier``, Python's ``ImageFeatures()``): our
 #: most accurate pipeline; its ``[classifier]`` table names the classifier that goes with it.
-RECOMMENDED_CONFIG = "fisher-flip-rootsift"
+RECOMMENDED_CONFIG = "recommended"
 
 #: Images per Dask task, and rows per shard of a sharded store: chosen from the scheduler's
 #: cost per task against the cost of an image (docs/benchmarks/cluster-and-scale.md).

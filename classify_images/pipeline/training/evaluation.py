@@ -343,6 +343,11 @@ class TrainingResult:
     #: of the training rows, those of mirrored images (``[augment] flip_train``)
     n_mirrors: int = 0
 
+    def flip_test(self, configured: str) -> str:
+        """How test images are scored: the search's choice (``choose_flips``), else ``configured``."""
+        flips = (self.search or {}).get("flips")
+        return configured if flips is None else flips["flip_test"]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form (without the estimator: see :func:`~classify_images.pipeline.training.model_file.save_model`)."""
         return _json_form(
@@ -404,8 +409,10 @@ def train_classifier(
     seed: int | None = None,
     class_names: list[str] | None = None,
     wrapper: Callable[[Any], Any] | None = None,
-    search: dict[str, list] | None = None,
+    search: dict[str, list] | str | None = None,
     mirrored: bool = False,
+    choose_flips: bool = False,
+    flip_train: bool = True,
 ) -> TrainingResult:
     """Fit the registered classifier ``name`` with ``params`` on rows ``X``, labels ``y``.
 
@@ -428,6 +435,14 @@ def train_classifier(
     ``n`` labels of the images): the fit sees all ``2n`` rows, each mirror with its image's label,
     and a search folds each image with its mirror and scores held-out images averaged with their
     mirrors, as the test is scored (``search_parameters(..., mirrored=True)``).
+
+    ``search="default"`` is what the commands pass when the user gives neither ``C`` nor a grid:
+    :func:`default_search` decides (``C`` by cross-validation where it is cheap, else the
+    estimator's default).  With ``choose_flips`` (and ``mirrored``), the search also chooses whether
+    to train on the mirrors and whether the test averages with them
+    (:data:`~classify_images.classifiers.model_selection.FLIP_VARIANTS`); without the mirrors it
+    trains on the first ``n`` rows only, and :meth:`TrainingResult.flip_test` gives the test's rule;
+    when no search runs after all, ``flip_train`` (the config's) says whether the mirrors are trained on.
     """
     params = seeded_params(name, params, seed)
     estimator = make_classifier(name, params)
@@ -438,29 +453,72 @@ def train_classifier(
     if mirrored and X.shape[0] != 2 * n_images:
         raise ValueError(f"{X.shape[0]} rows for {n_images} training images and their mirrors")
     warm_up(estimator, X[:n_images] if mirrored else X, y)
-    found = None
+    if search == "default":
+        search = default_search(estimator, params, X, n_images, in_memory=wrapper is None)
+    found, gram = None, None
     if search:
         from ...classifiers.model_selection import search_parameters
 
         started = time.perf_counter()
-        result = search_parameters(estimator, X, y, search, seed=0 if seed is None else seed, mirrored=mirrored)
+        result = search_parameters(
+            estimator,
+            X,
+            y,
+            search,
+            seed=0 if seed is None else seed,
+            mirrored=mirrored,
+            choose_flips=choose_flips and mirrored,
+        )
         found = {**result.to_dict(), "seconds": round(time.perf_counter() - started, 3)}
         params = {**params, **result.best}
         estimator.set_params(**result.best)
+        gram = result.gram
+        _log.info("%s", _search_line(found))
+        if result.flips is not None and not result.flips["flip_train"]:  # the images' rows alone
+            X, mirrored = X[:n_images], False
+            gram = None if gram is None else np.ascontiguousarray(gram[:n_images, :n_images])
+    elif mirrored and choose_flips and not flip_train:  # loaded for a search that did not run
+        X, mirrored = X[:n_images], False
     if mirrored:
         y = np.concatenate([y, y])
     start = time.perf_counter()
     # The search's Gram matrix of these rows serves the final fit's eigenbasis (the same bits).
-    with (
-        reused_gram(X, result.gram)
-        if found and result.gram is not None and wrapper is None
-        else contextlib.nullcontext()
-    ):
+    with reused_gram(X, gram) if gram is not None and wrapper is None else contextlib.nullcontext():
         estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
     return TrainingResult(
         name, params, estimator, seconds, int(X.shape[0]), int(X.shape[1]), found, n_images if mirrored else 0
     )
+
+
+def _search_line(search: dict[str, Any]) -> str:
+    from ...classifiers.model_selection import search_summary
+
+    return f"{search_summary(search)} ({search['seconds']:.1f} s)"
+
+
+def default_search(
+    estimator: Any, params: dict[str, Any], X: Any, n_images: int, *, in_memory: bool = True
+) -> dict[str, list] | None:
+    """The grid searched when the user gives neither ``C`` nor ``--search``: ``C`` over
+    :func:`~classify_images.classifiers.model_selection.default_grid` when the estimator has a ``C``,
+    ``params`` do not set it, and the search costs little (the linear SVM on rows in memory, fewer
+    rows than dimensions: every fold and grid point from one Gram matrix); else None (the
+    estimator's default ``C``), said in one log line."""
+    from ...classifiers.model_selection import default_grid, gram_path_applies
+
+    if "C" in params or "C" not in estimator.get_params(deep=False):
+        return None
+    grid = default_grid(X, n_images)
+    if in_memory and gram_path_applies(estimator, X, grid):
+        return grid
+    _log.info(
+        "C not given: the estimator's default C = %r is used (cross-validating C here would refit every fold; "
+        "give --search C=%s to choose it)",
+        estimator.get_params()["C"],
+        ",".join(f"{c:g}" for c in grid["C"]),
+    )
+    return None
 
 
 @dataclass(frozen=True)
@@ -605,7 +663,8 @@ def evaluate_model(model: Any, meta: dict, feature_set: FeatureSet) -> Evaluatio
         search=meta.get("search"),
         combine=combine,
         X_mirror=PooledRows(feature_set, test_rows.indices, mirrored=True, transform=combined)
-        if augment_settings(feature_set).flip_test == "average"
+        if ((meta.get("search") or {}).get("flips") or {}).get("flip_test", augment_settings(feature_set).flip_test)
+        == "average"
         else None,
     )
 
@@ -681,6 +740,8 @@ class ExperimentRun:
     top_k_accuracy: dict[int, float] = field(default_factory=dict)
     #: the parameters the search chose on this split's training rows (None: no search)
     chosen: dict[str, Any] | None = None
+    #: the use of the stored mirrors the search chose on this split's training rows (None: not chosen)
+    flips: dict[str, Any] | None = None
 
     def to_dict(self, class_names: Sequence[str] | None = None) -> dict[str, Any]:
         """JSON form (the per-class rates keyed by ``class_names`` when given, else a list)."""
@@ -694,7 +755,7 @@ class ExperimentRun:
         return _json_form(
             self,
             "seed random_state mean_per_class_accuracy top_k_accuracy per_class_accuracy "
-            "train_seconds test_seconds chosen",
+            "train_seconds test_seconds chosen" + (" flips" if self.flips is not None else ""),
             train_seconds=_seconds(self.train_seconds),
             test_seconds=_seconds(self.test_seconds),
             top_k_accuracy={str(k): v for k, v in self.top_k_accuracy.items()},
@@ -796,7 +857,7 @@ def run_experiment(
     *,
     first_seed: int = 0,
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
-    search: dict[str, list] | None = None,
+    search: dict[str, list] | str | None = None,
     combine: str | None = None,
 ) -> Experiment:
     """Train and test ``repeats`` times on seeded re-splits of the stored rows.
@@ -845,8 +906,9 @@ def run_experiment(
             train_fraction=split.get("train_fraction"),
         )
         train, test = np.sort(build_order[train]), np.sort(build_order[test])
+        mirrored = augment.flip_train or (bool(search) and augment.mirrors)
         X_train = _in_place(
-            combined, rows_and_mirrors(feature_set, train) if augment.flip_train else feature_set.pooled_rows(train)
+            combined, rows_and_mirrors(feature_set, train) if mirrored else feature_set.pooled_rows(train)
         )
         training = train_classifier(
             name,
@@ -856,7 +918,9 @@ def run_experiment(
             seed=seed,
             class_names=feature_set.class_names,
             search=search,
-            mirrored=augment.flip_train,
+            mirrored=mirrored,
+            choose_flips=augment.mirrors,
+            flip_train=augment.flip_train,
         )
         del X_train
         evaluation = _evaluation(
@@ -872,7 +936,7 @@ def run_experiment(
             search=training.search,
             combine=record,
             X_mirror=PooledRows(feature_set, test, mirrored=True, transform=combined)
-            if augment.flip_test == "average"
+            if training.flip_test(augment.flip_test) == "average"
             else None,
         )
         first = first or evaluation
@@ -887,6 +951,7 @@ def run_experiment(
                 per_class_accuracy=tuple(float(r) for r in evaluation.per_class_accuracy),
                 top_k_accuracy=evaluation.top_k_accuracy,
                 chosen=None if training.search is None else training.search["best"],
+                flips=None if training.search is None else training.search.get("flips"),
             )
         )
     return Experiment(name, params, str(feature_set.path), feature_set.config_hash, tuple(runs), first, record)
