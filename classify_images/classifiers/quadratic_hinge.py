@@ -45,12 +45,15 @@ All ``P`` one-vs-rest problems are separable sums, so they are optimised
     \\nabla_b f = G^\\top 1 \\;[ + b / s^2 ] ,
 
 so one evaluation costs the two products ``X W`` and ``X^T G`` (only rows with
-an active margin enter the second): ``solver="features"``.  ``solver="eigen"``
-(the default for problems of moderate size) solves the same problem in an
-orthonormal eigenbasis of the span of the training vectors, where these
-products are ``n x r`` (``r <= min(n, d)``, so ``d / n`` times cheaper when
-``n < d``) and a diagonal preconditioner makes L-BFGS converge in far fewer
-iterations (:mod:`~classify_images.classifiers.eigenbasis`).  The objective, its
+an active margin enter the second): ``solver="features"``.  ``solver="span"``
+(the default whenever its ``min(n, d)`` square matrices fit in memory) solves the
+same problem in an orthonormal basis of the span of the training vectors (the
+representer theorem), from the pivoted Cholesky factor of the Gram matrix, where
+these products are ``n x r`` (``r <= min(n, d)``, so ``d / n`` times cheaper when
+``n < d``) and a triangular preconditioner makes L-BFGS converge in far fewer
+iterations (:mod:`~classify_images.classifiers.span`; ``solver="eigen"``, the same
+in an eigenbasis, :mod:`~classify_images.classifiers.eigenbasis`).  Training costs
+about one Gram matrix ``X X^T`` when ``n << d`` (docs/linear-svm-scaling.md).  The objective, its
 gradient, the preconditioner and the L-BFGS driver are in
 :mod:`~classify_images.classifiers._quadratic_hinge_objective`.  Timings against
 ``LinearSVC``: see docs/benchmarks/linear.md.
@@ -190,17 +193,24 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         (exactly ``LinearSVC``'s objective).
     intercept_scaling : float, default=1.0
         Used only with ``penalize_intercept=True`` (see above).
-    solver : {"auto", "features", "eigen"}, default="auto"
+    solver : {"auto", "span", "features", "eigen"}, default="auto"
         Where L-BFGS runs (same objective, same stopping rule).
+        ``"span"``: on coordinates of ``W`` in an orthonormal basis of the span of
+        the training vectors, from the pivoted Cholesky factor of the Gram matrix
+        ``X X^T`` (float32 products for float32 or float16 rows), preconditioned by
+        the Cholesky factor of the Hessian's all-active approximation; ``X^T X``
+        and ``W`` itself when ``n > d`` (:mod:`~classify_images.classifiers.span`).
+        Its cost is about one ``X X^T`` product when ``n << d``.
         ``"features"``: on ``(W, b)`` themselves (Jacobi-preconditioned), two
-        products with ``X`` per evaluation.  ``"eigen"``: on preconditioned
-        coordinates of ``W`` in an
-        orthonormal eigenbasis of the span of the training vectors (one
-        eigendecomposition of ``X X^T`` or ``X^T X`` up front, then ``n x r``
-        products; :mod:`~classify_images.classifiers.eigenbasis`).  ``"auto"``:
-        ``"eigen"`` when ``min(n_samples, n_features) <= 6000`` and the
-        ``n_samples x min(n_samples, n_features)`` float64 coordinates fit in
-        1 GiB, else ``"features"``.
+        products with ``X`` per evaluation, memory ``O(d P)`` besides ``X``.
+        ``"eigen"``: as ``"span"``, in the eigenbasis of ``X X^T`` or ``X^T X``
+        (an eigendecomposition, several times the work of ``"span"``'s factorisation;
+        :mod:`~classify_images.classifiers.eigenbasis`).  ``"auto"``: ``"span"``
+        whenever its ``min(n, d)`` square matrices
+        (:func:`~classify_images.classifiers.span.span_bytes`) fit in half the
+        physical memory (:func:`span_memory_budget`), else ``"features"``: no number
+        of rows switches to a slower solver while the memory holds.  Float16 rows are
+        read as they are by ``"span"``, converted to float32 by the others.
     tol : float, default=1e-4
         Stop when ``||grad f||_2 <= tol * ||grad f(0)||_2`` (relative gradient
         norm of the objective in ``(W, b)``, the same rule for both solvers).
