@@ -83,10 +83,11 @@ _ROWS = 1024
 
 
 def span_bytes(n_samples: int, n_features: int) -> int:
-    """Peak memory of :class:`SpanBasis` and its preconditioner, ``m = min(n, d)``: the ``m x m`` float64
-    Gram matrix (its float32 partial sums, then its factor) and ``Z^T Z``, the ``n x m`` coordinates."""
+    """Peak memory of :class:`SpanBasis` and :class:`SpanObjective`, ``m = min(n, d)``: the float64
+    Gram matrix and its float32 partial sums (12 m^2 bytes), then ``L_11`` (float64), the coordinates
+    ``Z`` (float32 for float32 or float16 rows), ``R^{-1}`` (float64) and its float32 copy (24 m^2)."""
     m = min(n_samples, n_features)
-    return 20 * m * m
+    return 24 * m * m
 
 
 class SpanBasis:
@@ -147,10 +148,19 @@ class SpanBasis:
                 block = L[start : start + 1024, start:]
                 block[np.triu_indices(block.shape[0], 1, block.shape[1])] = 0.0
             self._L11 = np.array(L[:rank], order="F")
-            # Z^T Z = L11^T L11 + L21^T L21 (r^3 / 3 + (n - r) r^2 multiply-adds, lower triangle)
+            # C order (the objective multiplies blocks of rows, which BLAS takes only in C order),
+            # float32 for float32 or float16 rows: products in the rows' own precision
+            precision = np.float64 if X.dtype == np.float64 or sp.issparse(X) else np.float32
+            self.Z = np.ascontiguousarray(L, dtype=precision)
+            del L, factor  # before Z^T Z: at most 20 n^2 bytes here, 24 n^2 with R^{-1} in float32 later
+            # Z^T Z = L11^T L11 + L21^T L21 (r^3 / 3 + (n - r) r^2 multiply-adds, lower triangle; the
+            # second term from Z's own rows: only the preconditioner uses it)
             moment = lapack.dlauum(self._L11, lower=1)[0]
             if rank < n:
-                moment = blas.dsyrk(1.0, L[rank:], trans=1, beta=1.0, c=moment, lower=1, overwrite_c=1)
+                rest = self.Z[rank:].T  # (r x (n - r)), Fortran order
+                syrk = blas.dsyrk if precision == np.float64 else blas.ssyrk
+                moment += syrk(1.0, rest, trans=0, lower=1)
+        self.rank = rank
         self._second_moment = moment
         _log.debug(
             "SpanBasis: pivoted Cholesky of the %d x %d Gram matrix, rank %d, %.2f CPU s",
@@ -159,11 +169,6 @@ class SpanBasis:
             rank,
             time.process_time() - begin,
         )
-        # C order (the objective multiplies blocks of rows, which BLAS takes only in C order),
-        # float32 for float32 or float16 rows: products in the rows' own precision
-        precision = np.float64 if X.dtype == np.float64 or sp.issparse(X) else np.float32
-        self.Z, self.rank = np.ascontiguousarray(L, dtype=precision), rank
-        del L, factor
         self.order = np.asarray(pivots, dtype=np.intp) - 1
         self._pivots = self.order[:rank]
 
@@ -248,11 +253,11 @@ class SpanObjective(QuadraticHingeObjective):
         intercept_scale: np.ndarray | None,
     ) -> None:
         super().__init__(Z, Y, cost, fit_intercept=fit_intercept, intercept_penalty=intercept_penalty)
-        with threadpool_limits(1, user_api="blas"):
-            inverse, info = lapack.dtrtri(R, lower=0)
+        with threadpool_limits(1, user_api="blas"):  # R^{-1} = (R^T)^{-T}, in R's own memory
+            inverse, info = lapack.dtrtri(R.T, lower=1, overwrite_c=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"dtrtri: R is singular (info {info})")
-        self._inverse = {np.dtype(np.float64): np.ascontiguousarray(inverse)}
+        self._inverse = {np.dtype(np.float64): inverse.T}
         self.intercept_scale = intercept_scale
 
     def _R_inverse(self) -> np.ndarray:
