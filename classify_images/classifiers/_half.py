@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["half_to_float32", "row_squared_norms"]
+__all__ = ["half_to_float32", "row_squared_norms", "remember_squared_norms", "remembered_squared_norms"]
 
 _TABLE = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
@@ -65,3 +65,26 @@ def row_squared_norms(X: np.ndarray) -> np.ndarray:
     out = np.empty(X.shape[0])
     _half_row_squared_norms(X.view(np.uint16), _TABLE, out)
     return out
+
+
+#: The squared norms of the last float16 rows validated, with the layout of those rows.
+_REMEMBERED: list = [None]
+
+
+def _layout(X: np.ndarray) -> tuple:
+    return X.__array_interface__["data"][0], X.shape, X.strides, X.dtype.str
+
+
+def remember_squared_norms(X: np.ndarray, norms: np.ndarray) -> None:
+    """Keep ``norms`` (those of the rows ``X``) for :func:`remembered_squared_norms`: the validation
+    of float16 rows reads every row once for their finiteness, and ``C="auto"`` needs the same sums."""
+    _REMEMBERED[0] = (_layout(X), norms)
+
+
+def remembered_squared_norms(X: np.ndarray) -> np.ndarray:
+    """:func:`row_squared_norms` of ``X``, taken from :func:`remember_squared_norms` when they are the
+    same rows (same buffer, shape, strides and dtype; the rows must not have changed since)."""
+    kept = _REMEMBERED[0]
+    if kept is not None and isinstance(X, np.ndarray) and kept[0] == _layout(X):
+        return kept[1]
+    return row_squared_norms(X)

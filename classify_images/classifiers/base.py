@@ -61,7 +61,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 from .._log import verbose_output
 from ..errors import ClassifyImagesError
 from ._compat import _check_partial_fit_first_call, _fit_context
-from ._half import row_squared_norms
+from ._half import remember_squared_norms, row_squared_norms
 
 __all__ = [
     "NegativeFeaturesError",
@@ -344,8 +344,11 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             X = validate_data(self, X, **kwargs)
         else:
             X, y = validate_data(self, X, y, **kwargs)
-        if half and X.ndim == 2 and not np.all(np.isfinite(row_squared_norms(X))):
-            raise ValueError("Input X contains NaN or infinity.")
+        if half and X.ndim == 2:
+            norms = row_squared_norms(X)
+            if not np.all(np.isfinite(norms)):
+                raise ValueError("Input X contains NaN or infinity.")
+            remember_squared_norms(X, norms)
         if sp.issparse(X):
             X = sp.csr_matrix(X)
             X.sort_indices()

@@ -80,7 +80,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from ._compat import Interval, StrOptions
-from ._half import row_squared_norms
+from ._half import remembered_squared_norms
 from ._quadratic_hinge_objective import (
     BlockwiseQuadraticHingeObjective,
     QuadraticHingeObjective,
@@ -121,7 +121,7 @@ def _squared_norms(X) -> np.ndarray:
     """``||x_i||^2`` of every row, float64 (dense or CSR ``X``)."""
     if sp.issparse(X):
         return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    return row_squared_norms(X)
+    return remembered_squared_norms(X)
 
 
 def penalty_of(model) -> float:

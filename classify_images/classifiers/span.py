@@ -155,7 +155,10 @@ class SpanBasis:
             del L, factor  # before Z^T Z: at most 20 n^2 bytes here, 24 n^2 with R^{-1} in float32 later
             # Z^T Z = L11^T L11 + L21^T L21 (r^3 / 3 + (n - r) r^2 multiply-adds, lower triangle; the
             # second term from Z's own rows: only the preconditioner uses it)
-            moment = lapack.dlauum(self._L11, lower=1)[0]
+            if precision == np.float32:  # the preconditioner in float32 too: it needs to be close, not exact
+                moment = lapack.slauum(np.asfortranarray(self.Z[:rank]), lower=1, overwrite_c=1)[0]
+            else:
+                moment = lapack.dlauum(self._L11, lower=1)[0]
             if rank < n:
                 rest = self.Z[rank:].T  # (r x (n - r)), Fortran order
                 syrk = blas.dsyrk if precision == np.float64 else blas.ssyrk
@@ -184,18 +187,31 @@ class SpanBasis:
         ``keep=False``: ``Z^T Z`` is overwritten (one ``r x r`` matrix less in memory; the
         basis then serves no other ``s``).
         """
-        if keep:
-            H = np.asfortranarray(self.second_moment() * (2.0 * s))
-        else:
-            H = np.asfortranarray(self.second_moment())
-            H *= 2.0 * s
-            self._second_moment = None
-        H[np.diag_indices_from(H)] += 1.0
-        with threadpool_limits(1, user_api="blas"):  # r^3 / 3: threads cost more than they save here
-            R, info = lapack.dpotrf(H, lower=1, overwrite_a=1, clean=1)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"dpotrf: I + 2 s Z^T Z is not positive definite (info {info})")
-        return R.T  # the upper factor: (L L^T)^T = L L^T, R = L^T
+        moment = self.second_moment()
+        for precision in dict.fromkeys((moment.dtype, np.dtype(np.float64))):
+            if keep or precision != moment.dtype:
+                H = np.asfortranarray(moment * (2.0 * s), dtype=precision)
+            else:
+                H = np.asfortranarray(moment)
+                H *= 2.0 * s
+                self._second_moment = None
+            H[np.diag_indices_from(H)] += 1.0
+            potrf = lapack.spotrf if precision == np.float32 else lapack.dpotrf
+            with threadpool_limits(1, user_api="blas"):  # r^3 / 3: threads cost more than they save here
+                R, info = potrf(H, lower=1, overwrite_a=1, clean=1)
+            if info == 0:
+                return R.T  # the upper factor: (L L^T)^T = L L^T, R = L^T
+            moment = self._float64_moment()  # float32 rounding made H indefinite: again in float64
+        raise np.linalg.LinAlgError(f"dpotrf: I + 2 s Z^T Z is not positive definite (info {info})")
+
+    def _float64_moment(self) -> np.ndarray:
+        """``Z^T Z`` in float64 (lower triangle), from ``L_11`` and the rows of ``Z`` below it."""
+        if self._pivots is None:
+            return np.asarray(self.second_moment(), dtype=np.float64)
+        moment = lapack.dlauum(self._L11, lower=1)[0]
+        if self.rank < self.Z.shape[0]:
+            moment += blas.dsyrk(1.0, np.asarray(self.Z[self.rank :], dtype=np.float64).T, trans=0, lower=1)
+        return moment
 
     def rows(self, A: np.ndarray) -> np.ndarray:
         """``A`` (one row per training row, original order) in the order of :attr:`Z`."""
@@ -253,17 +269,18 @@ class SpanObjective(QuadraticHingeObjective):
         intercept_scale: np.ndarray | None,
     ) -> None:
         super().__init__(Z, Y, cost, fit_intercept=fit_intercept, intercept_penalty=intercept_penalty)
+        trtri = lapack.strtri if R.dtype == np.float32 else lapack.dtrtri
         with threadpool_limits(1, user_api="blas"):  # R^{-1} = (R^T)^{-T}, in R's own memory
-            inverse, info = lapack.dtrtri(R.T, lower=1, overwrite_c=1)
+            inverse, info = trtri(R.T, lower=1, overwrite_c=1)
         if info != 0:
-            raise np.linalg.LinAlgError(f"dtrtri: R is singular (info {info})")
-        self._inverse = {np.dtype(np.float64): inverse.T}
+            raise np.linalg.LinAlgError(f"trtri: R is singular (info {info})")
+        self._inverse = {inverse.dtype: inverse.T}
         self.intercept_scale = intercept_scale
 
     def _R_inverse(self) -> np.ndarray:
         dtype = np.dtype(np.float64 if self.exact else np.float32)
-        if dtype not in self._inverse:
-            self._inverse[dtype] = self._inverse[np.dtype(np.float64)].astype(dtype)
+        if dtype not in self._inverse:  # (a float32 R^{-1} made float64 is the same change of variables)
+            self._inverse[dtype] = next(iter(self._inverse.values())).astype(dtype)
         return self._inverse[dtype]
 
     def unpack(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
