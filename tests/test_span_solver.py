@@ -177,3 +177,13 @@ def test_non_finite_float16_rows_are_refused():
     X[3, 4] = np.nan
     with pytest.raises(ValueError, match="NaN or infinity"):
         QuadraticHingeSVC().fit(X, y)
+
+
+def test_float32_rows_with_a_large_C_still_reach_the_optimum():
+    """A large C makes ``I + 2 s Z^T Z`` ill-conditioned; its float32 factor is only a preconditioner."""
+    X, y = _rows(60, 300, seed=4)
+    single = X.astype(np.float32)
+    span = QuadraticHingeSVC(C=1e4, solver="span", tol=1e-8, max_iter=5000).fit(single, y)
+    reference = _reference(single.astype(np.float64), y, C=1e4)
+    assert span.objective_ == pytest.approx(reference.objective_, rel=1e-5)
+    np.testing.assert_array_equal(span.predict(single), reference.predict(single))
