@@ -61,14 +61,16 @@ _GRAM_COLUMNS = 4096
 _GRAM_CHUNK = 16384
 
 
-def gram_matrix(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
+def gram_matrix(X: np.ndarray | sp.csr_matrix, *, float64_products: bool = False) -> np.ndarray:
     """``K = X X^T`` (n x n, float64, symmetric).
 
     Float64 rows: one float64 product.  Float32 or float16 rows: the product the machine's
     BLAS does fastest, ``ssyrk`` on float32 blocks of :data:`_GRAM_COLUMNS` columns (float16
     rows are converted block by block; ``X`` is never copied whole), its sums added into the
     float64 ``K`` every :data:`_GRAM_CHUNK` columns: the rounding of a float32 sum of at most
-    that many products, far below that of float16 or float32 features.
+    that many products, far below that of float16 or float32 features.  ``float64_products``:
+    float64 products on blocks of columns converted to float64 (twice the time; the eigenbasis
+    solver's Gram matrix, whose eigenvectors it uses as they are).
     """
     if sp.issparse(X):
         X64 = X.astype(np.float64)
@@ -76,6 +78,12 @@ def gram_matrix(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
     if X.dtype == np.float64:
         return X @ X.T
     n, d = X.shape
+    if float64_products:  # blocks of columns converted to float64 (the eigenbasis solver's matrix)
+        K = np.zeros((n, n))
+        for start in range(0, d, _BLOCK):
+            block = X[:, start : start + _BLOCK].astype(np.float64)
+            K += block @ block.T  # numpy dispatches A @ A.T to syrk
+        return K
     K = np.zeros((n, n), order="F")
     partial = np.zeros((n, n), dtype=np.float32, order="F")
     buffer = np.empty((n, min(d, _GRAM_COLUMNS)), dtype=np.float32)  # reused: no page faults per block
@@ -140,10 +148,10 @@ def _known(X) -> tuple | None:
     return None
 
 
-def gram_of(X) -> np.ndarray:
+def gram_of(X, *, float64_products: bool = False) -> np.ndarray:
     """``gram_matrix(X)``, or the one :func:`reused_gram` holds for these rows (not to be modified)."""
     known = _known(X)
-    return gram_matrix(X) if known is None else known[1]
+    return gram_matrix(X, float64_products=float64_products) if known is None else known[1]
 
 
 def known_gram(X) -> np.ndarray | None:
@@ -202,7 +210,9 @@ class EigenBasis:
     def __init__(self, X: np.ndarray | sp.csr_matrix) -> None:
         n, d = X.shape
         from_gram = n <= d
-        lam, vectors = la.eigh(gram_of(X) if from_gram else second_moment_matrix(X), check_finite=False)
+        lam, vectors = la.eigh(
+            gram_of(X, float64_products=True) if from_gram else second_moment_matrix(X), check_finite=False
+        )
         keep = lam > max(n, d) * np.finfo(np.float64).eps * max(float(lam[-1]), 0.0)
         if not np.any(keep):  # X = 0: W = 0 is the only direction; keep one null coordinate
             self.eigenvalues, self.rank = np.zeros(1), 1

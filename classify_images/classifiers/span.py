@@ -78,8 +78,8 @@ __all__ = ["SpanBasis", "SpanObjective", "span_bytes"]
 
 _log = logging.getLogger(__name__)
 
-#: Rows of ``X`` converted to float32 at a time for the weights ``X_1^T A``.
-_ROWS = 1024
+#: Columns of ``X`` per product of the weights ``X^T A`` (float16 rows: converted to float32 a block at a time).
+_COLUMNS = 4096
 
 
 def span_bytes(n_samples: int, n_features: int) -> int:
@@ -222,25 +222,20 @@ class SpanBasis:
         if self._pivots is None:
             return np.asarray(B, dtype=np.float64)
         coefficients = la.solve_triangular(self._L11, B, trans="T", lower=True, check_finite=False)
-        W = np.zeros((X.shape[1], B.shape[1]))
-        pivots = np.sort(self._pivots)
-        coefficients = coefficients[np.argsort(self._pivots)]
-        exact = X.dtype == np.float64 or sp.issparse(X)
-        dtype = np.float64 if exact else np.float32
-        A = coefficients.astype(dtype)
-        buffer = None if exact else np.empty((min(_ROWS, pivots.size), X.shape[1]), dtype=np.float32)
-        for start in range(0, pivots.size, _ROWS):
-            rows = pivots[start : start + _ROWS]
-            if exact:
-                block = X[rows].astype(np.float64)
-            else:  # float32 or float16 rows into a reused float32 buffer
-                block = buffer[: rows.size]
-                if X.dtype == np.float16:
-                    for offset in range(0, rows.size, 64):  # a few rows at a time: no float16 copy of the block
-                        half_to_float32(X[rows[offset : offset + 64]], block[offset : offset + 64])
-                else:
-                    np.take(X, rows, axis=0, out=block)
-            W += np.asarray(block.T @ A[start : start + _ROWS], dtype=np.float64)
+        exact = sp.issparse(X) or X.dtype == np.float64
+        A = np.zeros((X.shape[0], B.shape[1]), dtype=np.float64 if exact else np.float32)
+        A[self._pivots] = coefficients  # W = X^T A: the pivot rows' coefficients, zero elsewhere
+        if sp.issparse(X):
+            return np.asarray(X.T @ A, dtype=np.float64)
+        n, d = X.shape
+        W = np.empty((d, B.shape[1]))
+        buffer = None
+        for start in range(0, d, _COLUMNS):  # blocks of columns: no copy of the rows (float16: one block)
+            columns = X[:, start : start + _COLUMNS]
+            if X.dtype == np.float16:
+                reuse = buffer is not None and buffer.shape == columns.shape
+                buffer = columns = half_to_float32(columns, buffer if reuse else None)
+            W[start : start + columns.shape[1]] = columns.T @ A
         return W
 
 
