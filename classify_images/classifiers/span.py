@@ -228,15 +228,16 @@ class SpanBasis:
         if sp.issparse(X):
             return np.asarray(X.T @ A, dtype=np.float64)
         n, d = X.shape
-        W = np.empty((d, B.shape[1]))
+        # W^T (P x d) filled, W returned as its transpose: ``coef_ = W^T`` is then no further copy
+        W_T = np.empty((B.shape[1], d))
         buffer = None
         for start in range(0, d, _COLUMNS):  # blocks of columns: no copy of the rows (float16: one block)
             columns = X[:, start : start + _COLUMNS]
             if X.dtype == np.float16:
                 reuse = buffer is not None and buffer.shape == columns.shape
                 buffer = columns = half_to_float32(columns, buffer if reuse else None)
-            W[start : start + columns.shape[1]] = columns.T @ A
-        return W
+            W_T[:, start : start + columns.shape[1]] = A.T @ columns
+        return W_T.T
 
 
 class SpanObjective(QuadraticHingeObjective):
