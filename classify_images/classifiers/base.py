@@ -61,6 +61,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 from .._log import fits_are_summarised, verbose_output
 from ..errors import ClassifyImagesError
 from ._compat import _check_partial_fit_first_call, _fit_context
+from ._half import remember_squared_norms, row_squared_norms
 
 __all__ = [
     "NegativeFeaturesError",
@@ -256,6 +257,8 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         is declared.
     _accept_sparse : bool
         Whether CSR input is supported (other sparse formats are converted).
+    _input_dtypes : tuple of dtypes
+        Dense dtypes taken as they are (others are converted to the first).
     _fitted_shapes : dict of str to tuple of str
         The fitted attributes saved in model files (besides ``classes_`` and
         ``n_features_in_``), each with its shape in the symbols ``d`` (feature
@@ -294,6 +297,7 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {}
     _requires_non_negative: bool = False
     _accept_sparse: bool = True
+    _input_dtypes: tuple = (np.float64, np.float32)
     _fitted_shapes: dict[str, tuple[str, ...]] = {}
     _fitted_arrays: tuple[str, ...] = ()
     _problem_axes: dict[str, int] | None = None
@@ -337,13 +341,23 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         """
         kwargs = dict(
             accept_sparse=["csr"] if self._accept_sparse else False,
-            dtype=[np.float64, np.float32],
+            dtype=list(self._input_dtypes),
             reset=reset,
         )
+        # float16 rows (a memory-mapped feature set): finiteness checked through their squared norms,
+        # not by scikit-learn's element-wise check (a boolean copy of X for this dtype)
+        half = isinstance(X, np.ndarray) and X.dtype == np.float16 and np.float16 in self._input_dtypes
+        if half:
+            kwargs["ensure_all_finite"] = False
         if y is None:
             X = validate_data(self, X, **kwargs)
         else:
             X, y = validate_data(self, X, y, **kwargs)
+        if half and X.ndim == 2:
+            norms = row_squared_norms(X)
+            if not np.all(np.isfinite(norms)):
+                raise ValueError("Input X contains NaN or infinity.")
+            remember_squared_norms(X, norms)
         if sp.issparse(X):
             X = sp.csr_matrix(X)
             X.sort_indices()

@@ -39,30 +39,81 @@ from collections.abc import Iterator
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
+from scipy.linalg import blas
 
-__all__ = ["EigenBasis", "gram_matrix", "second_moment_matrix", "reused_gram"]
+from ._half import half_to_float32
 
-#: Columns (Gram matrix) or rows (second-moment matrix, coordinates) of a
-#: float32 ``X`` converted to float64 at a time.
+__all__ = [
+    "EigenBasis",
+    "gram_matrix",
+    "gram_of",
+    "known_gram",
+    "derived_from_gram",
+    "second_moment_matrix",
+    "reused_gram",
+]
+
+#: Rows (second-moment matrix, coordinates) of a float32 ``X`` converted to float64 at a time.
 _BLOCK = 2048
+#: Columns of float32 (or float16) rows per float32 ``ssyrk`` of :func:`gram_matrix` ...
+_GRAM_COLUMNS = 4096
+#: ... and columns summed in float32 before their sum is added into the float64 Gram matrix.
+_GRAM_CHUNK = 16384
 
 
-def gram_matrix(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
-    """``K = X X^T`` (n x n) accumulated in float64."""
+def gram_matrix(X: np.ndarray | sp.csr_matrix, *, float64_products: bool = False) -> np.ndarray:
+    """``K = X X^T`` (n x n, float64, symmetric).
+
+    Float64 rows: one float64 product.  Float32 or float16 rows: the product the machine's
+    BLAS does fastest, ``ssyrk`` on float32 blocks of :data:`_GRAM_COLUMNS` columns (float16
+    rows are converted block by block; ``X`` is never copied whole), its sums added into the
+    float64 ``K`` every :data:`_GRAM_CHUNK` columns: the rounding of a float32 sum of at most
+    that many products, far below that of float16 or float32 features.  ``float64_products``:
+    float64 products on blocks of columns converted to float64 (twice the time; the eigenbasis
+    solver's Gram matrix, whose eigenvectors it uses as they are).
+    """
     if sp.issparse(X):
         X64 = X.astype(np.float64)
         return np.asarray((X64 @ X64.T).toarray())
     if X.dtype == np.float64:
         return X @ X.T
     n, d = X.shape
-    K = np.zeros((n, n))
-    for start in range(0, d, _BLOCK):
-        block = X[:, start : start + _BLOCK].astype(np.float64)
-        K += block @ block.T  # numpy dispatches A @ A.T to syrk
+    if float64_products:  # blocks of columns converted to float64 (the eigenbasis solver's matrix)
+        K = np.zeros((n, n))
+        for start in range(0, d, _BLOCK):
+            block = X[:, start : start + _BLOCK].astype(np.float64)
+            K += block @ block.T  # numpy dispatches A @ A.T to syrk
+        return K
+    K = np.zeros((n, n), order="F")
+    partial = np.zeros((n, n), dtype=np.float32, order="F")
+    buffer = np.empty((n, min(d, _GRAM_COLUMNS)), dtype=np.float32)  # reused: no page faults per block
+    pending = 0
+    for start in range(0, d, _GRAM_COLUMNS):
+        columns = X[:, start : start + _GRAM_COLUMNS]
+        block = half_to_float32(columns, buffer if columns.shape == buffer.shape else None)
+        # block (n x w, C order) is block.T (w x n) in Fortran order: ssyrk(trans=1) gives block block^T
+        partial = blas.ssyrk(1.0, block.T, beta=1.0, c=partial, trans=1, lower=1, overwrite_c=1)
+        pending += block.shape[1]
+        if pending >= _GRAM_CHUNK or start + _GRAM_COLUMNS >= d:
+            K += partial
+            partial[...] = 0.0
+            pending = 0
+    del partial
+    _symmetrise_lower(K)
     return K
 
 
-#: ``(layout of X, K)`` inside :func:`reused_gram`.
+def _symmetrise_lower(K: np.ndarray, step: int = 1024) -> None:
+    """Copy the lower triangle of ``K`` onto its upper one in place, block by block (no ``n x n`` temporary)."""
+    n = K.shape[0]
+    for start in range(0, n, step):
+        end = min(start + step, n)
+        diagonal = K[start:end, start:end]
+        diagonal[...] = np.tril(diagonal) + np.tril(diagonal, -1).T
+        K[start:end, end:] = K[end:, start:end].T
+
+
+#: ``(layout of X, K, derived)`` inside :func:`reused_gram` (``derived``: what solvers built from ``K``).
 _KNOWN_GRAM: contextvars.ContextVar = contextvars.ContextVar("known_gram", default=None)
 
 
@@ -76,25 +127,44 @@ def _layout(X) -> tuple | None:
 
 @contextlib.contextmanager
 def reused_gram(X: np.ndarray, K: np.ndarray) -> Iterator[None]:
-    """Within the block, :class:`EigenBasis` of the rows ``X`` (the same buffer, shape, strides and
-    dtype) takes ``K``, which must be ``gram_matrix(X)``, instead of computing it again (a grid
-    search's Gram matrix reused by the final fit: the same bits, so the same model).  ``X`` must
-    not change inside the block."""
+    """Within the block, :class:`EigenBasis` and :class:`~classify_images.classifiers.span.SpanBasis`
+    of the rows ``X`` (the same buffer, shape, strides and dtype) take ``K``, which must be
+    ``gram_matrix(X)``, instead of computing it again (a grid search's Gram matrix reused by the
+    final fit: the same bits, so the same model; several fits of one estimator with different ``C``
+    also share the factorisation of ``K``).  ``X`` must not change inside the block."""
     if _layout(X) is None or K.shape != (X.shape[0], X.shape[0]):
         raise ValueError(f"reused_gram: a dense X and its ({X.shape[0]}, {X.shape[0]}) Gram matrix, got {K.shape}")
-    token = _KNOWN_GRAM.set((_layout(X), K))
+    token = _KNOWN_GRAM.set((_layout(X), K, {}))
     try:
         yield
     finally:
         _KNOWN_GRAM.reset(token)
 
 
-def _gram_of(X) -> np.ndarray:
-    """``gram_matrix(X)``, or the one :func:`reused_gram` holds for these rows."""
+def _known(X) -> tuple | None:
     known = _KNOWN_GRAM.get()
     if known is not None and _layout(X) is not None and known[0] == _layout(X):
-        return known[1]
-    return gram_matrix(X)
+        return known
+    return None
+
+
+def gram_of(X, *, float64_products: bool = False) -> np.ndarray:
+    """``gram_matrix(X)``, or the one :func:`reused_gram` holds for these rows (not to be modified)."""
+    known = _known(X)
+    return gram_matrix(X, float64_products=float64_products) if known is None else known[1]
+
+
+def known_gram(X) -> np.ndarray | None:
+    """The Gram matrix :func:`reused_gram` holds for these rows, or None."""
+    known = _known(X)
+    return None if known is None else known[1]
+
+
+def derived_from_gram(X) -> dict | None:
+    """A dict kept with the Gram matrix :func:`reused_gram` holds for these rows (None outside such a
+    block): where a solver keeps what it computed from ``K`` for the next fit on the same rows."""
+    known = _known(X)
+    return None if known is None else known[2]
 
 
 def second_moment_matrix(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
@@ -140,7 +210,9 @@ class EigenBasis:
     def __init__(self, X: np.ndarray | sp.csr_matrix) -> None:
         n, d = X.shape
         from_gram = n <= d
-        lam, vectors = la.eigh(_gram_of(X) if from_gram else second_moment_matrix(X), check_finite=False)
+        lam, vectors = la.eigh(
+            gram_of(X, float64_products=True) if from_gram else second_moment_matrix(X), check_finite=False
+        )
         keep = lam > max(n, d) * np.finfo(np.float64).eps * max(float(lam[-1]), 0.0)
         if not np.any(keep):  # X = 0: W = 0 is the only direction; keep one null coordinate
             self.eigenvalues, self.rank = np.zeros(1), 1

@@ -602,7 +602,10 @@ class MBKL(OneVsRestClassifierBase):
 
     def _fit_step2(self, psi: np.ndarray, total: float, n_selected: int, Y: np.ndarray, weights) -> None:
         """Step 2: linear SVM on ``psi``; stores ``coef_`` in Eq. 5's coordinates (module docstring)."""
-        svm = QuadraticHingeSVC(C=self.C, tol=self.tol, max_iter=self.max_iter, fit_intercept=True)
+        # the eigenbasis solver, as before the span solver became the linear SVM's default: the
+        # same optimum within tol, and the recorded MBKL models unchanged (its step 2 stops at tol,
+        # where another solver's iterates stop at another point within it)
+        svm = QuadraticHingeSVC(C=self.C, tol=self.tol, max_iter=self.max_iter, fit_intercept=True, solver="eigen")
         svm._fit_ovr(psi, Y, weights, None)  # the same one-vs-rest targets and loss weights as this estimator
         c1 = svm.coef_[:, :n_selected] / np.sqrt(total) if n_selected else svm.coef_[:, :0]
         coef = np.empty((c1.shape[0], 2 * n_selected), dtype=np.float64)

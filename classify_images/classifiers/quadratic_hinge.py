@@ -45,12 +45,15 @@ All ``P`` one-vs-rest problems are separable sums, so they are optimised
     \\nabla_b f = G^\\top 1 \\;[ + b / s^2 ] ,
 
 so one evaluation costs the two products ``X W`` and ``X^T G`` (only rows with
-an active margin enter the second): ``solver="features"``.  ``solver="eigen"``
-(the default for problems of moderate size) solves the same problem in an
-orthonormal eigenbasis of the span of the training vectors, where these
-products are ``n x r`` (``r <= min(n, d)``, so ``d / n`` times cheaper when
-``n < d``) and a diagonal preconditioner makes L-BFGS converge in far fewer
-iterations (:mod:`~classify_images.classifiers.eigenbasis`).  The objective, its
+an active margin enter the second): ``solver="features"``.  ``solver="span"``
+(the default whenever its ``min(n, d)`` square matrices fit in memory) solves the
+same problem in an orthonormal basis of the span of the training vectors (the
+representer theorem), from the pivoted Cholesky factor of the Gram matrix, where
+these products are ``n x r`` (``r <= min(n, d)``, so ``d / n`` times cheaper when
+``n < d``) and a triangular preconditioner makes L-BFGS converge in far fewer
+iterations (:mod:`~classify_images.classifiers.span`; ``solver="eigen"``, the same
+in an eigenbasis, :mod:`~classify_images.classifiers.eigenbasis`).  Training costs
+about one Gram matrix ``X X^T`` when ``n << d`` (docs/linear-svm-scaling.md).  The objective, its
 gradient, the preconditioner and the L-BFGS driver are in
 :mod:`~classify_images.classifiers._quadratic_hinge_objective`.  Timings against
 ``LinearSVC``: see docs/benchmarks/linear.md.
@@ -66,6 +69,7 @@ References
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from numbers import Integral, Real
@@ -76,6 +80,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from ._compat import Interval, StrOptions
+from ._half import remembered_squared_norms
 from ._quadratic_hinge_objective import (
     BlockwiseQuadraticHingeObjective,
     QuadraticHingeObjective,
@@ -84,17 +89,30 @@ from ._quadratic_hinge_objective import (
     minimize_lbfgs,
 )
 from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
-from .eigenbasis import EigenBasis
+from .eigenbasis import EigenBasis, derived_from_gram
+from .span import SpanBasis, SpanObjective, span_bytes
 
 _log = logging.getLogger(__name__)
 
 __all__ = ["QuadraticHingeSVC", "paper_lambda_to_C"]
 
-#: ``solver="auto"`` uses the eigenbasis when ``min(n, d)`` is at most this
-#: (eigendecomposition of a ``min(n, d)`` square matrix, ``O(min(n, d)^3)``) ...
-EIGEN_MAX_RANK = 6000
-#: ... and the coordinates ``Z`` (``n x min(n, d)`` float64) take at most this.
-EIGEN_MAX_BYTES = 1 << 30
+#: Fraction of the machine's physical memory the ``min(n, d)`` square matrices of ``solver="span"``
+#: (:func:`~classify_images.classifiers.span.span_bytes`) may take under ``solver="auto"``; past it,
+#: ``"features"``.
+SPAN_MEMORY_FRACTION = 0.5
+
+
+def span_memory_budget() -> int:
+    """Bytes ``solver="auto"`` lets the span solver's matrices take: :data:`SPAN_MEMORY_FRACTION` of the physical memory."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf: assume 8 GiB
+        physical = 8 << 30
+    return int(SPAN_MEMORY_FRACTION * physical)
+
+
+#: Float16 rows converted to float32 at a time for the decision values.
+_HALF_ROWS = 1024
 #: Rows per step of the streaming solver (:meth:`QuadraticHingeSVC.partial_fit`).
 SGD_BATCH_ROWS = 32
 
@@ -103,7 +121,7 @@ def _squared_norms(X) -> np.ndarray:
     """``||x_i||^2`` of every row, float64 (dense or CSR ``X``)."""
     if sp.issparse(X):
         return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    return np.einsum("ij,ij->i", X, X, dtype=np.float64)
+    return remembered_squared_norms(X)
 
 
 def penalty_of(model) -> float:
@@ -175,17 +193,24 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         (exactly ``LinearSVC``'s objective).
     intercept_scaling : float, default=1.0
         Used only with ``penalize_intercept=True`` (see above).
-    solver : {"auto", "features", "eigen"}, default="auto"
+    solver : {"auto", "span", "features", "eigen"}, default="auto"
         Where L-BFGS runs (same objective, same stopping rule).
+        ``"span"``: on coordinates of ``W`` in an orthonormal basis of the span of
+        the training vectors, from the pivoted Cholesky factor of the Gram matrix
+        ``X X^T`` (float32 products for float32 or float16 rows), preconditioned by
+        the Cholesky factor of the Hessian's all-active approximation; ``X^T X``
+        and ``W`` itself when ``n > d`` (:mod:`~classify_images.classifiers.span`).
+        Its cost is about one ``X X^T`` product when ``n << d``.
         ``"features"``: on ``(W, b)`` themselves (Jacobi-preconditioned), two
-        products with ``X`` per evaluation.  ``"eigen"``: on preconditioned
-        coordinates of ``W`` in an
-        orthonormal eigenbasis of the span of the training vectors (one
-        eigendecomposition of ``X X^T`` or ``X^T X`` up front, then ``n x r``
-        products; :mod:`~classify_images.classifiers.eigenbasis`).  ``"auto"``:
-        ``"eigen"`` when ``min(n_samples, n_features) <= 6000`` and the
-        ``n_samples x min(n_samples, n_features)`` float64 coordinates fit in
-        1 GiB, else ``"features"``.
+        products with ``X`` per evaluation, memory ``O(d P)`` besides ``X``.
+        ``"eigen"``: as ``"span"``, in the eigenbasis of ``X X^T`` or ``X^T X``
+        (an eigendecomposition, several times the work of ``"span"``'s factorisation;
+        :mod:`~classify_images.classifiers.eigenbasis`).  ``"auto"``: ``"span"``
+        whenever its ``min(n, d)`` square matrices
+        (:func:`~classify_images.classifiers.span.span_bytes`) fit in half the
+        physical memory (:func:`span_memory_budget`), else ``"features"``: no number
+        of rows switches to a slower solver while the memory holds.  Float16 rows are
+        read as they are by ``"span"``, converted to float32 by the others.
     tol : float, default=1e-4
         Stop when ``||grad f||_2 <= tol * ||grad f(0)||_2`` (relative gradient
         norm of the objective in ``(W, b)``, the same rule for both solvers).
@@ -247,6 +272,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
 
     _requires_non_negative = False
     _accept_sparse = True
+    _input_dtypes = (np.float64, np.float32, np.float16)
     _fitted_shapes = {"coef_": ("P", "d"), "intercept_": ("P",), "n_iter_": (), "objective_": (), "C_": ()}
     # The one-vs-rest problems are separable sums: per class, L-BFGS on (w_c, b_c) alone
     # reaches the same minimiser (within the solver's tolerance); on one machine ``fit``
@@ -260,7 +286,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         "fit_intercept": ["boolean"],
         "penalize_intercept": ["boolean"],
         "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
-        "solver": [StrOptions({"auto", "features", "eigen"})],
+        "solver": [StrOptions({"auto", "span", "features", "eigen"})],
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "verbose": ["verbose"],
@@ -325,17 +351,24 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             X, Y, cost, fit_intercept=self.fit_intercept, intercept_penalty=penalty, scale=scale
         )
 
-    def _use_eigenbasis(self, X) -> bool:
+    def _solver_for(self, X) -> str:
+        """The solver ``fit`` uses on ``X``: ``solver``, or for ``"auto"`` ``"span"`` when its two
+        ``min(n, d)`` square float64 matrices fit in :func:`span_memory_budget`, else ``"features"``."""
         if self.solver != "auto":
-            return self.solver == "eigen"
-        n, d = X.shape
-        return min(n, d) <= EIGEN_MAX_RANK and 8 * n * min(n, d) <= EIGEN_MAX_BYTES
+            return self.solver
+        return "span" if span_bytes(*X.shape) <= span_memory_budget() else "features"
 
     def _fit_ovr(self, X, Y: np.ndarray, weights: np.ndarray | None, sample_weight: np.ndarray | None) -> None:
         start = time.perf_counter()
         self.__dict__.pop("_sgd_state", None)  # a partial_fit after fit continues from its weights
         self.C_ = self._resolve_C(X, sample_weight)
-        basis = EigenBasis(X) if self._use_eigenbasis(X) else None
+        solver = self._solver_for(X)
+        if solver == "span":
+            self._fit_span(X, Y, weights, start)
+            return
+        if not sp.issparse(X) and X.dtype == np.float16:
+            X = X.astype(np.float32)
+        basis = EigenBasis(X) if solver == "eigen" else None
         problem = self._problem(X, Y, self.C_, weights, basis)
         result, converged = minimize_lbfgs(
             problem, tol=float(self.tol), max_iter=int(self.max_iter), verbose=int(self.verbose)
@@ -345,6 +378,39 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             W = basis.weights(X, W)
         space = f"preconditioned eigenbasis (rank {basis.rank})" if basis else "feature space"
         self._keep_solution(W, b, problem, result, converged, space, start)
+
+    def _fit_span(self, X, Y: np.ndarray, weights: np.ndarray | None, start: float) -> None:
+        """L-BFGS on (1) in the Cholesky coordinates of the span of the rows, preconditioned by (5)
+        (:mod:`~classify_images.classifiers.span`).  Inside
+        :func:`~classify_images.classifiers.eigenbasis.reused_gram`, the basis of these rows is kept
+        for the next fit (another ``C``: only the preconditioner and L-BFGS again)."""
+        derived = derived_from_gram(X)
+        basis = None if derived is None else derived.get("span")
+        if basis is None:
+            basis = SpanBasis(X)
+            if derived is not None:
+                derived["span"] = basis
+        n, P = Y.shape
+        cost = self.C_ if weights is None else self.C_ * weights
+        totals = np.broadcast_to(np.asarray(cost, dtype=np.float64), (n, P)).sum(axis=0)
+        R = basis.preconditioner(float(np.mean(totals)) / n, keep=derived is not None)
+        penalty = penalty_of(self)
+        intercept_scale = 1.0 / np.sqrt(np.maximum(penalty + 2.0 * totals, np.finfo(np.float64).tiny))
+        problem = SpanObjective(
+            basis.Z,
+            basis.rows(Y),
+            basis.rows(cost),
+            R,
+            fit_intercept=self.fit_intercept,
+            intercept_penalty=penalty,
+            intercept_scale=intercept_scale if self.fit_intercept else None,
+        )
+        result, converged = minimize_lbfgs(
+            problem, tol=float(self.tol), max_iter=int(self.max_iter), verbose=int(self.verbose)
+        )
+        B, b = problem.unpack(result.x)
+        W = basis.weights(X, B)
+        self._keep_solution(W, b, problem, result, converged, f"span of the rows (rank {basis.rank})", start)
 
     def _keep_solution(self, W, b, problem, result, converged: bool, space: str, start: float) -> None:
         """``coef_``, ``intercept_``, ``n_iter_``, ``objective_`` of an L-BFGS result, logged;
@@ -651,5 +717,12 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
 
     # ------------------------------------------------------------- predict
     def _decision_ovr(self, X) -> np.ndarray:
+        if not sp.issparse(X) and X.dtype == np.float16:  # float32 products, block by block
+            coef = self.coef_.T.astype(np.float32)
+            step = _HALF_ROWS
+            blocks = [X[s : s + step].astype(np.float32) @ coef for s in range(0, X.shape[0], step)]
+            return np.asarray(np.concatenate(blocks) if blocks else np.zeros((0, coef.shape[1])), np.float64) + (
+                self.intercept_
+            )
         coef = self.coef_.T.astype(X.dtype, copy=False)
         return np.asarray(X @ coef, dtype=np.float64) + self.intercept_

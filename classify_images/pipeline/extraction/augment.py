@@ -48,13 +48,14 @@ def augment_settings(feature_set: FeatureSet) -> AugmentConfig:
     return PipelineConfig.from_dict({"augment": table}, source=str(feature_set.path / "manifest.json")).augment
 
 
-def rows_and_mirrors(feature_set: FeatureSet, indices: np.ndarray) -> np.ndarray:
+def rows_and_mirrors(feature_set: FeatureSet, indices: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
     """The pooled rows ``indices`` (:meth:`~classify_images.pipeline.storage.feature_store.FeatureSet.pooled_rows`)
-    followed by their mirrors in the same order: one float32 array of shape ``(2 n, d)``, row
+    followed by their mirrors in the same order: one array of ``dtype`` (float32, or float16 for
+    rows stored float16) of shape ``(2 n, d)``, row
     ``n + i`` the mirror of row ``i``, filled block by block from the store (the one copy a
     fit with ``flip_train`` needs; the rows and the mirrors are never held apart as well)."""
     n = len(indices)
-    stacked = np.empty((2 * n, feature_set.n_features), dtype=np.float32)
+    stacked = np.empty((2 * n, feature_set.n_features), dtype=dtype)
     feature_set.pooled_rows(indices, out=stacked[:n])
     feature_set.pooled_rows(indices, mirrored=True, needed_by="[augment] flip_train = true", out=stacked[n:])
     return stacked

@@ -65,6 +65,7 @@ import tokenize
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -320,16 +321,18 @@ class FeatureSet:
         mirrored: bool = False,
         needed_by: str = "this option",
         out: np.ndarray | None = None,
+        dtype: Any = np.float32,
     ) -> np.ndarray:
         """Rows ``indices`` of the pooled rows (training, then test), or of their mirrors
-        (``mirrored``), as one dense float32 array (``out``, shape ``(len(indices), n_features)``,
-        when given: e.g. one half of a preallocated array).
+        (``mirrored``), as one dense array of ``dtype`` (float32; float16 for rows stored float16
+        and a classifier that reads them so: half the memory, the same values), into ``out``
+        (shape ``(len(indices), n_features)``) when given: e.g. one half of a preallocated array.
 
         The only copy made is the result (:meth:`iter_pooled_rows`): an experiment's split
         gathers its training rows without concatenating the training and test sets first.
         """
         if out is None:
-            out = np.empty((len(indices), self.n_features), dtype=np.float32)
+            out = np.empty((len(indices), self.n_features), dtype=dtype)
         for positions, block in self.iter_pooled_rows(indices, mirrored=mirrored, needed_by=needed_by):
             out[positions] = block
         return out

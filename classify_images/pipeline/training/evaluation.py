@@ -199,6 +199,18 @@ class PooledRows:
         return len(self.indices)
 
 
+def training_dtype(feature_set: FeatureSet, classifier: str, combine: str | None = None) -> Any:
+    """The dtype of the training rows an experiment gathers: float16 when the rows are stored
+    float16 and the classifier reads float16 rows as they are (the linear SVM: its Gram matrix
+    and weights convert them block by block), so that its one copy of the training rows takes
+    the bytes the store holds; float32 otherwise (and for a combination of channels, computed in
+    place in float32)."""
+    accepted = getattr(classifier_class(classifier), "_input_dtypes", ())
+    if combine is None and feature_set.row_encoding == "float16" and np.float16 in accepted:
+        return np.float16
+    return np.float32
+
+
 def _in_place(transform: Callable[..., np.ndarray] | None, rows: np.ndarray) -> np.ndarray:
     """``rows`` transformed in place by ``transform`` (``out=rows``), or as they are without one."""
     return rows if transform is None else transform(rows, out=rows)
@@ -887,6 +899,7 @@ def run_experiment(
     # no pooled copy: each split gathers its training rows (the one copy a fit needs) and
     # scores its test rows block by block from the store
     augment = augment_settings(feature_set)
+    dtype = training_dtype(feature_set, name, combine)
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
     paths_all = feature_set.train_paths + feature_set.test_paths
     split = feature_set.manifest["split"]
@@ -908,7 +921,8 @@ def run_experiment(
         train, test = np.sort(build_order[train]), np.sort(build_order[test])
         mirrored = augment.flip_train or (bool(search) and augment.mirrors)
         X_train = _in_place(
-            combined, rows_and_mirrors(feature_set, train) if mirrored else feature_set.pooled_rows(train)
+            combined,
+            rows_and_mirrors(feature_set, train, dtype) if mirrored else feature_set.pooled_rows(train, dtype=dtype),
         )
         training = train_classifier(
             name,

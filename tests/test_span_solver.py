@@ -1,0 +1,189 @@
+"""The span solver of the linear SVM: the optimum of the primal L-BFGS, no row threshold, one Gram matrix for many C.
+
+Reference: ``solver="features"``, L-BFGS on ``(W, b)`` themselves (the slow obvious solver of the
+same objective), run to ``tol=1e-10``.  Tolerance: objectives within ``1e-9`` relative, weights
+within ``2e-5`` (float64 rows; float16 rows: the objective within ``1e-6``, its float32 Gram matrix).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from classify_images.classifiers import quadratic_hinge
+from classify_images.classifiers._half import half_to_float32, row_squared_norms
+from classify_images.classifiers.eigenbasis import gram_matrix, reused_gram
+from classify_images.classifiers.quadratic_hinge import QuadraticHingeSVC
+from classify_images.classifiers.span import SpanBasis, span_bytes
+
+
+def _rows(n, d, n_classes=4, seed=0):
+    """Non-negative, sparse-ish, unit-L2 rows with a class signal (Fisher-vector-like)."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % n_classes
+    X = np.abs(rng.standard_normal((n, d))) * (rng.random((n, d)) < 0.3)
+    X[np.arange(n), y] += 2.0
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return X, y
+
+
+def _reference(X, y, **params):
+    return QuadraticHingeSVC(solver="features", tol=1e-10, max_iter=20000, **params).fit(X, y)
+
+
+@pytest.mark.parametrize("shape", [(60, 300), (300, 60)], ids=["n<d", "n>d"])
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"class_weight": "balanced"}, {"penalize_intercept": True, "C": 3.0}, {"fit_intercept": False, "C": 0.5}],
+    ids=["default", "balanced", "penalised-bias", "no-bias"],
+)
+def test_span_solver_reaches_the_primal_lbfgs_optimum(shape, params):
+    X, y = _rows(*shape)
+    X[5] = X[3] + X[4]  # rank deficient when n <= d
+    y = y.copy()
+    y[: shape[0] // 3] = 0  # unequal classes: class weights differ
+    span = QuadraticHingeSVC(solver="span", tol=1e-10, **params).fit(X, y)
+    reference = _reference(X, y, **params)
+    assert span.objective_ == pytest.approx(reference.objective_, rel=1e-9)
+    np.testing.assert_allclose(span.coef_, reference.coef_, atol=2e-5)
+    np.testing.assert_allclose(span.intercept_, reference.intercept_, atol=2e-5)
+
+
+def test_span_solver_on_sparse_and_sample_weighted_rows():
+    X, y = _rows(50, 200, seed=1)
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, y.size)
+    span = QuadraticHingeSVC(solver="span", tol=1e-10).fit(sp.csr_matrix(X), y, sample_weight=weights)
+    reference = QuadraticHingeSVC(solver="features", tol=1e-10, max_iter=20000).fit(X, y, sample_weight=weights)
+    assert span.objective_ == pytest.approx(reference.objective_, rel=1e-9)
+    np.testing.assert_allclose(span.coef_, reference.coef_, atol=2e-5)
+
+
+def test_float16_rows_are_read_as_they_are_and_give_the_optimum_of_their_values():
+    X, y = _rows(80, 400, seed=2)
+    half = X.astype(np.float16)
+    span = QuadraticHingeSVC(solver="span", tol=1e-9).fit(half, y)
+    reference = _reference(half.astype(np.float64), y)
+    assert span.objective_ == pytest.approx(reference.objective_, rel=1e-6)
+    np.testing.assert_allclose(span.coef_, reference.coef_, atol=1e-4)
+    np.testing.assert_allclose(
+        span.decision_function(half), reference.decision_function(X.astype(np.float16)), atol=1e-3
+    )
+
+
+def test_no_row_count_switches_to_a_slower_solver(monkeypatch):
+    """Around the old 6000-row threshold, and far past it, "auto" keeps the span solver while it fits."""
+    monkeypatch.setattr(quadratic_hinge, "span_memory_budget", lambda: 64 << 30)  # a 128 GiB machine
+    model = QuadraticHingeSVC()
+    for n in (5999, 6000, 6001, 6060, 20000, 40000):
+        assert model._solver_for(_Shape(n, 262_144)) == "span"
+
+
+def test_auto_hands_over_to_the_feature_space_only_past_the_memory_budget(monkeypatch):
+    monkeypatch.setattr(quadratic_hinge, "span_memory_budget", lambda: span_bytes(1000, 10**6))
+    model = QuadraticHingeSVC()
+    assert model._solver_for(_Shape(1000, 10**6)) == "span"
+    assert model._solver_for(_Shape(1001, 10**6)) == "features"
+    assert model._solver_for(_Shape(10**6, 1000)) == "span"  # n > d: X^T X, d x d
+
+
+class _Shape:
+    """Only a shape, as ``_solver_for`` reads it."""
+
+    def __init__(self, n, d):
+        self.shape = (n, d)
+
+
+@pytest.mark.parametrize("shape", [(12, 30), (30, 12)], ids=["n<d", "n>d"])
+def test_span_basis_is_an_isometry_onto_the_span(shape):
+    rng = np.random.default_rng(5)
+    n, d = shape
+    X = rng.standard_normal((n, d))
+    X[5] = X[3] + X[4]
+    basis = SpanBasis(X)
+    assert basis.rank == min(n, d) - (1 if n <= d else 0)
+    B = rng.standard_normal((basis.rank, 3))
+    W = basis.weights(X, B)
+    np.testing.assert_allclose(basis.rows(X @ W), basis.Z @ B, atol=1e-9)
+    np.testing.assert_allclose(np.sum(W * W), np.sum(B * B), rtol=1e-9)
+    moment = np.tril(basis.second_moment())
+    np.testing.assert_allclose(moment, np.tril(np.asarray(basis.Z).T @ basis.Z), atol=1e-9)
+
+
+def test_preconditioner_makes_the_all_active_hessian_the_identity():
+    X, _ = _rows(40, 120)
+    basis = SpanBasis(X)
+    R = basis.preconditioner(0.7)
+    Z = basis.Z
+    H = np.eye(basis.rank) + 1.4 * Z.T @ Z
+    Rinv = np.linalg.inv(R)
+    np.testing.assert_allclose(Rinv.T @ H @ Rinv, np.eye(basis.rank), atol=1e-8)
+
+
+def test_span_and_eigenbasis_take_the_same_iterations():
+    """The same preconditioned Hessian in a rotated basis: L-BFGS's iterates match (up to rounding)."""
+    X, y = _rows(70, 250, n_classes=5)
+    span = QuadraticHingeSVC(solver="span", tol=1e-8).fit(X, y)
+    eigen = QuadraticHingeSVC(solver="eigen", tol=1e-8).fit(X, y)
+    assert abs(span.n_iter_ - eigen.n_iter_) <= 2
+    assert span.objective_ == pytest.approx(eigen.objective_, rel=1e-9)
+
+
+def test_many_C_share_one_gram_matrix_and_one_factorisation(monkeypatch):
+    from classify_images.classifiers import span as span_module
+
+    X, y = _rows(50, 200)
+    K = gram_matrix(X)
+    built = []
+    original = span_module.SpanBasis.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(span_module.SpanBasis, "__init__", counted)
+    with reused_gram(X, K):
+        models = [QuadraticHingeSVC(C=C, solver="span", tol=1e-9).fit(X, y) for C in (0.1, 1.0, 10.0)]
+    assert len(built) == 1
+    for C, model in zip((0.1, 1.0, 10.0), models):
+        alone = QuadraticHingeSVC(C=C, solver="span", tol=1e-9).fit(X, y)
+        assert model.objective_ == pytest.approx(alone.objective_, rel=1e-9)
+    np.testing.assert_array_equal(K, gram_matrix(X))  # the shared Gram matrix is not overwritten
+
+
+def test_gram_matrix_of_float32_and_float16_rows_by_float32_products():
+    rng = np.random.default_rng(3)
+    X = np.abs(rng.standard_normal((30, 9000))).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    for rows in (X, X.astype(np.float16)):
+        exact = rows.astype(np.float64) @ rows.astype(np.float64).T
+        K = gram_matrix(rows)
+        assert K.dtype == np.float64
+        np.testing.assert_allclose(K, exact, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(K, K.T)
+
+
+def test_half_conversion_and_norms_match_numpy_bit_for_bit():
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
+    converted = half_to_float32(bits)
+    np.testing.assert_array_equal(converted, bits.astype(np.float32))  # NaNs compare equal here
+    finite = np.nan_to_num(bits, nan=0.0, posinf=0.0, neginf=0.0)
+    np.testing.assert_allclose(row_squared_norms(finite), np.einsum("ij,ij->i", finite, finite, dtype=np.float64))
+
+
+def test_non_finite_float16_rows_are_refused():
+    X, y = _rows(20, 50)
+    X = X.astype(np.float16)
+    X[3, 4] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        QuadraticHingeSVC().fit(X, y)
+
+
+def test_float32_rows_with_a_large_C_still_reach_the_optimum():
+    """A large C makes ``I + 2 s Z^T Z`` ill-conditioned; its float32 factor is only a preconditioner."""
+    X, y = _rows(60, 300, seed=4)
+    single = X.astype(np.float32)
+    span = QuadraticHingeSVC(C=1e4, solver="span", tol=1e-8, max_iter=5000).fit(single, y)
+    reference = _reference(single.astype(np.float64), y, C=1e4)
+    assert span.objective_ == pytest.approx(reference.objective_, rel=1e-5)
+    np.testing.assert_array_equal(span.predict(single), reference.predict(single))
