@@ -18,7 +18,14 @@ feature extractor, feature store, model file, command line) asks it instead of n
   per-cell statistics or the whole vector) and :meth:`Encoder.pool` (item → row).
   :meth:`Encoder.cache_dependencies` names the pyramid settings the cached item depends
   on: none for codes pooled afterwards (changing the pooling re-pools cached codes),
-  the levels for VLAD and Fisher vectors, which aggregate per cell;
+  the levels for VLAD and Fisher vectors, which aggregate per cell.
+  :attr:`Encoder.caches_item` says whether the item is worth keeping at all: it is when a
+  later build can do something with it that the feature set cannot (re-pool codes under
+  another pooling, re-weight per-cell statistics) and it is small next to the row; it is
+  not for VLAD and Fisher vectors, whose item *is* the row (1 MiB of float32 for a
+  262 144-dimensional Fisher vector against 50-70 ms of CPU to recompute it from the image),
+  already stored in the feature set, so that caching it doubled a build's disk and its
+  writes for nothing a normal build reads back;
 * what the rest of the pipeline needs to know: :meth:`Encoder.cell_dimension` (the row
   has ``cell_dimension · n_cells`` entries), :attr:`Encoder.signed` (rows can be negative
   whatever the pooling: no additive-kernel classifier), :attr:`Encoder.sparse_rows` (rows
@@ -219,6 +226,12 @@ class Encoder:
     #: Own keys that change how descriptors are coded but not what :meth:`learn` learns: left out
     #: of the learning stage's cache key, so that configurations differing only in them share a codebook.
     coding_only_keys: ClassVar[tuple[str, ...]] = ()
+    #: The per-image stage cache keeps :meth:`cached_item` (codes, per-cell statistics).  False
+    #: when the item is the finished row (VLAD, Fisher vectors): the feature set stores the row
+    #: already, the item is larger than what it is computed from, and no later build re-pools
+    #: it, so keeping it would cost a second copy of every row on disk (and its writes) for
+    #: nothing; such an item is recomputed when asked for again.
+    caches_item: ClassVar[bool] = True
 
     @property
     def learns_from_positions(self) -> bool:
@@ -623,9 +636,14 @@ class LocalityConstrainedCoding(PooledCodes):
 
 class _AggregatesCells(Encoder):
     """An encoder that aggregates the descriptors of each pyramid cell itself (VLAD, Fisher
-    vectors): the cached item is the whole row, which depends on the pyramid's levels."""
+    vectors): the item is the whole row, which depends on the pyramid's levels.  It is not
+    cached (:attr:`~Encoder.caches_item`): the row is what the feature set stores, and it is
+    larger than the input it is computed from (a 256 × 64 × 2 × 8-cell Fisher vector is 1 MiB
+    of float32; no pooling or normalisation change re-uses it, since the encoder pools and
+    normalises each cell itself)."""
 
     signed = True
+    caches_item = False
 
     def cache_dependencies(self, pyramid):
         return {"levels": list(pyramid.levels)}

@@ -1,0 +1,102 @@
+"""A light build: what the stage cache keeps per encoder, and the Fisher encoder's one-pass
+chunked posteriors against the obvious whole-array computation."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from classify_images.coding import FisherEncoder
+from classify_images.coding import fisher as fisher_module
+from classify_images.coding.encoders import encoder_class, encoder_kinds
+from classify_images.coding.fisher import gmm_posteriors, pyramid_atoms
+from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
+from classify_images.coding.vlad import l2_normalize_rows, signed_sqrt
+from classify_images.pipeline.extraction.build import build_feature_set
+
+from ._encoder_helpers import random_layout, small_config
+
+
+def _entries(cache: Path, stage: str) -> int:
+    """Stage-cache entries of one stage function (joblib: one folder per call)."""
+    return sum(len(subfolders) for folder, subfolders, _ in os.walk(cache) if Path(folder).name == stage)
+
+
+def test_encoders_whose_item_is_the_row_are_not_cached():
+    keeps = {kind: encoder_class(kind).caches_item for kind in encoder_kinds()}
+    assert keeps["fisher"] is False and keeps["vlad"] is False
+    assert keeps["kmeans"] and keeps["sparse"] and keeps["llc"]
+
+
+@pytest.mark.parametrize(
+    ("codebook", "cached"),
+    [
+        ({"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30}, False),
+        ({"kind": "kmeans", "size": 8, "n_samples": 3000}, True),
+    ],
+)
+def test_the_stage_cache_keeps_an_encoding_only_when_the_encoder_says_so(tmp_path, small_dataset, codebook, cached):
+    config = small_config(codebook, {"levels": [1, 2]}, "none" if codebook["kind"] == "fisher" else "l2")
+    result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache")
+    n_rows = result.n_train + result.n_test
+    assert _entries(tmp_path / "cache", "image_encoding") == (n_rows if cached else 0)
+    assert _entries(tmp_path / "cache", "check_image") == result.n_images  # the other stages still are
+
+
+def _obvious_fisher(encoder: FisherEncoder, descriptors, cells, n_cells):
+    """The improved Fisher vector from the float64 posteriors of every descriptor at once and
+    per-cell sums over the descriptors of each cell (no atoms, no chunks, no float32)."""
+    x = (np.asarray(descriptors, np.float64) - encoder.pca_mean) @ encoder.pca_components.T
+    gamma = gmm_posteriors(x, encoder.weights, encoder.means, encoder.variances)
+    K, D = encoder.n_components, encoder.n_dims
+    counts, s0, s1, s2 = np.zeros(n_cells), np.zeros((n_cells, K)), np.zeros((n_cells, K, D)), np.zeros((n_cells, K, D))
+    for level in cells:
+        for cell in np.unique(level):
+            members = level == cell
+            counts[cell] = members.sum()
+            s0[cell] = gamma[members].sum(axis=0)
+            s1[cell] = gamma[members].T @ x[members]
+            s2[cell] = gamma[members].T @ (x[members] ** 2)
+    vectors = encoder._cell_vectors(counts, s0[:, :, None], s1, s2)
+    return l2_normalize_rows(l2_normalize_rows(signed_sqrt(vectors)).ravel())
+
+
+def test_chunked_fisher_encoding_equals_the_obvious_computation(monkeypatch):
+    """Tolerance: float32 projection, posteriors and products against float64 throughout;
+    max |difference| ≤ 2e-5 on unit vectors whose typical entry is 1e-2, relative L2 ≤ 1e-4."""
+    rng = np.random.default_rng(0)
+    K, D, P, n = 16, 8, 32, 2600
+    weights = rng.random(K) + 0.2
+    model = {
+        "pca_mean": rng.normal(size=P),
+        "pca_components": np.linalg.qr(rng.normal(size=(P, D)))[0].T,
+        "weights": weights / weights.sum(),
+        "means": rng.normal(size=(K, D)),
+        "variances": rng.random((K, D)) + 0.3,
+    }
+    encoder = FisherEncoder(model)
+    descriptors = rng.normal(size=(n, P)) + model["pca_mean"]
+    x, y, shape = random_layout(rng, n)
+    levels = (1, 2, "3x1")
+    cells = pyramid_cells(x, y, shape, levels)
+    expected = _obvious_fisher(encoder, descriptors, cells, n_pyramid_cells(levels))
+    _, bounds, _ = pyramid_atoms(cells, n_pyramid_cells(levels))
+    for chunk in (64, 1000, 100000):  # atoms of ~325 descriptors: several chunks each, one, and all
+        monkeypatch.setattr(fisher_module, "POSTERIOR_CHUNK", chunk)
+        got = encoder.encode(descriptors, cells, n_pyramid_cells(levels))
+        assert got.dtype == np.float32 and got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 2e-5
+        assert np.linalg.norm(got - expected) <= 1e-4 * np.linalg.norm(expected)
+    assert np.diff(bounds).max() > 64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_shift_and_cut_gives_the_numpy_posteriors_bit_for_bit(dtype):
+    rng = np.random.default_rng(1)
+    log_joint = (rng.normal(size=(300, 64)) * 60.0).astype(dtype)
+    log_joint[5] = -1e30  # a row far from every component: the largest entry still gives 1
+    expected = fisher_module._normalise_log_joint(log_joint.copy())
+    got = fisher_module._normalise_log_joint_fast(log_joint.copy())
+    np.testing.assert_array_equal(got, expected)
+    assert (got == 0).any() and np.allclose(got.sum(axis=1), 1.0)
