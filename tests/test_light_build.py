@@ -100,3 +100,54 @@ def test_compiled_shift_and_cut_gives_the_numpy_posteriors_bit_for_bit(dtype):
     got = fisher_module._normalise_log_joint_fast(log_joint.copy())
     np.testing.assert_array_equal(got, expected)
     assert (got == 0).any() and np.allclose(got.sum(axis=1), 1.0)
+
+
+FISHER = {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30}
+
+
+def test_fisher_rows_are_float16_by_default_with_their_mirrors(tmp_path, small_dataset):
+    """The default stores float16 rows (and mirrors) in the npy layout, read back as float32 within
+    float16's rounding (relative 2^-11) of the float32 build's rows."""
+    from classify_images.pipeline.extraction.augment import rows_and_mirrors
+    from classify_images.pipeline.settings.config import validate_config
+    from classify_images.pipeline.storage.feature_store import load_feature_set
+
+    raw = small_config(FISHER, {"levels": [1, "3x1"]}, "none").to_dict()
+    raw["augment"] = {"flip_train": True, "flip_test": "average"}
+    config = validate_config(raw)
+    light = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache")
+    exact = build_feature_set(small_dataset, tmp_path / "exact", config, cache_dir=tmp_path / "cache", rows="float32")
+    for name in ("X_train", "X_test", "X_train_flip", "X_test_flip"):
+        assert np.load(tmp_path / "light" / f"{name}.npy", mmap_mode="r").dtype == np.float16
+        assert np.load(tmp_path / "exact" / f"{name}.npy", mmap_mode="r").dtype == np.float32
+    fs, reference = load_feature_set(light.path), load_feature_set(exact.path)
+    assert fs.row_encoding == "float16" and reference.row_encoding == "float32" and fs.layout == "npy"
+    for split in ("train", "test"):
+        got, want = fs._dense(split), reference._dense(split)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=2.0**-11, atol=6e-8)  # float16: 11 significant bits
+        np.testing.assert_allclose(
+            np.asarray(fs.mirrors(split), np.float32), reference.mirrors(split), rtol=2.0**-11, atol=6e-8
+        )
+    blocks = [block for block, _ in fs.iter_row_blocks("test", 2)]
+    assert all(block.dtype == np.float32 for block in blocks)
+    np.testing.assert_array_equal(np.concatenate(blocks), fs.X_test)
+    both = rows_and_mirrors(fs, np.arange(len(fs.y_train)))
+    assert both.dtype == np.float32 and both.shape == (2 * len(fs.y_train), fs.n_features)
+    np.testing.assert_array_equal(both[: len(fs.y_train)], fs.X_train)
+    again = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache")
+    assert again.reused  # the float16 set is up to date for the default
+
+
+def test_a_manifest_announcing_another_row_dtype_is_one_line(tmp_path, small_dataset):
+    import json
+
+    from classify_images.pipeline.storage.feature_store import FeatureSetError, load_feature_set
+
+    build_feature_set(small_dataset, tmp_path / "fs", small_config(FISHER, {"levels": [1]}, "none"), cache_dir=None)
+    manifest = json.loads((tmp_path / "fs" / "manifest.json").read_text())
+    assert manifest["rows"] == "float16"
+    for value, message in (("float32", "X_train.npy is float16"), ("int8", "'rows' must be one of")):
+        (tmp_path / "fs" / "manifest.json").write_text(json.dumps({**manifest, "rows": value}))
+        with pytest.raises(FeatureSetError, match=message):
+            load_feature_set(tmp_path / "fs")

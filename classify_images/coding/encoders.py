@@ -232,6 +232,10 @@ class Encoder:
     #: it, so keeping it would cost a second copy of every row on disk (and its writes) for
     #: nothing; such an item is recomputed when asked for again.
     caches_item: ClassVar[bool] = True
+    #: How a build stores this encoder's rows unless told (``build-features --rows``): ``"float32"``,
+    #: or ``"float16"`` where half the bytes were measured to cost no accuracy (Fisher vectors:
+    #: identical accuracy on every 15-Scenes split, docs/benchmarks/compressed-rows.md).
+    default_rows: ClassVar[str] = "float32"
 
     @property
     def learns_from_positions(self) -> bool:
@@ -706,6 +710,9 @@ class FisherVectors(_AggregatesCells):
 
     kind = "fisher"
     Params = FisherVectorsParams
+    #: 262 144 dimensions (the ``fisher`` configs) are 1 MiB a row in float32: float16 halves it,
+    #: at no accuracy cost on 15-Scenes (relative L2 error 2e-4; docs/light-pipeline.md).
+    default_rows = "float16"
 
     @property
     def pca_dims(self) -> int:

@@ -54,7 +54,7 @@ from ..execution.cluster import ClusterError, scheduler_errors
 from ..execution.progress import tqdm_progress
 from ..settings.config import ConfigError, PipelineConfig, stage_hash
 from ..storage.cache_folder import default_cache_dir
-from ..storage.feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination
+from ..storage.feature_store import NPY_ROW_ENCODINGS, STORE_LAYOUTS, FeatureSetWriter, check_destination
 from ..storage.shard_store import shard_format
 from .build_steps import (
     BuildResult,
@@ -96,7 +96,7 @@ def build_feature_set(
     batch_size: int | None = None,
     execution: Execution | None = None,
     force: bool = False,
-    rows: str = "float32",
+    rows: str | None = None,
 ) -> BuildResult:
     """Build (or reuse) the feature set of ``dataset_dir`` under ``config`` into ``out``.
 
@@ -141,10 +141,13 @@ def build_feature_set(
     force : bool
         Also replace a folder holding nothing but files of a feature set's names that no manifest
         of ours lists (``--force``; files of other names are refused all the same).
-    rows : {"float32", "float16", "pq8", "pq16"}, default="float32"
-        How dense rows are stored (module docstring): compressed forms need the sharded
-        store (the default ``store`` is then ``"sharded"``) and dense rows; they are decoded
-        to float32 blocks on reading.
+    rows : {"float32", "float16", "pq8", "pq16"}, optional
+        How dense rows are stored (module docstring).  Default: the encoder's
+        :attr:`~classify_images.coding.encoders.Encoder.default_rows` (float16 for Fisher
+        vectors, float32 otherwise) in the layout ``store`` gives (``npy`` on one machine).
+        Asked for explicitly, the compressed forms need the sharded store (the default
+        ``store`` is then ``"sharded"``; ``float16`` is also allowed in the ``npy`` store) and
+        dense rows.  They are decoded to float32 blocks on reading.
 
     Returns
     -------
@@ -159,13 +162,16 @@ def build_feature_set(
     if execution is None:
         execution = Execution.from_options(n_jobs=n_jobs, scheduler=scheduler, cluster=cluster, batch_size=batch_size)
     n_jobs, spec, batch_size = execution.n_jobs, execution.cluster, execution.batch_size
+    chosen = rows is not None
+    if rows is None:  # the encoder's light default (a single-channel config; channels store float32)
+        rows = make_encoder(config.codebook_params()).default_rows if isinstance(config, PipelineConfig) else "float32"
     if rows not in ROW_ENCODINGS:
         raise RowCodecError(f"--rows must be one of {', '.join(ROW_ENCODINGS)}, not {rows!r}")
     if store is None:
-        store = "npy" if spec is None and rows == "float32" else "sharded"
+        store = "npy" if spec is None and (rows == "float32" or not chosen) else "sharded"
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
-    if rows != "float32" and store != "sharded":
+    if store == "npy" and rows not in NPY_ROW_ENCODINGS:
         raise RowCodecError(
             f"--rows {rows} stores the rows compressed in shards: use --store sharded (or leave --store out)"
         )
@@ -288,14 +294,16 @@ def _build(
                 store_labels_and_codebook(writer, extractor, images.dataset.labels, split)
         else:
             with timer("encode+pool"), image_errors_as_dataset_errors(images):
-                X = encode_and_pool(extractor, images, split, writer, runner)
+                X = encode_and_pool(extractor, images, split, writer, runner, encoding)
             with timer("normalise+write"):
                 fit_normalizer(extractor, X)
                 check_finite(X, images, split)
                 store_rows(writer, X, extractor, images.dataset.labels, split)
                 del X
         writer.commit(
-            build_manifest(config, config_hash, images, split, extractor, int(n_descriptors), timer.timings, shards)
+            build_manifest(
+                config, config_hash, images, split, extractor, int(n_descriptors), timer.timings, shards, encoding
+            )
         )
     return BuildResult(
         path=out,
