@@ -151,3 +151,20 @@ def test_a_manifest_announcing_another_row_dtype_is_one_line(tmp_path, small_dat
         (tmp_path / "fs" / "manifest.json").write_text(json.dumps({**manifest, "rows": value}))
         with pytest.raises(FeatureSetError, match=message):
             load_feature_set(tmp_path / "fs")
+
+
+def test_a_build_that_cannot_fit_the_disk_stops_before_encoding_in_one_line(tmp_path, small_dataset, monkeypatch):
+    from collections import namedtuple
+
+    from classify_images.pipeline.storage import room
+    from classify_images.pipeline.storage.room import NotEnoughRoomError, feature_set_bytes, human_bytes
+
+    assert feature_set_bytes(10, 262144, "float16", mirrors=True) == 10 * 2 * 2 * 262144
+    assert feature_set_bytes(10, 262144, "pq8", mirrors=False) == 10 * 262144 // 8
+    assert human_bytes(4.7e9) == "4.7 GB"
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(room.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 5000, 5000))
+    config = small_config(FISHER, {"levels": [1]}, "none")
+    with pytest.raises(NotEnoughRoomError, match=r"needs .* of disk and .* has 5.0 kB free"):
+        build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=None)
+    assert not (tmp_path / "fs").exists()

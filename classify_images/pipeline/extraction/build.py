@@ -55,6 +55,7 @@ from ..execution.progress import tqdm_progress
 from ..settings.config import ConfigError, PipelineConfig, stage_hash
 from ..storage.cache_folder import default_cache_dir
 from ..storage.feature_store import NPY_ROW_ENCODINGS, STORE_LAYOUTS, FeatureSetWriter, check_destination
+from ..storage.room import check_disk_room, feature_set_bytes
 from ..storage.shard_store import shard_format
 from .build_steps import (
     BuildResult,
@@ -283,6 +284,13 @@ def _build(
         n_descriptors, extractor = fit_extractor(
             images.paths, images.fingerprints, split.train, config, runner, timer=timer, encoded_next=split.test
         )
+    n_rows = len(split.train) + len(split.test)
+    check_disk_room(
+        out,
+        feature_set_bytes(n_rows, extractor.n_features, encoding, config.augment.mirrors),
+        f"the feature set's {n_rows} rows{' and their mirrors' if config.augment.mirrors else ''} "
+        f"({extractor.n_features} dims, {encoding})",
+    )
     shards = None
     with FeatureSetWriter(out, dataset_dir, force=force) as writer:
         if store == "sharded":
