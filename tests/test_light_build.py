@@ -168,3 +168,18 @@ def test_a_build_that_cannot_fit_the_disk_stops_before_encoding_in_one_line(tmp_
     with pytest.raises(NotEnoughRoomError, match=r"needs .* of disk and .* has 5.0 kB free"):
         build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=None)
     assert not (tmp_path / "fs").exists()
+
+
+def test_a_build_that_cannot_fit_the_memory_stops_before_encoding_in_one_line(tmp_path, small_dataset, monkeypatch):
+    from classify_images.pipeline.storage import room
+    from classify_images.pipeline.storage.room import NotEnoughRoomError, build_memory_bytes
+
+    assert build_memory_bytes(2, 262144, 256) == room.PARENT_BYTES + 2 * room.WORKER_BYTES + 258 * 4 * 262144
+    monkeypatch.setattr(room, "available_memory", lambda: 100 << 20)
+    with pytest.raises(
+        NotEnoughRoomError, match=r"with 2 workers on this machine needs about .* of memory and 104.9 MB"
+    ):
+        build_feature_set(small_dataset, tmp_path / "fs", small_config(FISHER, {"levels": [1]}, "none"), n_jobs=2)
+    assert not (tmp_path / "fs").exists()
+    monkeypatch.setattr(room, "available_memory", lambda: None)  # unknown: nothing is checked
+    build_feature_set(small_dataset, tmp_path / "fs", small_config(FISHER, {"levels": [1]}, "none"))

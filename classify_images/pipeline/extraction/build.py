@@ -55,9 +55,10 @@ from ..execution.progress import tqdm_progress
 from ..settings.config import ConfigError, PipelineConfig, stage_hash
 from ..storage.cache_folder import default_cache_dir
 from ..storage.feature_store import NPY_ROW_ENCODINGS, STORE_LAYOUTS, FeatureSetWriter, check_destination
-from ..storage.room import check_disk_room, feature_set_bytes
+from ..storage.room import build_memory_bytes, check_disk_room, check_memory_room, feature_set_bytes
 from ..storage.shard_store import shard_format
 from .build_steps import (
+    RELEASE_ROWS_EVERY,
     BuildResult,
     StageTimer,
     build_manifest,
@@ -290,6 +291,12 @@ def _build(
         feature_set_bytes(n_rows, extractor.n_features, encoding, config.augment.mirrors),
         f"the feature set's {n_rows} rows{' and their mirrors' if config.augment.mirrors else ''} "
         f"({extractor.n_features} dims, {encoding})",
+    )
+    # joblib's count: -1 every core, -2 all but one, ...; a cluster's workers are elsewhere
+    workers = 0 if client is not None else (n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs))
+    check_memory_room(
+        build_memory_bytes(workers, extractor.n_features, RELEASE_ROWS_EVERY),
+        f"encoding {n_rows} images with {workers} worker{'s' if workers != 1 else ''} on this machine",
     )
     shards = None
     with FeatureSetWriter(out, dataset_dir, force=force) as writer:
