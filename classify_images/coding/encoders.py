@@ -706,7 +706,14 @@ class FisherVectorsParams:
 class FisherVectors(_AggregatesCells):
     """Improved Fisher vectors (Perronnin et al. 2010) over a PCA + diagonal GMM
     (:class:`~classify_images.coding.fisher.FisherEncoder`); ``2·K·D`` per cell.  The state is
-    the named arrays of :data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`."""
+    the named arrays of :data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`.
+
+    Storage: the stage cache keeps nothing per image (:attr:`~Encoder.caches_item` is false: the
+    item is the finished row, 1 MiB of float32 at K = 256, D = 64 and 8 cells, more than the
+    image's share of anything a later build could re-use, and about 50 ms of CPU to recompute),
+    and the feature set stores the rows in float16 unless told otherwise
+    (:attr:`~Encoder.default_rows`: half the bytes, the same accuracy on every 15-Scenes split;
+    docs/light-pipeline.md)."""
 
     kind = "fisher"
     Params = FisherVectorsParams
