@@ -461,7 +461,8 @@ def fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> Non
 
 
 def check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> None:
-    """Refuse to write rows holding NaN or ±inf (a classifier would fail on them later)."""
+    """Refuse to write rows holding NaN or ±inf (a classifier would fail on them later); the
+    memory-mapped rows read are released from this process chunk by chunk."""
     bad = []
     for part, index in (
         ("train", split.train),
@@ -475,6 +476,8 @@ def check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> No
         for start in range(0, rows.shape[0], _NORMALISE_CHUNK):
             finite = np.isfinite(rows[start : start + _NORMALISE_CHUNK]).all(axis=1)
             bad += [images.dataset.paths[index[start + r]] for r in np.flatnonzero(~finite)]
+            # the pages read stay resident in this process until released: the whole set otherwise
+            release_mapped_pages(rows)
     if bad:
         raise _non_finite_error(bad)
 
