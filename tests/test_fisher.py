@@ -115,7 +115,8 @@ def test_fisher_build_end_to_end(tmp_path, small_dataset):
         {"levels": [1, "3x1"]},
         "none",
     )
-    result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache")
+    # float32 rows: the encoder's own numbers (the default, float16, is tests/test_light_build.py's)
+    result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache", rows="float32")
     fs = load_feature_set(tmp_path / "fs")
     assert result.n_features == 4 * 2 * 4 * 8
     assert not (tmp_path / "fs" / "codebook.npy").exists() and (tmp_path / "fs" / "codebook.npz").exists()
@@ -124,7 +125,7 @@ def test_fisher_build_end_to_end(tmp_path, small_dataset):
     assert fs.manifest["codebook"]["size"] == 4 and fs.manifest["implementation_versions"]["fisher"] >= 1
     X = np.asarray(fs.X_train)
     np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, rtol=1e-5)
-    build_feature_set(small_dataset, tmp_path / "fs2", config, cache_dir=None)
+    build_feature_set(small_dataset, tmp_path / "fs2", config, cache_dir=None, rows="float32")
     np.testing.assert_array_equal(np.asarray(load_feature_set(tmp_path / "fs2").X_train), X)
     assert_new_images_match_rows(fs, [str(small_dataset / p) for p in fs.test_paths[:3]])
     linear = make_classifier("linear", {}).fit(X, np.asarray(fs.y_train))

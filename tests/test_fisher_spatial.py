@@ -90,7 +90,7 @@ def _spatial_config(flag: bool = True):
 
 def test_a_build_learns_and_encodes_with_the_same_coordinates(tmp_path, small_dataset):
     config = validate_config({**_spatial_config().to_dict(), "augment": {"flip_train": True, "flip_test": "average"}})
-    result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache")
+    result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache", rows="float32")
     fs = load_feature_set(tmp_path / "fs")
     model = fs.codebook()
     assert model["means"].shape == (4, 10) and result.n_features == 4 * 2 * 4 * 10

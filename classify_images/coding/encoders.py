@@ -18,7 +18,14 @@ feature extractor, feature store, model file, command line) asks it instead of n
   per-cell statistics or the whole vector) and :meth:`Encoder.pool` (item → row).
   :meth:`Encoder.cache_dependencies` names the pyramid settings the cached item depends
   on: none for codes pooled afterwards (changing the pooling re-pools cached codes),
-  the levels for VLAD and Fisher vectors, which aggregate per cell;
+  the levels for VLAD and Fisher vectors, which aggregate per cell.
+  :attr:`Encoder.caches_item` says whether the item is worth keeping at all: it is when a
+  later build can do something with it that the feature set cannot (re-pool codes under
+  another pooling, re-weight per-cell statistics) and it is small next to the row; it is
+  not for VLAD and Fisher vectors, whose item *is* the row (1 MiB of float32 for a
+  262 144-dimensional Fisher vector against 50-70 ms of CPU to recompute it from the image),
+  already stored in the feature set, so that caching it doubled a build's disk and its
+  writes for nothing a normal build reads back;
 * what the rest of the pipeline needs to know: :meth:`Encoder.cell_dimension` (the row
   has ``cell_dimension · n_cells`` entries), :attr:`Encoder.signed` (rows can be negative
   whatever the pooling: no additive-kernel classifier), :attr:`Encoder.sparse_rows` (rows
@@ -200,6 +207,16 @@ class Encoder:
     #: Own keys that change how descriptors are coded but not what :meth:`learn` learns: left out
     #: of the learning stage's cache key, so that configurations differing only in them share a codebook.
     coding_only_keys: ClassVar[tuple[str, ...]] = ()
+    #: The per-image stage cache keeps :meth:`cached_item` (codes, per-cell statistics).  False
+    #: when the item is the finished row (VLAD, Fisher vectors): the feature set stores the row
+    #: already, the item is larger than what it is computed from, and no later build re-pools
+    #: it, so keeping it would cost a second copy of every row on disk (and its writes) for
+    #: nothing; such an item is recomputed when asked for again.
+    caches_item: ClassVar[bool] = True
+    #: How a build stores this encoder's rows unless told (``build-features --rows``): ``"float32"``,
+    #: or ``"float16"`` where half the bytes were measured to cost no accuracy (Fisher vectors:
+    #: identical accuracy on every 15-Scenes split, docs/benchmarks/compressed-rows.md).
+    default_rows: ClassVar[str] = "float32"
 
     @property
     def learns_from_positions(self) -> bool:
@@ -604,9 +621,14 @@ class LocalityConstrainedCoding(PooledCodes):
 
 class _AggregatesCells(Encoder):
     """An encoder that aggregates the descriptors of each pyramid cell itself (VLAD, Fisher
-    vectors): the cached item is the whole row, which depends on the pyramid's levels."""
+    vectors): the item is the whole row, which depends on the pyramid's levels.  It is not
+    cached (:attr:`~Encoder.caches_item`): the row is what the feature set stores, and it is
+    larger than the input it is computed from (a 256 × 64 × 2 × 8-cell Fisher vector is 1 MiB
+    of float32; no pooling or normalisation change re-uses it, since the encoder pools and
+    normalises each cell itself)."""
 
     signed = True
+    caches_item = False
 
     def cache_dependencies(self, pyramid):
         return {"levels": list(pyramid.levels)}
@@ -665,10 +687,20 @@ class FisherVectorsParams:
 class FisherVectors(_AggregatesCells):
     """Improved Fisher vectors (Perronnin et al. 2010) over a PCA + diagonal GMM
     (:class:`~classify_images.coding.fisher.FisherEncoder`); ``2·K·D`` per cell.  The state is
-    the named arrays of :data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`."""
+    the named arrays of :data:`~classify_images.coding.fisher.FISHER_MODEL_KEYS`.
+
+    Storage: the stage cache keeps nothing per image (:attr:`~Encoder.caches_item` is false: the
+    item is the finished row, 1 MiB of float32 at K = 256, D = 64 and 8 cells, more than the
+    image's share of anything a later build could re-use, and about 50 ms of CPU to recompute),
+    and the feature set stores the rows in float16 unless told otherwise
+    (:attr:`~Encoder.default_rows`: half the bytes, the same accuracy on every 15-Scenes split;
+    docs/light-pipeline.md)."""
 
     kind = "fisher"
     Params = FisherVectorsParams
+    #: 262 144 dimensions (the ``fisher`` configs) are 1 MiB a row in float32: float16 halves it,
+    #: at no accuracy cost on 15-Scenes (relative L2 error 2e-4; docs/light-pipeline.md).
+    default_rows = "float16"
 
     @property
     def pca_dims(self) -> int:

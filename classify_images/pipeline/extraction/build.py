@@ -50,14 +50,17 @@ import os
 from pathlib import Path
 
 from ..._log import verbose_output
+from ...coding.encoders import encoder_class
 from ..execution.cluster import ClusterError, scheduler_errors
 from ..execution.progress import tqdm_progress
 from ..settings.config import ConfigError, PipelineConfig, stage_hash
 from ..settings.plan import make_feature_plan
 from ..storage.cache_folder import default_cache_dir
-from ..storage.feature_store import STORE_LAYOUTS, FeatureSetWriter, check_destination
+from ..storage.feature_store import NPY_ROW_ENCODINGS, STORE_LAYOUTS, FeatureSetWriter, check_destination
+from ..storage.room import build_memory_bytes, check_disk_room, check_memory_room, feature_set_bytes
 from ..storage.row_codecs import RowCodecError, codec_for_rows, row_codec
 from .build_steps import (
+    RELEASE_ROWS_EVERY,
     BuildResult,
     StageTimer,
     build_manifest,
@@ -98,7 +101,7 @@ def build_feature_set(
     batch_size: int | None = None,
     execution: Execution | None = None,
     force: bool = False,
-    rows: str = "float32",
+    rows: str | None = None,
 ) -> BuildResult:
     """Build (or reuse) the feature set of ``dataset_dir`` under ``config`` into ``out``.
 
@@ -143,10 +146,13 @@ def build_feature_set(
     force : bool
         Also replace a folder holding nothing but files of a feature set's names that no manifest
         of ours lists (``--force``; files of other names are refused all the same).
-    rows : {"float32", "float16", "pq8", "pq16"} or another registered row codec, default="float32"
-        How dense rows are stored (module docstring): compressed forms need the sharded
-        store (the default ``store`` is then ``"sharded"``) and dense rows; they are decoded
-        to float32 blocks on reading.
+    rows : {"float32", "float16", "pq8", "pq16"} or another registered row codec, optional
+        How dense rows are stored (module docstring).  Default: the encoder's
+        :attr:`~classify_images.coding.encoders.Encoder.default_rows` (float16 for Fisher
+        vectors, float32 otherwise) in the layout ``store`` gives (``npy`` on one machine).
+        Asked for explicitly, the compressed forms need the sharded store (the default
+        ``store`` is then ``"sharded"``; ``float16`` is also allowed in the ``npy`` store) and
+        dense rows.  They are decoded to float32 blocks on reading.
 
     Returns
     -------
@@ -161,12 +167,15 @@ def build_feature_set(
     if execution is None:
         execution = Execution.from_options(n_jobs=n_jobs, scheduler=scheduler, cluster=cluster, batch_size=batch_size)
     n_jobs, spec, batch_size = execution.n_jobs, execution.cluster, execution.batch_size
+    chosen = rows is not None
+    if rows is None:  # the encoder's light default (a single-channel config; channels store float32)
+        rows = encoder_class(config.codebook.kind).default_rows if isinstance(config, PipelineConfig) else "float32"
     compressed = row_codec(rows).compressed  # RowCodecError naming the known codecs
     if store is None:
-        store = "npy" if spec is None and not compressed else "sharded"
+        store = "npy" if spec is None and (not compressed or not chosen) else "sharded"
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
-    if compressed and store != "sharded":
+    if store == "npy" and rows not in NPY_ROW_ENCODINGS:
         raise RowCodecError(
             f"--rows {rows} stores the rows compressed in shards: use --store sharded (or leave --store out)"
         )
@@ -277,6 +286,19 @@ def _build(
         n_descriptors, extractor = fit_extractor(
             images.paths, images.fingerprints, split.train, plan, runner, timer=timer, encoded_next=split.test
         )
+    n_rows = len(split.train) + len(split.test)
+    check_disk_room(
+        out,
+        feature_set_bytes(n_rows, extractor.n_features, encoding, config.augment.mirrors),
+        f"the feature set's {n_rows} rows{' and their mirrors' if config.augment.mirrors else ''} "
+        f"({extractor.n_features} dims, {encoding})",
+    )
+    # joblib's count: -1 every core, -2 all but one, ...; a cluster's workers are elsewhere
+    workers = 0 if client is not None else (n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs))
+    check_memory_room(
+        build_memory_bytes(workers, extractor.n_features, RELEASE_ROWS_EVERY),
+        f"encoding {n_rows} images with {workers} worker{'s' if workers != 1 else ''} on this machine",
+    )
     shards = None
     with FeatureSetWriter(out, dataset_dir, force=force) as writer:
         if store == "sharded":
@@ -288,14 +310,16 @@ def _build(
                 store_labels_and_codebook(writer, extractor, images.dataset.labels, split)
         else:
             with timer("encode+pool"), image_errors_as_dataset_errors(images):
-                X = encode_and_pool(extractor, images, split, writer, runner)
+                X = encode_and_pool(extractor, images, split, writer, runner, encoding)
             with timer("normalise+write"):
                 fit_normalizer(extractor, X)
                 check_finite(X, images, split)
                 store_rows(writer, X, extractor, images.dataset.labels, split)
                 del X
         writer.commit(
-            build_manifest(config, config_hash, images, split, extractor, int(n_descriptors), timer.timings, shards)
+            build_manifest(
+                config, config_hash, images, split, extractor, int(n_descriptors), timer.timings, shards, encoding
+            )
         )
     return BuildResult(
         path=out,

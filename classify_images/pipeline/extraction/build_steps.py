@@ -38,9 +38,9 @@ from ..settings.dataset import (
 )
 from ..settings.plan import FeaturePlan, feature_plan_of
 from ..settings.protocols import short_classes, small_classes
-from ..storage.feature_store import FeatureSetWriter, load_feature_set, remove_stale_partials
+from ..storage.feature_store import FeatureSetWriter, load_feature_set, release_mapped_pages, remove_stale_partials
 from ..storage.provenance import library_versions
-from ..storage.row_codecs import RowCodec, codec_for_rows
+from ..storage.row_codecs import RowCodec, codec_for_rows, row_codec
 from ..storage.shard_store import write_shard
 from .extractor import FeatureExtractor
 from .fitting import image_row
@@ -282,21 +282,30 @@ def split_images(images: _Images, readable: np.ndarray, skipped: list, config: P
 
 
 def encode_and_pool(
-    extractor: FeatureExtractor, images: _Images, split: _Split, writer: FeatureSetWriter, runner: Runner
+    extractor: FeatureExtractor,
+    images: _Images,
+    split: _Split,
+    writer: FeatureSetWriter,
+    runner: Runner,
+    encoding: str = "float32",
 ) -> dict[str, np.ndarray]:
-    """The rows ``X_train``, ``X_test`` (memory-mapped), normalised when the normaliser is
-    per-vector, pooled only when it still has to be fitted."""
+    """The rows ``X_train``, ``X_test`` (memory-mapped, of dtype ``encoding``: float32 or float16),
+    normalised when the normaliser is per-vector, pooled only when it still has to be fitted.
+
+    The rows written are flushed to the file and dropped from this process's memory every
+    :data:`RELEASE_ROWS_EVERY` rows: written pages of a memory-mapped file count in the resident
+    memory until then, and a Fisher-vector build's rows are gigabytes."""
     normalized = extractor.normalizer.is_fitted
     X = {
-        "train": writer.open_rows("X_train", len(split.train), extractor.n_features),
-        "test": writer.open_rows("X_test", len(split.test), extractor.n_features),
+        "train": writer.open_rows("X_train", len(split.train), extractor.n_features, encoding),
+        "test": writer.open_rows("X_test", len(split.test), extractor.n_features, encoding),
     }
     rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
     order = np.concatenate([split.train, split.test])
     tasks = [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
     if extractor.config.augment.mirrors:  # then the mirror of every image, row for row (feature_store.MIRROR_ARRAYS)
         X |= {
-            f"{part}_flip": writer.open_rows(f"X_{part}_flip", len(X[part]), extractor.n_features)
+            f"{part}_flip": writer.open_rows(f"X_{part}_flip", len(X[part]), extractor.n_features, encoding)
             for part in ("train", "test")
         }
         rows += [(f"{part}_flip", row) for part, row in rows]
@@ -309,10 +318,27 @@ def encode_and_pool(
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
-    for index, vector in runner.progress_of(vectors, "encode + pool", len(tasks)):
+    for done, (index, vector) in enumerate(runner.progress_of(vectors, "encode + pool", len(tasks)), start=1):
         part, row = rows[index]
         X[part][row] = vector
+        if done % RELEASE_ROWS_EVERY == 0:
+            release_written_rows(X)
+    release_written_rows(X)
     return X
+
+
+#: Rows written into the memory-mapped row files between two :func:`release_written_rows`
+#: (256 Fisher vectors: 128 MiB in float16, 256 MiB in float32).
+RELEASE_ROWS_EVERY = 256
+
+
+def release_written_rows(X: dict[str, np.ndarray]) -> None:
+    """Write the rows' dirty pages to their files and drop every mapped page from this process's
+    resident memory (read back from the page cache or the disk if needed again)."""
+    for rows in X.values():
+        if isinstance(rows, np.memmap):
+            rows.flush()
+            release_mapped_pages(rows)
 
 
 def _encode_shard(
@@ -481,7 +507,8 @@ def fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> Non
 
 
 def check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> None:
-    """Refuse to write rows holding NaN or ±inf (a classifier would fail on them later)."""
+    """Refuse to write rows holding NaN or ±inf (a classifier would fail on them later); the
+    memory-mapped rows read are released from this process chunk by chunk."""
     bad = []
     for part, index in (
         ("train", split.train),
@@ -495,6 +522,8 @@ def check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> No
         for start in range(0, rows.shape[0], _NORMALISE_CHUNK):
             finite = np.isfinite(rows[start : start + _NORMALISE_CHUNK]).all(axis=1)
             bad += [images.dataset.paths[index[start + r]] for r in np.flatnonzero(~finite)]
+            # the pages read stay resident in this process until released: the whole set otherwise
+            release_mapped_pages(rows)
     if bad:
         raise _non_finite_error(bad)
 
@@ -533,8 +562,11 @@ def build_manifest(
     n_training_descriptors: int,
     timings: dict[str, float],
     shards: _Shards | None = None,
+    encoding: str = "float32",
 ) -> dict:
     store = {} if shards is None else {"store": shards.manifest(extractor.n_features)}
+    if shards is None and row_codec(encoding).compressed:  # npy row files of another dtype (absent: float32)
+        store["rows"] = encoding
     if config.augment.mirrors:
         store["augment"] = {
             "mirrors": True,

@@ -26,10 +26,13 @@ What is cached per image is compact:
   (:meth:`~classify_images.coding.encoders.Encoder.cached_item`): VQ indices (int16) or
   sparse / LLC codes (CSR float32) + positions, pooled afterwards, so that a change of
   pooling re-pools them; for soft assignment, per-cell sums of the codes and of their
-  squares (or their maxima); for VLAD and Fisher vectors, which aggregate each pyramid
-  cell themselves, the whole vector.  Its key holds the pyramid settings the item
-  depends on (:meth:`~classify_images.coding.encoders.Encoder.cache_dependencies`) and the
-  versions of the encoder's modules.  No stage names an encoder: they ask it.
+  squares (or their maxima).  Its key holds the pyramid settings the item depends on
+  (:meth:`~classify_images.coding.encoders.Encoder.cache_dependencies`) and the versions of
+  the encoder's modules.  Nothing for VLAD and Fisher vectors, which aggregate each pyramid
+  cell themselves: their item is the finished row, which the feature set stores, and larger
+  than its input (a Fisher vector is 1 MiB of float32), so the encoder says it is not worth
+  keeping (:attr:`~classify_images.coding.encoders.Encoder.caches_item` false) and the
+  stage computes it each time it is asked.  No stage names an encoder: they ask it.
 
 The codebook itself is learnt by :func:`learn_codebook` (:func:`learn_positioned_codebook`
 from a positioned sample), cached on the content of the descriptor sample.  The cached functions take plain values (dicts, lists, numbers,
@@ -398,7 +401,21 @@ class StageCache:
         codebook_digest,
         codebook,
     ):
-        """:func:`image_encoding` through the cache, keyed by ``encoder``'s module versions too."""
+        """:func:`image_encoding` through the cache, keyed by ``encoder``'s module versions too;
+        computed, not cached, when the encoder's item is not worth keeping
+        (:attr:`~classify_images.coding.encoders.Encoder.caches_item`)."""
+        if not encoder.caches_item:
+            return image_encoding(
+                path,
+                fingerprint,
+                max_side,
+                sift,
+                codebook_params,
+                dependencies,
+                codebook_digest,
+                codebook,
+                descriptors_fn=self._descriptors,
+            )
         return self._encoding(
             path,
             fingerprint,

@@ -893,11 +893,11 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--rows",
         metavar="CODEC",
-        default="float32",
-        help="how dense rows (Fisher vectors, VLAD, ...) are stored, in shards: float32 (exact), float16 "
-        "(half the bytes) or product-quantised with 8 or 16 dimensions per byte (32x / 64x smaller), or a "
-        "registered row codec (checked by the build: the codecs load with it, not with the CLI); decoded to "
-        "float32 on reading",
+        default=None,
+        help="how dense rows (Fisher vectors, VLAD, ...) are stored: float32 (exact), float16 "
+        "(half the bytes) or product-quantised with 8 or 16 dimensions per byte (32x / 64x smaller, in shards), "
+        "or a registered row codec (checked by the build: the codecs load with it, not with the CLI); decoded to "
+        "float32 on reading (default: float16 for Fisher vectors, whose accuracy it keeps, float32 otherwise)",
     )
     parser.add_argument(
         "--batch-size",

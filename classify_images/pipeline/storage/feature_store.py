@@ -22,6 +22,11 @@ Layout::
                                                image of row i of ``X_train`` / ``X_test``, so a
                                                re-split that moves a row moves its mirror with it
 
+The row files (``X_*.npy``) are float16 instead when the manifest says ``"rows": "float16"``
+(the default for Fisher vectors, :attr:`~classify_images.coding.encoders.Encoder.default_rows`:
+half the bytes, accuracy-identical on 15-Scenes); they are decoded to float32 as they are read
+(:attr:`FeatureSet.X_train`, :meth:`FeatureSet.iter_row_blocks`, :meth:`FeatureSet.pooled_rows`).
+
 Two layouts hold the rows (``--store``).  ``npy`` (the default on one machine):
 ``X_train.npy`` and ``X_test.npy`` as above, filled by the building process.  ``sharded``
 (for a cluster; manifest ``format_version`` 2 with a ``store`` entry): instead of those two
@@ -90,6 +95,7 @@ from .row_codecs import (
     codec_for_rows,
     codec_of_format,
     row_codec,
+    row_codec_names,
     shard_formats,
     state_files,
 )
@@ -160,7 +166,7 @@ class FeatureSetError(ClassifyImagesError, ValueError):
     """A feature-set folder is missing, incomplete or corrupt (user-facing, one line)."""
 
 
-def _release_mapped_pages(rows) -> None:
+def release_mapped_pages(rows) -> None:
     """Drop from this process the pages of a memory-mapped array that reading it made resident.
 
     They are clean pages of a read-only file (read again from the page cache if needed), but
@@ -232,7 +238,9 @@ class FeatureSet:
 
     def _dense(self, split: str) -> np.ndarray:
         rows = self.rows[split]
-        return rows.toarray() if isinstance(rows, ShardedRows) else rows
+        if isinstance(rows, ShardedRows):
+            return rows.toarray()
+        return rows if rows.dtype == np.float32 else np.asarray(rows, dtype=np.float32)  # float16 rows decoded
 
     @property
     def layout(self) -> str:
@@ -241,8 +249,10 @@ class FeatureSet:
 
     @property
     def row_encoding(self) -> str:
-        """How the rows are stored: the row codec's name (``"float32"``, ``"float16"``, ``"pq8"``, ``"pq16"``, ...)."""
-        return str(self.manifest.get("store", {}).get("rows", "float32"))
+        """How the rows are stored: ``"float32"``, ``"float16"``, ``"pq8"`` or ``"pq16"``."""
+        if "store" in self.manifest:
+            return str(self.manifest["store"].get("rows", "float32"))
+        return str(self.manifest.get("rows", "float32"))
 
     def iter_row_blocks(self, split: str, rows_per_block: int | None = None):
         """``(X_block, y_block)`` over the rows of ``split`` (``"train"`` or ``"test"``), in row order.
@@ -272,7 +282,9 @@ class FeatureSet:
         if step < 1:
             raise ValueError(f"rows_per_block must be at least 1, not {step}")
         for start in range(0, rows.shape[0], step):
-            yield rows[start : start + step], np.asarray(labels[start : start + step], dtype=np.int64)
+            block = rows[start : start + step]
+            block = block if block.dtype == np.float32 else np.asarray(block, dtype=np.float32)  # float16 rows
+            yield block, np.asarray(labels[start : start + step], dtype=np.int64)
 
     def iter_pooled_rows(
         self,
@@ -310,7 +322,7 @@ class FeatureSet:
                     selected = X_block[wanted[low:high] - offset]
                     selected = selected.toarray() if hasattr(selected, "toarray") else selected
                     selected = np.asarray(selected, dtype=np.float32)  # fancy indexing: its own memory, not the map's
-                    _release_mapped_pages(rows)
+                    release_mapped_pages(rows)
                     yield order[low:high], selected
                 offset += n
 
@@ -348,7 +360,7 @@ class FeatureSet:
         require_distributed()
         import dask.array as da
 
-        return da.from_array(rows, chunks=(DEFAULT_ROWS_PER_BLOCK, rows.shape[1]))
+        return da.from_array(rows, chunks=(DEFAULT_ROWS_PER_BLOCK, rows.shape[1])).astype(np.float32)
 
     @property
     def class_names(self) -> list[str]:
@@ -473,7 +485,7 @@ def _require_finite(folder: Path, name: str, array: np.ndarray) -> None:
     step = max(1, min(_FINITE_CHECK_ROWS, POOLED_BLOCK_BYTES // max(array.itemsize * int(np.prod(array.shape[1:])), 1)))
     for start in range(0, max(array.shape[0], 1), step):
         finite = np.isfinite(array[start : start + step]).all()
-        _release_mapped_pages(array)  # checking a 4.5 GB set must not leave it resident
+        release_mapped_pages(array)  # checking a 4.5 GB set must not leave it resident
         if not finite:
             raise FeatureSetError(f"feature set {folder}: {name} holds NaN or infinite values; rebuild it")
 
@@ -536,6 +548,8 @@ def _check_manifest(folder: Path, manifest) -> None:
         raise FeatureSetError(f"{exc}; rebuild the feature set") from None
     if "store" in manifest:
         _check_store(manifest, bad)
+    elif manifest.get("rows", NPY_ROW_ENCODINGS[0]) not in NPY_ROW_ENCODINGS:
+        raise bad(f"'rows' must be one of {', '.join(NPY_ROW_ENCODINGS)}")
 
 
 def _is_shard_entry(entry, part: str, fmt: str, index: int) -> bool:
@@ -591,13 +605,14 @@ def _check_store(manifest: dict, bad) -> None:
 def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -> None:
     """Raise :class:`FeatureSetError` unless the arrays agree with each other and the manifest."""
     n_classes, n_features = len(manifest["class_names"]), manifest["n_features"]
+    dtype = _npy_row_dtype(manifest)
     for part in ("train", "test"):
         X, y = arrays.get(f"X_{part}"), arrays[f"y_{part}"]
         n_rows = len(manifest["split"][part])
-        if X is not None and (X.ndim != 2 or X.dtype != np.float32 or X.shape != (n_rows, n_features)):
+        if X is not None and (X.ndim != 2 or X.dtype != dtype or X.shape != (n_rows, n_features)):
             raise FeatureSetError(
                 f"feature set {folder}: X_{part}.npy is {X.dtype} {X.shape}, the manifest announces "
-                f"float32 ({n_rows}, {n_features}); rebuild it"
+                f"{dtype.name} ({n_rows}, {n_features}); rebuild it"
             )
         if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != n_rows:
             raise FeatureSetError(
@@ -629,6 +644,16 @@ def _store_codec(store: dict) -> RowCodec:
     if codec.format != store["format"]:
         raise RowCodecError(f"store.rows {name!r} writes format {codec.format!r}, not {store['format']!r}")
     return codec
+
+
+#: Row codecs the ``npy`` layout stores (the manifest's ``rows``; absent: the first, float32):
+#: those that say :attr:`~classify_images.pipeline.storage.row_codecs.RowCodec.in_npy_store`.
+NPY_ROW_ENCODINGS = tuple(name for name in row_codec_names() if row_codec(name).in_npy_store)
+
+
+def _npy_row_dtype(manifest: dict) -> np.dtype:
+    """The dtype of the ``npy`` layout's row files (manifest ``rows``, checked by :func:`_check_manifest`)."""
+    return np.dtype(row_codec(manifest.get("rows", NPY_ROW_ENCODINGS[0])).stored_form(0, None)[0])
 
 
 def _sharded_rows(folder: Path, manifest: dict) -> dict[str, ShardedRows]:
@@ -724,13 +749,13 @@ def _has_mirrors(manifest: dict) -> bool:
 def _mirror_rows(folder: Path, manifest: dict) -> dict[str, np.ndarray]:
     """The mirrored rows (memory-mapped), checked like the rows (:func:`_check_arrays`)."""
     mirrors = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in MIRROR_ARRAYS}
-    n_features = manifest["n_features"]
+    n_features, dtype = manifest["n_features"], _npy_row_dtype(manifest)
     for part, name in zip(("train", "test"), MIRROR_ARRAYS):
         X, n_rows = mirrors[name], len(manifest["split"][part])
-        if X.ndim != 2 or X.dtype != np.float32 or X.shape != (n_rows, n_features):
+        if X.ndim != 2 or X.dtype != dtype or X.shape != (n_rows, n_features):
             raise FeatureSetError(
                 f"feature set {folder}: {name}.npy is {X.dtype} {X.shape}, the manifest announces "
-                f"float32 ({n_rows}, {n_features}); rebuild it"
+                f"{dtype.name} ({n_rows}, {n_features}); rebuild it"
             )
         _require_finite(folder, f"{name}.npy", X)
     return {"train": mirrors["X_train_flip"], "test": mirrors["X_test_flip"]}
@@ -954,9 +979,10 @@ class FeatureSetWriter:
         self.tmp.mkdir()
         return self
 
-    def open_rows(self, name: str, n_rows: int, n_cols: int) -> np.ndarray:
-        """A float32 ``(n_rows, n_cols)`` ``.npy`` file, allocated on disk, memory-mapped for writing."""
-        dtype = np.dtype(np.float32)
+    def open_rows(self, name: str, n_rows: int, n_cols: int, dtype: str = "float32") -> np.ndarray:
+        """A ``(n_rows, n_cols)`` ``.npy`` file of ``dtype`` (float32, or float16: :data:`NPY_ROW_ENCODINGS`),
+        allocated on disk, memory-mapped for writing."""
+        dtype = np.dtype(dtype)
         path = self.tmp / f"{name}.npy"
         header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n_rows, n_cols)}
         with open(path, "wb") as handle:

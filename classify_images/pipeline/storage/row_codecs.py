@@ -120,6 +120,8 @@ class RowCodec:
     state_file: ClassVar[str | None] = None
     #: Valid stored values decode to finite rows, so a reader checks them without decoding.
     checked_without_decoding: ClassVar[bool] = False
+    #: Also stored in the ``npy`` layout's whole-split row files (their dtype: :meth:`stored_form`).
+    in_npy_store: ClassVar[bool] = False
 
     @property
     def compressed(self) -> bool:
@@ -159,6 +161,11 @@ class RowCodec:
     def check_stored(self, stored: np.ndarray, state: Any) -> np.ndarray:
         """The stored array, if its values are valid (codecs with :attr:`checked_without_decoding`)."""
         return stored
+
+    def bytes_per_row(self, n_features: int) -> int:
+        """Bytes one dense row of ``n_features`` takes stored (before any state is learnt)."""
+        dtype, width = self.stored_form(n_features, None)
+        return int(np.dtype(dtype).itemsize * width)
 
     # ---------------------------------------------------------- shard bytes
     def payload(self, rows: np.ndarray, state: Any) -> tuple[bytes, int]:
@@ -208,6 +215,7 @@ class Float32Rows(RowCodec):
     """Rows as computed: one float32 ``.npy`` per shard, memory-mapped on reading."""
 
     name, format = "float32", "dense"
+    in_npy_store = True
 
     def encode(self, rows, state):
         return rows
@@ -284,6 +292,7 @@ class Float16Rows(RowCodec):
     """Rows in IEEE half precision (half the bytes; values beyond ±65504 are refused)."""
 
     name, format = "float16", "float16"
+    in_npy_store = True
 
     def encode(self, rows, state):
         return to_float16(rows)
@@ -307,6 +316,9 @@ class ProductQuantizedRows(RowCodec):
 
     def fit(self, sample):
         return ProductQuantizer(self.sub_dim).fit(sample)
+
+    def bytes_per_row(self, n_features):
+        return -(-n_features // self.sub_dim)  # one byte per sub-vector
 
     def state_to_array(self, state):
         return state.codebooks_

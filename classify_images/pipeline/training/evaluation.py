@@ -52,6 +52,7 @@ from ..extraction.augment import augment_settings, averaged_decision_function, r
 from ..settings.dataset import split_indices
 from ..storage.feature_store import FeatureSet
 from ..storage.provenance import library_versions
+from ..storage.row_codecs import row_codec
 from .model_file import check_model_matches
 
 __all__ = [
@@ -206,7 +207,9 @@ def training_dtype(feature_set: FeatureSet, classifier: str, combine: str | None
     the bytes the store holds; float32 otherwise (and for a combination of channels, computed in
     place in float32)."""
     accepted = getattr(classifier_class(classifier), "_input_dtypes", ())
-    if combine is None and feature_set.row_encoding == "float16" and np.float16 in accepted:
+    codec = row_codec(feature_set.row_encoding)  # only codecs of plain float rows hold their dtype without state
+    stored = np.dtype(codec.stored_form(0, None)[0]) if codec.in_npy_store else np.dtype(np.float32)
+    if combine is None and stored == np.float16 and np.float16 in accepted:
         return np.float16
     return np.float32
 

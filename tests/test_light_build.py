@@ -1,0 +1,185 @@
+"""A light build: what the stage cache keeps per encoder, and the Fisher encoder's one-pass
+chunked posteriors against the obvious whole-array computation."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from classify_images.coding import FisherEncoder
+from classify_images.coding import fisher as fisher_module
+from classify_images.coding.encoders import encoder_class, encoder_kinds
+from classify_images.coding.fisher import gmm_posteriors, pyramid_atoms
+from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
+from classify_images.coding.vlad import l2_normalize_rows, signed_sqrt
+from classify_images.pipeline.extraction.build import build_feature_set
+
+from ._encoder_helpers import random_layout, small_config
+
+
+def _entries(cache: Path, stage: str) -> int:
+    """Stage-cache entries of one stage function (joblib: one folder per call)."""
+    return sum(len(subfolders) for folder, subfolders, _ in os.walk(cache) if Path(folder).name == stage)
+
+
+def test_encoders_whose_item_is_the_row_are_not_cached():
+    keeps = {kind: encoder_class(kind).caches_item for kind in encoder_kinds()}
+    assert keeps["fisher"] is False and keeps["vlad"] is False
+    assert keeps["kmeans"] and keeps["sparse"] and keeps["llc"]
+
+
+@pytest.mark.parametrize(
+    ("codebook", "cached"),
+    [
+        ({"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30}, False),
+        ({"kind": "kmeans", "size": 8, "n_samples": 3000}, True),
+    ],
+)
+def test_the_stage_cache_keeps_an_encoding_only_when_the_encoder_says_so(tmp_path, small_dataset, codebook, cached):
+    config = small_config(codebook, {"levels": [1, 2]}, "none" if codebook["kind"] == "fisher" else "l2")
+    result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache")
+    n_rows = result.n_train + result.n_test
+    assert _entries(tmp_path / "cache", "image_encoding") == (n_rows if cached else 0)
+    assert _entries(tmp_path / "cache", "check_image") == result.n_images  # the other stages still are
+
+
+def _obvious_fisher(encoder: FisherEncoder, descriptors, cells, n_cells):
+    """The improved Fisher vector from the float64 posteriors of every descriptor at once and
+    per-cell sums over the descriptors of each cell (no atoms, no chunks, no float32)."""
+    x = (np.asarray(descriptors, np.float64) - encoder.pca_mean) @ encoder.pca_components.T
+    gamma = gmm_posteriors(x, encoder.weights, encoder.means, encoder.variances)
+    K, D = encoder.n_components, encoder.n_dims
+    counts, s0, s1, s2 = np.zeros(n_cells), np.zeros((n_cells, K)), np.zeros((n_cells, K, D)), np.zeros((n_cells, K, D))
+    for level in cells:
+        for cell in np.unique(level):
+            members = level == cell
+            counts[cell] = members.sum()
+            s0[cell] = gamma[members].sum(axis=0)
+            s1[cell] = gamma[members].T @ x[members]
+            s2[cell] = gamma[members].T @ (x[members] ** 2)
+    vectors = encoder._cell_vectors(counts, s0[:, :, None], s1, s2)
+    return l2_normalize_rows(l2_normalize_rows(signed_sqrt(vectors)).ravel())
+
+
+def test_chunked_fisher_encoding_equals_the_obvious_computation(monkeypatch):
+    """Tolerance: float32 projection, posteriors and products against float64 throughout;
+    max |difference| ≤ 2e-5 on unit vectors whose typical entry is 1e-2, relative L2 ≤ 1e-4."""
+    rng = np.random.default_rng(0)
+    K, D, P, n = 16, 8, 32, 2600
+    weights = rng.random(K) + 0.2
+    model = {
+        "pca_mean": rng.normal(size=P),
+        "pca_components": np.linalg.qr(rng.normal(size=(P, D)))[0].T,
+        "weights": weights / weights.sum(),
+        "means": rng.normal(size=(K, D)),
+        "variances": rng.random((K, D)) + 0.3,
+    }
+    encoder = FisherEncoder(model)
+    descriptors = rng.normal(size=(n, P)) + model["pca_mean"]
+    x, y, shape = random_layout(rng, n)
+    levels = (1, 2, "3x1")
+    cells = pyramid_cells(x, y, shape, levels)
+    expected = _obvious_fisher(encoder, descriptors, cells, n_pyramid_cells(levels))
+    _, bounds, _ = pyramid_atoms(cells, n_pyramid_cells(levels))
+    for chunk in (64, 1000, 100000):  # atoms of ~325 descriptors: several chunks each, one, and all
+        monkeypatch.setattr(fisher_module, "POSTERIOR_CHUNK", chunk)
+        got = encoder.encode(descriptors, cells, n_pyramid_cells(levels))
+        assert got.dtype == np.float32 and got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 2e-5
+        assert np.linalg.norm(got - expected) <= 1e-4 * np.linalg.norm(expected)
+    assert np.diff(bounds).max() > 64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_shift_and_cut_gives_the_numpy_posteriors_bit_for_bit(dtype):
+    rng = np.random.default_rng(1)
+    log_joint = (rng.normal(size=(300, 64)) * 60.0).astype(dtype)
+    log_joint[5] = -1e30  # a row far from every component: the largest entry still gives 1
+    expected = fisher_module._normalise_log_joint(log_joint.copy())
+    got = fisher_module._normalise_log_joint_fast(log_joint.copy())
+    np.testing.assert_array_equal(got, expected)
+    assert (got == 0).any() and np.allclose(got.sum(axis=1), 1.0)
+
+
+FISHER = {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30}
+
+
+def test_fisher_rows_are_float16_by_default_with_their_mirrors(tmp_path, small_dataset):
+    """The default stores float16 rows (and mirrors) in the npy layout, read back as float32 within
+    float16's rounding (relative 2^-11) of the float32 build's rows."""
+    from classify_images.pipeline.extraction.augment import rows_and_mirrors
+    from classify_images.pipeline.settings.config import validate_config
+    from classify_images.pipeline.storage.feature_store import load_feature_set
+
+    raw = small_config(FISHER, {"levels": [1, "3x1"]}, "none").to_dict()
+    raw["augment"] = {"flip_train": True, "flip_test": "average"}
+    config = validate_config(raw)
+    light = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache")
+    exact = build_feature_set(small_dataset, tmp_path / "exact", config, cache_dir=tmp_path / "cache", rows="float32")
+    for name in ("X_train", "X_test", "X_train_flip", "X_test_flip"):
+        assert np.load(tmp_path / "light" / f"{name}.npy", mmap_mode="r").dtype == np.float16
+        assert np.load(tmp_path / "exact" / f"{name}.npy", mmap_mode="r").dtype == np.float32
+    fs, reference = load_feature_set(light.path), load_feature_set(exact.path)
+    assert fs.row_encoding == "float16" and reference.row_encoding == "float32" and fs.layout == "npy"
+    for split in ("train", "test"):
+        got, want = fs._dense(split), reference._dense(split)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=2.0**-11, atol=6e-8)  # float16: 11 significant bits
+        np.testing.assert_allclose(
+            np.asarray(fs.mirrors(split), np.float32), reference.mirrors(split), rtol=2.0**-11, atol=6e-8
+        )
+    blocks = [block for block, _ in fs.iter_row_blocks("test", 2)]
+    assert all(block.dtype == np.float32 for block in blocks)
+    np.testing.assert_array_equal(np.concatenate(blocks), fs.X_test)
+    both = rows_and_mirrors(fs, np.arange(len(fs.y_train)))
+    assert both.dtype == np.float32 and both.shape == (2 * len(fs.y_train), fs.n_features)
+    np.testing.assert_array_equal(both[: len(fs.y_train)], fs.X_train)
+    again = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache")
+    assert again.reused  # the float16 set is up to date for the default
+
+
+def test_a_manifest_announcing_another_row_dtype_is_one_line(tmp_path, small_dataset):
+    import json
+
+    from classify_images.pipeline.storage.feature_store import FeatureSetError, load_feature_set
+
+    build_feature_set(small_dataset, tmp_path / "fs", small_config(FISHER, {"levels": [1]}, "none"), cache_dir=None)
+    manifest = json.loads((tmp_path / "fs" / "manifest.json").read_text())
+    assert manifest["rows"] == "float16"
+    for value, message in (("float32", "X_train.npy is float16"), ("int8", "'rows' must be one of")):
+        (tmp_path / "fs" / "manifest.json").write_text(json.dumps({**manifest, "rows": value}))
+        with pytest.raises(FeatureSetError, match=message):
+            load_feature_set(tmp_path / "fs")
+
+
+def test_a_build_that_cannot_fit_the_disk_stops_before_encoding_in_one_line(tmp_path, small_dataset, monkeypatch):
+    from collections import namedtuple
+
+    from classify_images.pipeline.storage import room
+    from classify_images.pipeline.storage.room import NotEnoughRoomError, feature_set_bytes, human_bytes
+
+    assert feature_set_bytes(10, 262144, "float16", mirrors=True) == 10 * 2 * 2 * 262144
+    assert feature_set_bytes(10, 262144, "pq8", mirrors=False) == 10 * 262144 // 8
+    assert human_bytes(4.7e9) == "4.7 GB"
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(room.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 5000, 5000))
+    config = small_config(FISHER, {"levels": [1]}, "none")
+    with pytest.raises(NotEnoughRoomError, match=r"needs .* of disk and .* has 5.0 kB free"):
+        build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=None)
+    assert not (tmp_path / "fs").exists()
+
+
+def test_a_build_that_cannot_fit_the_memory_stops_before_encoding_in_one_line(tmp_path, small_dataset, monkeypatch):
+    from classify_images.pipeline.storage import room
+    from classify_images.pipeline.storage.room import NotEnoughRoomError, build_memory_bytes
+
+    assert build_memory_bytes(2, 262144, 256) == room.PARENT_BYTES + 2 * room.WORKER_BYTES + 258 * 4 * 262144
+    monkeypatch.setattr(room, "available_memory", lambda: 100 << 20)
+    with pytest.raises(
+        NotEnoughRoomError, match=r"with 2 workers on this machine needs about .* of memory and 104.9 MB"
+    ):
+        build_feature_set(small_dataset, tmp_path / "fs", small_config(FISHER, {"levels": [1]}, "none"), n_jobs=2)
+    assert not (tmp_path / "fs").exists()
+    monkeypatch.setattr(room, "available_memory", lambda: None)  # unknown: nothing is checked
+    build_feature_set(small_dataset, tmp_path / "fs", small_config(FISHER, {"levels": [1]}, "none"))
