@@ -11,8 +11,8 @@ from classify_images.coding import FisherEncoder
 from classify_images.coding import fisher as fisher_module
 from classify_images.coding.encoders import encoder_class, encoder_kinds
 from classify_images.coding.fisher import gmm_posteriors, pyramid_atoms
+from classify_images.coding.normalize import l2_normalize_rows, signed_sqrt
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
-from classify_images.coding.vlad import l2_normalize_rows, signed_sqrt
 from classify_images.pipeline.extraction.build import build_feature_set
 
 from ._encoder_helpers import random_layout, small_config

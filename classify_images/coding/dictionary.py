@@ -105,7 +105,7 @@ import scipy.sparse as sp
 from numpy.typing import DTypeLike
 
 from ._dictionary_kernels import near_duplicate_atoms, update_atoms
-from .gmm import default_threads
+from ._threads import default_threads
 from .lars import lasso_lars_codes, lasso_objective
 
 __all__ = ["IMPLEMENTATION_VERSION", "learn_online_dictionary", "mean_lasso_cost"]

@@ -91,7 +91,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .vlad import l2_normalize_rows, signed_sqrt
+from .gmm import log_joint_terms, moments
+from .normalize import l2_normalize_rows, signed_sqrt
 
 __all__ = [
     "IMPLEMENTATION_VERSION",
@@ -138,27 +139,9 @@ def spatial_coordinates(x: np.ndarray, y: np.ndarray, image_shape: tuple[int, in
     ).astype(np.float32)
 
 
-def _log_joint_terms(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(W, c)`` with :math:`\\log\\pi_k + \\log\\mathcal N(x;\\mu_k,\\sigma_k^2) = [x, x^2]\\,W_{:k} + c_k`
-    (float64): the rows of ``W`` are :math:`\\mu_k/\\sigma_k^2`, then :math:`-1/(2\\sigma_k^2)`, and
-    :math:`c_k = \\log\\pi_k - \\tfrac12\\sum_d(\\mu_{kd}^2/\\sigma_{kd}^2 + \\log\\sigma_{kd}^2 + \\log 2\\pi)`."""
-    precisions = 1.0 / variances
-    constant = np.log(weights) - 0.5 * (
-        np.sum(means * means * precisions, axis=1)
-        + np.sum(np.log(variances), axis=1)
-        + means.shape[1] * np.log(2.0 * np.pi)
-    )
-    return np.concatenate([(means * precisions).T, -0.5 * precisions.T]), constant
-
-
-def _moments(x: np.ndarray) -> np.ndarray:
-    """``[x, x^2]`` side by side, (n, 2D)."""
-    return np.concatenate([x, x * x], axis=1)
-
-
 def _posteriors(moments: np.ndarray, terms: np.ndarray, constant: np.ndarray) -> np.ndarray:
     """Posteriors from the moments ``[x, x^2]`` (n, 2D) and the terms of
-    :func:`_log_joint_terms`, in the dtype of the arguments: one BLAS product, then a
+    :func:`log_joint_terms`, in the dtype of the arguments: one BLAS product, then a
     log-sum-exp per row (:func:`_normalise_log_joint`)."""
     log_joint = moments @ terms
     log_joint += constant
@@ -202,8 +185,8 @@ def gmm_posteriors(x: np.ndarray, weights: np.ndarray, means: np.ndarray, varian
     """
     x = np.asarray(x, dtype=np.float64)
     return _posteriors(
-        _moments(x),
-        *_log_joint_terms(
+        moments(x),
+        *log_joint_terms(
             np.asarray(weights, dtype=np.float64),
             np.asarray(means, dtype=np.float64),
             np.asarray(variances, dtype=np.float64),
@@ -277,7 +260,7 @@ class FisherEncoder:
         # x = s·Pᵀ - m·Pᵀ: the mean's projection subtracted after the product.
         self._projection_t = np.ascontiguousarray(self.pca_components.T, dtype=dtype)
         self._projected_mean = (self.pca_mean @ self.pca_components.T).astype(dtype)
-        terms, constant = _log_joint_terms(self.weights, self.means, self.variances)
+        terms, constant = log_joint_terms(self.weights, self.means, self.variances)
         self._terms = tuple(np.ascontiguousarray(t, dtype=dtype) for t in (terms, constant))
         # [x, x², 1] · [terms; constant]: the log-joint densities, constant included, by one product.
         self._augmented_terms = np.ascontiguousarray(np.concatenate([terms, constant[None, :]]), dtype=dtype)

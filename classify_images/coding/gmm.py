@@ -36,18 +36,16 @@ References
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .fisher import _log_joint_terms, _moments
+from ._threads import default_threads
 
 __all__ = [
     "IMPLEMENTATION_VERSION",
     "CHUNK_ROWS",
-    "default_threads",
     "chunk_statistics",
     "kmeans_lloyd",
     "fit_diagonal_gmm",
@@ -66,12 +64,22 @@ CHUNK_ROWS = 4096
 REG_COVAR = 1e-6
 
 
-def default_threads() -> int:
-    """The cores this process may run on (the thread count changes no number)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+def log_joint_terms(weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(W, c)`` with :math:`\\log\\pi_k + \\log\\mathcal N(x;\\mu_k,\\sigma_k^2) = [x, x^2]\\,W_{:k} + c_k`
+    (float64): the rows of ``W`` are :math:`\\mu_k/\\sigma_k^2`, then :math:`-1/(2\\sigma_k^2)`, and
+    :math:`c_k = \\log\\pi_k - \\tfrac12\\sum_d(\\mu_{kd}^2/\\sigma_{kd}^2 + \\log\\sigma_{kd}^2 + \\log 2\\pi)`."""
+    precisions = 1.0 / variances
+    constant = np.log(weights) - 0.5 * (
+        np.sum(means * means * precisions, axis=1)
+        + np.sum(np.log(variances), axis=1)
+        + means.shape[1] * np.log(2.0 * np.pi)
+    )
+    return np.concatenate([(means * precisions).T, -0.5 * precisions.T]), constant
+
+
+def moments(x: np.ndarray) -> np.ndarray:
+    """``[x, x^2]`` side by side, (n, 2D)."""
+    return np.concatenate([x, x * x], axis=1)
 
 
 def _chunk_map(n_rows: int, per_chunk: Callable[[slice], object], n_threads: int) -> list:
@@ -176,15 +184,15 @@ def _m_step(s0: np.ndarray, s1: np.ndarray, s2: np.ndarray, n: int) -> tuple[np.
 
 def _em_statistics(x: np.ndarray, terms: np.ndarray, constant: np.ndarray) -> tuple:
     """``(S0, S1, S2, L)`` of one chunk: posteriors by log-sum-exp, then their weighted sums."""
-    moments = _moments(x)
-    log_joint = moments @ terms
+    x_moments = moments(x)
+    log_joint = x_moments @ terms
     log_joint += constant
     top = log_joint.max(axis=1, keepdims=True)
     log_joint -= top
     np.exp(log_joint, out=log_joint)
     total = log_joint.sum(axis=1, keepdims=True)
     log_joint /= total
-    s12 = log_joint.T @ moments
+    s12 = log_joint.T @ x_moments
     D = x.shape[1]
     return log_joint.sum(axis=0), s12[:, :D], s12[:, D:], float(np.sum(np.log(total) + top))
 
@@ -234,7 +242,7 @@ def fit_diagonal_gmm(
     weights, means, variances = _m_step(s0, s1, s2, n)
     lower_bound = -np.inf
     for iteration in range(1, max_iter + 1):
-        terms, constant = _log_joint_terms(weights, means, variances)
+        terms, constant = log_joint_terms(weights, means, variances)
         s0, s1, s2, log_likelihood = chunk_statistics(
             n, lambda rows: _em_statistics(x[rows], terms, constant), n_threads
         )

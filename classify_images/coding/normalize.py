@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["IMPLEMENTATION_VERSION", "NORMALIZATIONS", "Normalizer"]
+__all__ = ["IMPLEMENTATION_VERSION", "NORMALIZATIONS", "Normalizer", "l2_normalize_rows", "signed_sqrt"]
 
 #: Version of this module's numerical output.  Bump it whenever a change alters the
 #: numbers it produces: it is part of the stage-cache keys and of the feature sets'
@@ -37,6 +37,17 @@ NORMALIZATIONS = ("l2", "l1", "power", "minmax", "none")
 
 #: Methods that learn per-dimension statistics from the training rows.
 _FITTED_METHODS = ("minmax",)
+
+
+def signed_sqrt(values: np.ndarray) -> np.ndarray:
+    """:math:`\\operatorname{sign}(v)\\sqrt{|v|}` entry by entry (the power law, exponent 1/2)."""
+    return np.sign(values) * np.sqrt(np.abs(values))
+
+
+def l2_normalize_rows(matrix: np.ndarray) -> np.ndarray:
+    """Each row divided by its L2 norm (all-zero rows stay zero)."""
+    norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
+    return matrix / np.where(norms > 0, norms, 1.0)
 
 
 def _divide_rows(X: np.ndarray, norms: np.ndarray) -> np.ndarray:

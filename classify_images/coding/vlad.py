@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .encode import vq_encode
+from .normalize import l2_normalize_rows, signed_sqrt
 
 __all__ = ["IMPLEMENTATION_VERSION", "signed_sqrt", "l2_normalize_rows", "VladEncoder"]
 
@@ -38,17 +39,6 @@ __all__ = ["IMPLEMENTATION_VERSION", "signed_sqrt", "l2_normalize_rows", "VladEn
 #: config hash, so results computed by the old code are not reused.  It covers
 #: :func:`signed_sqrt` and :func:`l2_normalize_rows`, which the Fisher encoder uses too.
 IMPLEMENTATION_VERSION = 1
-
-
-def signed_sqrt(values: np.ndarray) -> np.ndarray:
-    """:math:`\\operatorname{sign}(v)\\sqrt{|v|}` entry by entry (the power law, exponent 1/2)."""
-    return np.sign(values) * np.sqrt(np.abs(values))
-
-
-def l2_normalize_rows(matrix: np.ndarray) -> np.ndarray:
-    """Each row divided by its L2 norm (all-zero rows stay zero)."""
-    norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
-    return matrix / np.where(norms > 0, norms, 1.0)
 
 
 class VladEncoder:
