@@ -404,27 +404,9 @@ class StageCache:
         """:func:`image_encoding` through the cache, keyed by ``encoder``'s module versions too;
         computed, not cached, when the encoder's item is not worth keeping
         (:attr:`~classify_images.coding.encoders.Encoder.caches_item`)."""
+        arguments = (path, fingerprint, max_side, sift, codebook_params, dependencies, codebook_digest, codebook)
         if not encoder.caches_item:
-            return image_encoding(
-                path,
-                fingerprint,
-                max_side,
-                sift,
-                codebook_params,
-                dependencies,
-                codebook_digest,
-                codebook,
-                descriptors_fn=self._descriptors,
-            )
+            return image_encoding(*arguments, descriptors_fn=self._descriptors)
         return self._encoding(
-            path,
-            fingerprint,
-            max_side,
-            sift,
-            codebook_params,
-            dependencies,
-            codebook_digest,
-            codebook,
-            descriptors_fn=self._descriptors,
-            implementation=_stage_versions("image_encoding", encoder),
+            *arguments, descriptors_fn=self._descriptors, implementation=_stage_versions("image_encoding", encoder)
         )

@@ -250,7 +250,12 @@ def find_images(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
     """Image files named by ``arguments`` (files, and folders searched recursively for files with
     an image extension, hidden ones excepted: :func:`~..settings.dataset.walk_image_files`), and the
     arguments and files in the folders that cannot be images, with why."""
-    from ..settings.dataset import IMAGE_EXTENSIONS, UNSUPPORTED_IMAGE_EXTENSIONS, walk_image_files
+    from ..settings.dataset import (
+        IMAGE_EXTENSIONS,
+        UNSUPPORTED_IMAGE_EXTENSIONS,
+        unsupported_format_reason,
+        walk_image_files,
+    )
 
     extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
     files, skipped = [], []
@@ -266,10 +271,7 @@ def find_images(arguments: list[str]) -> tuple[list[str], list[dict[str, str]]]:
             if suffix in IMAGE_EXTENSIONS:
                 files.append(argument)
             elif suffix in UNSUPPORTED_IMAGE_EXTENSIONS:
-                kind = UNSUPPORTED_IMAGE_EXTENSIONS[suffix]
-                skipped.append(
-                    {"path": argument, "reason": f"unsupported format ({kind}): convert it to JPEG or PNG to use it"}
-                )
+                skipped.append({"path": argument, "reason": unsupported_format_reason(suffix)})
             else:
                 skipped.append({"path": argument, "reason": f"not an image file extension ({extensions})"})
         else:

@@ -105,6 +105,11 @@ class Dataset:
         return self.root / relative
 
 
+def unsupported_format_reason(suffix: str) -> str:
+    """Why a file of an image format we cannot decode (:data:`UNSUPPORTED_IMAGE_EXTENSIONS`) is not used."""
+    return f"unsupported format ({UNSUPPORTED_IMAGE_EXTENSIONS[suffix]}): convert it to JPEG or PNG to use it"
+
+
 def discover_dataset(root: str | os.PathLike, *, keep_background: bool = False) -> Dataset:
     """List the classes and images of ``root``.
 
@@ -202,10 +207,7 @@ def walk_image_files(folder: str | os.PathLike) -> tuple[list[Path], list[dict[s
                 else:
                     passed_over.append({"path": relative, "reason": reason})
             elif suffix in UNSUPPORTED_IMAGE_EXTENSIONS:
-                kind = UNSUPPORTED_IMAGE_EXTENSIONS[suffix]
-                passed_over.append(
-                    {"path": relative, "reason": f"unsupported format ({kind}): convert it to JPEG or PNG to use it"}
-                )
+                passed_over.append({"path": relative, "reason": unsupported_format_reason(suffix)})
             else:
                 passed_over.append({"path": relative, "reason": f"not an image file extension ({suffix or 'none'})"})
         for sub in list(subfolders):  # a link to a folder is listed by os.walk among the folders
