@@ -135,6 +135,8 @@ class Built:
                     str(FIXTURE_IMAGES),
                     "--config",
                     str(self.config),
+                    "--rows",
+                    "float32",  # exact rows: the cells compare the estimator's and predict's rows with them
                     "--out",
                     str(self.features),
                     "--cache-dir",
@@ -248,6 +250,8 @@ def test_run_predict_and_reload(config, classifier, built, tmp_path, capsys, mon
         str(FIXTURE_IMAGES),
         "--config",
         str(b.config),
+        "--rows",
+        "float32",  # as the shared build stored them
         "--classifier",
         classifier,
         "--out",

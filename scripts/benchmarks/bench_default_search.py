@@ -19,6 +19,7 @@ import os
 import time
 
 import numpy as np
+from _bench_utils import announce_machine
 
 from classify_images.pipeline.extraction.augment import augment_settings, rows_and_mirrors
 from classify_images.pipeline.storage.feature_store import load_feature_set
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--C", type=float, default=100.0, help="the one C of side A")
     args = parser.parse_args()
+    announce_machine()
     feature_set = load_feature_set(args.featureset)
     augment = augment_settings(feature_set)
     n = len(feature_set.y_train)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import threading
@@ -47,6 +46,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench_utils import announce_machine
 
 N_CLASSES = 101
 DIMS = 262_144
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         make_rows(args.data, largest, args.dims)
         print(f"made {largest} x {args.dims} float16 rows in {time.perf_counter() - started:.0f} s", flush=True)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line), "?")
-    results = {"cpu": cpu, "machine": platform.machine(), "points": []}
+    results = {"cpu": cpu, "machine": announce_machine(), "points": []}
     for n in args.rows:
         sides = [("new", None)]
         if args.compare and (args.compare_rows is None or n in args.compare_rows):

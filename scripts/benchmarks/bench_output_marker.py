@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench_utils import announce_machine
+
 REPO = Path(__file__).resolve().parents[2]
 
 #: A report's files and sizes (bytes): scene15's evaluate report, about (the page with thumbnails).
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", type=int, default=100_000)
     parser.add_argument("--hash-mb", type=int, default=256)
     args = parser.parse_args(argv)
+    machine = announce_machine()
     trees = {"new": REPO, "old": args.old.resolve()}
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -170,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         file_identity(big)
         seconds = time.perf_counter() - start
         print(f"file_identity: {args.hash_mb / seconds:.0f} MB/s on {args.hash_mb} MB (load {_load()})")
+    print(json.dumps({"machine": machine}))
     return 0
 
 

@@ -26,6 +26,7 @@ import os
 import time
 
 import numpy as np
+from _bench_utils import announce_machine
 from threadpoolctl import threadpool_limits
 
 from classify_images.coding import fisher as F
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json")
     args = parser.parse_args()
+    machine = announce_machine()
 
     fs = load_feature_set(args.feature_set)
     config = fs.config
@@ -111,6 +113,7 @@ def main() -> None:
             A @ B
         blas = 20 * 2 * A.shape[0] * A.shape[1] * K / (time.process_time() - start) / 1e9
     report = {
+        "machine": machine,
         "ms_per_image": {k: round(v, 2) for k, v in per_image.items()},
         "descriptors_per_image": round(n_desc),
         "gflop_per_image": round(flop / 1e9, 3),

@@ -50,7 +50,6 @@ import os
 from pathlib import Path
 
 from ..._log import verbose_output
-from ...coding.encoders import encoder_class
 from ..execution.cluster import ClusterError, scheduler_errors
 from ..execution.progress import tqdm_progress
 from ..settings.config import ConfigError, PipelineConfig, stage_hash
@@ -167,15 +166,13 @@ def build_feature_set(
     if execution is None:
         execution = Execution.from_options(n_jobs=n_jobs, scheduler=scheduler, cluster=cluster, batch_size=batch_size)
     n_jobs, spec, batch_size = execution.n_jobs, execution.cluster, execution.batch_size
-    chosen = rows is not None
-    if rows is None:  # the encoder's light default (a single-channel config; channels store float32)
-        rows = encoder_class(config.codebook.kind).default_rows if isinstance(config, PipelineConfig) else "float32"
-    compressed = row_codec(rows).compressed  # RowCodecError naming the known codecs
+    # rows None: the encoder's light default, chosen where the plan is made (channels store float32)
+    compressed = rows is not None and row_codec(rows).compressed  # RowCodecError naming the known codecs
     if store is None:
-        store = "npy" if spec is None and (not compressed or not chosen) else "sharded"
+        store = "npy" if spec is None and not compressed else "sharded"
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
-    if store == "npy" and rows not in NPY_ROW_ENCODINGS:
+    if store == "npy" and rows is not None and rows not in NPY_ROW_ENCODINGS:
         raise RowCodecError(
             f"--rows {rows} stores the rows compressed in shards: use --store sharded (or leave --store out)"
         )
@@ -210,7 +207,7 @@ def _build_on_cluster(
     store: str,
     batch_size: int,
     force: bool,
-    rows: str,
+    rows: str | None,
 ) -> BuildResult:
     """:func:`_build` with a Dask client of ``execution`` (the per-image steps run on its workers)."""
     spec = execution.cluster
@@ -251,10 +248,12 @@ def _build(
     store: str,
     batch_size: int,
     force: bool = False,
-    encoding: str = "float32",
+    encoding: str | None = None,
 ) -> BuildResult:
     timer = StageTimer()
     plan = make_feature_plan(config)  # the configuration's objects, made once and handed down
+    if encoding is None:  # the encoder's light default: float16 for Fisher vectors (Encoder.default_rows)
+        encoding = plan.encoder.default_rows
     with timer("discover"):
         images = discover_images(dataset_dir, config, n_jobs, client, batch_size)
         config_hash = stage_hash(config, list(config.to_dict()), images.digest, implementation_versions(plan.encoder))

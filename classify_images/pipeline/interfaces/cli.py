@@ -807,6 +807,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             execution=execution,
             cache_dir=cache_dir,
             store=args.store,
+            rows=args.rows,
             progress=_tqdm_progress(not args.quiet),
             force=args.force,
             search=search,

@@ -421,6 +421,7 @@ def run_pipeline(
     execution: Execution | None = None,
     cache_dir: str | os.PathLike | None = None,
     store: str | None = None,
+    rows: str | None = None,
     progress: Callable | None = None,
     verbose: int | bool = False,
     step: Callable[[str], None] = lambda name: None,
@@ -509,6 +510,7 @@ def run_pipeline(
             progress=progress,
             verbose=verbose,
             store=store,
+            rows=rows,
             execution=execution,
             force=force,
         )

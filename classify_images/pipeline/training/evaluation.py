@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_accuracy_score
 
 from ...classifiers.base import warm_up
@@ -524,8 +525,15 @@ def default_search(
 
     if "C" in params or "C" not in estimator.get_params(deep=False):
         return None
+    if not in_memory or not (isinstance(X, np.ndarray) or sp.issparse(X)):  # streamed rows, a cluster's
+        _log.info(
+            "C not given: the estimator's default C = %r is used (the rows are not in memory here, so "
+            "cross-validating C would refit every fold; give --search C=... to choose it)",
+            estimator.get_params()["C"],
+        )
+        return None
     grid = default_grid(X, n_images)
-    if in_memory and gram_path_applies(estimator, X, grid):
+    if gram_path_applies(estimator, X, grid):
         return grid
     _log.info(
         "C not given: the estimator's default C = %r is used (cross-validating C here would refit every fold; "
@@ -864,6 +872,25 @@ class Experiment:
         ) | _combine_entry(self.combine)
 
 
+def experiment_split(feature_set: FeatureSet, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pooled row indices ``(train, test)`` of an experiment's split ``seed`` (sorted): the
+    feature set's protocol drawn on its rows in the order the build split them (by class, then
+    path), so that seed S re-draws the build's own split when the build used seed S and kept all the
+    rest for testing (no test cap left images out)."""
+    y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
+    paths_all = feature_set.train_paths + feature_set.test_paths
+    split = feature_set.manifest["split"]
+    build_order = np.asarray(sorted(range(len(paths_all)), key=lambda i: (int(y_all[i]), paths_all[i])), dtype=np.int64)
+    train, test = split_indices(
+        y_all[build_order],
+        split["train_per_class"],
+        split["test_per_class"],
+        seed,
+        train_fraction=split.get("train_fraction"),
+    )
+    return np.sort(build_order[train]), np.sort(build_order[test])
+
+
 def run_experiment(
     feature_set: FeatureSet,
     name: str,
@@ -874,6 +901,7 @@ def run_experiment(
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
     search: dict[str, list] | str | None = None,
     combine: str | None = None,
+    choose_flips: bool | None = None,
 ) -> Experiment:
     """Train and test ``repeats`` times on seeded re-splits of the stored rows.
 
@@ -892,7 +920,8 @@ def run_experiment(
     are stored row for row with the images, so they follow their images into each split.  With
     ``combine`` (a rule of :mod:`~classify_images.classifiers.combination`), the rows of a
     multi-channel feature set are combined by it first (each split's training rows in place, the
-    test rows block by block).
+    test rows block by block).  ``choose_flips`` (default: whenever the mirrors are stored) lets a
+    search also choose the mirrors' use; False keeps the config's ``[augment]``.
     """
     record = combination_record(feature_set, combine)
     combined = None
@@ -905,23 +934,12 @@ def run_experiment(
     dtype = training_dtype(feature_set, name, combine)
     y_all = np.concatenate([feature_set.y_train, feature_set.y_test])
     paths_all = feature_set.train_paths + feature_set.test_paths
-    split = feature_set.manifest["split"]
-    # the rows in the order the build split them (by class, then path): seed S re-draws the build's own
-    # split when the build used seed S and kept all the rest for testing (no test cap left images out)
-    build_order = np.asarray(sorted(range(len(paths_all)), key=lambda i: (int(y_all[i]), paths_all[i])), dtype=np.int64)
     runs = []
     first = None
     seeds = range(first_seed, first_seed + repeats)
     for seed in progress(seeds) if progress else seeds:
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
-        train, test = split_indices(
-            y_all[build_order],
-            split["train_per_class"],
-            split["test_per_class"],
-            seed,
-            train_fraction=split.get("train_fraction"),
-        )
-        train, test = np.sort(build_order[train]), np.sort(build_order[test])
+        train, test = experiment_split(feature_set, seed)
         mirrored = augment.flip_train or (bool(search) and augment.mirrors)
         X_train = _in_place(
             combined,
@@ -936,7 +954,7 @@ def run_experiment(
             class_names=feature_set.class_names,
             search=search,
             mirrored=mirrored,
-            choose_flips=augment.mirrors,
+            choose_flips=augment.mirrors if choose_flips is None else choose_flips and augment.mirrors,
             flip_train=augment.flip_train,
         )
         del X_train
