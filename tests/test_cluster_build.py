@@ -372,6 +372,10 @@ def test_a_task_that_kills_its_workers_is_one_line_and_the_same_command_resumes(
         # says the task was given up after its retries, which is the behaviour)
 
         flag.unlink()  # the poison is gone (the workers restarted by their nannies still run the hook)
+        with distributed.Client(cluster.scheduler_address, set_as_default=False) as waiter:
+            # the nannies restart the killed workers; on a loaded machine that outlasts the command's
+            # 10 s wait for a worker, so wait for them here (a hang guard, not a time limit)
+            waiter.wait_for_workers(2, timeout=600)
         assert _bounded(lambda: main(command)) == 0
     assert_same_features(load_feature_set(tmp_path / "fs"), reference)
     after = _cache_entries(cache)
