@@ -31,15 +31,16 @@ C-SIFT keeps an intensity SIFT block beside the two chromatic ones, the third ch
 intensity O3.  The ratios are bounded on non-negative RGB (|R − G| ≤ R + G + B, −2B ≤ R + G − 2B ≤
 R + G), but dark pixels amplify noise: one 8-bit step at near-black moves a ratio by up to √(3/2).
 
-``"lab"`` is CIE 1976 L*a*b* [5]_ (in float32) of the image read as sRGB (IEC 61966-2-1): each channel is
-linearised (c/12.92 for c ≤ 0.04045, ((c + 0.055)/1.055)^2.4 above), mapped to XYZ by the sRGB
+``"lab"`` is CIE 1976 L*a*b* [5]_ (computed in float32) of the image read as sRGB (IEC 61966-2-1):
+each channel is linearised (c/12.92 for c ≤ 0.04045, ((c + 0.055)/1.055)^2.4 above), mapped to XYZ by the sRGB
 matrix (rows 0.4124 0.3576 0.1805 / 0.2126 0.7152 0.0722 / 0.0193 0.1192 0.9505), and divided by
 the D65 white point, the XYZ of R = G = B = 1 (the matrix's row sums); then, with
 f(t) = t^(1/3) for t > (6/29)³ and t/(3 (6/29)²) + 4/29 below, L* = 116 f(Y/Yn) − 16,
 a* = 500 (f(X/Xn) − f(Y/Yn)), b* = 200 (f(Y/Yn) − f(Z/Zn)).  The three channels are divided by
 100, so that L*/100 spans the grey image's [0, 1] and ``[sift] contrast_threshold`` means on L*
-about what it means on grey SIFT.  SIFT is invariant to an offset of its
-channel (it sees gradients) and, once normalised, to a positive scale, so the channel
+about what it means on grey SIFT.
+
+SIFT is invariant to an offset of its channel (it sees gradients) and, once normalised, to a positive scale, so the channel
 ranges matter only for the contrast threshold: a patch whose raw descriptor norm is at or
 below ``[sift] contrast_threshold`` is low-contrast in that channel (kept raw, zeroed or —
 for grey only — dropped, ``[sift] low_contrast``), decided **per channel**.  O3 spans
@@ -51,8 +52,8 @@ Deviations
     O3 ≥ 1/(255 √3) ≈ 2.3 × 10⁻³ for 8-bit images, and ε changes the ratios by at most
     4.4 × 10⁻⁴ of their value.  Its block order (C1, C2, O3) follows the opponent space's
     (colour, then intensity); Geusebroek's colour SIFT software puts the intensity block first.
-    The order of the 128-dimensional blocks does not change any encoder's result.  The other
-    colour spaces are as in [1]_; the per-channel SIFT is this package's dense SIFT
+    The order of the 128-dimensional blocks does not change any encoder's result.  Opponent,
+    HSV and RGB are as in [1]_; the per-channel SIFT is this package's dense SIFT
     (:func:`~classify_images.features.dsift.dense_sift`, with every ``[sift]`` option) rather
     than the authors' ColorDescriptor binary.  HSV's hue is circular: its wrap between red
     (H ≈ 1) and red (H ≈ 0) makes a spurious gradient, as in [1]_ (who note HSV-SIFT's hue
