@@ -29,12 +29,41 @@ from .conftest import FIXTURE_PHOTO
 SIFT = {"patch_sizes": [8, 16], "step": 4, "smooth": True, "contrast_threshold": 1.0}
 
 
+COLOUR_SPACES = ["opponent", "hsv", "rgb", "c", "lab"]
+
+
+def _reference_lab(r: float, g: float, b: float) -> tuple[float, float, float]:
+    """CIE 1976 L*a*b* of one sRGB pixel, step by step (IEC 61966-2-1 sRGB, D65 = XYZ of RGB (1, 1, 1))."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > (6 / 29) ** 3 else t / (3 * (6 / 29) ** 2) + 4 / 29
+
+    rl, gl, bl = linear(r), linear(g), linear(b)
+    x = 0.4124 * rl + 0.3576 * gl + 0.1805 * bl
+    y = 0.2126 * rl + 0.7152 * gl + 0.0722 * bl
+    z = 0.0193 * rl + 0.1192 * gl + 0.9505 * bl
+    xn, yn, zn = 0.4124 + 0.3576 + 0.1805, 0.2126 + 0.7152 + 0.0722, 0.0193 + 0.1192 + 0.9505
+    lightness = 116 * f(y / yn) - 16
+    a_star = 500 * (f(x / xn) - f(y / yn))
+    b_star = 200 * (f(y / yn) - f(z / zn))
+    return lightness, a_star, b_star
+
+
 def _reference_pixel(r: float, g: float, b: float, space: str) -> tuple[float, float, float]:
-    """One pixel by the textbook formulas (van de Sande et al. 2010; colorsys for HSV)."""
+    """One pixel by the textbook formulas (van de Sande et al. 2010; colorsys for HSV; CIE for Lab)."""
+    o1, o2, o3 = (r - g) / math.sqrt(2), (r + g - 2 * b) / math.sqrt(6), (r + g + b) / math.sqrt(3)
     if space == "opponent":
-        return (r - g) / math.sqrt(2), (r + g - 2 * b) / math.sqrt(6), (r + g + b) / math.sqrt(3)
+        return o1, o2, o3
     if space == "hsv":
         return colorsys.rgb_to_hsv(r, g, b)
+    if space == "c":
+        epsilon = 1e-6  # the documented denominator offset: O3 = 0 only where O1 = O2 = 0 (black)
+        return o1 / (o3 + epsilon), o2 / (o3 + epsilon), o3
+    if space == "lab":
+        return tuple(v / 100 for v in _reference_lab(r, g, b))
     return r, g, b
 
 
@@ -70,7 +99,7 @@ def _test_image(seed: int = 0, shape=(37, 45)) -> np.ndarray:
     return rgb
 
 
-@pytest.mark.parametrize("space", ["opponent", "hsv", "rgb"])
+@pytest.mark.parametrize("space", COLOUR_SPACES)
 def test_colour_spaces_match_the_per_pixel_reference(space):
     rgb = _test_image()
     fast = colour_channels(rgb, space)
@@ -78,14 +107,39 @@ def test_colour_spaces_match_the_per_pixel_reference(space):
     np.testing.assert_allclose(fast, _reference_channels(rgb, space), rtol=0, atol=2e-6)
 
 
+def test_lab_agrees_with_opencv_within_its_lookup_table_error_and_is_exactly_zero_on_greys():
+    rgb = _test_image(3, (64, 64))
+    ours = colour_channels(rgb, "lab") * 100  # back to CIE units
+    opencv = np.moveaxis(cv2.cvtColor(rgb, cv2.COLOR_RGB2Lab), -1, 0)
+    # OpenCV's float32 conversion interpolates a lookup table (0.55 worst seen, in a*)
+    np.testing.assert_allclose(ours, opencv, rtol=0, atol=1.0)
+    greys = np.repeat(np.linspace(0, 1, 256, dtype=np.float32)[:, None, None], 3, axis=2)
+    lab = colour_channels(greys, "lab")
+    assert not lab[1:].any()  # a* = b* = 0 exactly: DenseSift.compute skips zero channels
+    assert lab[0, 0, 0] == 0 and lab[0, -1, 0] == pytest.approx(1.0, abs=1e-6)  # black L* 0, white 100
+    white = colour_channels(np.ones((1, 1, 3), np.float32), "lab")
+    np.testing.assert_array_equal(white[1:], 0)
+
+
+def test_c_sift_is_finite_on_black_and_its_ratios_ignore_the_light_intensity():
+    rgb = _test_image(4, (40, 40)) * 0.5 + 0.25  # away from black, where ε matters
+    rgb[0, 0] = 0
+    channels = colour_channels(rgb, "c")
+    assert np.isfinite(channels).all() and not channels[:, 0, 0].any()
+    darker = colour_channels(rgb * np.float32(0.5), "c")
+    np.testing.assert_allclose(darker[:2, 1:], channels[:2, 1:], rtol=0, atol=2e-5)  # C1, C2: scale-invariant
+    np.testing.assert_allclose(darker[2], channels[2] * 0.5, rtol=1e-6, atol=1e-7)  # O3 is not
+    np.testing.assert_array_equal(colour_channels(rgb, "c")[2], colour_channels(rgb, "opponent")[2])
+
+
 def test_colour_spaces_refuse_what_they_cannot_convert():
     with pytest.raises(ValueError, match="allowed values"):
-        colour_channels(_test_image(), "lab")
+        colour_channels(_test_image(), "xyz")
     with pytest.raises(ValueError, match="shape \\(H, W, 3\\)"):
         colour_channels(np.zeros((4, 4), np.float32), "rgb")
 
 
-@pytest.mark.parametrize("space", ["opponent", "hsv", "rgb"])
+@pytest.mark.parametrize("space", COLOUR_SPACES)
 @pytest.mark.parametrize("options", [{}, {"low_contrast": "zero", "root_sift": True, "window_size": 1.5}])
 def test_each_block_is_dense_sift_of_its_channel_alone(space, options):
     rgb = _test_image(1, (48, 60))
@@ -169,11 +223,14 @@ def test_color_key_keeps_the_grey_hashes_and_is_checked():
     assert "color" not in explicit.sift_params()
     assert stage_hash(default, list(TABLES)) != stage_hash(opponent, list(TABLES))
     assert opponent.sift_params()["color"] == "opponent"
-    with pytest.raises(ConfigError, match="sift.color = 'lab'"):
-        load_config(None, {"sift": {"color": "lab"}})
+    with pytest.raises(ConfigError, match="sift.color = 'xyz'") as refused:
+        load_config(None, {"sift": {"color": "xyz"}})
+    assert "'c'" in str(refused.value) and "'lab'" in str(refused.value)
+    for space in ("c", "lab"):
+        assert load_config(None, {"sift": {"color": space}}).sift_params()["color"] == space
     with pytest.raises(ConfigError, match="low_contrast = 'drop' cannot be used"):
         load_config(None, {"sift": {"color": "hsv", "low_contrast": "drop"}})
-    assert set(COLOR_SPACES) == {"gray", "opponent", "hsv", "rgb"}
+    assert set(COLOR_SPACES) == {"gray", "opponent", "hsv", "rgb", "c", "lab"}
     assert load_config("scene15-fisher-opponent").sift.color == "opponent"
 
 
@@ -239,7 +296,8 @@ def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
     )
 
 
-def test_a_colour_feature_set_builds_and_its_model_classifies_images(small_dataset, tmp_path):
+@pytest.mark.parametrize("space", ["opponent", "c", "lab"])
+def test_a_colour_feature_set_builds_and_its_model_classifies_images(space, small_dataset, tmp_path):
     from classify_images.pipeline.extraction.build import build_feature_set
     from classify_images.pipeline.settings.config import validate_config
     from classify_images.pipeline.storage.feature_store import load_feature_set
@@ -248,16 +306,16 @@ def test_a_colour_feature_set_builds_and_its_model_classifies_images(small_datas
     from .conftest import SMALL_CONFIG
 
     raw = {table: dict(values) for table, values in SMALL_CONFIG.items()}
-    raw["sift"]["color"] = "opponent"
+    raw["sift"]["color"] = space
     raw["codebook"] = {"kind": "kmeans", "size": 8, "n_samples": 1000, "n_iter": 5}
     build_feature_set(small_dataset, tmp_path / "fs", validate_config(raw), cache_dir=tmp_path / "cache")
     fs = load_feature_set(tmp_path / "fs")
-    assert fs.config.sift.color == "opponent" and fs.codebook().shape == (8, 384)
+    assert fs.config.sift.color == space and fs.codebook().shape == (8, 384)
     assert_image_model_classifies_like_rows(fs, small_dataset, tmp_path / "model.npz")
 
 
 # ---------------------------------------------------------------- grey images in a colour configuration
-@pytest.mark.parametrize("space", ["opponent", "hsv", "rgb"])
+@pytest.mark.parametrize("space", COLOUR_SPACES)
 @pytest.mark.parametrize("root", [False, True])
 def test_a_grey_image_skips_zero_and_repeated_channels_with_the_same_descriptors(space, root, monkeypatch):
     from classify_images.features import colour as colour_module

@@ -125,12 +125,12 @@ class DenseSift(Descriptor):
     every configuration that does not set them.
 
     With ``color`` a colour space (:data:`~classify_images.features.colour.COLOR_SPACES`:
-    ``"opponent"``, ``"hsv"``, ``"rgb"``), the image is decoded in colour, converted by
-    :func:`~classify_images.features.colour.colour_channels`, and dense SIFT is run on each of
-    the three channels alone with the same options; a keypoint's descriptor is the three
-    128-dimensional blocks concatenated (``length`` 384; van de Sande et al., TPAMI 2010).
-    ``low_contrast = "drop"`` would drop a different set of patches per channel and is refused
-    with colour.
+    ``"opponent"``, ``"hsv"``, ``"rgb"``, ``"c"`` for C-SIFT, ``"lab"`` for CIE L*a*b*), the image
+    is decoded in colour, converted by :func:`~classify_images.features.colour.colour_channels`,
+    and dense SIFT is run on each of the three channels alone with the same options; a keypoint's
+    descriptor is the three 128-dimensional blocks concatenated (``length`` 384; van de Sande et
+    al., TPAMI 2010).  ``low_contrast = "drop"`` would drop a different set of patches per channel
+    and is refused with colour.
     """
 
     kind = "sift"
@@ -185,8 +185,8 @@ class DenseSift(Descriptor):
 
         A colour space's channels that are all zero, or equal to an earlier channel, are not run
         through SIFT: their blocks are zeros or a copy (the same values SIFT gives them).  On a grey
-        image (R = G = B) opponent and HSV compute one channel (O3, V) and RGB one (R), so a colour
-        configuration costs about what a grey one does on grey photographs.
+        image (R = G = B) opponent, HSV, C-SIFT and Lab compute one channel (O3, V, O3, L*) and RGB
+        one (R), so a colour configuration costs about what a grey one does on grey photographs.
         """
         if not self.needs_colour:
             result = self._dense_sift(image)
@@ -199,8 +199,8 @@ class DenseSift(Descriptor):
                 "would drop different patches); use 'keep' or 'zero'"
             )
         channels = colour_module.colour_channels(image, self.color)
-        # A grey image (R = G = B) has zero channels (O1, O2; H, S) and repeated ones (R, G, B): their
-        # SIFT blocks are all zeros or copies, so only the distinct non-zero channels are computed.
+        # A grey image (R = G = B) has zero channels (O1, O2; H, S; O1/O3, O2/O3; a*, b*) and repeated
+        # ones (R, G, B): their        # SIFT blocks are all zeros or copies, so only the distinct non-zero channels are computed.
         computed: dict[int, dsift_module.DenseSIFT] = {}
         sources = []
         for k, channel in enumerate(channels):

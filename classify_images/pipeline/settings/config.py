@@ -282,7 +282,8 @@ class SiftConfig:
     #: RootSIFT (Hellinger) descriptors
     root_sift: bool = _setting(False, _bool, semantic="unless-default")
     #: "gray", or dense SIFT per channel of a colour space, 3 × 128 per keypoint:
-    #: "opponent", "hsv", "rgb" (van de Sande et al. 2010; :mod:`~classify_images.features.colour`)
+    #: "opponent", "hsv", "rgb", "c" (C-SIFT), "lab" (CIE L*a*b*) (van de Sande et al. 2010;
+    #: :mod:`~classify_images.features.colour`)
     color: str = _setting(GRAY, _choice(COLOR_SPACES), semantic="unless-default")
 
 
