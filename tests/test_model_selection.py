@@ -369,6 +369,39 @@ def _flip_reference(X, mirrors, y, Cs, seed=0):
     return table
 
 
+def test_each_fold_fits_C_upwards_from_the_solution_below_in_any_grid_order(monkeypatch):
+    """The Gram path fits a fold's values of C in increasing order, each L-BFGS started from the
+    solution at the C below it (same stopping rule: the scores stay those of refitting each fold
+    cold), and reports the scores in the grid's own order."""
+    X, y = _problem()
+    Cs = [1e-2, 1e-4, 1.0, 1e-3, 1e-1]  # not sorted
+    starts = []
+    original = QuadraticHingeSVC._warm_fit
+
+    def spy(self, Z, labels, start):
+        starts.append((self.C, None if start is None else start.C))
+        return original(self, Z, labels, start)
+
+    monkeypatch.setattr(QuadraticHingeSVC, "_warm_fit", spy)
+    result = search_parameters(QuadraticHingeSVC(tol=1e-8), X, y, {"C": Cs}, seed=3)
+    ascending = sorted(Cs)
+    assert starts == 3 * list(zip(ascending, [None, *ascending[:-1]]))  # per fold: C upwards, each from the one below
+    assert [s["params"]["C"] for s in result.scores] == Cs
+    np.testing.assert_allclose([s["score"] for s in result.scores], _reference_scores(X, y, Cs, seed=3), atol=1e-12)
+
+
+def test_the_c_path_warm_starts_only_between_points_that_differ_in_C():
+    from classify_images.classifiers.model_selection import _c_path, _points
+
+    points = _points({"C": [10.0, 1.0], "class_weight": [None, "balanced"]})
+    path = [(points[i], None if j is None else points[j]) for i, j in _c_path(points)]
+    assert [point["C"] for point, _ in path] == [1.0, 10.0, 1.0, 10.0]
+    for point, start in path:
+        assert start is None or (start["class_weight"] == point["class_weight"] and start["C"] < point["C"])
+    assert sum(start is None for _, start in path) == 2
+    assert _c_path(_points({"C": ["auto", 1.0]})) == [(0, None), (1, None)]  # C not all numbers: cold, grid order
+
+
 def test_choosing_the_mirrors_scores_every_variant_as_refitting_each_fold():
     X, mirrors, y = _mirrored_problem()
     Cs = [1e-3, 1e-2, 1e-1]
@@ -421,6 +454,14 @@ def test_default_grid_follows_the_scale_of_the_rows():
     assert default_grid(3 * X)["C"] == [float(f"{f / 9:.3g}") for f in DEFAULT_C_FACTORS]
     # only the first n rows (the images, not their mirrors)
     assert default_grid(np.concatenate([X, 10 * X]), 4) == default_grid(X)
+
+
+def test_default_grid_reads_float16_and_float32_rows_as_their_float64_values():
+    from classify_images.classifiers.model_selection import default_grid
+
+    rows = np.random.default_rng(0).normal(size=(7, 300)).astype(np.float16)
+    for X in (rows, rows.astype(np.float32)):
+        assert default_grid(X) == default_grid(rows.astype(np.float64))
 
 
 def test_train_without_C_chooses_it_by_cross_validation_and_records_it(tmp_path, capsys):
