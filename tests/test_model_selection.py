@@ -375,11 +375,12 @@ def test_each_fold_fits_C_upwards_from_the_solution_below_in_any_grid_order(monk
     cold), and reports the scores in the grid's own order."""
     X, y = _problem()
     Cs = [1e-2, 1e-4, 1.0, 1e-3, 1e-1]  # not sorted
-    starts = []
+    starts, dtypes = [], set()
     original = QuadraticHingeSVC._warm_fit
 
     def spy(self, Z, labels, start):
         starts.append((self.C, None if start is None else start.C))
+        dtypes.add(Z.dtype)
         return original(self, Z, labels, start)
 
     monkeypatch.setattr(QuadraticHingeSVC, "_warm_fit", spy)
@@ -388,6 +389,10 @@ def test_each_fold_fits_C_upwards_from_the_solution_below_in_any_grid_order(monk
     assert starts == 3 * list(zip(ascending, [None, *ascending[:-1]]))  # per fold: C upwards, each from the one below
     assert [s["params"]["C"] for s in result.scores] == Cs
     np.testing.assert_allclose([s["score"] for s in result.scores], _reference_scores(X, y, Cs, seed=3), atol=1e-12)
+    assert dtypes == {np.dtype(np.float32)}  # float32 rows: the folds' coordinates in float32, as the span solver's
+    dtypes.clear()
+    search_parameters(QuadraticHingeSVC(tol=1e-8), X.astype(np.float64), y, {"C": Cs[:2]}, seed=3)
+    assert dtypes == {np.dtype(np.float64)}
 
 
 def test_the_c_path_warm_starts_only_between_points_that_differ_in_C():

@@ -311,6 +311,14 @@ def _fold_coordinates(K: np.ndarray, train: np.ndarray, held_out: np.ndarray, d:
     return U * root, K[np.ix_(held_out, train)] @ (U / root)
 
 
+def _fold_rows(K: np.ndarray, train: np.ndarray, held_out: np.ndarray, X: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_fold_coordinates` in the precision of the rows ``X``: float64 for float64 rows, else
+    float32 (the span solver's rule), so the fold's fits multiply in float32 as they would on the rows."""
+    precision = np.float64 if X.dtype == np.float64 else np.float32
+    Z_train, Z_held = _fold_coordinates(K, train, held_out, X.shape[1])
+    return Z_train.astype(precision, copy=False), Z_held.astype(precision, copy=False)
+
+
 def _with_mirrors(images: np.ndarray, n: int, mirrored: bool) -> np.ndarray:
     """Row indices of the images ``images`` and, with ``mirrored``, of their mirrors (``images + n``) after them."""
     return np.concatenate([images, images + n]) if mirrored else images
@@ -366,7 +374,7 @@ def _gram_scores(
     with threadpool_limits(1, user_api="blas"):  # n x n work: threads spin more than they help (module docstring)
         for j, (train, held_out) in enumerate(splits):
             rows = _with_mirrors(train, n, mirrored)
-            Z_train, Z_held = _fold_coordinates(K, rows, _with_mirrors(held_out, n, mirrored), X.shape[1])
+            Z_train, Z_held = _fold_rows(K, rows, _with_mirrors(held_out, n, mirrored), X)
             for i, model in _fold_fits(estimator, points, Z_train, labels[rows]):
                 scores[i, j] = balanced_accuracy_score(y[held_out], _held_out_predictions(model, Z_held, mirrored))
     return scores.mean(axis=1)
@@ -392,7 +400,7 @@ def _flip_scores(
             for train_mirrors in (False, True):
                 rows = _with_mirrors(train, n, train_mirrors)
                 if K is not None:
-                    Z_train, Z_held = _fold_coordinates(K, rows, held_rows, X.shape[1])
+                    Z_train, Z_held = _fold_rows(K, rows, held_rows, X)
                     fits = _fold_fits(estimator, points, Z_train, labels[rows])
                 else:
                     Z_train, Z_held = X[rows], X[held_rows]
