@@ -26,6 +26,27 @@ Two ways to fit the folds
     fold's decomposition serves every grid point.  The scores equal the generic path's up to
     the solver tolerance (tested).
 
+    What a fold costs beyond the one Gram matrix: its ``n_T × n_T`` eigendecomposition
+    (divide and conquer, ``driver="evd"``) and one L-BFGS fit per grid point on ``n_T × r``
+    coordinates (kept in the rows' precision: float32 for float32 or float16 rows, whose
+    products are then float32, refined in float64 if rounding stalls the line search, as on
+    the rows themselves).  All of it runs on one BLAS thread: matrices of a few thousand rows
+    gain little from threads, and on a shared machine threads that wait for each other cost
+    several times what they save.
+
+    The path of ``C`` (warm starts)
+        On each fold (and training set), the values of ``C`` are fitted in increasing order,
+        each L-BFGS started from the solution at the ``C`` before it (among grid points that
+        differ only in ``C``) instead of from zero [3]_.  The stopping rule stays
+        ``‖∇f‖ ≤ tol · ‖∇f(0)‖``, relative to the gradient at zero of the problem being solved
+        (:func:`~classify_images.classifiers._quadratic_hinge_objective.minimize_lbfgs`), so each
+        fit meets the same ``tol`` as a cold one; it needs far fewer iterations, most of all at
+        large ``C`` where the solution moves little.  The rule is loose at large ``C``
+        (``‖∇f(0)‖`` grows with ``C``): a cold fit then stops after a few iterations far from the
+        optimum, while a warm one starts near it, so the warm path's scores lie *closer* to those
+        of fits run to a small ``tol`` (docs/colour-and-defaults.md, "Cost of choosing C and the
+        mirrors").  The generic path fits every point cold.
+
 With mirrors (``mirrored=True``: ``[augment] flip_train``)
     ``X`` holds ``2n`` rows, the ``n`` training images then their mirrors in the same order
     (row ``n + i`` mirrors row ``i``), and ``y`` the ``n`` labels of the images.  The folds are
@@ -58,6 +79,9 @@ References
    selection", IJCAI 1995 (stratified k-fold).
 .. [2] T. Joachims, "Making Large-Scale SVM Learning Practical", in Advances in Kernel Methods,
    MIT Press, 1999 (SVMlight's default ``C = 1 / mean x.x``).
+.. [3] J. Friedman, T. Hastie and R. Tibshirani, "Regularization Paths for Generalized Linear
+   Models via Coordinate Descent", Journal of Statistical Software 33(1), 2010 (warm starts
+   along a path of regularisation values).
 """
 
 from __future__ import annotations
