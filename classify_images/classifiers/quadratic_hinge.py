@@ -398,7 +398,10 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             raise ValueError(f"_warm_fit needs solver='features', not {self.solver!r}")
         if start is not None:
             self._initial_solution = (start.coef_, start.intercept_, start.classes_)
-        return self.fit(X, y)
+        try:
+            return self.fit(X, y)
+        finally:  # (taken by the fit; left only if the fit failed before it)
+            self.__dict__.pop("_initial_solution", None)
 
     def _initial_theta(self, problem, initial: tuple | None) -> np.ndarray | None:
         """The optimiser's flat vector of an initial ``(coef_, intercept_, classes_)`` (None: start at zero)."""
