@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "search_seconds": search.get("seconds"),
                 "ratio": b / a,
                 "chose": {"best": search.get("best"), "flips": search.get("flips")},
+                "scores": _table(search.get("scores", [])),
                 "load": [load, os.getloadavg()[0]],
             }
         )
