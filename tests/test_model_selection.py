@@ -369,42 +369,37 @@ def _flip_reference(X, mirrors, y, Cs, seed=0):
     return table
 
 
-def test_each_fold_fits_C_upwards_from_the_solution_below_in_any_grid_order(monkeypatch):
-    """The Gram path fits a fold's values of C in increasing order, each L-BFGS started from the
-    solution at the C below it (same stopping rule: the scores stay those of refitting each fold
-    cold), and reports the scores in the grid's own order."""
+def test_the_fold_fits_run_on_one_blas_thread_in_the_rows_precision(monkeypatch):
+    """The Gram path's fold fits: one BLAS thread each (small matrices; threads that wait for each
+    other cost more than they save on a shared machine), the folds' coordinates in the rows'
+    precision (float32 rows: float32, as the span solver's); the scores stay
+    those of refitting each fold on its rows, in the grid's own order; the caller's threads after."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    seen = []
+    original = QuadraticHingeSVC.fit
+
+    def spy(self, Z, labels, *args, **kwargs):
+        seen.append((Z.dtype, blas_threads()))
+        return original(self, Z, labels, *args, **kwargs)
+
     X, y = _problem()
     Cs = [1e-2, 1e-4, 1.0, 1e-3, 1e-1]  # not sorted
-    starts, dtypes = [], set()
-    original = QuadraticHingeSVC._warm_fit
-
-    def spy(self, Z, labels, start):
-        starts.append((self.C, None if start is None else start.C))
-        dtypes.add(Z.dtype)
-        return original(self, Z, labels, start)
-
-    monkeypatch.setattr(QuadraticHingeSVC, "_warm_fit", spy)
+    before = blas_threads()
+    monkeypatch.setattr(QuadraticHingeSVC, "fit", spy)
     result = search_parameters(QuadraticHingeSVC(tol=1e-8), X, y, {"C": Cs}, seed=3)
-    ascending = sorted(Cs)
-    assert starts == 3 * list(zip(ascending, [None, *ascending[:-1]]))  # per fold: C upwards, each from the one below
+    monkeypatch.undo()
+    assert blas_threads() == before
+    assert seen == 3 * len(Cs) * [(np.dtype(np.float32), {1})]
     assert [s["params"]["C"] for s in result.scores] == Cs
     np.testing.assert_allclose([s["score"] for s in result.scores], _reference_scores(X, y, Cs, seed=3), atol=1e-12)
-    assert dtypes == {np.dtype(np.float32)}  # float32 rows: the folds' coordinates in float32, as the span solver's
-    dtypes.clear()
+    seen.clear()
+    monkeypatch.setattr(QuadraticHingeSVC, "fit", spy)
     search_parameters(QuadraticHingeSVC(tol=1e-8), X.astype(np.float64), y, {"C": Cs[:2]}, seed=3)
-    assert dtypes == {np.dtype(np.float64)}
-
-
-def test_the_c_path_warm_starts_only_between_points_that_differ_in_C():
-    from classify_images.classifiers.model_selection import _c_path, _points
-
-    points = _points({"C": [10.0, 1.0], "class_weight": [None, "balanced"]})
-    path = [(points[i], None if j is None else points[j]) for i, j in _c_path(points)]
-    assert [point["C"] for point, _ in path] == [1.0, 10.0, 1.0, 10.0]
-    for point, start in path:
-        assert start is None or (start["class_weight"] == point["class_weight"] and start["C"] < point["C"])
-    assert sum(start is None for _, start in path) == 2
-    assert _c_path(_points({"C": ["auto", 1.0]})) == [(0, None), (1, None)]  # C not all numbers: cold, grid order
+    assert {dtype for dtype, _ in seen} == {np.dtype(np.float64)}
 
 
 def test_choosing_the_mirrors_scores_every_variant_as_refitting_each_fold():

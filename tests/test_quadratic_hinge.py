@@ -284,50 +284,6 @@ def test_float32_input_reaches_tol_with_float64_refinement():
     np.testing.assert_allclose(m32.decision_function(X32), m64.decision_function(X32), atol=1e-4)
 
 
-def test_a_warm_started_fit_ends_at_the_cold_fits_objective_in_fewer_iterations():
-    """The grid search's path of C (``_warm_fit``): L-BFGS started from the solution at a smaller C
-    stops by the same rule, relative to the gradient at zero (not at the start), so it ends where a
-    cold fit does, within tol, from fewer iterations."""
-    rng = np.random.default_rng(5)
-    y = np.repeat(np.arange(3), 20)
-    X = rng.standard_normal((60, 200))
-    X[np.arange(60), y] += 2.0
-    svc = dict(solver="features", tol=1e-6)
-    smaller = QuadraticHingeSVC(C=0.1, **svc).fit(X, y)
-    cold = QuadraticHingeSVC(C=1.0, **svc).fit(X, y)
-    warm = QuadraticHingeSVC(C=1.0, **svc)._warm_fit(X, y, smaller)
-    optimum = QuadraticHingeSVC(C=1.0, solver="features", **TIGHT).fit(X, y).objective_
-    assert warm.n_iter_ < cold.n_iter_
-    assert warm.objective_ == pytest.approx(cold.objective_, rel=svc["tol"])
-    assert min(warm.objective_, cold.objective_) >= optimum * (1 - 1e-12)
-    np.testing.assert_array_equal(warm.predict(X), cold.predict(X))
-    # started at the solution itself: the rule holds at once (were it relative to the gradient at
-    # the start, it would run on), the start is the model
-    again = QuadraticHingeSVC(C=1.0, **svc)._warm_fit(X, y, cold)
-    assert again.n_iter_ == 0 and again.objective_ == pytest.approx(cold.objective_, rel=1e-12)
-    np.testing.assert_allclose(again.coef_, cold.coef_, rtol=1e-12, atol=1e-15)
-    # the start serves one fit: fit again, the model starts from zero
-    np.testing.assert_array_equal(warm.fit(X, y).coef_, cold.coef_)
-    with pytest.raises(ValueError, match="warm start"):
-        QuadraticHingeSVC(C=1.0, **svc)._warm_fit(X[:40], y[:40], smaller)  # two classes, not three
-    with pytest.raises(ValueError, match="solver='features'"):
-        QuadraticHingeSVC(C=1.0, solver="span")._warm_fit(X, y, smaller)
-
-
-def test_minimize_lbfgs_keeps_the_stopping_rule_of_a_cold_start():
-    X, y = _data()
-    Y = ovr_targets(y, 3)
-    problem = QuadraticHingeObjective(X, Y, 1.0)
-    cold, _ = minimize_lbfgs(problem, tol=1e-6, max_iter=1000)
-    gradient_at_zero = QuadraticHingeObjective(X, Y, 1.0).flat(np.zeros(problem.n_params))[1]
-    warm_problem = QuadraticHingeObjective(X, Y, 1.0)
-    warm, converged = minimize_lbfgs(warm_problem, tol=1e-6, max_iter=1000, theta0=cold.x * 0.9)
-    assert converged and warm.nit < cold.nit
-    assert warm_problem.gradient_norm <= 1e-6 * np.linalg.norm(gradient_at_zero)
-    with pytest.raises(ValueError, match="theta0 must have shape"):
-        minimize_lbfgs(warm_problem, tol=1e-6, max_iter=10, theta0=np.zeros(3))
-
-
 def test_two_classes_decision_shape_and_sign():
     X, y = _data(n=60, d=5, n_classes=2, class_sep=2.0)
     labels = np.array(["cat", "dog"])[y]

@@ -426,21 +426,11 @@ class _Stop:
 
 
 def minimize_lbfgs(
-    problem: QuadraticHingeObjective,
-    *,
-    tol: float,
-    max_iter: int,
-    verbose: int = 0,
-    theta0: np.ndarray | None = None,
+    problem: QuadraticHingeObjective, *, tol: float, max_iter: int, verbose: int = 0
 ) -> tuple[OptimizeResult, bool]:
-    """Minimise (1) from ``W = 0, b = 0`` (or ``theta0``) with ``scipy.optimize.minimize(method="L-BFGS-B")``.
+    """Minimise (1) from ``W = 0, b = 0`` with ``scipy.optimize.minimize(method="L-BFGS-B")``.
 
     The model's parameters at the end are ``problem.unpack(result.x)``.
-
-    ``theta0`` (the optimiser's flat vector, e.g. the solution at a smaller ``C``: a warm start)
-    changes where L-BFGS starts, not where it stops: the rule of :class:`_Stop` stays relative to
-    the gradient at ``W = 0, b = 0`` (one more evaluation), so a warm-started minimiser meets the
-    same ``tol`` as a cold one (a start that meets it already is returned as it is, ``nit = 0``).
 
     With dense float32 ``X`` the products start in float32; if L-BFGS-B stops
     before ``tol`` for another reason than ``max_iter`` (its line search cannot
@@ -458,15 +448,6 @@ def minimize_lbfgs(
     """
     stop = _Stop(problem, tol, verbose)
     theta = np.zeros(problem.n_params)
-    if theta0 is not None:
-        if np.shape(theta0) != theta.shape:
-            raise ValueError(f"theta0 must have shape {theta.shape}, got {np.shape(theta0)}")
-        stop.fun(theta)  # the reference norm ||grad f(0)|| of the stopping rule
-        theta = np.array(theta0, dtype=np.float64)
-        value, _ = stop.fun(theta)
-        if stop.relative_norm() <= tol:  # the start already meets the rule: no iteration
-            result = OptimizeResult(x=theta, fun=value, nit=0, status=0, success=True, message="the start meets tol")
-            return result, True
     # L-BFGS-B's own vector bookkeeping runs with one BLAS thread (waking
     # threads for O(m n) vector work only costs time, a lot on a loaded
     # machine); the evaluations keep the caller's BLAS threads.

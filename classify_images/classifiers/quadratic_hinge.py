@@ -362,7 +362,6 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         start = time.perf_counter()
         self.__dict__.pop("_sgd_state", None)  # a partial_fit after fit continues from its weights
         self.C_ = self._resolve_C(X, sample_weight)
-        initial = self.__dict__.pop("_initial_solution", None)  # (_warm_fit: this fit only)
         solver = self._solver_for(X)
         if solver == "span":
             self._fit_span(X, Y, weights, start)
@@ -372,50 +371,13 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         basis = EigenBasis(X) if solver == "eigen" else None
         problem = self._problem(X, Y, self.C_, weights, basis)
         result, converged = minimize_lbfgs(
-            problem,
-            tol=float(self.tol),
-            max_iter=int(self.max_iter),
-            verbose=int(self.verbose),
-            theta0=self._initial_theta(problem, initial) if basis is None else None,
+            problem, tol=float(self.tol), max_iter=int(self.max_iter), verbose=int(self.verbose)
         )
         W, b = problem.unpack(result.x)
         if basis is not None:
             W = basis.weights(X, W)
         space = f"preconditioned eigenbasis (rank {basis.rank})" if basis else "feature space"
         self._keep_solution(W, b, problem, result, converged, space, start)
-
-    def _warm_fit(self, X: Any, y: Any, start: QuadraticHingeSVC | None) -> QuadraticHingeSVC:
-        """:meth:`fit` with ``solver="features"``, L-BFGS started from the model ``start`` (fitted on
-        the same classes and features, e.g. at a smaller ``C``) instead of ``W = 0, b = 0``.
-
-        For a grid search's path of ``C`` values (:mod:`~classify_images.classifiers.model_selection`):
-        the stopping rule stays relative to the gradient at zero
-        (:func:`~classify_images.classifiers._quadratic_hinge_objective.minimize_lbfgs`), so the model
-        is :meth:`fit`'s within ``tol``, from fewer iterations when ``start`` is near it.  ``start=None``:
-        :meth:`fit`.
-        """
-        if self._solver_for(X) != "features":
-            raise ValueError(f"_warm_fit needs solver='features', not {self.solver!r}")
-        if start is not None:
-            self._initial_solution = (start.coef_, start.intercept_, start.classes_)
-        try:
-            return self.fit(X, y)
-        finally:  # (taken by the fit; left only if the fit failed before it)
-            self.__dict__.pop("_initial_solution", None)
-
-    def _initial_theta(self, problem, initial: tuple | None) -> np.ndarray | None:
-        """The optimiser's flat vector of an initial ``(coef_, intercept_, classes_)`` (None: start at zero)."""
-        if initial is None:
-            return None
-        coef, intercept, classes = initial
-        if not np.array_equal(classes, self.classes_) or coef.shape != (problem.n_problems, problem.n_features):
-            raise ValueError(
-                f"a warm start of {coef.shape[0]} problems of {coef.shape[1]} features for classes "
-                f"{np.asarray(classes)[:10].tolist()}: this fit has {problem.n_problems} of {problem.n_features} "
-                f"for {self.classes_[:10].tolist()}"
-            )
-        theta = np.concatenate([coef.T.ravel(), intercept]) if problem.fit_intercept else coef.T.ravel()
-        return theta if problem.scale is None else theta / problem.scale
 
     def _fit_span(self, X, Y: np.ndarray, weights: np.ndarray | None, start: float) -> None:
         """L-BFGS on (1) in the Cholesky coordinates of the span of the rows, preconditioned by (5)
