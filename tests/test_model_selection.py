@@ -369,6 +369,39 @@ def _flip_reference(X, mirrors, y, Cs, seed=0):
     return table
 
 
+def test_the_fold_fits_run_on_one_blas_thread_in_the_rows_precision(monkeypatch):
+    """The Gram path's fold fits: one BLAS thread each (small matrices; threads that wait for each
+    other cost more than they save on a shared machine), the folds' coordinates in the rows'
+    precision (float32 rows: float32, as the span solver's); the scores stay
+    those of refitting each fold on its rows, in the grid's own order; the caller's threads after."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    seen = []
+    original = QuadraticHingeSVC.fit
+
+    def spy(self, Z, labels, *args, **kwargs):
+        seen.append((Z.dtype, blas_threads()))
+        return original(self, Z, labels, *args, **kwargs)
+
+    X, y = _problem()
+    Cs = [1e-2, 1e-4, 1.0, 1e-3, 1e-1]  # not sorted
+    before = blas_threads()
+    monkeypatch.setattr(QuadraticHingeSVC, "fit", spy)
+    result = search_parameters(QuadraticHingeSVC(tol=1e-8), X, y, {"C": Cs}, seed=3)
+    monkeypatch.undo()
+    assert blas_threads() == before
+    assert seen == 3 * len(Cs) * [(np.dtype(np.float32), {1})]
+    assert [s["params"]["C"] for s in result.scores] == Cs
+    np.testing.assert_allclose([s["score"] for s in result.scores], _reference_scores(X, y, Cs, seed=3), atol=1e-12)
+    seen.clear()
+    monkeypatch.setattr(QuadraticHingeSVC, "fit", spy)
+    search_parameters(QuadraticHingeSVC(tol=1e-8), X.astype(np.float64), y, {"C": Cs[:2]}, seed=3)
+    assert {dtype for dtype, _ in seen} == {np.dtype(np.float64)}
+
+
 def test_choosing_the_mirrors_scores_every_variant_as_refitting_each_fold():
     X, mirrors, y = _mirrored_problem()
     Cs = [1e-3, 1e-2, 1e-1]
@@ -421,6 +454,14 @@ def test_default_grid_follows_the_scale_of_the_rows():
     assert default_grid(3 * X)["C"] == [float(f"{f / 9:.3g}") for f in DEFAULT_C_FACTORS]
     # only the first n rows (the images, not their mirrors)
     assert default_grid(np.concatenate([X, 10 * X]), 4) == default_grid(X)
+
+
+def test_default_grid_reads_float16_and_float32_rows_as_their_float64_values():
+    from classify_images.classifiers.model_selection import default_grid
+
+    rows = np.random.default_rng(0).normal(size=(7, 300)).astype(np.float16)
+    for X in (rows, rows.astype(np.float32)):
+        assert default_grid(X) == default_grid(rows.astype(np.float64))
 
 
 def test_train_without_C_chooses_it_by_cross_validation_and_records_it(tmp_path, capsys):

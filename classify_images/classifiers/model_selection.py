@@ -26,6 +26,22 @@ Two ways to fit the folds
     fold's decomposition serves every grid point.  The scores equal the generic path's up to
     the solver tolerance (tested).
 
+    What a fold costs beyond the one Gram matrix: its ``n_T × n_T`` eigendecomposition
+    (divide and conquer, ``driver="evd"``) and one L-BFGS fit per grid point on ``n_T × r``
+    coordinates (kept in the rows' precision: float32 for float32 or float16 rows, whose
+    products are then float32, refined in float64 if rounding stalls the line search, as on
+    the rows themselves).  All of it runs on one BLAS thread: matrices of a few thousand rows
+    gain little from threads, and on a shared machine threads that wait for each other cost
+    several times what they save.
+
+    Every fold fit starts from ``W = 0``, as the final fit does, so a fold's model at each ``C``
+    is the one the same fit of its rows gives.  Warm starts along ``C`` (each fit started from
+    the solution at the ``C`` below) were measured and not kept: the stopping rule
+    ``‖∇f‖ ≤ tol · ‖∇f(0)‖`` is loose at large ``C`` (``‖∇f(0)‖`` grows with ``C``; a cold fit
+    stops after a few iterations), so warm-started fits ended elsewhere, nearer the optimum, and
+    changed the choice on Flowers-17 while saving little time (docs/colour-and-defaults.md,
+    "Cost of choosing C and the mirrors").
+
 With mirrors (``mirrored=True``: ``[augment] flip_train``)
     ``X`` holds ``2n`` rows, the ``n`` training images then their mirrors in the same order
     (row ``n + i`` mirrors row ``i``), and ``y`` the ``n`` labels of the images.  The folds are
@@ -62,6 +78,7 @@ References
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Sequence
@@ -73,9 +90,11 @@ import scipy.linalg as la
 from sklearn.base import clone
 from sklearn.metrics import balanced_accuracy_score
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
+from threadpoolctl import threadpool_limits
 
 from .._log import fits_summarised
 from ..errors import ClassifyImagesError
+from ._half import row_squared_norms
 from .eigenbasis import gram_matrix
 from .registry import MAX_SEARCH_POINTS
 
@@ -122,11 +141,8 @@ def default_grid(X: Any, n_rows: int | None = None) -> dict[str, list[float]]:
     rows = X[: X.shape[0] if n_rows is None else n_rows]
     if hasattr(rows, "multiply"):  # sparse
         total = float(rows.multiply(rows).sum())
-    else:
-        total = 0.0
-        for start in range(0, rows.shape[0], 256):  # blocks: no float64 copy of the rows
-            block = np.asarray(rows[start : start + 256], dtype=np.float64)
-            total += float(np.einsum("ij,ij->", block, block))
+    else:  # float64 sums of the rows' own values: no float64 copy of the rows
+        total = float(np.sum(row_squared_norms(np.asarray(rows))))
     mean = total / max(rows.shape[0], 1)
     scale = 1.0 / mean if mean > 0 else 1.0
     return {"C": [float(f"{factor * scale:.3g}") for factor in DEFAULT_C_FACTORS]}
@@ -302,13 +318,21 @@ def _gram_applies(estimator: Any, X: Any, grid: dict[str, list]) -> bool:
 
 def _fold_coordinates(K: np.ndarray, train: np.ndarray, held_out: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
     """``(Z_T, Z_H)``: a fold's training and held-out rows in the eigenbasis of the training rows' span."""
-    lam, U = la.eigh(K[np.ix_(train, train)], check_finite=False)
+    lam, U = la.eigh(K[np.ix_(train, train)], driver="evd", check_finite=False)
     keep = lam > max(train.size, d) * np.finfo(np.float64).eps * max(float(lam[-1]), 0.0)
     if not np.any(keep):  # all training rows zero: one null coordinate
         return np.zeros((train.size, 1)), np.zeros((held_out.size, 1))
     root = np.sqrt(lam[keep])
     U = U[:, keep]
     return U * root, K[np.ix_(held_out, train)] @ (U / root)
+
+
+def _fold_rows(K: np.ndarray, train: np.ndarray, held_out: np.ndarray, X: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_fold_coordinates` in the precision of the rows ``X``: float64 for float64 rows, else
+    float32 (the span solver's rule), so the fold's fits multiply in float32 as they would on the rows."""
+    precision = np.float64 if X.dtype == np.float64 else np.float32
+    Z_train, Z_held = _fold_coordinates(K, train, held_out, X.shape[1])
+    return Z_train.astype(precision, copy=False), Z_held.astype(precision, copy=False)
 
 
 def _with_mirrors(images: np.ndarray, n: int, mirrored: bool) -> np.ndarray:
@@ -334,12 +358,13 @@ def _gram_scores(
 ) -> np.ndarray:
     n, labels = y.size, np.concatenate([y, y]) if mirrored else y
     scores = np.zeros((len(points), len(splits)))
-    for j, (train, held_out) in enumerate(splits):
-        rows = _with_mirrors(train, n, mirrored)
-        Z_train, Z_held = _fold_coordinates(K, rows, _with_mirrors(held_out, n, mirrored), X.shape[1])
-        for i, point in enumerate(points):
-            model = clone(estimator).set_params(**point, solver="features").fit(Z_train, labels[rows])
-            scores[i, j] = balanced_accuracy_score(y[held_out], _held_out_predictions(model, Z_held, mirrored))
+    with threadpool_limits(1, user_api="blas"):  # n x n work: threads spin more than they help (module docstring)
+        for j, (train, held_out) in enumerate(splits):
+            rows = _with_mirrors(train, n, mirrored)
+            Z_train, Z_held = _fold_rows(K, rows, _with_mirrors(held_out, n, mirrored), X)
+            for i, point in enumerate(points):
+                model = clone(estimator).set_params(**point, solver="features").fit(Z_train, labels[rows])
+                scores[i, j] = balanced_accuracy_score(y[held_out], _held_out_predictions(model, Z_held, mirrored))
     return scores.mean(axis=1)
 
 
@@ -357,23 +382,24 @@ def _flip_scores(
     n = y.size
     labels = np.concatenate([y, y])
     scores = np.zeros((len(FLIP_VARIANTS), len(points), len(splits)))
-    for j, (train, held_out) in enumerate(splits):
-        held_rows = _with_mirrors(held_out, n, True)
-        for train_mirrors in (False, True):
-            rows = _with_mirrors(train, n, train_mirrors)
-            if K is not None:
-                Z_train, Z_held = _fold_coordinates(K, rows, held_rows, X.shape[1])
-                fixed = {"solver": "features"}
-            else:
-                Z_train, Z_held, fixed = X[rows], X[held_rows], {}
-            for i, point in enumerate(points):
-                model = clone(estimator).set_params(**point, **fixed).fit(Z_train, labels[rows])
-                values = np.asarray(model.decision_function(Z_held), dtype=np.float64)
-                half = held_out.size
-                for test in ("none", "average"):
-                    both = values[:half] if test == "none" else 0.5 * (values[:half] + values[half:])
-                    v = FLIP_VARIANTS.index((train_mirrors, test))
-                    scores[v, i, j] = balanced_accuracy_score(y[held_out], _class_of(model, both))
+    with threadpool_limits(1, user_api="blas") if K is not None else contextlib.nullcontext():
+        for j, (train, held_out) in enumerate(splits):
+            held_rows = _with_mirrors(held_out, n, True)
+            for train_mirrors in (False, True):
+                rows = _with_mirrors(train, n, train_mirrors)
+                if K is not None:
+                    Z_train, Z_held = _fold_rows(K, rows, held_rows, X)
+                    fixed = {"solver": "features"}
+                else:
+                    Z_train, Z_held, fixed = X[rows], X[held_rows], {}
+                for i, point in enumerate(points):
+                    model = clone(estimator).set_params(**point, **fixed).fit(Z_train, labels[rows])
+                    values = np.asarray(model.decision_function(Z_held), dtype=np.float64)
+                    half = held_out.size
+                    for test in ("none", "average"):
+                        both = values[:half] if test == "none" else 0.5 * (values[:half] + values[half:])
+                        v = FLIP_VARIANTS.index((train_mirrors, test))
+                        scores[v, i, j] = balanced_accuracy_score(y[held_out], _class_of(model, both))
     return scores.mean(axis=2)
 
 
