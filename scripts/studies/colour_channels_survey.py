@@ -42,6 +42,17 @@ def sub_layout(channels: list[Channel]) -> tuple[list[np.ndarray], tuple[Channel
     return columns, tuple(layout)
 
 
+def parse_variant(variant: str) -> tuple[list[str], str, str]:
+    """``"NAME[+NAME...][:RULE[:CLASSIFIER]]"`` as ``(names, rule, classifier)``; the rule defaults to
+    ``concat`` and the classifier to ``linear``."""
+    names, *rest = variant.split(":")
+    if len(rest) > 2:
+        raise ValueError(f"variant {variant!r}: expected NAME[+NAME...][:RULE[:CLASSIFIER]]")
+    rule = rest[0] if rest else "concat"
+    classifier = rest[1] if len(rest) > 1 else "linear"
+    return names.split("+"), rule, classifier
+
+
 def descriptor_seconds(config, dataset: Path, n_images: int) -> dict[str, float]:
     """CPU seconds per image of each channel's descriptor (best of 2 passes over ``n_images`` images)."""
     images = sorted(p for p in dataset.rglob("*.jpg"))[:: max(1, len(list(dataset.rglob("*.jpg"))) // n_images)]
@@ -84,8 +95,8 @@ def main() -> None:
     variants = args.variants or list(by_name)
     results = []
     for variant in variants:
-        names, rule, classifier = (variant.split(":") + ["concat", "linear"])[:3]
-        channels = [by_name[name] for name in names.split("+")]
+        names, rule, classifier = parse_variant(variant)
+        channels = [by_name[name] for name in names]
         columns, layout = sub_layout(channels)
         X = X_all[:, np.concatenate(columns)]
         if len(channels) > 1 or rule != "concat":
