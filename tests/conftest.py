@@ -98,6 +98,16 @@ def build_fixture_feature_set(root: Path) -> Path:
     return out
 
 
+def build_fixture_feature_set_and_model(root: Path) -> Path:
+    """:func:`build_fixture_feature_set` into ``root/fs`` and a linear model trained on it,
+    ``root/model.npz``; returns ``root``."""
+    from classify_images.pipeline.interfaces.cli import main
+
+    build_fixture_feature_set(root)
+    assert main(["train", str(root / "fs"), "--classifier", "linear", "--out", str(root / "model.npz")]) == 0
+    return root
+
+
 def require_real_data(request: pytest.FixtureRequest, path: Path) -> Path:
     """``path`` of a real dataset, for a test marked ``realdata``; a failure when it is missing."""
     if request.node.get_closest_marker("realdata") is None:

@@ -29,7 +29,7 @@ from classify_images.pipeline.storage.output_guard import (
     read_marker,
 )
 
-from .conftest import build_fixture_feature_set
+from .conftest import build_fixture_feature_set_and_model
 
 USER_FILES = {"report.md": b"# my own notes on the thesis\n", "predictions.csv": b"path,mine\na.png,cat\n"}
 
@@ -37,10 +37,7 @@ USER_FILES = {"report.md": b"# my own notes on the thesis\n", "predictions.csv":
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """``root/fs`` (the fixture feature set), ``root/model.npz`` (linear)."""
-    root = tmp_path_factory.mktemp("built")
-    build_fixture_feature_set(root)
-    assert main(["train", str(root / "fs"), "--classifier", "linear", "--out", str(root / "model.npz")]) == 0
-    return root
+    return build_fixture_feature_set_and_model(tmp_path_factory.mktemp("built"))
 
 
 def _evaluate(built: Path, out: Path, *extra: str) -> int:

@@ -25,16 +25,13 @@ from classify_images.pipeline.storage.feature_store import FILE_NAMES, is_featur
 from classify_images.pipeline.storage.output_guard import MARKER, is_model_file, params_suffix
 
 from ._fuzz import fuzz_settings
-from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, build_fixture_feature_set, write_config_toml
+from .conftest import FIXTURE_IMAGES, SMALL_CONFIG, build_fixture_feature_set_and_model, write_config_toml
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """``root/fs`` (the fixture feature set), ``root/model.npz`` (linear), ``root/small.toml``, ``root/cache``."""
-    root = tmp_path_factory.mktemp("built")
-    build_fixture_feature_set(root)
-    assert main(["train", str(root / "fs"), "--classifier", "linear", "--out", str(root / "model.npz")]) == 0
-    return root
+    return build_fixture_feature_set_and_model(tmp_path_factory.mktemp("built"))
 
 
 def _decoys(folder: Path, names, *, seed: int = 0) -> dict[Path, bytes]:
