@@ -34,3 +34,26 @@ def test_fitting_and_the_build_steps_ask_the_runner():
             if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "client":
                 offenders.append(f"{name}:{node.lineno}")
     assert not offenders, offenders
+
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+
+
+def test_per_image_work_here_runs_on_one_blas_thread_and_the_pool_is_restored_after():
+    """In-process tasks (``n_jobs = 1``) see one BLAS thread (their small products spin on more);
+    the caller's pool is as it was once the results are read, for the codebook's big products."""
+    from joblib import delayed
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        if not before:
+            import pytest
+
+            pytest.skip("no BLAS library loaded that threadpoolctl can limit")
+        seen = Runner(1, StageCache(None), no_progress).map([delayed(_blas_threads)() for _ in range(3)], "probe")
+        assert seen == [[1] * len(before)] * 3
+        assert _blas_threads() == before == [2] * len(before)

@@ -141,6 +141,23 @@ class Execution:
             yield Runner(self.n_jobs, cache, progress, client, self.batch_size)
 
 
+def _on_one_blas_thread(results: Iterator) -> Iterator:
+    """``results`` read with the BLAS pool limited to one thread.
+
+    Per-image work is many small products (an image's descriptors by the PCA basis, by the
+    GMM's means): a second BLAS thread there mostly spins, waiting between them.  On
+    Flowers-17's ``recommended`` encoding (2 cores) it took 1.8x the CPU for 11 % less wall
+    time, and with another process on the machine it slowed both.  The parallelism of
+    per-image stages is ``n_jobs`` processes, each on one BLAS thread (joblib's workers are
+    limited the same way, to ``cores // n_jobs``); a step on the whole sample (the codebook)
+    keeps every thread.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="blas"):
+        yield from results
+
+
 @dataclass
 class Runner:
     """How per-image work runs: joblib workers on this machine or Dask tasks on a cluster
@@ -184,9 +201,10 @@ class Runner:
             return iter_tasks(self.client, tasks, description, batch_size=batch_size or self.batch_size, shared=shared)
         if shared:
             tasks = [(function, args, {**kwargs, **shared}) for function, args, kwargs in tasks]
-        return enumerate(
-            Parallel(n_jobs=self.n_jobs, return_as="generator", initializer=die_with_parent, **parallel_options)(tasks)
-        )
+        results = Parallel(n_jobs=self.n_jobs, return_as="generator", initializer=die_with_parent, **parallel_options)
+        if self.n_jobs == 1:  # the tasks run here, as the generator is read
+            return enumerate(_on_one_blas_thread(results(tasks)))
+        return enumerate(results(tasks))
 
     def map(self, tasks: list, description: str, *, sizes: list[int] | None = None, **options) -> list:
         """The results of ``tasks`` in order; the progress bar counts ``sizes[i]`` images for task ``i``."""

@@ -31,6 +31,7 @@ from typing import Any
 
 from ...classifiers.registry import CLASSIFIERS, parse_param
 from ...errors import ClassifyImagesError
+from ..execution.allocator import reuse_freed_memory
 from ..execution.limits import MAX_BATCH_SIZE, bounded_workers, check_grid_size, check_worker_parameter
 from ..execution.progress import tqdm_progress as _tqdm_progress
 from ..settings.defaults import RECOMMENDED_CONFIG, config_choice_line, named_configs
@@ -1286,6 +1287,7 @@ def main(argv: list[str] | None = None) -> int:
             cli_logging(-1 if args.quiet else args.verbose, args.command),
         ):
             _bound_resources(args)
+            reuse_freed_memory()  # per-image buffers reused, not re-mapped (execution/allocator.py)
             with _thread_limits(args.threads):
                 status = int(args.func(args) or 0)
             sys.stdout.flush()  # a reader gone (``| head``) is met here, not in the interpreter's exit
