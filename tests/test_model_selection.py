@@ -478,3 +478,31 @@ def test_train_without_C_chooses_it_by_cross_validation_and_records_it(tmp_path,
     assert main(["train", str(fs), "--classifier", "linear", "--param", "C=0.5", "--out", str(fixed), "-q"]) == 0
     _, meta = load_model(fixed)
     assert "search" not in meta and meta["params"]["C"] == 0.5
+
+
+def test_fold_tasks_on_threads_give_the_scores_of_one_thread():
+    """The Gram path's fold tasks run on the caller's BLAS pool size in threads; the scores
+    (every variant and grid point) are those of the same search on one thread."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from classify_images.classifiers import QuadraticHingeSVC
+    from classify_images.classifiers.model_selection import search_parameters
+
+    if not [info for info in threadpool_info() if info.get("user_api") == "blas"]:
+        pytest.skip("no BLAS library loaded that threadpoolctl can limit")
+    rng = np.random.default_rng(3)
+    n, d = 48, 300
+    y = np.repeat(np.arange(3), n // 3)
+    X = rng.standard_normal((n, d)).astype(np.float32) + y[:, None] * 0.3
+    mirrors = X + 0.1 * rng.standard_normal((n, d)).astype(np.float32)
+    rows = np.concatenate([X, mirrors])
+    grid = {"C": [0.01, 0.1, 1.0]}
+    results = {}
+    for threads in (1, 2):
+        with threadpool_limits(threads, user_api="blas"):
+            results[threads] = search_parameters(
+                QuadraticHingeSVC(), rows, y, grid, mirrored=True, choose_flips=True
+            ).to_dict()
+        assert results[threads]["method"] == "gram"
+    assert results[1]["scores"] == results[2]["scores"]
+    assert results[1]["best"] == results[2]["best"] and results[1]["flips"] == results[2]["flips"]

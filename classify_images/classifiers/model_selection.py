@@ -30,9 +30,12 @@ Two ways to fit the folds
     (divide and conquer, ``driver="evd"``) and one L-BFGS fit per grid point on ``n_T × r``
     coordinates (kept in the rows' precision: float32 for float32 or float16 rows, whose
     products are then float32, refined in float64 if rounding stalls the line search, as on
-    the rows themselves).  All of it runs on one BLAS thread: matrices of a few thousand rows
+    the rows themselves).  Each product runs on one BLAS thread: matrices of a few thousand rows
     gain little from threads, and on a shared machine threads that wait for each other cost
-    several times what they save.
+    several times what they save.  The folds (with ``choose_flips``, each fold's two
+    decompositions) are instead separate tasks on as many threads as the caller's BLAS pool
+    had: tasks do not wait for each other, and LAPACK and BLAS release the GIL.  The scores do
+    not depend on the threads.
 
     Every fold fit starts from ``W = 0``, as the final fit does, so a fold's model at each ``C``
     is the one the same fit of its rows gives.  Warm starts along ``C`` (each fit started from
@@ -78,10 +81,10 @@ References
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,7 +93,7 @@ import scipy.linalg as la
 from sklearn.base import clone
 from sklearn.metrics import balanced_accuracy_score
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from .._log import fits_summarised
 from ..errors import ClassifyImagesError
@@ -353,18 +356,49 @@ def _held_out_predictions(model: Any, X_held: Any, mirrored: bool) -> np.ndarray
     return model.classes_[winners]
 
 
+def _blas_pool_size() -> int:
+    """Threads the caller's BLAS pool may use (``--threads``, a worker's limit), at least 1."""
+    counts = [info["num_threads"] for info in threadpool_info() if info.get("user_api") == "blas"]
+    return max(1, min(counts)) if counts else 1
+
+
+def _fold_tasks(tasks: list, run) -> list:
+    """``[run(task) for task in tasks]`` with BLAS on one thread per task and the tasks on as many
+    threads as the caller's BLAS pool had (at most one per task).
+
+    A fold's work is a few thousand rows square: one BLAS thread per product wastes little, and
+    threads that wait for each other inside a product cost several times what they save on a
+    shared machine; whole tasks on separate threads do not wait for each other (LAPACK and BLAS
+    release the GIL).  Each task's numbers are its own, whatever the threads.
+    """
+    threads = min(len(tasks), _blas_pool_size())
+    with threadpool_limits(1, user_api="blas"):
+        if threads <= 1:
+            return [run(task) for task in tasks]
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="search-fold") as pool:
+            return list(pool.map(run, tasks))
+
+
 def _gram_scores(
     estimator: Any, X: np.ndarray, y: np.ndarray, points: list[dict], splits: list, mirrored: bool, K: np.ndarray
 ) -> np.ndarray:
     n, labels = y.size, np.concatenate([y, y]) if mirrored else y
-    scores = np.zeros((len(points), len(splits)))
-    with threadpool_limits(1, user_api="blas"):  # n x n work: threads spin more than they help (module docstring)
-        for j, (train, held_out) in enumerate(splits):
-            rows = _with_mirrors(train, n, mirrored)
-            Z_train, Z_held = _fold_rows(K, rows, _with_mirrors(held_out, n, mirrored), X)
-            for i, point in enumerate(points):
-                model = clone(estimator).set_params(**point, solver="features").fit(Z_train, labels[rows])
-                scores[i, j] = balanced_accuracy_score(y[held_out], _held_out_predictions(model, Z_held, mirrored))
+
+    def fold_scores(split: tuple[np.ndarray, np.ndarray]) -> list[float]:
+        train, held_out = split
+        rows = _with_mirrors(train, n, mirrored)
+        Z_train, Z_held = _fold_rows(K, rows, _with_mirrors(held_out, n, mirrored), X)
+        return [
+            balanced_accuracy_score(
+                y[held_out],
+                _held_out_predictions(
+                    clone(estimator).set_params(**point, solver="features").fit(Z_train, labels[rows]), Z_held, mirrored
+                ),
+            )
+            for point in points
+        ]
+
+    scores = np.array(_fold_tasks(splits, fold_scores)).T  # (points, folds)
     return scores.mean(axis=1)
 
 
@@ -378,28 +412,42 @@ def _flip_scores(
     estimator: Any, X: Any, y: np.ndarray, points: list[dict], splits: list, K: np.ndarray | None
 ) -> np.ndarray:
     """Held-out scores ``(len(FLIP_VARIANTS), len(points))`` of every use of the mirrors and grid point
-    (``X``: the images then their mirrors; ``K``: their Gram matrix, or None to fit copies of the rows)."""
+    (``X``: the images then their mirrors; ``K``: their Gram matrix, or None to fit copies of the rows).
+
+    One task per fold and use of the mirrors in training, those with mirrors (twice the rows, eight
+    times the eigendecomposition) first, so that two threads finish together."""
     n = y.size
     labels = np.concatenate([y, y])
+
+    def task_scores(task: tuple[int, bool]) -> np.ndarray:
+        j, train_mirrors = task
+        train, held_out = splits[j]
+        held_rows = _with_mirrors(held_out, n, True)
+        rows = _with_mirrors(train, n, train_mirrors)
+        if K is not None:
+            Z_train, Z_held = _fold_rows(K, rows, held_rows, X)
+            fixed = {"solver": "features"}
+        else:
+            Z_train, Z_held, fixed = X[rows], X[held_rows], {}
+        scores = np.zeros((2, len(points)))  # test "none", "average"
+        for i, point in enumerate(points):
+            model = clone(estimator).set_params(**point, **fixed).fit(Z_train, labels[rows])
+            values = np.asarray(model.decision_function(Z_held), dtype=np.float64)
+            half = held_out.size
+            for t, test in enumerate(("none", "average")):
+                both = values[:half] if test == "none" else 0.5 * (values[:half] + values[half:])
+                scores[t, i] = balanced_accuracy_score(y[held_out], _class_of(model, both))
+        return scores
+
+    tasks = [(j, train_mirrors) for train_mirrors in (True, False) for j in range(len(splits))]
+    if K is not None:
+        results = _fold_tasks(tasks, task_scores)
+    else:  # fits on the rows themselves: their products keep the caller's BLAS threads
+        results = [task_scores(task) for task in tasks]
     scores = np.zeros((len(FLIP_VARIANTS), len(points), len(splits)))
-    with threadpool_limits(1, user_api="blas") if K is not None else contextlib.nullcontext():
-        for j, (train, held_out) in enumerate(splits):
-            held_rows = _with_mirrors(held_out, n, True)
-            for train_mirrors in (False, True):
-                rows = _with_mirrors(train, n, train_mirrors)
-                if K is not None:
-                    Z_train, Z_held = _fold_rows(K, rows, held_rows, X)
-                    fixed = {"solver": "features"}
-                else:
-                    Z_train, Z_held, fixed = X[rows], X[held_rows], {}
-                for i, point in enumerate(points):
-                    model = clone(estimator).set_params(**point, **fixed).fit(Z_train, labels[rows])
-                    values = np.asarray(model.decision_function(Z_held), dtype=np.float64)
-                    half = held_out.size
-                    for test in ("none", "average"):
-                        both = values[:half] if test == "none" else 0.5 * (values[:half] + values[half:])
-                        v = FLIP_VARIANTS.index((train_mirrors, test))
-                        scores[v, i, j] = balanced_accuracy_score(y[held_out], _class_of(model, both))
+    for (j, train_mirrors), task in zip(tasks, results):
+        for t, test in enumerate(("none", "average")):
+            scores[FLIP_VARIANTS.index((train_mirrors, test)), :, j] = task[t]
     return scores.mean(axis=2)
 
 
