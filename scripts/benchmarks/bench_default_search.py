@@ -5,7 +5,8 @@ process (A B A B …, ``--rounds`` times): A = ``train_classifier("linear", {"C"
 the rows the config says (the Gram matrix computed by the fit); B = ``train_classifier("linear", {},
 search="default", choose_flips=…)``: the default grid of 5 values of C × the 4 uses of the mirrors,
 3 folds, all from one Gram matrix, then the final fit reusing it.  Prints wall seconds of each and
-the ratio B / A per round, and the load average::
+the ratio B / A per round, the CPU seconds of each (this process, all its threads) and their
+ratio, and the load average::
 
     python scripts/benchmarks/bench_default_search.py FEATURESET --rounds 2
 
@@ -64,12 +65,12 @@ def main(argv: list[str] | None = None) -> dict:
     search: dict = {}
     for round_ in range(args.rounds):
         load = os.getloadavg()[0]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         one = train_classifier(
             "linear", {"C": args.C}, X if augment.flip_train else X[:n], y, mirrored=augment.flip_train
         )
-        a = time.perf_counter() - start
-        start = time.perf_counter()
+        a, a_cpu = time.perf_counter() - start, time.process_time() - cpu
+        start, cpu = time.perf_counter(), time.process_time()
         chosen = train_classifier(
             "linear",
             {},
@@ -80,12 +81,13 @@ def main(argv: list[str] | None = None) -> dict:
             choose_flips=augment.mirrors,
             flip_train=augment.flip_train,
         )
-        b = time.perf_counter() - start
+        b, b_cpu = time.perf_counter() - start, time.process_time() - cpu
         search = chosen.search or {}
         print(
             f"round {round_ + 1}: one fit at C = {args.C:g}: {a:.1f} s (fit {one.train_seconds:.1f} s); "
             f"default search + fit: {b:.1f} s (search {search.get('seconds', 0):.1f} s, fit {chosen.train_seconds:.1f} s; "
-            f"chose {search.get('best')} {search.get('flips')}); ratio {b / a:.2f}; load {load:.1f} -> {os.getloadavg()[0]:.1f}",
+            f"chose {search.get('best')} {search.get('flips')}); ratio {b / a:.2f}; CPU {a_cpu:.1f} s vs {b_cpu:.1f} s, "
+            f"ratio {b_cpu / a_cpu:.2f}; load {load:.1f} -> {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         payload["rounds"].append(
@@ -94,6 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
                 "search_and_fit_seconds": b,
                 "search_seconds": search.get("seconds"),
                 "ratio": b / a,
+                "one_fit_cpu_seconds": a_cpu,
+                "search_and_fit_cpu_seconds": b_cpu,
+                "cpu_ratio": b_cpu / a_cpu,
                 "chose": {"best": search.get("best"), "flips": search.get("flips")},
                 "scores": _table(search.get("scores", [])),
                 "load": [load, os.getloadavg()[0]],

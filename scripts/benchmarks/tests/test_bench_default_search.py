@@ -21,7 +21,7 @@ def test_bench_default_search_tiny_run(tmp_path):
     payload = main([str(tmp_path / "fs"), "--rounds", "1", "--C", "1", "--reference-tol", "1e-8", "--json", str(out)])
     assert json.loads(out.read_text())["rounds"] == payload["rounds"]
     (round_,) = payload["rounds"]
-    assert round_["ratio"] > 0 and round_["chose"]["flips"] is not None
+    assert round_["ratio"] > 0 and round_["cpu_ratio"] > 0 and round_["chose"]["flips"] is not None
     assert round_["scores"] == payload["reference"]["default_scores"]
     reference = payload["reference"]
     assert len(reference["scores"]) == 5 * 4  # 5 values of C x 4 uses of the mirrors
