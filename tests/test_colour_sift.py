@@ -268,21 +268,46 @@ def test_every_encoder_takes_384_dimensional_descriptors(table):
     assert row.shape == (encoder.dimension(back, pyramid),) and np.isfinite(row).all() and np.abs(row).sum() > 0
 
 
+def _by_frame(data: dict, sizes: list[int], step: int) -> np.ndarray:
+    """The descriptors in (patch size, y, x) order (within a size, centres are unique)."""
+    height, width = (int(v) for v in data["shape"])
+    order, start = [], 0
+    for size in sizes:
+        count = ((height - size) // step + 1) * ((width - size) // step + 1)
+        block = np.arange(start, start + count)
+        order.append(block[np.lexsort((data["x"][block], data["y"][block]))])
+        start += count
+    assert start == data["descriptors"].shape[0]
+    return data["descriptors"][np.concatenate(order)].astype(np.int16)
+
+
 def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
-    from classify_images.pipeline.extraction.stages import FLIP_KEY, StageCache
+    """The mirror's descriptors are the image's, permuted, at the mirrored centres (no second SIFT);
+    they are what dense SIFT of the mirrored file gives on the same frames (the fixture's width
+    makes the mirrored grid the mirrored file's grid), up to one quantisation step."""
+    from classify_images.features.descriptors import make_descriptor
+    from classify_images.pipeline.extraction.stages import FLIP_KEY, StageCache, mirrored_descriptors
 
     mirrored = tmp_path / "mirrored.png"
     cv2.imwrite(str(mirrored), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR)[:, ::-1])
     original = tmp_path / "original.png"
     cv2.imwrite(str(original), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR))
     for table in (SIFT, {**SIFT, "color": "opponent"}):
+        image = compute_descriptors(str(original), None, table)
         flipped = compute_descriptors(str(original), None, {**table, FLIP_KEY: True})
-        reference = compute_descriptors(str(mirrored), None, table)
+        expected = mirrored_descriptors(image, make_descriptor(table).mirror_columns)
         for key in ("descriptors", "x", "y", "shape"):
-            np.testing.assert_array_equal(flipped[key], reference[key])
-        assert not np.array_equal(
-            flipped["descriptors"], compute_descriptors(str(original), None, table)["descriptors"]
+            np.testing.assert_array_equal(flipped[key], expected[key])
+        width = int(image["shape"][1])
+        np.testing.assert_array_equal(flipped["x"], (width - 1) - image["x"])
+        assert all((width - size) % SIFT["step"] == 0 for size in SIFT["patch_sizes"])
+        reference = compute_descriptors(str(mirrored), None, table)
+        difference = np.abs(
+            _by_frame(flipped, SIFT["patch_sizes"], SIFT["step"])
+            - _by_frame(reference, SIFT["patch_sizes"], SIFT["step"])
         )
+        assert difference.max() <= 1 and (difference > 0).mean() < 1e-3, (difference.max(), (difference > 0).mean())
+        assert not np.array_equal(flipped["descriptors"], image["descriptors"])
     cache = StageCache(tmp_path / "cache")
     import hashlib
 
@@ -294,6 +319,24 @@ def test_a_flipped_image_is_the_mirrored_file_and_its_own_cache_entry(tmp_path):
         cache._descriptors(str(original), fingerprint, None, {**SIFT, FLIP_KEY: True})["descriptors"],
         flipped["descriptors"],
     )
+
+
+def test_integer_bin_centres_mirror_by_computing_on_the_mirrored_image(tmp_path):
+    """VLFeat's integer bin centres are not symmetric about the patch centre: no permutation, the
+    mirror's descriptors are those of the mirrored pixels (the mirrored file's, exactly)."""
+    from classify_images.features.descriptors import make_descriptor
+    from classify_images.pipeline.extraction.stages import FLIP_KEY
+
+    table = {**SIFT, "bin_centres": "integer"}
+    assert make_descriptor(table).mirror_columns is None
+    mirrored = tmp_path / "mirrored.png"
+    cv2.imwrite(str(mirrored), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR)[:, ::-1])
+    original = tmp_path / "original.png"
+    cv2.imwrite(str(original), cv2.imread(str(FIXTURE_PHOTO), cv2.IMREAD_COLOR))
+    flipped = compute_descriptors(str(original), None, {**table, FLIP_KEY: True})
+    reference = compute_descriptors(str(mirrored), None, table)
+    for key in ("descriptors", "x", "y", "shape"):
+        np.testing.assert_array_equal(flipped[key], reference[key])
 
 
 @pytest.mark.parametrize("space", ["opponent", "c", "lab"])

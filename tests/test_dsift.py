@@ -469,3 +469,38 @@ def test_input_validation(kwargs, match):
     image = args.pop("image")
     with pytest.raises(ValueError, match=match):
         dense_sift(image, **args)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"window_size": 1.5}, {"root": True}, {"grid_alignment": "centre"}, {"low_contrast": "zero"}],
+)
+def test_the_mirror_of_dense_sift_is_its_permutation_on_the_mirrored_grid(options):
+    """Reference: dense SIFT of the mirrored image.  Every descriptor of the mirror is the image's
+    descriptor of the mirrored patch with entries (by, 3 - bx, (4 - k) mod 8), up to float rounding,
+    on every frame the two grids share: all of them at this width ((W - P) a multiple of the step)
+    with corner-aligned grids; those of the centre-aligned grids (offset on the left only) too."""
+    from classify_images.features.dsift import mirror_permutation
+
+    rng = np.random.default_rng(5)
+    image = cv2.GaussianBlur(rng.random((61, 88)).astype(np.float32), (5, 5), 1.0)
+    sizes, step = (8, 16, 24), 4
+    ours = dense_sift(image, sizes, step, **options)
+    reference = dense_sift(np.ascontiguousarray(image[:, ::-1]), sizes, step, **options)
+    width = image.shape[1]
+    permuted, x = ours.descriptors[:, mirror_permutation()], (width - 1) - ours.x
+    frames = {(int(p), float(fy), float(fx)): i for i, (p, fy, fx) in enumerate(zip(ours.patch_size, ours.y, x))}
+    common = [
+        (frames[key], j)
+        for j, key in enumerate(zip(reference.patch_size.tolist(), reference.y.tolist(), reference.x.tolist()))
+        if key in frames
+    ]
+    if options.get("grid_alignment") != "centre":
+        assert len(common) == len(ours) == len(reference)
+    assert len(common) > len(ours) // 2
+    a, b = (np.array(side) for side in zip(*common))
+    np.testing.assert_allclose(permuted[a], reference.descriptors[b], atol=1e-6)
+    permutation = mirror_permutation(384)
+    np.testing.assert_array_equal(permutation[permutation], np.arange(384))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        mirror_permutation(100)

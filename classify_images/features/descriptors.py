@@ -115,6 +115,13 @@ class Descriptor:
         """The descriptors of a preprocessed image (float32, (H, W), values in [0, 1])."""
         raise NotImplementedError
 
+    @property
+    def mirror_columns(self) -> np.ndarray | None:
+        """The column order that makes an image's descriptors those of its left-right mirror (each
+        at the mirrored centre ``W - 1 - x``), when the descriptor has one; None: the mirror's
+        descriptors are computed on the mirrored image."""
+        return None
+
 
 class DenseSift(Descriptor):
     """Dense SIFT on a regular grid at one or several patch sizes
@@ -163,6 +170,15 @@ class DenseSift(Descriptor):
 
     def implementation_version(self) -> int:
         return dsift_module.IMPLEMENTATION_VERSION
+
+    @property
+    def mirror_columns(self) -> np.ndarray | None:
+        """:func:`~classify_images.features.dsift.mirror_permutation` of every channel's block: the
+        mirror's SIFT is the image's, permuted, on the mirrored grid (exact with ``bin_centres =
+        "patch"``, the default; VLFeat's integer bin centres are not symmetric: None then)."""
+        if self.table.get("bin_centres", "patch") != "patch":
+            return None
+        return dsift_module.mirror_permutation(self.length)
 
     def _dense_sift(self, channel: np.ndarray) -> dsift_module.DenseSIFT:
         table = self.table

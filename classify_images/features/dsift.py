@@ -112,6 +112,21 @@ Normalisation
     low-contrast patches: see docs/benchmarks/dense-sift.md, "Dense SIFT",
     paragraph "Low-contrast fraction").
 
+Mirror (left-right flip)
+    Mirroring the image, ``I'(y, x) = I(y, W - 1 - x)``, negates ``gx`` and keeps ``gy``, so
+    ``theta' = pi - theta`` and ``t' = 4 - t``: a pixel's weights to orientation maps ``k0`` and
+    ``k0 + 1`` go to maps ``(4 - k0) mod 8`` and ``(3 - k0) mod 8`` with the same fractions.  The
+    patch at corner ``x0`` of the mirror is the mirror of the patch at corner ``W - P - x0``,
+    its spatial bin ``bx`` that patch's bin ``3 - bx`` (the bin centres, the triangular
+    weights, the smoothing, the border rules and the window weights are symmetric).  Hence
+    the mirror's descriptor of a patch is the image's descriptor of the mirrored patch with its
+    entries permuted, ``(by, bx, k) -> (by, 3 - bx, (4 - k) mod 8)``
+    (:func:`mirror_permutation`), at centre ``x' = W - 1 - x``; the normalisation, RootSIFT and
+    quantisation act entry by entry and commute with it.  This holds for ``bin_centres =
+    "patch"`` (VLFeat's integer bin centres are not symmetric about the patch centre).  It
+    gives the mirror's descriptors on the *mirrored grid* (corners ``W - P - x0``), which is the
+    grid of the mirrored image when ``(W - P)`` is a multiple of ``step``.
+
 Quantisation
     Descriptors are stored as uint8 ``min(round(512 v), 255)``
     (:func:`quantize_descriptors`) and read back as ``q / 512``
@@ -225,6 +240,7 @@ __all__ = [
     "gaussian_kernel",
     "grid_frames",
     "grid_origins",
+    "mirror_permutation",
     "normalize_sift",
     "opencv_keypoint_size",
     "quantize_descriptors",
@@ -415,6 +431,33 @@ def bin_window_weights(bin_size: int, window_size: float | None) -> np.ndarray:
     delta = s * (np.arange(N_SPATIAL_BINS) - 0.5 * (N_SPATIAL_BINS - 1))
     w = np.exp(-0.5 * ((u[None, :] - delta[:, None]) / sigma) ** 2).mean(axis=1)
     return np.outer(w, w).astype(np.float32)
+
+
+def mirror_permutation(length: int = DESCRIPTOR_SIZE) -> np.ndarray:
+    """Column order that turns descriptors into those of the mirrored image (module docstring,
+    "Mirror").
+
+    ``descriptors[:, mirror_permutation(n)]`` is, for every row, the descriptor of the same patch
+    mirrored left-right: entry ``(by, bx, k)`` of the result is entry ``(by, 3 - bx, (4 - k) mod 8)``
+    of the row.  ``length`` may be a multiple of 128 (colour descriptors: the channels' blocks
+    side by side, each permuted alike).  The permutation is its own inverse.
+
+    Parameters
+    ----------
+    length : int, default 128
+
+    Returns
+    -------
+    ndarray of int64, shape (length,)
+    """
+    if length % DESCRIPTOR_SIZE:
+        raise ValueError(f"descriptor length {length} is not a multiple of {DESCRIPTOR_SIZE}")
+    by, bx, k = np.meshgrid(
+        np.arange(N_SPATIAL_BINS), np.arange(N_SPATIAL_BINS), np.arange(N_ORIENTATIONS), indexing="ij"
+    )
+    block = ((by * N_SPATIAL_BINS + (N_SPATIAL_BINS - 1 - bx)) * N_ORIENTATIONS + (4 - k) % N_ORIENTATIONS).ravel()
+    blocks = length // DESCRIPTOR_SIZE
+    return (np.arange(blocks)[:, None] * DESCRIPTOR_SIZE + block[None, :]).ravel().astype(np.int64)
 
 
 def grid_frames(

@@ -43,7 +43,7 @@ from ..storage.provenance import library_versions
 from ..storage.row_codecs import RowCodec, codec_for_rows, row_codec
 from ..storage.shard_store import write_shard
 from .extractor import FeatureExtractor
-from .fitting import image_row
+from .fitting import image_row, image_row_and_mirror
 from .runner import DEFAULT_BATCH_SIZE, Runner
 from .stages import implementation_versions
 
@@ -302,25 +302,30 @@ def encode_and_pool(
     }
     rows = [("train", r) for r in range(len(split.train))] + [("test", r) for r in range(len(split.test))]
     order = np.concatenate([split.train, split.test])
-    tasks = [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
-    if extractor.config.augment.mirrors:  # then the mirror of every image, row for row (feature_store.MIRROR_ARRAYS)
+    mirrors = extractor.config.augment.mirrors
+    if mirrors:  # and the mirror of every image, row for row (feature_store.MIRROR_ARRAYS), in the image's task
         X |= {
             f"{part}_flip": writer.open_rows(f"X_{part}_flip", len(X[part]), extractor.n_features, encoding)
             for part in ("train", "test")
         }
-        rows += [(f"{part}_flip", row) for part, row in rows]
-        tasks += [
-            delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized, flip=True) for i in order
+        tasks = [
+            delayed(image_row_and_mirror)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order
         ]
+    else:
+        tasks = [delayed(image_row)(images.paths[i], images.fingerprints[i], normalized=normalized) for i in order]
     if runner.parallel_here:  # the workers load the kernels the parent compiled
         for channel in getattr(extractor, "extractors", [extractor]):  # (a multi-channel extractor: each channel)
             warm_encoding(channel)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
-    for done, (index, vector) in enumerate(runner.progress_of(vectors, "encode + pool", len(tasks)), start=1):
+    sizes = [2] * len(tasks) if mirrors else len(tasks)
+    for done, (index, vector) in enumerate(runner.progress_of(vectors, "encode + pool", sizes), start=1):
         part, row = rows[index]
-        X[part][row] = vector
+        if mirrors:
+            X[part][row], X[f"{part}_flip"][row] = vector
+        else:
+            X[part][row] = vector
         if done % RELEASE_ROWS_EVERY == 0:
             release_written_rows(X)
     release_written_rows(X)

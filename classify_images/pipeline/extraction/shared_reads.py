@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["decoded_once", "load_image"]
+__all__ = ["decoded_once", "load_image", "computed_once"]
 
 #: The images decoded in the current task's scope, by (loader, path, fingerprint, max_side); None outside one.
 _DECODED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("classify_images_decoded", default=None)
@@ -50,4 +50,21 @@ def load_image(load: Callable[..., np.ndarray], path: str, max_side: int, finger
     key = (load.__module__, load.__qualname__, str(path), fingerprint, max_side)
     if key not in decoded:
         decoded[key] = load(path, max_side=max_side, sha1=fingerprint)
+    return decoded[key]
+
+
+def computed_once(key: tuple, compute: Callable[[], dict]) -> dict:
+    """``compute()``, or its result for the same ``key`` earlier in the same :func:`decoded_once`
+    scope (an image's descriptors, which its mirror's are a permutation of); computed each time
+    outside one.  The arrays of a kept result are made read-only: its readers share them."""
+    decoded = _DECODED.get()
+    if decoded is None:
+        return compute()
+    key = ("computed", *key)
+    if key not in decoded:
+        result = compute()
+        for value in result.values():
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+        decoded[key] = result
     return decoded[key]

@@ -73,10 +73,12 @@ from ...features.preprocess import (
     load_grayscale_checked,
 )
 from ..storage.cache_store import BACKEND_NAME, secure_cache_folder
-from .shared_reads import load_image
+from .shared_reads import computed_once, load_image
 
 #: Key added to the ``[sift]`` table a stage receives for the left-right mirror of an image.
-FLIP_KEY = "flip"
+#: (``"mirror"`` since the mirror's dense SIFT became a permutation of the image's: the entries
+#: cached under the former key, ``"flip"``, were computed on the mirrored image's own grid.)
+FLIP_KEY = "mirror"
 
 
 def silence_persisting_warning() -> None:
@@ -98,6 +100,7 @@ __all__ = [
     "implementation_versions",
     "check_image",
     "compute_descriptors",
+    "mirrored_descriptors",
     "image_descriptors",
     "descriptor_sample",
     "positioned_descriptor_sample",
@@ -189,18 +192,25 @@ def compute_descriptors(
     SIFT with the ``[sift]`` table, on the image decoded in colour when ``sift.color`` asks for it):
     ``descriptors`` (uint8, n×length), ``x``, ``y`` (float32), ``shape``.
 
-    ``sift[FLIP_KEY] = True`` (``"flip"``; absent otherwise, so unflipped keys are unchanged) computes
-    them on the image mirrored left-right after decoding and shrinking (augmentation, Chatfield et
-    al., BMVC 2014): a flipped image is its own cache entry in every stage keyed by ``sift``.
+    ``sift[FLIP_KEY] = True`` (absent otherwise, so unflipped keys are unchanged) gives those of
+    the image mirrored left-right after decoding and shrinking (augmentation, Chatfield et al.,
+    BMVC 2014): for a descriptor with :attr:`~classify_images.features.descriptors.Descriptor.mirror_columns`
+    (dense SIFT), the image's own descriptors permuted, at the mirrored centres
+    (:func:`mirrored_descriptors`: no second SIFT); otherwise computed on the mirrored pixels.  A
+    flipped image is its own cache entry in every stage keyed by ``sift``.
 
     With ``fingerprint``, the bytes decoded must be the bytes fingerprinted.  Inside
     :func:`~classify_images.pipeline.extraction.shared_reads.decoded_once` (a multi-channel pass) the image is
     decoded once for every channel that reads it.
     """
-    descriptor = make_descriptor({key: value for key, value in sift.items() if key != FLIP_KEY})
+    flip = bool(sift.get(FLIP_KEY, False))
+    table = {key: value for key, value in sift.items() if key != FLIP_KEY}
+    descriptor = make_descriptor(table)
+    if flip and descriptor.mirror_columns is not None:
+        return mirrored_descriptors(compute_descriptors(path, max_side, table, fingerprint), descriptor.mirror_columns)
     load = load_colour if getattr(descriptor, "needs_colour", False) else load_grayscale
     image = load_image(load, path, max_side, fingerprint)  # once for all channels inside shared_reads.decoded_once
-    if sift.get(FLIP_KEY, False):
+    if flip:
         image = np.ascontiguousarray(image[:, ::-1])
     result = descriptor.compute(image)
     return {
@@ -208,6 +218,21 @@ def compute_descriptors(
         "x": result.x,
         "y": result.y,
         "shape": np.asarray(image.shape[:2], dtype=np.int32),
+    }
+
+
+def mirrored_descriptors(data: dict[str, np.ndarray], columns: np.ndarray) -> dict[str, np.ndarray]:
+    """The descriptors of the left-right mirror of the image whose descriptors are ``data``
+    (:func:`compute_descriptors`' form): each row's entries in the order ``columns`` (the
+    descriptor's :attr:`~classify_images.features.descriptors.Descriptor.mirror_columns`), centres
+    ``x' = W - 1 - x``, the rows in the image's order.  For dense SIFT these are the descriptors
+    of the mirrored image on the mirrored grid (:mod:`~classify_images.features.dsift`, "Mirror")."""
+    width = int(data["shape"][1])
+    return {
+        "descriptors": np.ascontiguousarray(data["descriptors"][:, columns]),
+        "x": (np.float32(width - 1) - np.asarray(data["x"], dtype=np.float32)).astype(np.float32),
+        "y": np.asarray(data["y"], dtype=np.float32),
+        "shape": np.asarray(data["shape"], dtype=np.int32),
     }
 
 
@@ -219,9 +244,22 @@ def image_descriptors(
 
 
 def _descriptors(path, fingerprint, max_side, sift, descriptors_fn) -> dict[str, np.ndarray]:
-    if descriptors_fn is None:
-        return compute_descriptors(path, max_side, sift, fingerprint)
-    return descriptors_fn(path, fingerprint, max_side, sift)
+    """An image's descriptors (through ``descriptors_fn``, the cached stage, when given); a mirror's
+    from its image's when the descriptor permutes them (:func:`mirrored_descriptors`).  Inside a
+    :func:`~classify_images.pipeline.extraction.shared_reads.decoded_once` scope each is computed
+    once: an image's row and its mirror's, in one task, run dense SIFT once."""
+    if sift.get(FLIP_KEY, False):
+        table = {key: value for key, value in sift.items() if key != FLIP_KEY}
+        columns = make_descriptor(table).mirror_columns
+        if columns is not None:
+            return mirrored_descriptors(_descriptors(path, fingerprint, max_side, table, descriptors_fn), columns)
+
+    def compute() -> dict[str, np.ndarray]:
+        if descriptors_fn is None:
+            return compute_descriptors(path, max_side, sift, fingerprint)
+        return descriptors_fn(path, fingerprint, max_side, sift)
+
+    return computed_once(("descriptors", str(path), fingerprint, max_side, repr(sorted(sift.items()))), compute)
 
 
 def _image_seed(seed: int, fingerprint: str) -> int:
