@@ -300,9 +300,9 @@ def test_an_image_and_its_mirror_are_always_in_the_same_fold(monkeypatch):
     seen = []
     original = model_selection._fold_coordinates
 
-    def spy(K, train, held_out, d):
+    def spy(K, train, held_out, d, precision=np.float64):
         seen.append((train.copy(), held_out.copy()))
-        return original(K, train, held_out, d)
+        return original(K, train, held_out, d, precision)
 
     monkeypatch.setattr(model_selection, "_fold_coordinates", spy)
     search_parameters(QuadraticHingeSVC(), stacked, y, {"C": [0.1, 1.0]}, mirrored=True)
@@ -506,3 +506,27 @@ def test_fold_tasks_on_threads_give_the_scores_of_one_thread():
         assert results[threads]["method"] == "gram"
     assert results[1]["scores"] == results[2]["scores"]
     assert results[1]["best"] == results[2]["best"] and results[1]["flips"] == results[2]["flips"]
+
+
+@pytest.mark.parametrize("precision", [np.float64, np.float32])
+def test_fold_coordinates_reproduce_the_gram_matrix_and_drop_null_directions(precision):
+    """``Z_T Z_Tᵀ = K_TT`` and ``Z_H Z_Tᵀ = K_HT`` to the precision's rounding; a repeated training
+    row adds no coordinate (its null direction is below the rank rule, float32's included)."""
+    from classify_images.classifiers.model_selection import _fold_coordinates
+
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((40, 500))
+    X[7] = X[3]  # a duplicate: K is singular
+    K = X @ X.T
+    train, held_out = np.arange(0, 30), np.arange(30, 40)
+    Z_train, Z_held = _fold_coordinates(K, train, held_out, X.shape[1], precision)
+    assert Z_train.dtype == precision and Z_held.dtype == precision
+    assert Z_train.shape[1] == 29  # 30 rows, one repeated
+    scale = np.abs(K).max()
+    tolerance = 1e-10 if precision == np.float64 else 1e-5
+    np.testing.assert_allclose(
+        Z_train.astype(float) @ Z_train.T.astype(float), K[np.ix_(train, train)], atol=tolerance * scale
+    )
+    np.testing.assert_allclose(
+        Z_held.astype(float) @ Z_train.T.astype(float), K[np.ix_(held_out, train)], atol=tolerance * scale
+    )
