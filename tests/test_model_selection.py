@@ -530,3 +530,13 @@ def test_fold_coordinates_reproduce_the_gram_matrix_and_drop_null_directions(pre
     np.testing.assert_allclose(
         Z_held.astype(float) @ Z_train.T.astype(float), K[np.ix_(held_out, train)], atol=tolerance * scale
     )
+
+
+def test_the_default_grid_from_the_gram_diagonal_is_the_grid_from_the_rows():
+    from classify_images.classifiers.eigenbasis import gram_matrix
+    from classify_images.classifiers.model_selection import default_grid
+
+    rng = np.random.default_rng(2)
+    X = (rng.standard_normal((30, 700)) * rng.uniform(0.1, 3.0, (30, 1))).astype(np.float16)
+    assert default_grid(X, 20, gram=gram_matrix(X)) == default_grid(X, 20)
+    assert default_grid(X, gram=gram_matrix(X)) == default_grid(X)

@@ -130,7 +130,7 @@ DEFAULT_C_FACTORS = (0.1, 1.0, 10.0, 100.0, 1000.0)
 FLIP_VARIANTS = ((False, "none"), (False, "average"), (True, "none"), (True, "average"))
 
 
-def default_grid(X: Any, n_rows: int | None = None) -> dict[str, list[float]]:
+def default_grid(X: Any, n_rows: int | None = None, *, gram: np.ndarray | None = None) -> dict[str, list[float]]:
     """``{"C": [f / mean_i ‖x_i‖² for f in DEFAULT_C_FACTORS]}`` over the first ``n_rows`` rows of
     ``X`` (all by default; the images without their mirrors), each value rounded to 3 significant
     digits; the factors themselves when every row is zero.
@@ -139,14 +139,19 @@ def default_grid(X: Any, n_rows: int | None = None) -> dict[str, list[float]]:
     ----------
     X : ndarray or sparse matrix, shape (n_samples, n_features)
     n_rows : int, optional
+    gram : ndarray, shape (n_samples, n_samples), optional
+        ``X Xᵀ`` when it is at hand: ``‖x_i‖²`` is its diagonal, and the rows are not read again.
 
     Returns
     -------
     dict
         ``{"C": [...]}``, increasing.
     """
-    rows = X[: X.shape[0] if n_rows is None else n_rows]
-    if hasattr(rows, "multiply"):  # sparse
+    count = X.shape[0] if n_rows is None else n_rows
+    rows = X[:count]
+    if gram is not None:
+        total = float(np.sum(np.diagonal(gram)[:count]))
+    elif hasattr(rows, "multiply"):  # sparse
         total = float(rows.multiply(rows).sum())
     else:  # float64 sums of the rows' own values: no float64 copy of the rows
         total = float(np.sum(row_squared_norms(np.asarray(rows))))
@@ -484,6 +489,7 @@ def search_parameters(
     seed: int = 0,
     mirrored: bool = False,
     choose_flips: bool = False,
+    gram: np.ndarray | None = None,
 ) -> SearchResult:
     """The point of ``grid`` with the best mean held-out per-class accuracy (module docstring).
 
@@ -507,6 +513,9 @@ def search_parameters(
         With ``mirrored``: also choose whether to train on the mirrors and whether to average the
         test decision values with the mirrors' (:data:`FLIP_VARIANTS`, module docstring); the choice
         is :attr:`SearchResult.flips`.
+    gram : ndarray, shape (n_rows, n_rows), optional
+        ``gram_matrix(X)``, when the caller has it (the default search computes it first, for
+        :func:`default_grid`); used on the Gram path instead of computing it again.
 
     Returns
     -------
@@ -548,11 +557,11 @@ def search_parameters(
         if choose_flips:
             if not mirrored:
                 raise ValueError("choose_flips needs the mirrored rows (mirrored=True)")
-            gram = gram_matrix(X) if _gram_applies(estimator, X, grid) else None
+            gram = (gram if gram is not None else gram_matrix(X)) if _gram_applies(estimator, X, grid) else None
             method = "gram" if gram is not None else "refit"
             table = _flip_scores(estimator, X, y, points, splits, gram)
         else:
-            mean_scores, method, gram = _search_scores(estimator, X, y, grid, points, splits, mirrored)
+            mean_scores, method, gram = _search_scores(estimator, X, y, grid, points, splits, mirrored, gram)
     if choose_flips:
         v, i = np.unravel_index(int(np.argmax(table)), table.shape)  # first maximum: fewest mirrors, grid order
         best = points[int(i)]
@@ -580,11 +589,18 @@ def search_parameters(
 
 
 def _search_scores(
-    estimator: Any, X: Any, y: np.ndarray, grid: dict[str, list], points: list[dict], splits: list, mirrored: bool
+    estimator: Any,
+    X: Any,
+    y: np.ndarray,
+    grid: dict[str, list],
+    points: list[dict],
+    splits: list,
+    mirrored: bool,
+    gram: np.ndarray | None = None,
 ) -> tuple[np.ndarray, str, Any]:
     """The mean held-out score of each point, the method that gave them, and the Gram matrix (if used)."""
     if _gram_applies(estimator, X, grid):
-        gram = gram_matrix(X)
+        gram = gram_matrix(X) if gram is None else gram
         return _gram_scores(estimator, X, y, points, splits, mirrored, gram), "gram", gram
     if mirrored:
         return _refit_mirrored_scores(estimator, X, y, points, splits), "refit", None

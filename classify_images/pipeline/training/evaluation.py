@@ -469,9 +469,9 @@ def train_classifier(
     if mirrored and X.shape[0] != 2 * n_images:
         raise ValueError(f"{X.shape[0]} rows for {n_images} training images and their mirrors")
     warm_up(estimator, X[:n_images] if mirrored else X, y)
-    if search == "default":
-        search = default_search(estimator, params, X, n_images, in_memory=wrapper is None)
     found, gram = None, None
+    if search == "default":
+        search, gram = default_search(estimator, params, X, n_images, in_memory=wrapper is None)
     if search:
         from ...classifiers.model_selection import search_parameters
 
@@ -484,6 +484,7 @@ def train_classifier(
             seed=0 if seed is None else seed,
             mirrored=mirrored,
             choose_flips=choose_flips and mirrored,
+            gram=gram,
         )
         found = {**result.to_dict(), "seconds": round(time.perf_counter() - started, 3)}
         params = {**params, **result.best}
@@ -515,33 +516,37 @@ def _search_line(search: dict[str, Any]) -> str:
 
 def default_search(
     estimator: Any, params: dict[str, Any], X: Any, n_images: int, *, in_memory: bool = True
-) -> dict[str, list] | None:
-    """The grid searched when the user gives neither ``C`` nor ``--search``: ``C`` over
+) -> tuple[dict[str, list] | None, np.ndarray | None]:
+    """The grid searched when the user gives neither ``C`` nor ``--search``, and the Gram matrix of
+    ``X`` when it was computed for it: ``C`` over
     :func:`~classify_images.classifiers.model_selection.default_grid` when the estimator has a ``C``,
     ``params`` do not set it, and the search costs little (the linear SVM on rows in memory, fewer
-    rows than dimensions: every fold and grid point from one Gram matrix); else None (the
-    estimator's default ``C``), said in one log line."""
+    rows than dimensions: every fold and grid point from one Gram matrix, computed here first so
+    that the grid's ``mean ‖x‖²`` is its diagonal, not another pass over the rows); else
+    ``(None, None)`` (the estimator's default ``C``), said in one log line."""
+    from ...classifiers.eigenbasis import gram_matrix
     from ...classifiers.model_selection import default_grid, gram_path_applies
 
     if "C" in params or "C" not in estimator.get_params(deep=False):
-        return None
+        return None, None
     if not in_memory or not (isinstance(X, np.ndarray) or sp.issparse(X)):  # streamed rows, a cluster's
         _log.info(
             "C not given: the estimator's default C = %r is used (the rows are not in memory here, so "
             "cross-validating C would refit every fold; give --search C=... to choose it)",
             estimator.get_params()["C"],
         )
-        return None
+        return None, None
+    if gram_path_applies(estimator, X, {"C": [1.0]}):  # (the values do not decide it)
+        gram = gram_matrix(X)
+        return default_grid(X, n_images, gram=gram), gram
     grid = default_grid(X, n_images)
-    if gram_path_applies(estimator, X, grid):
-        return grid
     _log.info(
         "C not given: the estimator's default C = %r is used (cross-validating C here would refit every fold; "
         "give --search C=%s to choose it)",
         estimator.get_params()["C"],
         ",".join(f"{c:g}" for c in grid["C"]),
     )
-    return None
+    return None, None
 
 
 @dataclass(frozen=True)
