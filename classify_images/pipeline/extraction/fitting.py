@@ -5,8 +5,8 @@ images, shared by the feature-set build (:func:`~classify_images.pipeline.extrac
 and the scikit-learn transformer (:class:`~classify_images.pipeline.interfaces.image_features.ImageFeatures`):
 
 1. ``sample`` — ``codebook.n_samples`` dense-SIFT descriptors drawn evenly from the training
-   images (at most ``max(ceil(n_samples / 300), 100)`` of them, :func:`sampled_images`), seeded per image
-   by its content (:func:`sample_descriptors`);
+   images (at most ``max(ceil(n_samples / 300), 100)`` of them, :func:`sampled_images`), seeded
+   per image by its content (:func:`sample_descriptors`);
 2. ``codebook`` — the encoder's fitted state learnt from that sample
    (:meth:`~classify_images.coding.encoders.Encoder.learn`, through the stage cache:
    :func:`learn_codebook`).
@@ -205,11 +205,11 @@ def sampled_images(train: np.ndarray, plan: FeaturePlan) -> np.ndarray:
     """The training images the codebook's descriptors are drawn from, in ``train``'s order.
 
     All of them when they are at most ``max(ceil(n_samples / SAMPLE_PER_IMAGE), MIN_SAMPLED_IMAGES)``;
-    otherwise that many, chosen at random (seeded by ``plan.sample_seed``).  Running dense SIFT on every training image
-    to keep a hundred of its thousands of descriptors cost, on Flowers-17's 1 020 training images,
-    three quarters of the SIFT of encoding all 1 360 images; VLFeat's ``phow_caltech101`` learns
-    its vocabulary from 30 training images.  334 images of 300 descriptors each still span every
-    class of a typical dataset.
+    otherwise that many, chosen at random (seeded by ``plan.sample_seed``).  Running dense SIFT on
+    every training image to keep a hundred of its thousands of descriptors cost, on Flowers-17's
+    1 020 training images, three quarters of the SIFT of encoding all 1 360 images; VLFeat's
+    ``phow_caltech101`` learns its vocabulary from 30 training images.  334 images of 300
+    descriptors each still span every class of a typical dataset.
     """
     train = np.asarray(train)
     most = max(math.ceil(plan.n_samples / SAMPLE_PER_IMAGE), MIN_SAMPLED_IMAGES)
