@@ -109,6 +109,32 @@ def test_local_cluster_build_is_bit_identical(tmp_path, local_cluster, reference
         assert not (out / "X_train.npy").exists()
 
 
+def test_a_mirrored_build_on_the_cluster_is_the_one_machine_build(tmp_path, local_cluster):
+    """[augment]: each task encodes an image and its mirror (the mirror's SIFT the image's,
+    permuted) on a worker; rows and mirrors are this machine's, bit for bit."""
+    cluster, _ = local_cluster
+    raw = json.loads(json.dumps(SMALL_CONFIG))
+    raw["augment"] = {"flip_train": True, "flip_test": "average"}
+    here = tmp_path / "here"
+    build_feature_set(FIXTURE_IMAGES, here, validate_config(raw), cache_dir=tmp_path / "cache-here")
+    out = tmp_path / "fs"
+    _bounded(
+        lambda: build_feature_set(
+            FIXTURE_IMAGES,
+            out,
+            validate_config(raw),
+            cache_dir=tmp_path / "cache",
+            scheduler=cluster.scheduler_address,
+            store="npy",
+            batch_size=BATCH,
+        )
+    )
+    built, reference = load_feature_set(out), load_feature_set(here)
+    assert_same_features(built, reference)
+    for split in ("train", "test"):
+        assert np.asarray(built.mirrors(split)).tobytes() == np.asarray(reference.mirrors(split)).tobytes()
+
+
 @pytest.mark.parametrize(
     "codebook",
     [
