@@ -480,16 +480,23 @@ def test_train_without_C_chooses_it_by_cross_validation_and_records_it(tmp_path,
     assert "search" not in meta and meta["params"]["C"] == 0.5
 
 
-def test_fold_tasks_on_threads_give_the_scores_of_one_thread():
+def test_fold_tasks_on_threads_give_the_scores_of_one_thread(monkeypatch):
     """The Gram path's fold tasks run on the caller's BLAS pool size in threads; the scores
     (every variant and grid point) are those of the same search on one thread."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from classify_images.classifiers import QuadraticHingeSVC
+    from classify_images.classifiers import QuadraticHingeSVC, model_selection
     from classify_images.classifiers.model_selection import search_parameters
 
-    if not [info for info in threadpool_info() if info.get("user_api") == "blas"]:
-        pytest.skip("no BLAS library loaded that threadpoolctl can limit")
+    assert [info for info in threadpool_info() if info.get("user_api") == "blas"]  # numpy's OpenBLAS
+    used = []
+    original = model_selection.map_tasks
+
+    def spy(solve, n_tasks, threads, done=None):
+        used.append(threads)
+        return original(solve, n_tasks, threads, done)
+
+    monkeypatch.setattr(model_selection, "map_tasks", spy)
     rng = np.random.default_rng(3)
     n, d = 48, 300
     y = np.repeat(np.arange(3), n // 3)
@@ -504,6 +511,7 @@ def test_fold_tasks_on_threads_give_the_scores_of_one_thread():
                 QuadraticHingeSVC(), rows, y, grid, mirrored=True, choose_flips=True
             ).to_dict()
         assert results[threads]["method"] == "gram"
+    assert used == [1, 2]  # the fold tasks ran on one thread, then on two
     assert results[1]["scores"] == results[2]["scores"]
     assert results[1]["best"] == results[2]["best"] and results[1]["flips"] == results[2]["flips"]
 

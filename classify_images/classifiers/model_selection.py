@@ -88,7 +88,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +101,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from .._log import fits_summarised
 from ..errors import ClassifyImagesError
 from ._half import row_squared_norms
+from ._parallel import map_tasks
 from .eigenbasis import gram_matrix
 from .registry import MAX_SEARCH_POINTS
 
@@ -389,10 +389,7 @@ def _fold_tasks(tasks: list, run) -> list:
     """
     threads = min(len(tasks), _blas_pool_size())
     with threadpool_limits(1, user_api="blas"):
-        if threads <= 1:
-            return [run(task) for task in tasks]
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="search-fold") as pool:
-            return list(pool.map(run, tasks))
+        return map_tasks(lambda k: run(tasks[k]), len(tasks), threads)
 
 
 def _gram_scores(

@@ -433,6 +433,7 @@ def bin_window_weights(bin_size: int, window_size: float | None) -> np.ndarray:
     return np.outer(w, w).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=8)
 def mirror_permutation(length: int = DESCRIPTOR_SIZE) -> np.ndarray:
     """Column order that turns descriptors into those of the mirrored image (module docstring,
     "Mirror").
@@ -449,6 +450,7 @@ def mirror_permutation(length: int = DESCRIPTOR_SIZE) -> np.ndarray:
     Returns
     -------
     ndarray of int64, shape (length,)
+        Read-only (computed once per length).
     """
     if length % DESCRIPTOR_SIZE:
         raise ValueError(f"descriptor length {length} is not a multiple of {DESCRIPTOR_SIZE}")
@@ -457,7 +459,9 @@ def mirror_permutation(length: int = DESCRIPTOR_SIZE) -> np.ndarray:
     )
     block = ((by * N_SPATIAL_BINS + (N_SPATIAL_BINS - 1 - bx)) * N_ORIENTATIONS + (4 - k) % N_ORIENTATIONS).ravel()
     blocks = length // DESCRIPTOR_SIZE
-    return (np.arange(blocks)[:, None] * DESCRIPTOR_SIZE + block[None, :]).ravel().astype(np.int64)
+    permutation = (np.arange(blocks)[:, None] * DESCRIPTOR_SIZE + block[None, :]).ravel().astype(np.int64)
+    permutation.setflags(write=False)  # cached: shared by every caller
+    return permutation
 
 
 def grid_frames(

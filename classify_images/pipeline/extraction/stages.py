@@ -203,11 +203,12 @@ def compute_descriptors(
     :func:`~classify_images.pipeline.extraction.shared_reads.decoded_once` (a multi-channel pass) the image is
     decoded once for every channel that reads it.
     """
+    mirror = _permuted_mirror(sift)
+    if mirror is not None:
+        table, columns = mirror
+        return mirrored_descriptors(compute_descriptors(path, max_side, table, fingerprint), columns)
     flip = bool(sift.get(FLIP_KEY, False))
-    table = {key: value for key, value in sift.items() if key != FLIP_KEY}
-    descriptor = make_descriptor(table)
-    if flip and descriptor.mirror_columns is not None:
-        return mirrored_descriptors(compute_descriptors(path, max_side, table, fingerprint), descriptor.mirror_columns)
+    descriptor = make_descriptor({key: value for key, value in sift.items() if key != FLIP_KEY})
     load = load_colour if getattr(descriptor, "needs_colour", False) else load_grayscale
     image = load_image(load, path, max_side, fingerprint)  # once for all channels inside shared_reads.decoded_once
     if flip:
@@ -219,6 +220,16 @@ def compute_descriptors(
         "y": result.y,
         "shape": np.asarray(image.shape[:2], dtype=np.int32),
     }
+
+
+def _permuted_mirror(sift: dict[str, Any]) -> tuple[dict[str, Any], np.ndarray] | None:
+    """``(the table without FLIP_KEY, the descriptor's mirror_columns)`` when ``sift`` asks for a
+    mirror whose descriptors are a permutation of the image's; None otherwise."""
+    if not sift.get(FLIP_KEY, False):
+        return None
+    table = {key: value for key, value in sift.items() if key != FLIP_KEY}
+    columns = make_descriptor(table).mirror_columns
+    return None if columns is None else (table, columns)
 
 
 def mirrored_descriptors(data: dict[str, np.ndarray], columns: np.ndarray) -> dict[str, np.ndarray]:
@@ -248,11 +259,10 @@ def _descriptors(path, fingerprint, max_side, sift, descriptors_fn) -> dict[str,
     from its image's when the descriptor permutes them (:func:`mirrored_descriptors`).  Inside a
     :func:`~classify_images.pipeline.extraction.shared_reads.decoded_once` scope each is computed
     once: an image's row and its mirror's, in one task, run dense SIFT once."""
-    if sift.get(FLIP_KEY, False):
-        table = {key: value for key, value in sift.items() if key != FLIP_KEY}
-        columns = make_descriptor(table).mirror_columns
-        if columns is not None:
-            return mirrored_descriptors(_descriptors(path, fingerprint, max_side, table, descriptors_fn), columns)
+    mirror = _permuted_mirror(sift)
+    if mirror is not None:
+        table, columns = mirror
+        return mirrored_descriptors(_descriptors(path, fingerprint, max_side, table, descriptors_fn), columns)
 
     def compute() -> dict[str, np.ndarray]:
         if descriptors_fn is None:
