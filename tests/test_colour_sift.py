@@ -383,7 +383,9 @@ def test_a_grey_image_skips_zero_and_repeated_channels_with_the_same_descriptors
     )
     calls = []
     original = descriptor._dense_sift
-    monkeypatch.setattr(descriptor, "_dense_sift", lambda channel: calls.append(1) or original(channel))
+    monkeypatch.setattr(
+        descriptor, "_dense_sift", lambda channel, out=None: calls.append(1) or original(channel, out=out)
+    )
     np.testing.assert_array_equal(descriptor.compute(rgb).descriptors, every_channel)
     assert len(calls) == 1  # one channel computed, not three
     calls.clear()

@@ -440,6 +440,39 @@ def test_quantize_round_trip():
     assert np.abs(back - d)[ok].max() <= 1 / 1024 + 1e-7
 
 
+def test_quantize_is_numpys_rint_and_clip_exactly():
+    # the compiled one-pass quantiser against the obvious NumPy steps: ties (k + 1/2) / 512 round to
+    # even, out-of-range values clip, empty and non-contiguous input work
+    rng = np.random.default_rng(3)
+    v = rng.uniform(-0.1, 0.7, size=(300, 384)).astype(np.float32)
+    v[0, :40] = (np.arange(40, dtype=np.float32) + np.float32(0.5)) / np.float32(512)
+    v[1, :4] = [255.5 / 512, 254.5 / 512, -0.5 / 512, 0.5 / 512]
+    expected = np.clip(np.rint(v * np.float32(512)), 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(quantize_descriptors(v), expected)
+    np.testing.assert_array_equal(quantize_descriptors(v[:, ::3]), expected[:, ::3])
+    assert quantize_descriptors(np.zeros((0, 128), np.float32)).shape == (0, 128)
+    q = rng.integers(0, 256, size=(50, 128), dtype=np.uint8)
+    np.testing.assert_array_equal(dequantize_descriptors(q), q.astype(np.float32) / np.float32(512))
+
+
+def test_dense_sift_writes_into_a_column_block_of_wider_rows():
+    img = load_grayscale(FIXTURE_PHOTO)
+    for options in ({}, {"root": True}, {"low_contrast": "zero", "root": True}):
+        alone = dense_sift(img, (16, 24), 6, **options)
+        wide = np.full((len(alone), 3 * 128), -1.0, np.float32)
+        result = dense_sift(img, (16, 24), 6, out=wide[:, 128:256], **options)
+        assert np.shares_memory(result.descriptors, wide)
+        # the same bits as the contiguous result, the other blocks untouched
+        np.testing.assert_array_equal(wide[:, 128:256], alone.descriptors)
+        assert (wide[:, :128] == -1).all() and (wide[:, 256:] == -1).all()
+    n = len(alone)
+    for bad in (np.zeros((n + 1, 128), np.float32), np.zeros((n, 128), np.float64), wide[:, ::3][:, :128]):
+        with pytest.raises(ValueError, match="out must be a float32 array"):
+            dense_sift(img, (16, 24), 6, out=bad)
+    with pytest.raises(ValueError, match="low_contrast not 'drop'"):
+        dense_sift(img, (16, 24), 6, low_contrast="drop", out=np.zeros((n, 128), np.float32))
+
+
 # ---------------------------------------------------------------------------
 # Input validation
 # ---------------------------------------------------------------------------

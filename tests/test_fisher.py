@@ -109,6 +109,19 @@ def test_learn_fisher_model_shapes_determinism_and_errors():
         learn_fisher_model(S, 5, pca_dims=17)
 
 
+def test_the_models_pca_is_the_principal_axes_of_a_full_svd():
+    # the covariance eigendecomposition (svd_solver="covariance_eigh") against the obvious full SVD of
+    # the centred samples: the same axes, signs (largest entry positive) and mean
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(4)
+    S = (rng.random((5000, 48)) ** 3 @ rng.random((48, 48))).astype(np.float32)
+    model = learn_fisher_model(S, 3, pca_dims=12, max_iter=5, random_state=0)
+    reference = PCA(n_components=12, svd_solver="full").fit(S.astype(np.float64))
+    np.testing.assert_allclose(model["pca_mean"], reference.mean_, rtol=1e-12)
+    np.testing.assert_allclose(model["pca_components"], reference.components_, atol=1e-9)
+
+
 def test_fisher_build_end_to_end(tmp_path, small_dataset):
     config = small_config(
         {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30},

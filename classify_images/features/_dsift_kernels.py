@@ -1,7 +1,8 @@
 """Compiled kernels of :mod:`classify_images.features.dsift` (private).
 
-Three entry points, called by :func:`~classify_images.features.dsift.dense_sift`
-and :func:`~classify_images.features.dsift.normalize_sift` once per patch size
+Four entry points, called by :func:`~classify_images.features.dsift.dense_sift`,
+:func:`~classify_images.features.dsift.normalize_sift` and
+:func:`~classify_images.features.dsift.quantize_descriptors` once per patch size
 and image; the mathematics they implement is in the technical section of
 :mod:`classify_images.features.dsift`.
 
@@ -9,11 +10,12 @@ and image; the mathematics they implement is in the technical section of
   separable triangular spatial filter, evaluated only at the rows and columns
   where spatial-bin centres fall;
 * :func:`gather_descriptors` — the 4 x 4 x 8 values of every patch, then the
-  normalisation of each descriptor;
+  normalisation of each descriptor and, when asked, its RootSIFT mapping;
 * :func:`normalize_descriptors` — the normalisation alone, for descriptors
-  given as rows.
+  given as rows;
+* :func:`quantize_values` — the uint8 code of every value, in one pass.
 
-All work in float32 with ``fastmath`` and release the GIL (``nogil``); they
+The first three work in float32 with ``fastmath``; all release the GIL (``nogil``); they
 are single-threaded (call :func:`~classify_images.features.dsift.dense_sift`
 from several threads to use several cores).  There is no Python loop over
 patches or pixels.
@@ -33,7 +35,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["binned_orientation_maps", "gather_descriptors", "normalize_descriptors"]
+__all__ = ["binned_orientation_maps", "gather_descriptors", "normalize_descriptors", "quantize_values"]
 
 # Coefficients c_0 .. c_7 of the odd polynomial atan approximation (see above).
 _ATAN_COEFFS = (
@@ -177,23 +179,40 @@ def _normalize_row(d, contrast_threshold, clip):
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
-def gather_descriptors(G, row_idx, col_idx, bin_weight, out, raw_norm, offset, normalize, contrast_threshold, clip):
+def _root_row(d):
+    """RootSIFT of one non-negative descriptor in place: ``d <- sqrt(d / ||d||_1)`` (a zero row stays zero)."""
+    s = np.float32(0.0)
+    for i in range(d.shape[0]):
+        s += d[i]
+    inv = np.float32(1.0) / max(s, np.float32(1e-30))
+    for i in range(d.shape[0]):
+        d[i] = math.sqrt(d[i] * inv)
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def gather_descriptors(
+    G, row_idx, col_idx, bin_weight, out, raw_norm, offset, normalize, contrast_threshold, clip, root
+):
     """Copy the 4 x 4 x 8 values of every patch of one size into ``out``.
 
     Patch ``(py, px)`` of the grid becomes row ``offset + py * nx + px`` of
     ``out``; its spatial bin ``(by, bx)`` reads ``G[row_idx[py, by],
     col_idx[px, bx]]`` (the 8 orientations) times ``bin_weight[by, bx]``.  ``raw_norm`` receives each raw
     descriptor's L2 norm; with ``normalize`` the row is then normalised in
-    place as :func:`normalize_descriptors` does.
+    place as :func:`normalize_descriptors` does, and with ``root`` too, each row whose raw
+    norm exceeds ``contrast_threshold`` is then mapped to RootSIFT (``sqrt(v / ||v||_1)``).
+    ``out`` may be a column block of a wider array (each row contiguous).
     """
     ny = row_idx.shape[0]
     nx = col_idx.shape[0]
     thr = np.float32(contrast_threshold)
     cl = np.float32(clip)
+    # Each row is built in a contiguous buffer, then copied: the same compiled arithmetic (and
+    # the same bits) whether ``out`` is contiguous or a column block of a wider array.
+    d = np.empty(out.shape[1], dtype=np.float32)
     for py in range(ny):
         for px in range(nx):
             n = offset + py * nx + px
-            d = out[n]
             for by in range(4):
                 gr = G[row_idx[py, by]]
                 for bx in range(4):
@@ -203,12 +222,16 @@ def gather_descriptors(G, row_idx, col_idx, bin_weight, out, raw_norm, offset, n
                     for k in range(8):
                         d[b + k] = src[k] * wb
             if normalize:
-                raw_norm[n] = _normalize_row(d, thr, cl)
+                r = _normalize_row(d, thr, cl)
+                raw_norm[n] = r
+                if root and r > thr:
+                    _root_row(d)
             else:
                 s = np.float32(0.0)
                 for i in range(d.shape[0]):
                     s += d[i] * d[i]
                 raw_norm[n] = math.sqrt(s)
+            out[n, :] = d
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
@@ -218,3 +241,17 @@ def normalize_descriptors(D, raw_norm, contrast_threshold, clip):
     cl = np.float32(clip)
     for n in range(D.shape[0]):
         raw_norm[n] = _normalize_row(D[n], thr, cl)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def quantize_values(values, scale, out):
+    """``out = uint8(min(max(rint(scale * v), 0), 255))`` for every entry of ``values`` (flat,
+    float32), in one pass; IEEE arithmetic (no ``fastmath``): the same as NumPy's three steps."""
+    for i in range(values.shape[0]):
+        q = np.rint(values[i] * scale)
+        if q < 0:
+            q = 0
+        elif q > 255:
+            q = 255
+        out[i] = np.uint8(q)
+    return out

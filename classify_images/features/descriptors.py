@@ -180,7 +180,7 @@ class DenseSift(Descriptor):
             return None
         return dsift_module.mirror_permutation(self.length)
 
-    def _dense_sift(self, channel: np.ndarray) -> dsift_module.DenseSIFT:
+    def _dense_sift(self, channel: np.ndarray, out: np.ndarray | None = None) -> dsift_module.DenseSIFT:
         table = self.table
         return dsift_module.dense_sift(
             channel,
@@ -194,6 +194,7 @@ class DenseSift(Descriptor):
             grid_alignment=table.get("grid_alignment", "corner"),
             low_contrast=table.get("low_contrast", "keep"),
             root=table.get("root_sift", False),
+            out=out,
         )
 
     def compute(self, image: np.ndarray) -> Descriptors:
@@ -216,29 +217,34 @@ class DenseSift(Descriptor):
             )
         channels = colour_module.colour_channels(image, self.color)
         # A grey image (R = G = B) has zero channels (O1, O2; H, S; O1/O3, O2/O3; a*, b*) and repeated
-        # ones (R, G, B): their        # SIFT blocks are all zeros or copies, so only the distinct non-zero channels are computed.
-        computed: dict[int, dsift_module.DenseSIFT] = {}
-        sources = []
+        # ones (R, G, B): their SIFT blocks are all zeros or copies, so only the distinct non-zero
+        # channels are computed, each written straight into its block of the (N, 384) rows.
+        sources: list[int | None] = []
         for k, channel in enumerate(channels):
             if not channel.any():
                 sources.append(None)
                 continue
-            same = next((j for j in computed if np.array_equal(channels[j], channel)), None)
-            if same is None:
-                computed[k] = self._dense_sift(channel)
-                same = k
-            sources.append(same)
-        if not computed:  # a black image: every channel zero, SIFT of the first one (all zeros) gives the grid
-            computed[0] = self._dense_sift(channels[0])
+            same = next((j for j in range(k) if sources[j] == j and np.array_equal(channels[j], channel)), None)
+            sources.append(k if same is None else same)
+        if all(source is None for source in sources):  # a black image: SIFT of the zero channel gives the grid
             sources[0] = 0
-        first = next(iter(computed.values()))
-        zeros = np.zeros_like(first.descriptors)
-        blocks = [zeros if source is None else computed[source].descriptors for source in sources]
-        return Descriptors(
-            np.ascontiguousarray(np.concatenate(blocks, axis=1)),
-            np.asarray(first.x, dtype=np.float32),
-            np.asarray(first.y, dtype=np.float32),
+        table = self.table
+        x, y, _ = dsift_module.grid_frames(
+            channels.shape[1:],
+            tuple(table["patch_sizes"]),
+            table["step"],
+            bin_centres=table.get("bin_centres", "patch"),
+            grid_alignment=table.get("grid_alignment", "corner"),
         )
+        size = dsift_module.DESCRIPTOR_SIZE
+        allocate = np.empty if None not in sources else np.zeros
+        rows = allocate((x.shape[0], size * len(channels)), dtype=np.float32)
+        for k, source in enumerate(sources):
+            if source == k:
+                self._dense_sift(channels[k], out=rows[:, size * k : size * (k + 1)])
+            elif source is not None:
+                rows[:, size * k : size * (k + 1)] = rows[:, size * source : size * (source + 1)]
+        return Descriptors(rows, np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32))
 
 
 _REGISTERED: dict[str, type[Descriptor]] = {DenseSift.kind: DenseSift}

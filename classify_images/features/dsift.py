@@ -226,7 +226,7 @@ from numbers import Integral, Real
 import cv2
 import numpy as np
 
-from ._dsift_kernels import binned_orientation_maps, gather_descriptors, normalize_descriptors
+from ._dsift_kernels import binned_orientation_maps, gather_descriptors, normalize_descriptors, quantize_values
 
 __all__ = [
     "IMPLEMENTATION_VERSION",
@@ -514,16 +514,17 @@ def quantize_descriptors(descriptors: np.ndarray) -> np.ndarray:
     VLFeat's convention except that VLFeat truncates (error ``< 1/512``)
     where this rounds.
     """
-    d = np.asarray(descriptors, dtype=np.float32)
-    q = np.rint(d * np.float32(QUANTIZATION_SCALE))
-    np.clip(q, 0.0, 255.0, out=q)
-    return q.astype(np.uint8)
+    d = np.ascontiguousarray(descriptors, dtype=np.float32)
+    q = np.empty(d.shape, dtype=np.uint8)
+    if d.size:
+        quantize_values(d.reshape(-1), np.float32(QUANTIZATION_SCALE), q.reshape(-1))
+    return q
 
 
 def dequantize_descriptors(quantized: np.ndarray) -> np.ndarray:
     """Inverse of :func:`quantize_descriptors`: ``q / 512`` as float32."""
-    q = np.asarray(quantized)
-    return q.astype(np.float32) * np.float32(1.0 / QUANTIZATION_SCALE)
+    # One pass (the product of each uint8, converted, by 2⁻⁹ is exact): the values of q.astype(float32) / 512.
+    return np.multiply(np.asarray(quantized), np.float32(1.0 / QUANTIZATION_SCALE), dtype=np.float32)
 
 
 # --------------------------------------------------------------------------
@@ -774,6 +775,7 @@ def dense_sift(
     grid_alignment: str = "corner",
     low_contrast: str = "keep",
     root: bool = False,
+    out: np.ndarray | None = None,
 ) -> DenseSIFT:
     """Dense SIFT descriptors of a grayscale image on a regular grid.
 
@@ -832,6 +834,11 @@ def dense_sift(
     root : bool, default False
         Map the normalised descriptors to RootSIFT (:func:`root_sift`);
         low-contrast rows kept raw are left as they are.
+    out : ndarray of float32, shape (N, 128), optional
+        Where to write the descriptors (returned as ``descriptors``), e.g. a column block
+        ``wide[:, 128 k : 128 (k + 1)]`` of a wider array whose rows are the blocks of several
+        channels side by side; ``N`` is ``len(grid_frames(image.shape, ...)[0])``.  Each row
+        must be contiguous.  Not with ``low_contrast="drop"``.
 
     Returns
     -------
@@ -876,7 +883,19 @@ def dense_sift(
     geoms = [_geometry(h, w, p, step, o, bin_centres) for p, o in zip(sizes, offsets)]
     counts = [g.frame_x.shape[0] for g in geoms]
     total = int(sum(counts))
-    out = np.empty((total, DESCRIPTOR_SIZE), dtype=np.float32)
+    if out is None:
+        out = np.empty((total, DESCRIPTOR_SIZE), dtype=np.float32)
+    elif (
+        not isinstance(out, np.ndarray)
+        or out.dtype != np.float32
+        or out.shape != (total, DESCRIPTOR_SIZE)
+        or out.strides[1] != out.itemsize
+        or low_contrast == "drop"
+    ):
+        raise ValueError(
+            f"out must be a float32 array of shape ({total}, {DESCRIPTOR_SIZE}) with contiguous rows "
+            f"(and low_contrast not 'drop'), got {getattr(out, 'dtype', type(out))} {getattr(out, 'shape', '')}"
+        )
     raw = np.empty(total, dtype=np.float32)
     keep_raw = normalize and low_contrast == "keep"
     # "zero" / "drop" normalise every patch with a positive norm first
@@ -895,15 +914,15 @@ def dense_sift(
         G = binned_orientation_maps(sm, c.ptr, c.idx8, c.weight, r.ptr, r.idx, r.weight, c.n_anchors, r.n_anchors)
         weights = bin_window_weights(p // N_SPATIAL_BINS, window_size)
         gather_descriptors(
-            G, r.patch_idx, c.patch_idx, weights, out, raw, offset, bool(normalize), thr32, np.float32(cl)
+            G, r.patch_idx, c.patch_idx, weights, out, raw, offset, bool(normalize), thr32, np.float32(cl), bool(root)
         )
         offset += cnt
 
     fx, fy, ps = _frames(geoms, sizes)
     if normalize:
         low = raw <= _as_f32_threshold(thr)
-        if root:
-            root_sift(out, None if low_contrast != "keep" else ~low)
+        # RootSIFT, when asked, was applied by the kernel to every row above ``thr32``: with "keep"
+        # the rows that are not low-contrast, otherwise every non-zero row (as root_sift(out) would).
         if low_contrast == "zero":
             out[low] = 0.0
         elif low_contrast == "drop":
