@@ -309,13 +309,15 @@ class FeatureSet:
         offset = 0
         for split in ("train", "test"):
             rows = self.mirrors(split, needed_by) if mirrored else self.rows[split]
-            step = None if isinstance(rows, ShardedRows) else max(1, max_block_bytes // max(4 * rows.shape[1], 1))
-            blocks = (
-                ((rows[start : start + step], None) for start in range(0, rows.shape[0], step))
-                if mirrored
-                else self.iter_row_blocks(split, step)
-            )
-            for X_block, _ in blocks:
+            if isinstance(rows, ShardedRows):
+                blocks = (block for block, _ in self.iter_row_blocks(split))  # one shard at a time
+            else:
+                # Slices of the map, not read until rows are selected from them: a block none of
+                # whose rows is wanted (e.g. the whole test split when gathering training rows) is
+                # never read, converted or made resident.
+                step = max(1, max_block_bytes // max(4 * rows.shape[1], 1))
+                blocks = (rows[start : start + step] for start in range(0, rows.shape[0], step))
+            for X_block in blocks:
                 n = X_block.shape[0]
                 low, high = np.searchsorted(wanted, (offset, offset + n))
                 if high > low:
