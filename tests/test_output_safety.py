@@ -365,6 +365,22 @@ def test_cache_dir_in_a_users_git_work_tree_gets_no_gitignore(built, tmp_path, c
     assert not (tmp_path / "fs").exists()
 
 
+def test_a_cache_folder_another_process_is_creating_is_accepted(tmp_path):
+    """Two processes starting on one new cache folder: the second may list it while the first's
+    marker is still a temporary file of its atomic write; that is our file, not a user's (this
+    race failed the two-writer cluster test once).  A user's file beside it is still refused."""
+    from classify_images.pipeline.storage.cache_store import CREATED_MARKER
+    from classify_images.pipeline.storage.output_guard import OutputRefusedError, check_cache_folder
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / f".{CREATED_MARKER}.28638.tmp").write_text("{")
+    assert check_cache_folder(folder) == folder
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(OutputRefusedError, match="notes.txt"):
+        check_cache_folder(folder)
+
+
 # --- Hypothesis: folders mixing a user's files with our names ------------------------------
 
 OUR_NAMES = sorted({*REPORT_FILES, EXPERIMENT_FILE, *FILE_NAMES, "model.npz", "features", "report"})

@@ -592,6 +592,8 @@ def check_cache_folder(path: str | os.PathLike) -> Path:
     from .cache_store import CREATED_MARKER
 
     present.discard(CREATED_MARKER)  # (the stage cache made this folder)
+    # ... and another process that is making it now: the marker's atomic write in flight
+    present -= {name for name in present if name.startswith(f".{CREATED_MARKER}.") and name.endswith(".tmp")}
     if not present or (os.path.isdir(path / "joblib") and not os.path.islink(path / "joblib")):
         return path
     raise OutputRefusedError(
