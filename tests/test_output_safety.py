@@ -365,6 +365,19 @@ def test_cache_dir_in_a_users_git_work_tree_gets_no_gitignore(built, tmp_path, c
     assert not (tmp_path / "fs").exists()
 
 
+def test_atomic_writes_temporary_names_are_recognised_exactly(tmp_path):
+    from classify_images.pipeline.storage.atomic import atomic_write, is_temporary_of
+
+    seen = []
+    for concurrent in (False, True):
+        with atomic_write(tmp_path / "manifest.json", "w", concurrent=concurrent) as handle:
+            handle.write("{}")
+            seen += [p.name for p in tmp_path.iterdir() if p.name != "manifest.json"]
+    assert len(seen) == 2 and all(is_temporary_of(name, "manifest.json") for name in seen)
+    for other in ("manifest.json", ".manifest.json.x.tmp", ".manifest.json.12.partial", "..manifest.json.1.tmp"):
+        assert not is_temporary_of(other, "manifest.json")
+
+
 def test_a_cache_folder_another_process_is_creating_is_accepted(tmp_path):
     """Two processes starting on one new cache folder: the second may list it while the first's
     marker is still a temporary file of its atomic write; that is our file, not a user's (this

@@ -43,6 +43,7 @@ __all__ = [
     "fsync_folder",
     "replace_folder",
     "remove_stale_siblings",
+    "is_temporary_of",
     "process_is_alive",
     "DISK_FULL_ERRNOS",
     "before_replace",
@@ -216,6 +217,13 @@ def process_is_alive(pid: int) -> bool:
 def _stale_pattern(name: str) -> re.Pattern:
     """Temporary names this module and the feature store give to ``name``."""
     return re.compile(rf"\.{re.escape(name)}\.(?:(\d+)\.tmp|partial-(\d+)|old-(\d+))")
+
+
+def is_temporary_of(entry_name: str, name: str) -> bool:
+    """True when ``entry_name`` is the temporary file :func:`atomic_write` writes ``name`` through
+    (``.<name>.<pid>.tmp``, or ``.<name>.<32 hex digits>.tmp`` for a concurrent write), finished
+    or still being written by some process."""
+    return re.fullmatch(rf"\.{re.escape(name)}\.(?:\d+|[0-9a-f]{{32}})\.tmp", entry_name) is not None
 
 
 def remove_stale_siblings(

@@ -88,7 +88,7 @@ from ...files import (
     read_regular_bytes,
 )
 from ..settings.config import ChannelsConfig, ConfigError, PipelineConfig, read_any_config
-from .atomic import atomic_write_json, fsync_file, remove_stale_siblings, replace_folder
+from .atomic import atomic_write_json, fsync_file, is_temporary_of, remove_stale_siblings, replace_folder
 from .row_codecs import (
     RowCodec,
     RowCodecError,
@@ -916,9 +916,7 @@ def _remove_feature_set_files(folder: Path) -> bool:
     True when the folder is gone."""
     for entry in os.scandir(folder):
         ours = (
-            _is_feature_set_file(entry.name)
-            or is_shard_temporary(entry.name)
-            or (entry.name.startswith(f".{MANIFEST}.") and entry.name.endswith(".tmp"))
+            _is_feature_set_file(entry.name) or is_shard_temporary(entry.name) or is_temporary_of(entry.name, MANIFEST)
         )
         if ours and not entry.is_dir(follow_symlinks=False):
             with contextlib.suppress(OSError):

@@ -58,7 +58,7 @@ from typing import Any
 
 from ...errors import ClassifyImagesError
 from ...files import read_format_json, read_regular_bytes
-from .atomic import atomic_write_json
+from .atomic import atomic_write_json, is_temporary_of
 
 __all__ = [
     "MARKER",
@@ -593,7 +593,7 @@ def check_cache_folder(path: str | os.PathLike) -> Path:
 
     present.discard(CREATED_MARKER)  # (the stage cache made this folder)
     # ... and another process that is making it now: the marker's atomic write in flight
-    present -= {name for name in present if name.startswith(f".{CREATED_MARKER}.") and name.endswith(".tmp")}
+    present -= {name for name in present if is_temporary_of(name, CREATED_MARKER)}
     if not present or (os.path.isdir(path / "joblib") and not os.path.islink(path / "joblib")):
         return path
     raise OutputRefusedError(
