@@ -43,3 +43,30 @@ def test_a_users_own_malloc_settings_are_left_alone(monkeypatch):
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     assert reuse_freed_memory() is False
     assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
+
+
+COMMAND_SCRIPT = """
+import os, sys
+from classify_images.pipeline.interfaces.cli import main
+main(sys.argv[1:])
+print("thresholds:", os.environ.get("MALLOC_MMAP_THRESHOLD_"))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv, raised",
+    [
+        (["build-features", "no-such-folder"], True),  # encodes image after image
+        (["predict", "no-such-model", "no-such-image.jpg"], True),
+        (["experiment", "no-such-feature-set"], False),  # holds rows and Gram matrices: held low
+        (["train", "no-such-feature-set"], False),
+        (["evaluate", "no-such-feature-set", "no-such-model"], False),
+    ],
+)
+def test_the_commands_that_encode_images_raise_the_thresholds_the_others_hold_them_low(tmp_path, argv, raised):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run(
+        [sys.executable, "-c", COMMAND_SCRIPT, *argv], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "Traceback" not in out.stderr
+    assert out.stdout.strip().endswith(str(64 * 2**20 if raised else 4 * 2**20)), out.stdout

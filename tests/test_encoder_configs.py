@@ -53,6 +53,14 @@ def test_rootsift_config_is_its_base_with_rootsift_and_its_own_hashes(base_name,
         ('[codebook]\nkind = "fisher"\npca_dims = 400\n', "codebook.pca_dims = 400: expected an integer ≥ 1 and ≤ 384"),
         ('[codebook]\nkind = "llc"\nn_neighbors = 0\n', "codebook.n_neighbors = 0: expected an integer ≥ 1"),
         (
+            '[codebook]\nkind = "fisher"\nposterior_threshold = 1.0\n',
+            "codebook.posterior_threshold = 1.0: expected a finite number ≥ 0 and < 1",
+        ),
+        (
+            "[codebook]\nposterior_threshold = 0.1\n",
+            "codebook.posterior_threshold applies to codebook.kind = 'fisher' only",
+        ),
+        (
             '[pooling]\nlevels = [1, "3y1"]\n',
             "pooling.levels = \\[1, '3y1'\\]: expected a non-empty list of integers ≥ 1 .* \"RxC\"",
         ),

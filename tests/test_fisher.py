@@ -6,7 +6,7 @@ import pytest
 
 from classify_images.classifiers.registry import make_classifier
 from classify_images.coding import FisherEncoder, learn_fisher_model
-from classify_images.coding.fisher import FISHER_MODEL_KEYS, gmm_posteriors, pyramid_atoms
+from classify_images.coding.fisher import FISHER_MODEL_KEYS, POSTERIOR_THRESHOLD, gmm_posteriors, pyramid_atoms
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
 from classify_images.pipeline.extraction.build import build_feature_set
 from classify_images.pipeline.storage.feature_store import load_feature_set
@@ -25,10 +25,18 @@ def _random_model(rng, K=4, D=3, P=6):
     }
 
 
-def _reference_fisher(S, model, cells, extra=None):
+def thresholded(gamma, threshold):
+    """Posteriors (n, K) with those below ``threshold`` times their row's largest set to 0 and
+    the rest renormalised (the encoder's ``posterior_threshold``)."""
+    gamma = np.where(gamma >= threshold * gamma.max(axis=1, keepdims=True), gamma, 0.0)
+    return gamma / gamma.sum(axis=1, keepdims=True)
+
+
+def _reference_fisher(S, model, cells, extra=None, threshold=0.0):
     """G_μk and G_σk per cell by loops over descriptors, components and dimensions
     (DESIGN.md §6), then signed sqrt and L2 per cell, then L2 of the concatenation;
-    ``extra`` (n, e): columns appended to each projected descriptor (spatial coordinates)."""
+    ``extra`` (n, e): columns appended to each projected descriptor (spatial coordinates);
+    ``threshold``: the encoder's ``posterior_threshold`` (:func:`thresholded`)."""
     m, P = model["pca_mean"], model["pca_components"]
     pi, mu, var = model["weights"], model["means"], model["variances"]
     K, D = mu.shape
@@ -43,6 +51,7 @@ def _reference_fisher(S, model, cells, extra=None):
             for k in range(K)
         ]
         gamma[i] = np.array(likelihood) / np.sum(likelihood)
+    gamma = thresholded(gamma, threshold)
     out = []
     for members in cells:
         g_mu, g_sigma = np.zeros((K, D)), np.zeros((K, D))
@@ -71,10 +80,18 @@ def test_fisher_vector_matches_formulas():
     S = rng.normal(size=(n, 6))
     levels, grids = (1, 2, "3x1"), [(1, 1), (2, 2), (3, 1)]
     encoder = FisherEncoder(model)
+    assert encoder.posterior_threshold == POSTERIOR_THRESHOLD == 1e-4
     got = encoder.encode(S, pyramid_cells(x, y, shape, levels), n_pyramid_cells(levels))
-    expected = _reference_fisher(S, model, reference_cells(x, y, shape, grids))
+    expected = _reference_fisher(S, model, reference_cells(x, y, shape, grids), threshold=1e-4)
     assert got.dtype == np.float32 and got.shape == (8 * 2 * 4 * 3,) == (8 * encoder.cell_dimension,)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    # threshold 0 (the dense path): every posterior, Perronnin et al.'s formulas exactly
+    every_posterior = _reference_fisher(S, model, reference_cells(x, y, shape, grids))
+    dense = FisherEncoder(model, posterior_threshold=0.0).encode(
+        S, pyramid_cells(x, y, shape, levels), n_pyramid_cells(levels)
+    )
+    np.testing.assert_allclose(dense, every_posterior, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(every_posterior, expected, rtol=1e-5, atol=1e-6)  # the threshold shows
     cell_vectors = got.reshape(8, -1)
     assert not cell_vectors[[2, 4]].any() and (got < 0).any()
     np.testing.assert_array_equal(got, encoder.encode(S, pyramid_cells(x, y, shape, levels), 8))
@@ -215,3 +232,14 @@ def test_an_unconverged_gmm_is_one_line_of_ours(tmp_path, capsys):
         "iterations before its change fell below 0.001; the model is used as it is (raise "
         "codebook.n_iter for a closer fit)"
     ], warnings
+
+
+def test_the_configs_posterior_threshold_reaches_the_encoder():
+    from classify_images.coding.encoders import make_encoder
+
+    rng = np.random.default_rng(3)
+    model = _random_model(rng)
+    table = {"kind": "fisher", "size": 4, "pca_dims": 3, "n_samples": 100, "n_iter": 5, "seed": 0}
+    assert make_encoder(table).prepare(model).posterior_threshold == POSTERIOR_THRESHOLD
+    assert make_encoder({**table, "posterior_threshold": 0.0}).prepare(model).posterior_threshold == 0.0
+    assert make_encoder({**table, "posterior_threshold": 0.25}).prepare(model).posterior_threshold == 0.25

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from classify_images.coding import FisherEncoder, learn_fisher_model
-from classify_images.coding.fisher import spatial_coordinates
+from classify_images.coding.fisher import POSTERIOR_THRESHOLD, spatial_coordinates
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
 from classify_images.features.dsift import dequantize_descriptors
 from classify_images.pipeline.extraction.build import build_feature_set
@@ -53,7 +53,11 @@ def test_fisher_vector_with_coordinates_matches_formulas():
     cells = pyramid_cells(x, y, shape, levels)
     got = encoder.encode(S, cells, n_pyramid_cells(levels), coordinates=spatial_coordinates(x, y, shape))
     expected = _reference_fisher(
-        S, model, reference_cells(x, y, shape, grids), extra=_reference_coordinates(x, y, shape)
+        S,
+        model,
+        reference_cells(x, y, shape, grids),
+        extra=_reference_coordinates(x, y, shape),
+        threshold=POSTERIOR_THRESHOLD,
     )
     assert got.shape == (8 * 2 * 4 * 5,) == (8 * encoder.cell_dimension,)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)

@@ -9,6 +9,7 @@ import pytest
 
 from classify_images.coding import FisherEncoder
 from classify_images.coding import fisher as fisher_module
+from classify_images.coding._fisher_kernels import accumulate_posterior_statistics
 from classify_images.coding.encoders import encoder_class, encoder_kinds
 from classify_images.coding.fisher import gmm_posteriors, pyramid_atoms
 from classify_images.coding.normalize import l2_normalize_rows, signed_sqrt
@@ -16,6 +17,7 @@ from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
 from classify_images.pipeline.extraction.build import build_feature_set
 
 from ._encoder_helpers import random_layout, small_config
+from .test_fisher import thresholded
 
 
 def _entries(cache: Path, stage: str) -> int:
@@ -48,7 +50,9 @@ def _obvious_fisher(encoder: FisherEncoder, descriptors, cells, n_cells):
     """The improved Fisher vector from the float64 posteriors of every descriptor at once and
     per-cell sums over the descriptors of each cell (no atoms, no chunks, no float32)."""
     x = (np.asarray(descriptors, np.float64) - encoder.pca_mean) @ encoder.pca_components.T
-    gamma = gmm_posteriors(x, encoder.weights, encoder.means, encoder.variances)
+    gamma = thresholded(
+        gmm_posteriors(x, encoder.weights, encoder.means, encoder.variances), encoder.posterior_threshold
+    )
     K, D = encoder.n_components, encoder.n_dims
     counts, s0, s1, s2 = np.zeros(n_cells), np.zeros((n_cells, K)), np.zeros((n_cells, K, D)), np.zeros((n_cells, K, D))
     for level in cells:
@@ -62,9 +66,11 @@ def _obvious_fisher(encoder: FisherEncoder, descriptors, cells, n_cells):
     return l2_normalize_rows(l2_normalize_rows(signed_sqrt(vectors)).ravel())
 
 
-def test_chunked_fisher_encoding_equals_the_obvious_computation(monkeypatch):
-    """Tolerance: float32 projection, posteriors and products against float64 throughout;
-    max |difference| ≤ 2e-5 on unit vectors whose typical entry is 1e-2, relative L2 ≤ 1e-4."""
+@pytest.mark.parametrize("threshold", [1e-4, 0.0])
+def test_chunked_fisher_encoding_equals_the_obvious_computation(monkeypatch, threshold):
+    """Tolerance: float32 projection and log-densities against float64 throughout; max
+    |difference| ≤ 2e-5 on unit vectors whose typical entry is 1e-2, relative L2 ≤ 1e-4.  Both
+    paths: the compiled sparse pass (threshold > 0) and the dense product (threshold 0)."""
     rng = np.random.default_rng(0)
     K, D, P, n = 16, 8, 32, 2600
     weights = rng.random(K) + 0.2
@@ -75,7 +81,7 @@ def test_chunked_fisher_encoding_equals_the_obvious_computation(monkeypatch):
         "means": rng.normal(size=(K, D)),
         "variances": rng.random((K, D)) + 0.3,
     }
-    encoder = FisherEncoder(model)
+    encoder = FisherEncoder(model, posterior_threshold=threshold)
     descriptors = rng.normal(size=(n, P)) + model["pca_mean"]
     x, y, shape = random_layout(rng, n)
     levels = (1, 2, "3x1")
@@ -91,15 +97,31 @@ def test_chunked_fisher_encoding_equals_the_obvious_computation(monkeypatch):
     assert np.diff(bounds).max() > 64
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_compiled_shift_and_cut_gives_the_numpy_posteriors_bit_for_bit(dtype):
+def _obvious_posterior_statistics(log_joint, moments, threshold):
+    """sum_i gamma_ik [x_i, x_i^2, 1] with the posteriors of each row from its log-joint densities,
+    those below ``threshold`` times the row's largest 0 and the rest renormalised (float64)."""
+    gamma = np.exp(log_joint.astype(np.float64) - log_joint.max(axis=1, keepdims=True))
+    return thresholded(gamma, threshold).T @ moments.astype(np.float64)
+
+
+@pytest.mark.parametrize("threshold", [1e-4, 1e-3])
+def test_compiled_posterior_statistics_equal_the_obvious_sums(threshold):
+    """The compiled sparse pass (adding to what the statistics hold) = the dense NumPy formula,
+    to float64 rounding; most posteriors are cut, and every row keeps its largest."""
     rng = np.random.default_rng(1)
-    log_joint = (rng.normal(size=(300, 64)) * 60.0).astype(dtype)
-    log_joint[5] = -1e30  # a row far from every component: the largest entry still gives 1
-    expected = fisher_module._normalise_log_joint(log_joint.copy())
-    got = fisher_module._normalise_log_joint_fast(log_joint.copy())
-    np.testing.assert_array_equal(got, expected)
-    assert (got == 0).any() and np.allclose(got.sum(axis=1), 1.0)
+    log_joint = (rng.normal(size=(300, 64)) * 6.0).astype(np.float32)
+    log_joint[5] = -1e30  # far from every component: the largest entry still gives posterior 1
+    log_joint[6, :] = 2.0  # every component equally likely: all kept, 1/64 each
+    moments = rng.normal(size=(300, 17)).astype(np.float32)
+    start = rng.normal(size=(64, 17))
+    statistics = start.copy()
+    accumulate_posterior_statistics(log_joint, moments, np.float32(np.log(threshold)), statistics)
+    expected = start + _obvious_posterior_statistics(log_joint, moments, threshold)
+    np.testing.assert_allclose(statistics, expected, rtol=1e-9, atol=1e-9)
+    kept = (log_joint.astype(np.float64) - log_joint.max(axis=1, keepdims=True)) >= np.log(threshold)
+    assert 1.0 < kept.sum(axis=1).mean() < 32  # the cut drops most entries, not all
+    every = start + _obvious_posterior_statistics(log_joint, moments, 0.0)
+    assert np.abs(every - expected).max() > 1e-6  # and it changes the sums
 
 
 FISHER = {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30}

@@ -682,6 +682,10 @@ class FisherVectorsParams:
     #: append each keypoint's relative coordinates (x/w - 0.5, y/h - 0.5) to its PCA-reduced
     #: descriptor before the GMM (Sánchez et al. 2012): 2·K·(D + 2) per cell
     spatial_coordinates: bool = parameter(False, boolean)
+    #: a descriptor's posteriors below this fraction of its most likely component's are 0, the
+    #: others renormalised (unset: 1e-4; 0 keeps them all, the formulas of Perronnin et al.
+    #: exactly, at about 1.3x the encoding time)
+    posterior_threshold: float | None = parameter(None, Interval(Real, 0, 1, closed="left"))
 
 
 class FisherVectors(_AggregatesCells):
@@ -765,9 +769,14 @@ class FisherVectors(_AggregatesCells):
         return 2 * int(np.prod(np.shape(state["means"])))
 
     def prepare(self, state):
-        from .fisher import FisherEncoder
+        from .fisher import POSTERIOR_THRESHOLD, FisherEncoder
 
-        return FisherEncoder(state, spatial_coordinates=self.params.spatial_coordinates)
+        threshold = self.params.posterior_threshold
+        return FisherEncoder(
+            state,
+            spatial_coordinates=self.params.spatial_coordinates,
+            posterior_threshold=POSTERIOR_THRESHOLD if threshold is None else threshold,
+        )
 
     def encode_inputs(self, x, y, image_shape):
         if not self.params.spatial_coordinates:

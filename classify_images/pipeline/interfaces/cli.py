@@ -31,7 +31,7 @@ from typing import Any
 
 from ...classifiers.registry import CLASSIFIERS, parse_param
 from ...errors import ClassifyImagesError
-from ..execution.allocator import reuse_freed_memory
+from ..execution.allocator import return_freed_memory, reuse_freed_memory
 from ..execution.limits import MAX_BATCH_SIZE, bounded_workers, check_grid_size, check_worker_parameter
 from ..execution.progress import tqdm_progress as _tqdm_progress
 from ..settings.defaults import RECOMMENDED_CONFIG, config_choice_line, named_configs
@@ -1269,6 +1269,14 @@ def _os_error_text(exc: OSError) -> str:
     return f"{what}{where}"
 
 
+#: The commands that encode images one after another, whose per-image buffers glibc should keep
+#: for the next image (:func:`~classify_images.pipeline.execution.allocator.reuse_freed_memory`).
+#: The others (``train``, ``evaluate``, ``experiment``, ``cache``) hold feature rows and Gram
+#: matrices and return their freed blocks instead
+#: (:func:`~classify_images.pipeline.execution.allocator.return_freed_memory`).
+ENCODING_COMMANDS = frozenset({"build-features", "predict", "run", "demo"})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``classify-images`` console script."""
     for stream in (sys.stdout, sys.stderr):  # file names that are not valid UTF-8 print escaped
@@ -1287,7 +1295,10 @@ def main(argv: list[str] | None = None) -> int:
             cli_logging(-1 if args.quiet else args.verbose, args.command),
         ):
             _bound_resources(args)
-            reuse_freed_memory()  # per-image buffers reused, not re-mapped (execution/allocator.py)
+            if args.command in ENCODING_COMMANDS:
+                reuse_freed_memory()  # per-image buffers reused, not re-mapped (execution/allocator.py)
+            else:
+                return_freed_memory()  # freed blocks returned, not kept beside the rows
             with _thread_limits(args.threads):
                 status = int(args.func(args) or 0)
             sys.stdout.flush()  # a reader gone (``| head``) is met here, not in the interpreter's exit
