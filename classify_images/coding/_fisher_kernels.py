@@ -5,8 +5,8 @@ block of descriptors to its statistics :math:`\\sum_i \\gamma_{ik}[x_i, x_i^2, 1
 time: the row's largest entry, the components within ``log_cut`` of it (their exponentials; the
 others get a posterior of exactly 0), the normalisation over those, and each kept posterior times
 the row added to its component's statistics.  With ``K = 256`` components and a cut of
-:math:`\\ln 10^{-4}` a 64-dimensional descriptor keeps about 10 components, so the statistics cost
-``2 · 10 · (2D + 1)`` operations a descriptor instead of the ``2 · 256 · (2D + 1)`` of a dense
+:math:`\\ln 10^{-4}` a 64-dimensional descriptor keeps about 11 components, so the statistics cost
+``2 · 11 · (2D + 1)`` operations a descriptor instead of the ``2 · 256 · (2D + 1)`` of a dense
 product, and only the kept entries go through the exponential.
 """
 

@@ -48,10 +48,10 @@ Deviation from [1]_ (which sums every posterior): posteriors below ``posterior_t
 (default :data:`POSTERIOR_THRESHOLD` = 10⁻⁴) times the descriptor's most likely component's are
 0, the kept ones renormalised, as the development version of VLFeat's ``vl_fisher`` does with
 its ``Fast`` option at 10⁻³ [5]_ (VLFeat 0.9.21, the release, skips posteriors below 10⁻⁶ and
-its ``Fast`` keeps only the largest, a hard assignment).  A 64-dimensional descriptor keeps about 10 of 256 components (on Flowers-17 and
-15-Scenes; 215 have a joint density above :math:`e^{-80}` of the largest), so the statistics
-cost about 10 rather than 256 multiply-adds of ``2D + 1`` per descriptor and the exponential runs
-on the kept entries only; the posteriors left out carry at most ``K · posterior_threshold`` of
+its ``Fast`` keeps only the largest, a hard assignment).  A 64-dimensional descriptor keeps
+about 11 of 256 components (on Flowers-17 and 15-Scenes; about 215 have a joint density above
+:math:`e^{-80}` of the largest), so the statistics cost about 11 rather than 256 multiply-adds
+of ``2D + 1`` per descriptor and the exponential runs on the kept entries only; the posteriors left out carry at most ``K · posterior_threshold`` of
 the mass (docs/light-pipeline.md for the effect on accuracy).  ``posterior_threshold = 0`` keeps
 every posterior above :math:`e^{-80}` of the largest (float32's smallest normal number; the
 others underflow), the formulas of [1]_ to rounding, and computes the statistics by one dense
