@@ -16,17 +16,24 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
-__all__ = ["fuzz_settings", "run_cli"]
+__all__ = ["fuzz_settings", "run_cli", "FULL_FUZZ"]
+
+#: ``CLASSIFY_IMAGES_FULL_FUZZ=1`` (``.ci/run`` sets it for its ``-m "slow or fuzz"`` stage): every
+#: fuzz test runs its full ``max_examples``; otherwise a fifth of them (at least 10), so that the
+#: default test run stays short.
+FULL_FUZZ = os.environ.get("CLASSIFY_IMAGES_FULL_FUZZ", "") not in ("", "0")
 
 
 def fuzz_settings(max_examples: int) -> settings:
-    """Settings of a fuzz test running ``max_examples`` derandomised examples."""
+    """Settings of a fuzz test running ``max_examples`` derandomised examples (a fifth of them,
+    at least 10, unless :data:`FULL_FUZZ`)."""
     return settings(
         settings.get_profile("default"),
-        max_examples=max_examples,
+        max_examples=max_examples if FULL_FUZZ else max(10, max_examples // 5),
         derandomize=True,
         database=None,
         deadline=None,

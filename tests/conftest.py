@@ -31,6 +31,14 @@ SCENE15 = SHARED_DATASETS / "scene15"
 FLOWERS17 = SHARED_DATASETS / "flowers17"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Mark every property-based test ``fuzz`` (tests/_fuzz.py: fewer examples unless
+    ``CLASSIFY_IMAGES_FULL_FUZZ=1``), so that CI can run them all again with ``-m fuzz``."""
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.fuzz)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (pyproject's ``addopts``): one pytest-xdist worker per processor this process

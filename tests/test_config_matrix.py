@@ -46,6 +46,20 @@ pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceW
 
 CONFIGS = sorted(named_configs())
 CLASSIFIERS = sorted(registry.CLASSIFIERS)
+#: Configs every classifier runs on in the default test run: non-negative rows (every classifier
+#: trains) and signed rows (the classifiers needing non-negative input refuse in one line).
+EVERY_CLASSIFIER_ON = ("bof-spm", "fisher")
+
+
+def _cells():
+    """Every (config, classifier): in the default run every config with the linear SVM and every
+    classifier on :data:`EVERY_CLASSIFIER_ON`; the rest of the cross product is marked ``slow``
+    (deselected by default, run by ``.ci/run`` with ``-m slow``)."""
+    for config in CONFIGS:
+        for classifier in CLASSIFIERS:
+            core = classifier == "linear" or config in EVERY_CLASSIFIER_ON
+            yield pytest.param(config, classifier, id=f"{config}-{classifier}", marks=() if core else pytest.mark.slow)
+
 
 #: Feature rows recomputed from a model file or by ``ImageFeatures`` against the stored ones
 #: (and a refitted codebook against the stored one).  On one machine they are equal bit for bit
@@ -235,8 +249,7 @@ def _start_predict_in_empty_folder(model: Path, folder: Path, images: list[str])
     return process, alone
 
 
-@pytest.mark.parametrize("classifier", CLASSIFIERS)
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize(("config", "classifier"), list(_cells()))
 def test_run_predict_and_reload(config, classifier, built, tmp_path, capsys, monkeypatch):
     from classify_images import ImageFeatures, load_model
 

@@ -127,9 +127,9 @@ def test_compiled_posterior_statistics_equal_the_obvious_sums(threshold):
 FISHER = {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30}
 
 
-def test_fisher_rows_are_float16_by_default_with_their_mirrors(tmp_path, small_dataset):
-    """The default stores float16 rows (and mirrors) in the npy layout, read back as float32 within
-    float16's rounding (relative 2^-11) of the float32 build's rows."""
+def test_float16_rows_and_mirrors_in_the_npy_layout(tmp_path, small_dataset):
+    """``rows="float16"`` stores float16 rows (and mirrors) in the npy layout, read back as float32
+    within float16's rounding (relative 2^-11) of the float32 build's rows."""
     from classify_images.pipeline.extraction.augment import rows_and_mirrors
     from classify_images.pipeline.settings.config import validate_config
     from classify_images.pipeline.storage.feature_store import load_feature_set
@@ -137,7 +137,7 @@ def test_fisher_rows_are_float16_by_default_with_their_mirrors(tmp_path, small_d
     raw = small_config(FISHER, {"levels": [1, "3x1"]}, "none").to_dict()
     raw["augment"] = {"flip_train": True, "flip_test": "average"}
     config = validate_config(raw)
-    light = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache")
+    light = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache", rows="float16")
     exact = build_feature_set(small_dataset, tmp_path / "exact", config, cache_dir=tmp_path / "cache", rows="float32")
     for name in ("X_train", "X_test", "X_train_flip", "X_test_flip"):
         assert np.load(tmp_path / "light" / f"{name}.npy", mmap_mode="r").dtype == np.float16
@@ -157,8 +157,13 @@ def test_fisher_rows_are_float16_by_default_with_their_mirrors(tmp_path, small_d
     both = rows_and_mirrors(fs, np.arange(len(fs.y_train)))
     assert both.dtype == np.float32 and both.shape == (2 * len(fs.y_train), fs.n_features)
     np.testing.assert_array_equal(both[: len(fs.y_train)], fs.X_train)
-    again = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache")
-    assert again.reused  # the float16 set is up to date for the default
+    again = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache", rows="float16")
+    assert again.reused  # the float16 set is up to date
+    default = build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache")
+    assert not default.reused  # the default (int8) is another set
+    assert load_feature_set(default.path).row_encoding == "int8"
+    assert np.load(tmp_path / "light" / "X_test_flip.npy", mmap_mode="r").dtype == np.uint8
+    assert build_feature_set(small_dataset, tmp_path / "light", config, cache_dir=tmp_path / "cache").reused
 
 
 def test_a_manifest_announcing_another_row_dtype_is_one_line(tmp_path, small_dataset):
@@ -168,8 +173,12 @@ def test_a_manifest_announcing_another_row_dtype_is_one_line(tmp_path, small_dat
 
     build_feature_set(small_dataset, tmp_path / "fs", small_config(FISHER, {"levels": [1]}, "none"), cache_dir=None)
     manifest = json.loads((tmp_path / "fs" / "manifest.json").read_text())
-    assert manifest["rows"] == "float16"
-    for value, message in (("float32", "X_train.npy is float16"), ("int8", "'rows' must be one of")):
+    assert manifest["rows"] == "int8"  # the default for Fisher vectors
+    for value, message in (
+        ("float32", r"X_train.npy is uint8 \(\d+, 68\), the manifest announces float32 \(\d+, 64\)"),
+        ("int4", r"X_train.npy is uint8 \(\d+, 68\), the manifest announces uint8 \(\d+, 36\)"),
+        ("pq8", "'rows' must be one of"),
+    ):
         (tmp_path / "fs" / "manifest.json").write_text(json.dumps({**manifest, "rows": value}))
         with pytest.raises(FeatureSetError, match=message):
             load_feature_set(tmp_path / "fs")

@@ -45,7 +45,9 @@ def test_the_built_in_codecs_are_found_not_listed():
     for name in row_codec_names():
         assert row_codec(name).name == name and codec_of_format(row_codec(name).format).format == row_codec(name).format
     assert codec_for_rows(True).name == "csr" and codec_for_rows(False, "pq16").name == "pq16"
-    with pytest.raises(RowCodecError, match="--rows must be one of float32, float16, pq8, pq16, not 'nope'"):
+    with pytest.raises(
+        RowCodecError, match="--rows must be one of float32, float16, int8, int4, pq8, pq16, not 'nope'"
+    ):
         row_codec("nope")
     with pytest.raises(RowCodecError, match="stored CSR"):
         codec_for_rows(True, "float16")

@@ -214,8 +214,8 @@ class Encoder:
     #: nothing; such an item is recomputed when asked for again.
     caches_item: ClassVar[bool] = True
     #: How a build stores this encoder's rows unless told (``build-features --rows``): ``"float32"``,
-    #: or ``"float16"`` where half the bytes were measured to cost no accuracy (Fisher vectors:
-    #: identical accuracy on every 15-Scenes split, docs/benchmarks/compressed-rows.md).
+    #: or a lighter codec where its bytes were measured to cost no accuracy (Fisher vectors: ``int8``,
+    #: docs/light-pipeline.md).
     default_rows: ClassVar[str] = "float32"
 
     @property
@@ -696,15 +696,16 @@ class FisherVectors(_AggregatesCells):
     Storage: the stage cache keeps nothing per image (:attr:`~Encoder.caches_item` is false: the
     item is the finished row, 1 MiB of float32 at K = 256, D = 64 and 8 cells, more than the
     image's share of anything a later build could re-use, and about 50 ms of CPU to recompute),
-    and the feature set stores the rows in float16 unless told otherwise
-    (:attr:`~Encoder.default_rows`: half the bytes, the same accuracy on every 15-Scenes split;
-    docs/light-pipeline.md)."""
+    and the feature set stores the rows as 8-bit codes unless told otherwise
+    (:attr:`~Encoder.default_rows`: a quarter of the bytes, the same accuracy as float32 within
+    0.05 points on every 15-Scenes and Flowers-17 split; docs/light-pipeline.md)."""
 
     kind = "fisher"
     Params = FisherVectorsParams
-    #: 262 144 dimensions (the ``fisher`` configs) are 1 MiB a row in float32: float16 halves it,
-    #: at no accuracy cost on 15-Scenes (relative L2 error 2e-4; docs/light-pipeline.md).
-    default_rows = "float16"
+    #: 262 144 dimensions (the ``fisher`` configs) are 1 MiB a row in float32: 8-bit codes with one
+    #: step per 4 096 values take 258 KiB (relative L2 error 1.5e-2; 4-bit codes, 130 KiB, moved
+    #: 15-Scenes splits by up to 0.3 points; docs/light-pipeline.md).
+    default_rows = "int8"
 
     @property
     def pca_dims(self) -> int:

@@ -145,13 +145,13 @@ def build_feature_set(
     force : bool
         Also replace a folder holding nothing but files of a feature set's names that no manifest
         of ours lists (``--force``; files of other names are refused all the same).
-    rows : {"float32", "float16", "pq8", "pq16"} or another registered row codec, optional
+    rows : {"float32", "float16", "int8", "int4", "pq8", "pq16"} or another registered row codec, optional
         How dense rows are stored (module docstring).  Default: the encoder's
-        :attr:`~classify_images.coding.encoders.Encoder.default_rows` (float16 for Fisher
+        :attr:`~classify_images.coding.encoders.Encoder.default_rows` (``int8`` for Fisher
         vectors, float32 otherwise) in the layout ``store`` gives (``npy`` on one machine).
-        Asked for explicitly, the compressed forms need the sharded store (the default
-        ``store`` is then ``"sharded"``; ``float16`` is also allowed in the ``npy`` store) and
-        dense rows.  They are decoded to float32 blocks on reading.
+        ``float16``, ``int8`` and ``int4`` fit either layout (default ``npy``); ``pq8`` and
+        ``pq16`` need the sharded store (the default ``store`` is then ``"sharded"``).  The
+        compressed forms need dense rows and are decoded to float32 blocks on reading.
 
     Returns
     -------
@@ -167,9 +167,10 @@ def build_feature_set(
         execution = Execution.from_options(n_jobs=n_jobs, scheduler=scheduler, cluster=cluster, batch_size=batch_size)
     n_jobs, spec, batch_size = execution.n_jobs, execution.cluster, execution.batch_size
     # rows None: the encoder's light default, chosen where the plan is made (channels store float32)
-    compressed = rows is not None and row_codec(rows).compressed  # RowCodecError naming the known codecs
+    # RowCodecError naming the known codecs; float16, int8 and int4 rows fit the npy store too
+    needs_shards = rows is not None and not row_codec(rows).in_npy_store
     if store is None:
-        store = "npy" if spec is None and not compressed else "sharded"
+        store = "npy" if spec is None and not needs_shards else "sharded"
     if store not in STORE_LAYOUTS:
         raise ValueError(f"store must be one of {', '.join(STORE_LAYOUTS)}, not {store!r}")
     if store == "npy" and rows is not None and rows not in NPY_ROW_ENCODINGS:
@@ -252,7 +253,7 @@ def _build(
 ) -> BuildResult:
     timer = StageTimer()
     plan = make_feature_plan(config)  # the configuration's objects, made once and handed down
-    if encoding is None:  # the encoder's light default: float16 for Fisher vectors (Encoder.default_rows)
+    if encoding is None:  # the encoder's light default: int8 for Fisher vectors (Encoder.default_rows)
         encoding = plan.encoder.default_rows
     with timer("discover"):
         images = discover_images(dataset_dir, config, n_jobs, client, batch_size)

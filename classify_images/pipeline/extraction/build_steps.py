@@ -38,6 +38,7 @@ from ..settings.dataset import (
 )
 from ..settings.plan import FeaturePlan, feature_plan_of
 from ..settings.protocols import short_classes, small_classes
+from ..storage.coded_rows import stored_array
 from ..storage.feature_store import FeatureSetWriter, load_feature_set, release_mapped_pages, remove_stale_partials
 from ..storage.provenance import library_versions
 from ..storage.row_codecs import RowCodec, codec_for_rows, row_codec
@@ -289,7 +290,8 @@ def encode_and_pool(
     runner: Runner,
     encoding: str = "float32",
 ) -> dict[str, np.ndarray]:
-    """The rows ``X_train``, ``X_test`` (memory-mapped, of dtype ``encoding``: float32 or float16),
+    """The rows ``X_train``, ``X_test`` (memory-mapped, stored as ``encoding``: float32, float16, or
+    8- or 4-bit codes read and written through a :class:`~classify_images.pipeline.storage.coded_rows.CodedRows`),
     normalised when the normaliser is per-vector, pooled only when it still has to be fitted.
 
     The rows written are flushed to the file and dropped from this process's memory every
@@ -341,7 +343,7 @@ def release_written_rows(X: dict[str, np.ndarray]) -> None:
     """Write the rows' dirty pages to their files and drop every mapped page from this process's
     resident memory (read back from the page cache or the disk if needed again)."""
     for rows in X.values():
-        if isinstance(rows, np.memmap):
+        if isinstance(stored_array(rows), np.memmap):
             rows.flush()
             release_mapped_pages(rows)
 
@@ -504,7 +506,7 @@ def fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> Non
     """Fit a normaliser with training statistics on the training rows and apply it to all rows."""
     if extractor.normalizer.is_fitted:
         return
-    normalizer = extractor.normalizer.fit(X["train"])
+    normalizer = extractor.normalizer.fit(np.asarray(X["train"]))
     for part in X.values():
         for start in range(0, part.shape[0], _NORMALISE_CHUNK):
             rows = slice(start, start + _NORMALISE_CHUNK)

@@ -897,9 +897,10 @@ def _add_build_features_parser(sub: argparse._SubParsersAction) -> None:
         metavar="CODEC",
         default=None,
         help="how dense rows (Fisher vectors, VLAD, ...) are stored: float32 (exact), float16 "
-        "(half the bytes) or product-quantised with 8 or 16 dimensions per byte (32x / 64x smaller, in shards), "
+        "(half the bytes), int8 or int4 (8- or 4-bit codes, one step per 4096 values: about 4x / 8x smaller), "
+        "product-quantised with 8 or 16 dimensions per byte (32x / 64x smaller, in shards), "
         "or a registered row codec (checked by the build: the codecs load with it, not with the CLI); decoded to "
-        "float32 on reading (default: float16 for Fisher vectors, whose accuracy it keeps, float32 otherwise)",
+        "float32 on reading (default: int8 for Fisher vectors, whose accuracy it keeps, float32 otherwise)",
     )
     parser.add_argument(
         "--batch-size",

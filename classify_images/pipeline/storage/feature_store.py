@@ -22,10 +22,14 @@ Layout::
                                                image of row i of ``X_train`` / ``X_test``, so a
                                                re-split that moves a row moves its mirror with it
 
-The row files (``X_*.npy``) are float16 instead when the manifest says ``"rows": "float16"``
-(the default for Fisher vectors, :attr:`~classify_images.coding.encoders.Encoder.default_rows`:
-half the bytes, accuracy-identical on 15-Scenes); they are decoded to float32 as they are read
-(:attr:`FeatureSet.X_train`, :meth:`FeatureSet.iter_row_blocks`, :meth:`FeatureSet.pooled_rows`).
+The row files (``X_*.npy``) are float16 instead when the manifest says ``"rows": "float16"``,
+and ``uint8`` rows of 8- or 4-bit codes followed by their steps when it says ``"int8"`` (the
+default for Fisher vectors, :attr:`~classify_images.coding.encoders.Encoder.default_rows`: a
+quarter of the bytes, accuracy-identical on 15-Scenes and Flowers-17) or ``"int4"``
+(:mod:`~classify_images.coding.scalar_quantizer`, read through a
+:class:`~classify_images.pipeline.storage.coded_rows.CodedRows`); they are decoded to float32 as
+they are read (:attr:`FeatureSet.X_train`, :meth:`FeatureSet.iter_row_blocks`,
+:meth:`FeatureSet.pooled_rows`).
 
 Two layouts hold the rows (``--store``).  ``npy`` (the default on one machine):
 ``X_train.npy`` and ``X_test.npy`` as above, filled by the building process.  ``sharded``
@@ -89,6 +93,7 @@ from ...files import (
 )
 from ..settings.config import ChannelsConfig, ConfigError, PipelineConfig, read_any_config
 from .atomic import atomic_write_json, fsync_file, is_temporary_of, remove_stale_siblings, replace_folder
+from .coded_rows import CodedRows, stored_array
 from .row_codecs import (
     RowCodec,
     RowCodecError,
@@ -172,7 +177,7 @@ def release_mapped_pages(rows) -> None:
     They are clean pages of a read-only file (read again from the page cache if needed), but
     they count in the process's resident memory until unmapped: a pass over a 4.5 GB feature
     set would otherwise leave 4.5 GB resident.  Nothing happens for other arrays."""
-    mapping = getattr(rows, "_mmap", None)  # numpy.memmap's mapping (np.load(..., mmap_mode="r"))
+    mapping = getattr(stored_array(rows), "_mmap", None)  # numpy.memmap's mapping (np.load(..., mmap_mode="r"))
     if mapping is not None and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
         mapping.madvise(mmap.MADV_DONTNEED)
 
@@ -240,7 +245,9 @@ class FeatureSet:
         rows = self.rows[split]
         if isinstance(rows, ShardedRows):
             return rows.toarray()
-        return rows if rows.dtype == np.float32 else np.asarray(rows, dtype=np.float32)  # float16 rows decoded
+        if isinstance(rows, np.ndarray) and rows.dtype == np.float32:
+            return rows  # the memory map itself
+        return np.asarray(rows, dtype=np.float32)  # float16 or coded rows decoded
 
     @property
     def layout(self) -> str:
@@ -249,7 +256,7 @@ class FeatureSet:
 
     @property
     def row_encoding(self) -> str:
-        """How the rows are stored: ``"float32"``, ``"float16"``, ``"pq8"`` or ``"pq16"``."""
+        """How the rows are stored: ``"float32"``, ``"float16"``, ``"int8"``, ``"int4"``, ``"pq8"`` or ``"pq16"``."""
         if "store" in self.manifest:
             return str(self.manifest["store"].get("rows", "float32"))
         return str(self.manifest.get("rows", "float32"))
@@ -283,7 +290,8 @@ class FeatureSet:
             raise ValueError(f"rows_per_block must be at least 1, not {step}")
         for start in range(0, rows.shape[0], step):
             block = rows[start : start + step]
-            block = block if block.dtype == np.float32 else np.asarray(block, dtype=np.float32)  # float16 rows
+            if not (isinstance(block, np.ndarray) and block.dtype == np.float32):
+                block = np.asarray(block, dtype=np.float32)  # float16 or coded rows decoded
             yield block, np.asarray(labels[start : start + step], dtype=np.int64)
 
     def iter_pooled_rows(
@@ -605,17 +613,14 @@ def _check_store(manifest: dict, bad) -> None:
 
 
 def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -> None:
-    """Raise :class:`FeatureSetError` unless the arrays agree with each other and the manifest."""
-    n_classes, n_features = len(manifest["class_names"]), manifest["n_features"]
-    dtype = _npy_row_dtype(manifest)
+    """Raise :class:`FeatureSetError` unless the arrays agree with each other and the manifest;
+    the ``npy`` layout's row arrays are checked (:func:`_npy_rows`) and replaced by their rows."""
+    n_classes = len(manifest["class_names"])
     for part in ("train", "test"):
         X, y = arrays.get(f"X_{part}"), arrays[f"y_{part}"]
         n_rows = len(manifest["split"][part])
-        if X is not None and (X.ndim != 2 or X.dtype != dtype or X.shape != (n_rows, n_features)):
-            raise FeatureSetError(
-                f"feature set {folder}: X_{part}.npy is {X.dtype} {X.shape}, the manifest announces "
-                f"{dtype.name} ({n_rows}, {n_features}); rebuild it"
-            )
+        if X is not None:
+            arrays[f"X_{part}"] = _npy_rows(folder, manifest, f"X_{part}", X, n_rows)
         if y.ndim != 1 or y.dtype.kind not in "iu" or y.shape[0] != n_rows:
             raise FeatureSetError(
                 f"feature set {folder}: y_{part}.npy is {y.dtype} {y.shape}, expected {n_rows} integer labels; rebuild it"
@@ -624,8 +629,36 @@ def _check_arrays(folder: Path, manifest: dict, arrays: dict[str, np.ndarray]) -
             raise FeatureSetError(
                 f"feature set {folder}: y_{part}.npy has labels outside 0…{n_classes - 1}; rebuild it"
             )
-        if X is not None:
-            _require_finite(folder, f"X_{part}.npy", X)
+
+
+def _npy_rows(folder: Path, manifest: dict, name: str, X: np.ndarray, n_rows: int) -> np.ndarray | CodedRows:
+    """The rows of the ``npy`` layout's row file ``name`` (memory-mapped ``X``), checked against
+    the manifest (shape and dtype of the codec's stored form) and for finite values; rows of a
+    codec that stores them coded (``int8``, ``int4``) come wrapped in a :class:`CodedRows`."""
+    codec = row_codec(manifest.get("rows", NPY_ROW_ENCODINGS[0]))
+    n_features = manifest["n_features"]
+    dtype, width = codec.stored_form(n_features, None)
+    if X.ndim != 2 or X.dtype != dtype or X.shape != (n_rows, width):
+        raise FeatureSetError(
+            f"feature set {folder}: {name}.npy is {X.dtype} {X.shape}, the manifest announces "
+            f"{np.dtype(dtype).name} ({n_rows}, {width}); rebuild it"
+        )
+    if not _is_coded(codec):
+        _require_finite(folder, f"{name}.npy", X)
+        return X
+    try:
+        codec.check_stored(X, None)
+    except RowCodecError as exc:
+        raise FeatureSetError(f"feature set {folder}: {name}.npy {exc}; rebuild it") from None
+    finally:
+        release_mapped_pages(X)
+    return CodedRows(X, codec, n_features)
+
+
+def _is_coded(codec: RowCodec) -> bool:
+    """Whether the ``npy`` layout holds ``codec``'s rows as codes rather than one float per value."""
+    dtype, width = codec.stored_form(1, None)
+    return np.dtype(dtype).kind != "f" or width != 1
 
 
 def _store_codec(store: dict) -> RowCodec:
@@ -651,11 +684,6 @@ def _store_codec(store: dict) -> RowCodec:
 #: Row codecs the ``npy`` layout stores (the manifest's ``rows``; absent: the first, float32):
 #: those that say :attr:`~classify_images.pipeline.storage.row_codecs.RowCodec.in_npy_store`.
 NPY_ROW_ENCODINGS = tuple(name for name in row_codec_names() if row_codec(name).in_npy_store)
-
-
-def _npy_row_dtype(manifest: dict) -> np.dtype:
-    """The dtype of the ``npy`` layout's row files (manifest ``rows``, checked by :func:`_check_manifest`)."""
-    return np.dtype(row_codec(manifest.get("rows", NPY_ROW_ENCODINGS[0])).stored_form(0, None)[0])
 
 
 def _sharded_rows(folder: Path, manifest: dict) -> dict[str, ShardedRows]:
@@ -750,17 +778,13 @@ def _has_mirrors(manifest: dict) -> bool:
 
 def _mirror_rows(folder: Path, manifest: dict) -> dict[str, np.ndarray]:
     """The mirrored rows (memory-mapped), checked like the rows (:func:`_check_arrays`)."""
-    mirrors = {name: _load_array(folder, f"{name}.npy", mmap=True) for name in MIRROR_ARRAYS}
-    n_features, dtype = manifest["n_features"], _npy_row_dtype(manifest)
-    for part, name in zip(("train", "test"), MIRROR_ARRAYS):
-        X, n_rows = mirrors[name], len(manifest["split"][part])
-        if X.ndim != 2 or X.dtype != dtype or X.shape != (n_rows, n_features):
-            raise FeatureSetError(
-                f"feature set {folder}: {name}.npy is {X.dtype} {X.shape}, the manifest announces "
-                f"{dtype.name} ({n_rows}, {n_features}); rebuild it"
-            )
-        _require_finite(folder, f"{name}.npy", X)
-    return {"train": mirrors["X_train_flip"], "test": mirrors["X_test_flip"]}
+    mirrors = {
+        part: _npy_rows(
+            folder, manifest, name, _load_array(folder, f"{name}.npy", mmap=True), len(manifest["split"][part])
+        )
+        for part, name in zip(("train", "test"), MIRROR_ARRAYS)
+    }
+    return mirrors
 
 
 # --- what may be replaced ---
@@ -979,20 +1003,26 @@ class FeatureSetWriter:
         self.tmp.mkdir()
         return self
 
-    def open_rows(self, name: str, n_rows: int, n_cols: int, dtype: str = "float32") -> np.ndarray:
-        """A ``(n_rows, n_cols)`` ``.npy`` file of ``dtype`` (float32, or float16: :data:`NPY_ROW_ENCODINGS`),
-        allocated on disk, memory-mapped for writing."""
+    def open_rows(self, name: str, n_rows: int, n_cols: int, encoding: str = "float32") -> np.ndarray | CodedRows:
+        """``(n_rows, n_cols)`` rows stored as ``encoding`` (a codec of :data:`NPY_ROW_ENCODINGS`) in a
+        ``.npy`` file allocated on disk and memory-mapped for writing: the array itself for
+        float32 and float16, a :class:`CodedRows` (float rows assigned are encoded) for ``int8``
+        and ``int4``."""
+        codec = row_codec(encoding)
+        dtype, width = codec.stored_form(n_cols, None)
         dtype = np.dtype(dtype)
         path = self.tmp / f"{name}.npy"
-        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n_rows, n_cols)}
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n_rows, width)}
         with open(path, "wb") as handle:
             np.lib.format.write_array_header_1_0(handle, header)
             offset = handle.tell()
             handle.flush()
-            _allocate(handle, offset + n_rows * n_cols * dtype.itemsize)
-        if n_rows * n_cols == 0:
-            return np.zeros((n_rows, n_cols), dtype=dtype)
-        return np.memmap(path, dtype=dtype, mode="r+", offset=offset, shape=(n_rows, n_cols))
+            _allocate(handle, offset + n_rows * width * dtype.itemsize)
+        if n_rows * width == 0:
+            stored = np.zeros((n_rows, width), dtype=dtype)
+        else:
+            stored = np.memmap(path, dtype=dtype, mode="r+", offset=offset, shape=(n_rows, width))
+        return CodedRows(stored, codec, n_cols) if _is_coded(codec) else stored
 
     def save(self, name: str, array: np.ndarray) -> None:
         with open(self.tmp / f"{name}.npy", "wb") as handle:

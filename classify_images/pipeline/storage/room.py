@@ -83,7 +83,7 @@ def check_disk_room(out: str | os.PathLike, needed: int, what: str) -> None:
         raise NotEnoughRoomError(
             f"{out}: {what} needs {human_bytes(needed + DISK_MARGIN)} of disk and {where} has "
             f"{human_bytes(free)} free: free some space, choose another --out, or store lighter rows "
-            "(--rows float16, pq8 or pq16)"
+            "(--rows int4, pq8 or pq16)"
         )
 
 

@@ -16,6 +16,8 @@ name           format       a shard holds                                       
 ``csr``        ``csr``      the CSR components (``.npz``; sparse rows, chosen by    —
                             the encoder's ``sparse_rows``, never by ``--rows``)
 ``float16``    ``float16``  the rows in half precision                              —
+``int8``       ``int8``     8-bit codes + one float32 step per 4 096 values         —
+``int4``       ``int4``     4-bit codes (two a byte) + one step per 4 096 values    —
 ``pq8``        ``pq``       uint8 product-quantisation codes, 8 dimensions a byte   codebooks
 ``pq16``       ``pq``       uint8 codes, 16 dimensions a byte                       codebooks
 =============  ===========  ======================================================  =========
@@ -36,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...coding.product_quantizer import ProductQuantizer, RowCodecError, to_float16
+from ...coding.scalar_quantizer import check_steps, dequantize_rows, quantize_rows, row_bytes
 from ...errors import ClassifyImagesError
 from ...files import load_npy_checked, load_npz_checked, open_regular_file
 
@@ -122,6 +125,9 @@ class RowCodec:
     checked_without_decoding: ClassVar[bool] = False
     #: Also stored in the ``npy`` layout's whole-split row files (their dtype: :meth:`stored_form`).
     in_npy_store: ClassVar[bool] = False
+    #: Its rows lose nothing that matters when a reader holds them decoded in float16 (float16
+    #: itself; codes of 8 bits or fewer, whose error is at least 16 times float16's rounding).
+    float16_holds_rows: ClassVar[bool] = False
 
     @property
     def compressed(self) -> bool:
@@ -292,7 +298,7 @@ class Float16Rows(RowCodec):
     """Rows in IEEE half precision (half the bytes; values beyond ±65504 are refused)."""
 
     name, format = "float16", "float16"
-    in_npy_store = True
+    in_npy_store, float16_holds_rows = True, True
 
     def encode(self, rows, state):
         return to_float16(rows)
@@ -305,6 +311,34 @@ class Float16Rows(RowCodec):
             return stored.astype(np.float32)
         np.copyto(out, stored)
         return out
+
+
+class ScalarQuantizedRows(RowCodec):
+    """Rows as signed integers of :attr:`bits` bits with one float32 step per 4 096 values
+    (:mod:`~classify_images.coding.scalar_quantizer`): no learnt state, stored in either layout."""
+
+    in_npy_store, checked_without_decoding, float16_holds_rows = True, True, True
+    bits: ClassVar[int]
+
+    def encode(self, rows, state):
+        return quantize_rows(rows, self.bits)
+
+    def stored_form(self, n_features, state):
+        return np.dtype(np.uint8), row_bytes(n_features, self.bits)
+
+    def decode(self, stored, state, out=None):
+        return dequantize_rows(stored, self.bits, out=out)
+
+    def check_stored(self, stored, state):
+        return check_steps(stored, self.bits)
+
+
+class Int8Rows(ScalarQuantizedRows):
+    name, format, bits = "int8", "int8", 8
+
+
+class Int4Rows(ScalarQuantizedRows):
+    name, format, bits = "int4", "int4", 4
 
 
 class ProductQuantizedRows(RowCodec):
@@ -382,7 +416,7 @@ def register_row_codec(cls: type[RowCodec]) -> type[RowCodec]:
     return cls
 
 
-for _cls in (Float32Rows, CsrRows, Float16Rows, ProductQuantized8, ProductQuantized16):
+for _cls in (Float32Rows, CsrRows, Float16Rows, Int8Rows, Int4Rows, ProductQuantized8, ProductQuantized16):
     register_row_codec(_cls)
 
 

@@ -203,14 +203,13 @@ class PooledRows:
 
 def training_dtype(feature_set: FeatureSet, classifier: str, combine: str | None = None) -> Any:
     """The dtype of the training rows an experiment gathers: float16 when the rows are stored
-    float16 and the classifier reads float16 rows as they are (the linear SVM: its Gram matrix
-    and weights convert them block by block), so that its one copy of the training rows takes
-    the bytes the store holds; float32 otherwise (and for a combination of channels, computed in
+    float16 or as 8- or 4-bit codes (:attr:`~classify_images.pipeline.storage.row_codecs.RowCodec.float16_holds_rows`)
+    and the classifier reads float16 rows as they are (the linear SVM: its Gram matrix and
+    weights convert them block by block), so that its one copy of the training rows takes at
+    most 2 bytes a value; float32 otherwise (and for a combination of channels, computed in
     place in float32)."""
     accepted = getattr(classifier_class(classifier), "_input_dtypes", ())
-    codec = row_codec(feature_set.row_encoding)  # only codecs of plain float rows hold their dtype without state
-    stored = np.dtype(codec.stored_form(0, None)[0]) if codec.in_npy_store else np.dtype(np.float32)
-    if combine is None and stored == np.float16 and np.float16 in accepted:
+    if combine is None and row_codec(feature_set.row_encoding).float16_holds_rows and np.float16 in accepted:
         return np.float16
     return np.float32
 

@@ -1,0 +1,76 @@
+"""Re-store the rows of a feature set (``npy`` layout) with another row codec, so that
+``classify-images experiment`` on the copy measures the accuracy of rows stored that way
+against the original, split for split, with everything else (codebook, split, labels,
+mirrors) the same.
+
+Usage::
+
+    python scripts/benchmarks/study_row_quantisation.py FEATURE_SET OUT --rows int8
+
+``FEATURE_SET`` holds float32 or float16 rows (e.g. a ``fisher-flip-rootsift`` build); every
+row file (``X_*.npy``, mirrors included) is decoded and encoded again with the codec ``--rows``
+(``int8``, ``int4`` or ``float16``: what ``build-features --rows`` would have stored, since the
+codecs code each row on its own), block by block; the manifest's ``rows`` names the codec.
+Prints the bytes of the row files before and after and the relative L2 error of the decoded
+rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    from classify_images.pipeline.storage.feature_store import load_feature_set
+    from classify_images.pipeline.storage.row_codecs import row_codec
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("feature_set", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--rows", default="int8", help="the codec: int8, int4 or float16")
+    parser.add_argument("--rows-per-block", type=int, default=256)
+    args = parser.parse_args()
+    source = load_feature_set(args.feature_set)
+    codec = row_codec(args.rows)
+    manifest = dict(source.manifest, rows=args.rows)
+    args.out.mkdir(parents=True, exist_ok=False)
+    arrays = {"X_train": source.rows["train"], "X_test": source.rows["test"]}
+    if source.has_mirrors:
+        arrays |= {"X_train_flip": source.mirrors("train"), "X_test_flip": source.mirrors("test")}
+    before = after = 0
+    squared_error = squared_norm = 0.0
+    for name, rows in arrays.items():
+        before += (args.feature_set / f"{name}.npy").stat().st_size
+        dtype, width = codec.stored_form(source.n_features, None)
+        target = np.lib.format.open_memmap(args.out / f"{name}.npy", mode="w+", dtype=dtype, shape=(len(rows), width))
+        for start in range(0, len(rows), args.rows_per_block):
+            block = np.asarray(rows[start : start + args.rows_per_block], dtype=np.float32)
+            stored = codec.encode(block, None)
+            target[start : start + len(block)] = stored
+            decoded = codec.decode(stored, None, out=np.empty_like(block))
+            squared_error += float(np.sum((decoded.astype(np.float64) - block) ** 2))
+            squared_norm += float(np.sum(block.astype(np.float64) ** 2))
+        target.flush()
+        del target
+        after += (args.out / f"{name}.npy").stat().st_size
+    for path in args.feature_set.iterdir():
+        if not (path.name.startswith("X_") or path.name == "manifest.json"):
+            shutil.copy2(path, args.out / path.name)
+    (args.out / "manifest.json").write_text(json.dumps(manifest))
+    result = {
+        "rows": args.rows,
+        "from": source.row_encoding,
+        "row_file_bytes_before": before,
+        "row_file_bytes_after": after,
+        "relative_l2_error": (squared_error / max(squared_norm, 1e-300)) ** 0.5,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
