@@ -2,7 +2,9 @@
 
 For each config of ``configs/`` (``named_configs()``), shrunk to the fixture images by this
 test, and each classifier of the registry (``registry.CLASSIFIERS``) — both discovered, so a
-new config file or a newly registered classifier is covered without editing this file:
+new config file or a newly registered classifier is covered without editing this file (the
+default run takes every config with the linear SVM and every classifier on two configs; the
+other cells are marked ``slow`` and run by ``.ci/run``):
 
 1. ``classify-images run`` (in-process) writes a feature set, a model file and a report;
 2. ``classify-images predict``, in a subprocess whose current folder holds only the model

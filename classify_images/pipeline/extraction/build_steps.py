@@ -39,7 +39,13 @@ from ..settings.dataset import (
 from ..settings.plan import FeaturePlan, feature_plan_of
 from ..settings.protocols import short_classes, small_classes
 from ..storage.coded_rows import stored_array
-from ..storage.feature_store import FeatureSetWriter, load_feature_set, release_mapped_pages, remove_stale_partials
+from ..storage.feature_store import (
+    POOLED_BLOCK_BYTES,
+    FeatureSetWriter,
+    load_feature_set,
+    release_mapped_pages,
+    remove_stale_partials,
+)
 from ..storage.provenance import library_versions
 from ..storage.row_codecs import RowCodec, codec_for_rows, row_codec
 from ..storage.shard_store import write_shard
@@ -50,8 +56,17 @@ from .stages import implementation_versions
 
 _log = logging.getLogger(__name__)
 
-#: Rows normalised at a time when a fitted normaliser is applied to the stored rows.
+#: Rows normalised (or checked) at a time when a fitted normaliser is applied to the stored rows,
+#: at most :data:`~classify_images.pipeline.storage.feature_store.POOLED_BLOCK_BYTES` of float32.
 _NORMALISE_CHUNK = 1024
+
+
+def _chunk_rows(rows) -> int:
+    """Rows of ``rows`` read at a time: :data:`_NORMALISE_CHUNK`, fewer for long rows (64 Fisher
+    vectors of 1 MiB), so that the float32 rows decoded and their masks stay small."""
+    return max(1, min(_NORMALISE_CHUNK, POOLED_BLOCK_BYTES // max(4 * rows.shape[1], 1)))
+
+
 #: Training rows a row codec's state (the product-quantisation codebooks) is learnt from, at
 #: most (sent to the client: 1 GiB of 262 144-dimensional Fisher vectors).
 PQ_SAMPLE_ROWS = 1024
@@ -508,9 +523,10 @@ def fit_normalizer(extractor: FeatureExtractor, X: dict[str, np.ndarray]) -> Non
         return
     normalizer = extractor.normalizer.fit(np.asarray(X["train"]))
     for part in X.values():
-        for start in range(0, part.shape[0], _NORMALISE_CHUNK):
-            rows = slice(start, start + _NORMALISE_CHUNK)
-            part[rows] = normalizer.transform(part[rows])
+        step = _chunk_rows(part)
+        for start in range(0, part.shape[0], step):
+            rows = slice(start, start + step)
+            part[rows] = normalizer.transform(np.asarray(part[rows]))
 
 
 def check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> None:
@@ -525,9 +541,9 @@ def check_finite(X: dict[str, np.ndarray], images: _Images, split: _Split) -> No
     ):
         if part not in X:
             continue
-        rows = X[part]
-        for start in range(0, rows.shape[0], _NORMALISE_CHUNK):
-            finite = np.isfinite(rows[start : start + _NORMALISE_CHUNK]).all(axis=1)
+        rows, step = X[part], _chunk_rows(X[part])
+        for start in range(0, rows.shape[0], step):
+            finite = np.isfinite(np.asarray(rows[start : start + step])).all(axis=1)
             bad += [images.dataset.paths[index[start + r]] for r in np.flatnonzero(~finite)]
             # the pages read stay resident in this process until released: the whole set otherwise
             release_mapped_pages(rows)

@@ -165,6 +165,8 @@ def _file_names() -> frozenset[str]:
 
 #: Rows checked for non-finite values at a time (bounded memory on memory-mapped arrays).
 _FINITE_CHECK_ROWS = 4096
+#: Coded rows whose steps are checked at a time (each row maps up to 64 KiB around its steps).
+_CODED_CHECK_ROWS = 256
 
 
 class FeatureSetError(ClassifyImagesError, ValueError):
@@ -646,12 +648,14 @@ def _npy_rows(folder: Path, manifest: dict, name: str, X: np.ndarray, n_rows: in
     if not _is_coded(codec):
         _require_finite(folder, f"{name}.npy", X)
         return X
-    try:
-        codec.check_stored(X, None)
-    except RowCodecError as exc:
-        raise FeatureSetError(f"feature set {folder}: {name}.npy {exc}; rebuild it") from None
-    finally:
-        release_mapped_pages(X)
+    # a few rows at a time, released after each: reading a row's steps maps the pages around them
+    for start in range(0, X.shape[0], _CODED_CHECK_ROWS):
+        try:
+            codec.check_stored(X[start : start + _CODED_CHECK_ROWS], None)
+        except RowCodecError as exc:
+            raise FeatureSetError(f"feature set {folder}: {name}.npy {exc}; rebuild it") from None
+        finally:
+            release_mapped_pages(X)
     return CodedRows(X, codec, n_features)
 
 
