@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from ._random import shuffle_prefix
-from ._rows import RowArrays, column
+from ._rows import RowArrays, column, read_only
 
 __all__ = [
     "LOG_SHIFT",
@@ -610,7 +610,7 @@ def nonzero_rows_and_max(rows: RowArrays, n_features: int) -> tuple[RowArrays, n
         return rows, column_max(rows, n_features)
     n = rows.indptr.shape[0] - 1
     indptr, indices, values, largest = _dense_nonzeros(rows.data, n, n_features, _SAMPLE_EVERY)
-    return RowArrays(indptr, indices, values, False), largest.astype(np.float64)
+    return RowArrays(indptr, indices, read_only(values), False), largest.astype(np.float64)
 
 
 def solver_entries(rows: RowArrays, table: DeltaTable) -> SolverEntries:

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-__all__ = ["RowArrays", "column", "matrix_arrays"]
+__all__ = ["RowArrays", "column", "matrix_arrays", "read_only"]
 
 
 class RowArrays(NamedTuple):
@@ -41,14 +41,30 @@ class RowArrays(NamedTuple):
     dense: bool  #: whether ``data`` is a flattened dense matrix
 
 
+def read_only(values: np.ndarray) -> np.ndarray:
+    """A read-only view of ``values`` (no copy)."""
+    view = values.view()
+    view.flags.writeable = False
+    return view
+
+
 def matrix_arrays(X) -> RowArrays:
-    """The :class:`RowArrays` of a CSR matrix or of a 2-d array (made C-contiguous)."""
+    """The :class:`RowArrays` of a CSR matrix or of a 2-d array (made C-contiguous).
+
+    The arrays always have the same types for one dtype of values: ``indptr`` int64,
+    ``indices`` int32 (a column index is below the number of features; a CSR matrix's int64
+    indices are copied), ``data`` a read-only view (float32 or float64, as given).  Numba
+    compiles a kernel once per combination of argument types, so every kernel is compiled
+    for two kinds of rows (float32, float64) instead of up to nine (index dtypes, writable or
+    read-only values)."""
     if sp.issparse(X):
-        return RowArrays(X.indptr, X.indices, X.data, False)
+        indptr = X.indptr.astype(np.int64)  # a copy of n + 1 offsets: writable, whatever X's
+        indices = X.indices if X.shape[1] > np.iinfo(np.int32).max else X.indices.astype(np.int32, copy=False)
+        return RowArrays(indptr, indices, read_only(X.data), False)
     X = np.ascontiguousarray(X)
     n, d = X.shape
     indptr = np.arange(0, n * d + 1, max(d, 1), dtype=np.int64)[: n + 1]
-    return RowArrays(indptr, np.empty(0, dtype=np.int32), X.reshape(-1), True)
+    return RowArrays(indptr, np.empty(0, dtype=np.int32), read_only(X.reshape(-1)), True)
 
 
 @njit(cache=True, nogil=True, inline="always")
