@@ -25,31 +25,26 @@ from pathlib import Path
 import numpy as np
 
 
-def main() -> None:
+def restore(feature_set: Path, out: Path, rows: str, rows_per_block: int = 256) -> dict:
+    """Write the copy (module docstring) and return what :func:`main` prints."""
     from classify_images.pipeline.storage.feature_store import load_feature_set
     from classify_images.pipeline.storage.row_codecs import row_codec
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("feature_set", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--rows", default="int8", help="the codec: int8, int4 or float16")
-    parser.add_argument("--rows-per-block", type=int, default=256)
-    args = parser.parse_args()
-    source = load_feature_set(args.feature_set)
-    codec = row_codec(args.rows)
-    manifest = dict(source.manifest, rows=args.rows)
-    args.out.mkdir(parents=True, exist_ok=False)
+    source = load_feature_set(feature_set)
+    codec = row_codec(rows)
+    manifest = dict(source.manifest, rows=rows)
+    out.mkdir(parents=True, exist_ok=False)
     arrays = {"X_train": source.rows["train"], "X_test": source.rows["test"]}
     if source.has_mirrors:
         arrays |= {"X_train_flip": source.mirrors("train"), "X_test_flip": source.mirrors("test")}
     before = after = 0
     squared_error = squared_norm = 0.0
-    for name, rows in arrays.items():
-        before += (args.feature_set / f"{name}.npy").stat().st_size
+    for name, stored_rows in arrays.items():
+        before += (feature_set / f"{name}.npy").stat().st_size
         dtype, width = codec.stored_form(source.n_features, None)
-        target = np.lib.format.open_memmap(args.out / f"{name}.npy", mode="w+", dtype=dtype, shape=(len(rows), width))
-        for start in range(0, len(rows), args.rows_per_block):
-            block = np.asarray(rows[start : start + args.rows_per_block], dtype=np.float32)
+        target = np.lib.format.open_memmap(out / f"{name}.npy", mode="w+", dtype=dtype, shape=(len(stored_rows), width))
+        for start in range(0, len(stored_rows), rows_per_block):
+            block = np.asarray(stored_rows[start : start + rows_per_block], dtype=np.float32)
             stored = codec.encode(block, None)
             target[start : start + len(block)] = stored
             decoded = codec.decode(stored, None, out=np.empty_like(block))
@@ -57,19 +52,28 @@ def main() -> None:
             squared_norm += float(np.sum(block.astype(np.float64) ** 2))
         target.flush()
         del target
-        after += (args.out / f"{name}.npy").stat().st_size
-    for path in args.feature_set.iterdir():
+        after += (out / f"{name}.npy").stat().st_size
+    for path in feature_set.iterdir():
         if not (path.name.startswith("X_") or path.name == "manifest.json"):
-            shutil.copy2(path, args.out / path.name)
-    (args.out / "manifest.json").write_text(json.dumps(manifest))
-    result = {
-        "rows": args.rows,
+            shutil.copy2(path, out / path.name)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return {
+        "rows": rows,
         "from": source.row_encoding,
         "row_file_bytes_before": before,
         "row_file_bytes_after": after,
         "relative_l2_error": (squared_error / max(squared_norm, 1e-300)) ** 0.5,
     }
-    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("feature_set", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--rows", default="int8", help="the codec: int8, int4 or float16")
+    parser.add_argument("--rows-per-block", type=int, default=256)
+    args = parser.parse_args()
+    print(json.dumps(restore(args.feature_set, args.out, args.rows, args.rows_per_block)))
 
 
 if __name__ == "__main__":
