@@ -703,7 +703,7 @@ class FisherVectors(_AggregatesCells):
     kind = "fisher"
     Params = FisherVectorsParams
     #: 262 144 dimensions (the ``fisher`` configs) are 1 MiB a row in float32: 8-bit codes with one
-    #: step per 4 096 values take 258 KiB (relative L2 error 1.5e-2; 4-bit codes, 130 KiB, moved
+    #: step per 4 096 values take 256.25 KiB (relative L2 error 1.5e-2; 4-bit codes, 128.25 KiB, moved
     #: 15-Scenes splits by up to 0.3 points; docs/light-pipeline.md).
     default_rows = "int8"
 
