@@ -93,8 +93,11 @@ def quantize_rows(rows: np.ndarray, bits: int, out: np.ndarray | None = None) ->
     n, d = rows.shape
     top = 2 ** (bits - 1) - 1
     groups = _n_groups(d)
-    padded = np.zeros((n, groups * GROUP_VALUES), dtype=np.float32)
-    padded[:, :d] = rows
+    if d == groups * GROUP_VALUES:
+        padded = np.ascontiguousarray(rows)  # no copy for whole groups (a Fisher vector's 64)
+    else:
+        padded = np.zeros((n, groups * GROUP_VALUES), dtype=np.float32)
+        padded[:, :d] = rows
     grouped = padded.reshape(n, groups, GROUP_VALUES)
     with np.errstate(invalid="ignore"):  # a non-finite group: a NaN step, its codes 0
         steps = np.abs(grouped).max(axis=2) / np.float32(top)
@@ -129,10 +132,9 @@ def check_steps(stored: np.ndarray, bits: int, n_features: int | None = None) ->
         One line: a step is negative, NaN or infinite, or the rows have another width.
     """
     n_features, code_bytes = _layout(stored, _check_bits(bits), n_features)
-    for start in range(0, len(stored), 4096):
-        steps = _steps(stored[start : start + 4096], code_bytes)
-        if not (np.isfinite(steps).all() and (steps >= 0).all()):
-            raise RowCodecError("holds NaN, infinite or negative quantisation steps")
+    steps = _steps(stored, code_bytes)  # 4 bytes per 4 096 values: a small copy
+    if not (np.isfinite(steps).all() and (steps >= 0).all()):
+        raise RowCodecError("holds NaN, infinite or negative quantisation steps")
     return stored
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 def restore(feature_set: Path, out: Path, rows: str, rows_per_block: int = 256) -> dict:
     """Write the copy (module docstring) and return what :func:`main` prints."""
+    from classify_images.pipeline.storage.coded_rows import CodedRows
     from classify_images.pipeline.storage.feature_store import load_feature_set
     from classify_images.pipeline.storage.row_codecs import row_codec
 
@@ -42,16 +43,16 @@ def restore(feature_set: Path, out: Path, rows: str, rows_per_block: int = 256) 
     for name, stored_rows in arrays.items():
         before += (feature_set / f"{name}.npy").stat().st_size
         dtype, width = codec.stored_form(source.n_features, None)
-        target = np.lib.format.open_memmap(out / f"{name}.npy", mode="w+", dtype=dtype, shape=(len(stored_rows), width))
+        stored = np.lib.format.open_memmap(out / f"{name}.npy", mode="w+", dtype=dtype, shape=(len(stored_rows), width))
+        target = CodedRows(stored, codec, source.n_features)  # encodes what is assigned, as a build's rows
         for start in range(0, len(stored_rows), rows_per_block):
             block = np.asarray(stored_rows[start : start + rows_per_block], dtype=np.float32)
-            stored = codec.encode(block, None)
-            target[start : start + len(block)] = stored
-            decoded = codec.decode(stored, None, out=np.empty_like(block))
-            squared_error += float(np.sum((decoded.astype(np.float64) - block) ** 2))
+            target[start : start + len(block)] = block
+            decoded = np.asarray(target[start : start + len(block)], dtype=np.float64)
+            squared_error += float(np.sum((decoded - block) ** 2))
             squared_norm += float(np.sum(block.astype(np.float64) ** 2))
-        target.flush()
-        del target
+        stored.flush()
+        del target, stored
         after += (out / f"{name}.npy").stat().st_size
     for path in feature_set.iterdir():
         if not (path.name.startswith("X_") or path.name == "manifest.json"):

@@ -40,11 +40,11 @@ from ..settings.plan import FeaturePlan, feature_plan_of
 from ..settings.protocols import short_classes, small_classes
 from ..storage.coded_rows import stored_array
 from ..storage.feature_store import (
-    POOLED_BLOCK_BYTES,
     FeatureSetWriter,
     load_feature_set,
     release_mapped_pages,
     remove_stale_partials,
+    rows_per_block,
 )
 from ..storage.provenance import library_versions
 from ..storage.row_codecs import RowCodec, codec_for_rows, row_codec
@@ -64,7 +64,7 @@ _NORMALISE_CHUNK = 1024
 def _chunk_rows(rows) -> int:
     """Rows of ``rows`` read at a time: :data:`_NORMALISE_CHUNK`, fewer for long rows (64 Fisher
     vectors of 1 MiB), so that the float32 rows decoded and their masks stay small."""
-    return max(1, min(_NORMALISE_CHUNK, POOLED_BLOCK_BYTES // max(4 * rows.shape[1], 1)))
+    return rows_per_block(4 * rows.shape[1], _NORMALISE_CHUNK)
 
 
 #: Training rows a row codec's state (the product-quantisation codebooks) is learnt from, at

@@ -170,6 +170,12 @@ _FINITE_CHECK_ROWS = 4096
 _CODED_CHECK_ROWS = 256
 
 
+def rows_per_block(row_bytes: int, max_rows: int, block_bytes: int = POOLED_BLOCK_BYTES) -> int:
+    """Rows of ``row_bytes`` each read at a time: at most ``max_rows`` and ``block_bytes`` of them,
+    at least one (1 MiB Fisher-vector rows: 64 in the default 64 MiB)."""
+    return max(1, min(max_rows, block_bytes // max(row_bytes, 1)))
+
+
 class FeatureSetError(ClassifyImagesError, ValueError):
     """A feature-set folder is missing, incomplete or corrupt (user-facing, one line)."""
 
@@ -326,7 +332,7 @@ class FeatureSet:
                 # Slices of the map, not read until rows are selected from them: a block none of
                 # whose rows is wanted (e.g. the whole test split when gathering training rows) is
                 # never read, converted or made resident.
-                step = max(1, max_block_bytes // max(4 * rows.shape[1], 1))
+                step = rows_per_block(4 * rows.shape[1], rows.shape[0], max_block_bytes)
                 blocks = (rows[start : start + step] for start in range(0, rows.shape[0], step))
             for X_block in blocks:
                 n = X_block.shape[0]
@@ -492,13 +498,26 @@ def _load_array(folder: Path, name: str, mmap: bool = False) -> np.ndarray:
         raise _unreadable(folder, name, exc) from None
 
 
-def _require_finite(folder: Path, name: str, array: np.ndarray) -> None:
-    """Raise :class:`FeatureSetError` if ``array`` holds NaN or ±inf (checked in row blocks)."""
-    # at most _FINITE_CHECK_ROWS rows and POOLED_BLOCK_BYTES of them at a time (1 MB Fisher rows: 64)
-    step = max(1, min(_FINITE_CHECK_ROWS, POOLED_BLOCK_BYTES // max(array.itemsize * int(np.prod(array.shape[1:])), 1)))
+def _require_finite(folder: Path, name: str, array: np.ndarray, codec: RowCodec | None = None) -> None:
+    """Raise :class:`FeatureSetError` if ``array`` holds NaN or ±inf — or, for rows stored coded
+    by ``codec``, values that would not decode to finite rows (``codec.check_stored``) — checked
+    in row blocks whose mapped pages are released after each (a 4.5 GB set must not stay resident)."""
+    if codec is None:
+        step = rows_per_block(array.itemsize * int(np.prod(array.shape[1:])), _FINITE_CHECK_ROWS)
+    else:  # reading a row's steps maps the pages around them: a few rows at a time
+        step = _CODED_CHECK_ROWS
     for start in range(0, max(array.shape[0], 1), step):
-        finite = np.isfinite(array[start : start + step]).all()
-        release_mapped_pages(array)  # checking a 4.5 GB set must not leave it resident
+        block = array[start : start + step]
+        try:
+            if codec is None:
+                finite = bool(np.isfinite(block).all())
+            else:
+                codec.check_stored(block, None)  # RowCodecError, one line, when a row would not decode finite
+                finite = True
+        except RowCodecError as exc:
+            raise FeatureSetError(f"feature set {folder}: {name} {exc}; rebuild it") from None
+        finally:
+            release_mapped_pages(array)
         if not finite:
             raise FeatureSetError(f"feature set {folder}: {name} holds NaN or infinite values; rebuild it")
 
@@ -646,18 +665,9 @@ def _npy_rows(folder: Path, manifest: dict, name: str, X: np.ndarray, n_rows: in
             f"feature set {folder}: {name}.npy is {X.dtype} {X.shape}, the manifest announces "
             f"{np.dtype(dtype).name} ({n_rows}, {width}); rebuild it"
         )
-    if not _is_coded(codec):
-        _require_finite(folder, f"{name}.npy", X)
-        return X
-    # a few rows at a time, released after each: reading a row's steps maps the pages around them
-    for start in range(0, X.shape[0], _CODED_CHECK_ROWS):
-        try:
-            codec.check_stored(X[start : start + _CODED_CHECK_ROWS], None)
-        except RowCodecError as exc:
-            raise FeatureSetError(f"feature set {folder}: {name}.npy {exc}; rebuild it") from None
-        finally:
-            release_mapped_pages(X)
-    return CodedRows(X, codec, n_features)
+    coded = _is_coded(codec)
+    _require_finite(folder, f"{name}.npy", X, codec if coded else None)
+    return CodedRows(X, codec, n_features) if coded else X
 
 
 def _is_coded(codec: RowCodec) -> bool:
