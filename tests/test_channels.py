@@ -100,7 +100,7 @@ def test_multi_channel_build_reuses_the_single_channel_cache_and_concatenates_ro
     )
     before = {
         stage: _entries(cache, stage)
-        for stage in ("check_image", "image_descriptors", "learn_codebook", "image_encoding")
+        for stage in ("check_image_group", "image_descriptors", "learn_codebook", "image_encoding")
     }
     config = load_config(channels_toml(tmp_path / "m.toml", [("bof", 1.0, _own(SMALL_CONFIG)), ("other", 2.0, OTHER)]))
     multi = load_feature_set(build_feature_set(FIXTURE_IMAGES, tmp_path / "multi", config, cache_dir=cache).path)
@@ -108,7 +108,10 @@ def test_multi_channel_build_reuses_the_single_channel_cache_and_concatenates_ro
     n_images = len(single.train_paths) + len(single.test_paths)
     # the "bof" channel equals the single config: every one of its entries was read, none added;
     # the other channel shares the descriptors and adds its codebook and one encoding per image
-    assert after["check_image"] == before["check_image"] and after["image_descriptors"] == before["image_descriptors"]
+    assert (
+        after["check_image_group"] == before["check_image_group"]
+        and after["image_descriptors"] == before["image_descriptors"]
+    )
     assert len(after["learn_codebook"] - before["learn_codebook"]) == 1
     assert len(after["image_encoding"] - before["image_encoding"]) == n_images
     layout = multi.channels
@@ -349,7 +352,7 @@ def test_a_single_config_reuses_every_entry_of_a_cold_multi_channel_build(tmp_pa
     cache = tmp_path / "cache"
     config = load_config(channels_toml(tmp_path / "m.toml", [("bof", 1.0, _own(SMALL_CONFIG)), ("other", 2.0, OTHER)]))
     build_feature_set(FIXTURE_IMAGES, tmp_path / "multi", config, cache_dir=cache)
-    stages = ("check_image", "image_descriptors", "descriptor_sample", "learn_codebook", "image_encoding")
+    stages = ("check_image_group", "image_descriptors", "descriptor_sample", "learn_codebook", "image_encoding")
     before = {stage: _entries(cache, stage) for stage in stages}
     counts = _count_decodes(monkeypatch)
     build_feature_set(

@@ -15,6 +15,8 @@ from classify_images.coding.fisher import gmm_posteriors, pyramid_atoms
 from classify_images.coding.normalize import l2_normalize_rows, signed_sqrt
 from classify_images.coding.pooling import n_pyramid_cells, pyramid_cells
 from classify_images.pipeline.extraction.build import build_feature_set
+from classify_images.pipeline.settings.dataset import file_fingerprint
+from classify_images.pipeline.storage.feature_store import load_feature_set
 
 from ._encoder_helpers import random_layout, small_config
 from .test_fisher import thresholded
@@ -43,7 +45,58 @@ def test_the_stage_cache_keeps_an_encoding_only_when_the_encoder_says_so(tmp_pat
     result = build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=tmp_path / "cache")
     n_rows = result.n_train + result.n_test
     assert _entries(tmp_path / "cache", "image_encoding") == (n_rows if cached else 0)
-    assert _entries(tmp_path / "cache", "check_image") == result.n_images  # the other stages still are
+    # the other stages still are: the checks one entry per group of images, the codebook
+    groups = {file_fingerprint(path)[:2] for path in small_dataset.rglob("*") if path.is_file()}
+    assert _entries(tmp_path / "cache", "check_image_group") == len(groups) <= result.n_images
+    assert _entries(tmp_path / "cache", "check_image") == 0
+    assert _entries(tmp_path / "cache", "learn_codebook") == 1
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_descriptor_sample_is_cached_with_the_descriptors_only(tmp_path, small_dataset, keep):
+    """``sift.cache_descriptors = false`` (the Fisher configs): no per-image descriptors and no
+    per-image sample in the cache; the codebook is, and a second build reads it (learns nothing)."""
+    from classify_images.pipeline.settings.config import validate_config
+
+    raw = small_config(
+        {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30}, {"levels": [1]}, "none"
+    ).to_dict()
+    raw["sift"]["cache_descriptors"] = keep
+    config = validate_config(raw)
+    first = build_feature_set(small_dataset, tmp_path / "a", config, cache_dir=tmp_path / "cache")
+    assert (_entries(tmp_path / "cache", "descriptor_sample") > 0) is keep
+    assert (_entries(tmp_path / "cache", "image_descriptors") > 0) is keep
+    assert _entries(tmp_path / "cache", "learn_codebook") == 1
+    second = build_feature_set(small_dataset, tmp_path / "b", config, cache_dir=tmp_path / "cache")
+    assert _entries(tmp_path / "cache", "learn_codebook") == 1
+    a, b = load_feature_set(first.path), load_feature_set(second.path)
+    np.testing.assert_array_equal(a.X_train, b.X_train)
+
+
+def test_grouped_checks_are_the_single_checks_and_are_read_back_whatever_the_paths(tmp_path, small_dataset):
+    from classify_images.pipeline.extraction.stages import (
+        StageCache,
+        check_group_of,
+        check_image,
+        check_image_group,
+        group_checks,
+    )
+
+    paths = sorted(str(p) for p in small_dataset.rglob("*") if p.is_file())
+    broken = Path(paths[0])
+    broken.write_bytes(b"not an image")
+    paths_by_fingerprint = {file_fingerprint(p): p for p in paths}
+    fingerprints = sorted(paths_by_fingerprint)
+    singles = [check_image(paths_by_fingerprint[f], f, 96, 16) for f in fingerprints]
+    grouped = group_checks(check_image_group([paths_by_fingerprint[f] for f in fingerprints], fingerprints, 96, 16))
+    assert grouped == singles and not grouped[fingerprints.index(file_fingerprint(broken))]["ok"]
+    assert all(c["ok"] for f, c in zip(fingerprints, grouped) if f != file_fingerprint(broken))
+    # through the cache: one entry per group, keyed by content (a moved dataset keeps it)
+    cache = StageCache(tmp_path / "cache")
+    group = [f for f in fingerprints if check_group_of(f) == check_group_of(fingerprints[1])]
+    first = cache.check_image_group([paths_by_fingerprint[f] for f in group], group, 96, 16)
+    assert group_checks(first) == [singles[fingerprints.index(f)] for f in group]
+    assert cache.check_image_group.func.check_call_in_cache([], group, 96, 16, **cache.check_image_group.keywords)
 
 
 def _obvious_fisher(encoder: FisherEncoder, descriptors, cells, n_cells):

@@ -56,12 +56,20 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_consistent_length,
+    check_is_fitted,
+    check_non_negative,
+    column_or_1d,
+    validate_data,
+)
 
 from .._log import fits_are_summarised, verbose_output
 from ..errors import ClassifyImagesError
 from ._compat import _check_partial_fit_first_call, _fit_context
 from ._half import remember_squared_norms, row_squared_norms
+from .column_blocks import ColumnBlockRows, is_column_blocks
 
 __all__ = [
     "NegativeFeaturesError",
@@ -298,6 +306,9 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
     _requires_non_negative: bool = False
     _accept_sparse: bool = True
     _input_dtypes: tuple = (np.float64, np.float32)
+    #: ``fit`` reads a :class:`~classify_images.classifiers.column_blocks.ColumnBlockRows` a block
+    #: of columns at a time (else it is read whole first)
+    _reads_column_blocks: bool = False
     _fitted_shapes: dict[str, tuple[str, ...]] = {}
     _fitted_arrays: tuple[str, ...] = ()
     _problem_axes: dict[str, int] | None = None
@@ -339,6 +350,10 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
         (default: ``reset``) says which of the two ``X`` is for: a ``partial_fit`` after
         the first trains with ``reset=False``.
         """
+        if is_column_blocks(X):
+            if reset and training is None and self._reads_column_blocks and not self._requires_non_negative:
+                return self._validate_column_blocks(X, y)
+            X = np.asarray(X)  # prediction, or a solver that reads the rows whole
         kwargs = dict(
             accept_sparse=["csr"] if self._accept_sparse else False,
             dtype=list(self._input_dtypes),
@@ -370,6 +385,19 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
             else:
                 X = _clip_negative(X)
         return X if y is None else (X, y)
+
+    def _validate_column_blocks(self, X: ColumnBlockRows, y: Any):
+        """:meth:`_validate_X` of rows read a block of columns at a time (``fit``), kept so: the
+        number of features set from the first row, finiteness through the rows' squared norms
+        (one pass over the blocks) unless the rows were checked when loaded (``checked_finite``)."""
+        validate_data(self, np.asarray(X[:1]), accept_sparse=False, dtype=list(self._input_dtypes), reset=True)
+        if not X.checked_finite and not np.all(np.isfinite(X.squared_norms())):
+            raise ValueError("Input X contains NaN or infinity.")
+        if y is None:
+            return X
+        y = column_or_1d(y, warn=True)
+        check_consistent_length(X, y)
+        return X, y
 
     # ------------------------------------------------------------------ API
     @_fit_context(prefer_skip_nested_validation=True)

@@ -41,7 +41,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 from scipy.linalg import blas
 
-from ._half import half_to_float32
+from .column_blocks import ColumnBlockRows, float32_columns
 
 __all__ = [
     "EigenBasis",
@@ -61,12 +61,13 @@ _GRAM_COLUMNS = 4096
 _GRAM_CHUNK = 16384
 
 
-def gram_matrix(X: np.ndarray | sp.csr_matrix, *, float64_products: bool = False) -> np.ndarray:
+def gram_matrix(X: np.ndarray | sp.csr_matrix | ColumnBlockRows, *, float64_products: bool = False) -> np.ndarray:
     """``K = X X^T`` (n x n, float64, symmetric).
 
     Float64 rows: one float64 product.  Float32 or float16 rows: the product the machine's
     BLAS does fastest, ``ssyrk`` on float32 blocks of :data:`_GRAM_COLUMNS` columns (float16
-    rows are converted block by block; ``X`` is never copied whole), its sums added into the
+    rows, or the rows of a :class:`~classify_images.classifiers.column_blocks.ColumnBlockRows`,
+    are converted block by block; ``X`` is never copied whole), its sums added into the
     float64 ``K`` every :data:`_GRAM_CHUNK` columns: the rounding of a float32 sum of at most
     that many products, far below that of float16 or float32 features.  ``float64_products``:
     float64 products on blocks of columns converted to float64 (twice the time; the eigenbasis
@@ -89,8 +90,7 @@ def gram_matrix(X: np.ndarray | sp.csr_matrix, *, float64_products: bool = False
     buffer = np.empty((n, min(d, _GRAM_COLUMNS)), dtype=np.float32)  # reused: no page faults per block
     pending = 0
     for start in range(0, d, _GRAM_COLUMNS):
-        columns = X[:, start : start + _GRAM_COLUMNS]
-        block = half_to_float32(columns, buffer if columns.shape == buffer.shape else None)
+        block = float32_columns(X, start, min(start + _GRAM_COLUMNS, d), buffer)
         # block (n x w, C order) is block.T (w x n) in Fortran order: ssyrk(trans=1) gives block block^T
         partial = blas.ssyrk(1.0, block.T, beta=1.0, c=partial, trans=1, lower=1, overwrite_c=1)
         pending += block.shape[1]
@@ -118,8 +118,11 @@ _KNOWN_GRAM: contextvars.ContextVar = contextvars.ContextVar("known_gram", defau
 
 
 def _layout(X) -> tuple | None:
-    """Buffer address, shape, strides and dtype of a dense array (None otherwise): equal layouts
-    inside one :func:`reused_gram` block are the same rows."""
+    """Buffer address, shape, strides and dtype of a dense array, the identity of a
+    :class:`~classify_images.classifiers.column_blocks.ColumnBlockRows` (None otherwise): equal
+    layouts inside one :func:`reused_gram` block are the same rows."""
+    if isinstance(X, ColumnBlockRows):
+        return X.identity
     if not isinstance(X, np.ndarray):
         return None
     return X.__array_interface__["data"][0], X.shape, X.strides, X.dtype.str

@@ -102,6 +102,7 @@ from .._log import fits_summarised
 from ..errors import ClassifyImagesError
 from ._half import row_squared_norms
 from ._parallel import map_tasks
+from .column_blocks import is_column_blocks
 from .eigenbasis import gram_matrix
 from .registry import MAX_SEARCH_POINTS
 
@@ -153,6 +154,8 @@ def default_grid(X: Any, n_rows: int | None = None, *, gram: np.ndarray | None =
         total = float(np.sum(np.diagonal(gram)[:count]))
     elif hasattr(rows, "multiply"):  # sparse
         total = float(rows.multiply(rows).sum())
+    elif is_column_blocks(rows):
+        total = float(np.sum(rows.squared_norms()))
     else:  # float64 sums of the rows' own values: no float64 copy of the rows
         total = float(np.sum(row_squared_norms(np.asarray(rows))))
     mean = total / max(rows.shape[0], 1)
@@ -323,7 +326,7 @@ def _gram_applies(estimator: Any, X: Any, grid: dict[str, list]) -> bool:
         isinstance(estimator, QuadraticHingeSVC)
         and "solver" not in grid
         and estimator.solver != "features"
-        and isinstance(X, np.ndarray)
+        and (isinstance(X, np.ndarray) or is_column_blocks(X))
         and X.shape[0] <= X.shape[1]
     )
 

@@ -89,7 +89,8 @@ from ._quadratic_hinge_objective import (
     minimize_lbfgs,
 )
 from .base import OneVsRestClassifierBase, auto_scale_mean, loss_weights, ovr_targets
-from .eigenbasis import EigenBasis, derived_from_gram
+from .column_blocks import is_column_blocks
+from .eigenbasis import EigenBasis, derived_from_gram, known_gram
 from .span import SpanBasis, SpanObjective, span_bytes
 
 _log = logging.getLogger(__name__)
@@ -121,6 +122,9 @@ def _squared_norms(X) -> np.ndarray:
     """``||x_i||^2`` of every row, float64 (dense or CSR ``X``)."""
     if sp.issparse(X):
         return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    if is_column_blocks(X):  # the diagonal of the Gram matrix when it is at hand, else one pass
+        K = known_gram(X)
+        return X.squared_norms() if K is None else np.diagonal(K).copy()
     return remembered_squared_norms(X)
 
 
@@ -273,6 +277,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
     _requires_non_negative = False
     _accept_sparse = True
     _input_dtypes = (np.float64, np.float32, np.float16)
+    _reads_column_blocks = True
     _fitted_shapes = {"coef_": ("P", "d"), "intercept_": ("P",), "n_iter_": (), "objective_": (), "C_": ()}
     # The one-vs-rest problems are separable sums: per class, L-BFGS on (w_c, b_c) alone
     # reaches the same minimiser (within the solver's tolerance); on one machine ``fit``
@@ -366,6 +371,8 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         if solver == "span":
             self._fit_span(X, Y, weights, start)
             return
+        if is_column_blocks(X):  # these solvers read the rows whole
+            X = np.asarray(X)
         if not sp.issparse(X) and X.dtype == np.float16:
             X = X.astype(np.float32)
         basis = EigenBasis(X) if solver == "eigen" else None

@@ -70,8 +70,8 @@ from scipy.linalg import blas, lapack
 from threadpoolctl import threadpool_limits
 
 from . import eigenbasis
-from ._half import half_to_float32
 from ._quadratic_hinge_objective import QuadraticHingeObjective
+from .column_blocks import ColumnBlockRows, float32_columns
 from .eigenbasis import known_gram, second_moment_matrix
 
 __all__ = ["SpanBasis", "SpanObjective", "span_bytes"]
@@ -95,8 +95,9 @@ class SpanBasis:
 
     Parameters
     ----------
-    X : ndarray of shape (n, d) (float64, float32 or float16) or CSR matrix
-        Training vectors.
+    X : ndarray of shape (n, d) (float64, float32 or float16), CSR matrix or ColumnBlockRows
+        Training vectors (a :class:`~classify_images.classifiers.column_blocks.ColumnBlockRows`
+        is read a block of columns at a time, here and by :meth:`weights`).
     gram : ndarray of shape (n, n), optional
         ``X X^T`` when already known (it is then copied, not overwritten); default: computed
         (or the one :func:`~classify_images.classifiers.eigenbasis.reused_gram` holds for ``X``).
@@ -117,6 +118,8 @@ class SpanBasis:
         self.n_samples = n
         self.order = None
         if n > d:
+            if isinstance(X, ColumnBlockRows):  # the coordinates are the rows themselves
+                X = np.asarray(X)
             self.Z = X.astype(np.float64) if sp.issparse(X) else X
             self.rank = d
             self._second_moment = second_moment_matrix(X)
@@ -231,12 +234,14 @@ class SpanBasis:
         # W^T (P x d) filled, W returned as its transpose: ``coef_ = W^T`` is then no further copy
         W_T = np.empty((B.shape[1], d))
         buffer = None
-        for start in range(0, d, _COLUMNS):  # blocks of columns: no copy of the rows (float16: one block)
-            columns = X[:, start : start + _COLUMNS]
-            if X.dtype == np.float16:
-                reuse = buffer is not None and buffer.shape == columns.shape
-                buffer = columns = half_to_float32(columns, buffer if reuse else None)
-            W_T[:, start : start + columns.shape[1]] = A.T @ columns
+        converted = X.dtype == np.float16 or isinstance(X, ColumnBlockRows)
+        for start in range(0, d, _COLUMNS):  # blocks of columns: no copy of the rows (converted: one block)
+            stop = min(start + _COLUMNS, d)
+            if converted:
+                buffer = columns = float32_columns(X, start, stop, buffer)
+            else:
+                columns = X[:, start:stop]
+            W_T[:, start:stop] = A.T @ columns
         return W_T.T
 
 

@@ -38,7 +38,15 @@ import numpy as np
 
 from .product_quantizer import RowCodecError
 
-__all__ = ["GROUP_VALUES", "SCALAR_BITS", "quantize_rows", "dequantize_rows", "row_bytes", "check_steps"]
+__all__ = [
+    "GROUP_VALUES",
+    "SCALAR_BITS",
+    "quantize_rows",
+    "dequantize_rows",
+    "dequantize_columns",
+    "row_bytes",
+    "check_steps",
+]
 
 #: Values sharing one step (a Fisher-vector cell of 32 768 values holds 8 groups).
 GROUP_VALUES = 4096
@@ -159,4 +167,46 @@ def dequantize_rows(
     with np.errstate(invalid="ignore"):  # a NaN step (a non-finite row) decodes to NaN
         for group in range(steps.shape[1]):
             out[:, group * GROUP_VALUES : (group + 1) * GROUP_VALUES] *= steps[:, group : group + 1]
+    return out
+
+
+def dequantize_columns(
+    stored: np.ndarray,
+    bits: int,
+    rows: np.ndarray,
+    start: int,
+    stop: int,
+    n_features: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Values ``start:stop`` of the stored rows ``rows``, float32 ``(len(rows), stop - start)``
+    (into ``out``, C-contiguous float32, when given): only their codes and the steps of their
+    groups are read, so a memory-mapped ``stored`` is read a block of columns at a time.
+
+    Equal to ``dequantize_rows(stored[rows], bits)[:, start:stop]`` bit for bit."""
+    n_features, code_bytes = _layout(stored, _check_bits(bits), n_features)
+    if not 0 <= start <= stop <= n_features:
+        raise ValueError(f"columns {start}:{stop} are not within the {n_features} values of a row")
+    rows = np.asarray(rows, dtype=np.intp)
+    if out is None:
+        out = np.empty((rows.size, stop - start), dtype=np.float32)
+    if stop == start:
+        return out
+    if bits == 8:
+        np.copyto(out, stored[rows, start:stop].view(np.int8), casting="unsafe")
+    else:
+        first, last = start // 2, (stop + 1) // 2  # the bytes holding values start … stop - 1
+        packed = stored[rows, first:last]
+        values = np.empty((rows.size, 2 * (last - first)), dtype=np.float32)
+        values[:, 0::2] = packed & 0x0F
+        values[:, 1::2] = packed >> 4
+        np.subtract(values[:, start - 2 * first : stop - 2 * first], _NIBBLE_ZERO, out=out)
+    first_group, last_group = start // GROUP_VALUES, (stop - 1) // GROUP_VALUES
+    steps = np.ascontiguousarray(stored[rows, code_bytes + 4 * first_group : code_bytes + 4 * (last_group + 1)])
+    steps = steps.view(np.float32)
+    with np.errstate(invalid="ignore"):  # a NaN step (a non-finite row) decodes to NaN
+        for group in range(first_group, last_group + 1):
+            low = max(start, group * GROUP_VALUES) - start
+            high = min(stop, (group + 1) * GROUP_VALUES) - start
+            out[:, low:high] *= steps[:, group - first_group : group - first_group + 1]
     return out

@@ -52,7 +52,7 @@ from ..storage.shard_store import write_shard
 from .extractor import FeatureExtractor
 from .fitting import image_row, image_row_and_mirror
 from .runner import DEFAULT_BATCH_SIZE, Runner
-from .stages import implementation_versions
+from .stages import check_group_of, group_checks, implementation_versions
 
 _log = logging.getLogger(__name__)
 
@@ -212,12 +212,23 @@ def check_images(
     ones whose decoder warned (checked with the plan's ``[image]`` limits and largest patch)."""
     plan = feature_plan_of(config)
     max_side, largest_patch, max_pixels = plan.max_side, plan.smallest_image_side, plan.max_pixels
-    check = delayed(runner.cache.check_image)
-    checks = runner.map(
-        [check(p, f, max_side, largest_patch, max_pixels) for p, f in zip(images.paths, images.fingerprints)],
+    # one cache entry per group of images (stages.check_image_group), each image checked once
+    # (its first path; an identical file elsewhere has the same result)
+    groups: dict[str, dict[str, str]] = {}
+    for path, fingerprint in zip(images.paths, images.fingerprints, strict=True):
+        groups.setdefault(check_group_of(fingerprint), {}).setdefault(fingerprint, path)
+    members = [sorted(groups[name]) for name in sorted(groups)]
+    check = delayed(runner.cache.check_image_group)
+    results = runner.map(
+        [check([groups[check_group_of(f[0])][g] for g in f], f, max_side, largest_patch, max_pixels) for f in members],
         "check images",
-        batch_size=runner.batch_size * _CHEAP_STAGE_BATCHES,
+        sizes=[len(f) for f in members],
+        batch_size=1,
     )
+    by_fingerprint = {}
+    for fingerprints, result in zip(members, results, strict=True):
+        by_fingerprint.update(zip(fingerprints, group_checks(result), strict=True))
+    checks = [by_fingerprint[f] for f in images.fingerprints]
     skipped = list(images.dataset.unusable)
     skipped += [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
     warned = [

@@ -106,7 +106,7 @@ def train_model(
     from ...classifiers.combination import check_combination, combine_rows
     from ..extraction.augment import augment_settings, rows_and_mirrors
     from ..extraction.channels import extractor_of
-    from ..training.evaluation import combination_record, train_classifier
+    from ..training.evaluation import combination_record, rows_by_columns, train_classifier
     from ..training.model_file import save_model
 
     if not isinstance(feature_set, FeatureSet):
@@ -136,9 +136,16 @@ def train_model(
                 "[augment] flip_train = true trains in memory on this machine: leave out the "
                 "cluster options and --block-rows"
             )
-        if mirrored:  # the rows then their mirrors, in one array filled block by block
-            X = rows_and_mirrors(feature_set, np.arange(len(feature_set.y_train)))
-        else:
+        everything = np.arange(len(feature_set.y_train))
+        # the linear SVM's span solver reads the rows a block of columns at a time: left in the store
+        X = (
+            None
+            if wrapper or combine
+            else rows_by_columns(feature_set, everything, classifier, params or {}, search, mirrored=mirrored)
+        )
+        if X is None and mirrored:  # the rows then their mirrors, in one array filled block by block
+            X = rows_and_mirrors(feature_set, everything)
+        elif X is None:
             X = (
                 feature_set.rows["train"]
                 if wrapper is not None and feature_set.layout == "sharded"

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...coding.product_quantizer import ProductQuantizer, RowCodecError, to_float16
-from ...coding.scalar_quantizer import check_steps, dequantize_rows, quantize_rows, row_bytes
+from ...coding.scalar_quantizer import check_steps, dequantize_columns, dequantize_rows, quantize_rows, row_bytes
 from ...errors import ClassifyImagesError
 from ...files import load_npy_checked, load_npz_checked, open_regular_file
 
@@ -328,6 +328,10 @@ class ScalarQuantizedRows(RowCodec):
 
     def decode(self, stored, state, out=None):
         return dequantize_rows(stored, self.bits, out=out)
+
+    def decode_columns(self, stored, rows, start: int, stop: int, n_features: int, out=None):
+        """Values ``start:stop`` of the stored rows ``rows`` (float32), reading only their codes and steps."""
+        return dequantize_columns(stored, self.bits, rows, start, stop, n_features, out=out)
 
     def check_stored(self, stored, state):
         return check_steps(stored, self.bits)

@@ -46,12 +46,14 @@ import scipy.sparse as sp
 from sklearn.metrics import balanced_accuracy_score, confusion_matrix, top_k_accuracy_score
 
 from ...classifiers.base import warm_up
+from ...classifiers.column_blocks import is_column_blocks
 from ...classifiers.combination import check_combination, combine_rows
 from ...classifiers.eigenbasis import reused_gram
 from ...classifiers.registry import ClassifierParameterError, classifier_class, make_classifier
 from ..extraction.augment import augment_settings, averaged_decision_function, rows_and_mirrors
 from ..settings.dataset import split_indices
 from ..storage.feature_store import FeatureSet
+from ..storage.pooled_columns import StoredColumns, stored_columns
 from ..storage.provenance import library_versions
 from ..storage.row_codecs import row_codec
 from .model_file import check_model_matches
@@ -67,6 +69,7 @@ __all__ = [
     "top_k_accuracy",
     "TOP_K",
     "train_classifier",
+    "rows_by_columns",
     "named_class_weight",
     "evaluate_model",
     "run_experiment",
@@ -212,6 +215,24 @@ def training_dtype(feature_set: FeatureSet, classifier: str, combine: str | None
     if combine is None and row_codec(feature_set.row_encoding).float16_holds_rows and np.float16 in accepted:
         return np.float16
     return np.float32
+
+
+def rows_by_columns(
+    feature_set: FeatureSet, indices: np.ndarray, name: str, params: dict[str, Any], search: Any, *, mirrored: bool
+) -> StoredColumns | None:
+    """The training rows ``indices`` (and with ``mirrored`` their mirrors) left in the store and read
+    a block of columns at a time (:class:`~classify_images.pipeline.storage.pooled_columns.StoredColumns`),
+    when the classifier trains so: the linear SVM's span solver (its default for fewer rows than
+    dimensions), whose Gram matrix and weights are the only passes over the rows; else None (the
+    rows are gathered)."""
+    if not getattr(classifier_class(name), "_reads_column_blocks", False):
+        return None
+    if isinstance(search, dict) and "solver" in search:
+        return None
+    rows = stored_columns(feature_set, indices, mirrored=mirrored)
+    if rows is None or rows.shape[0] > rows.shape[1] or make_classifier(name, params)._solver_for(rows) != "span":
+        return None  # (more rows than dimensions: the solver reads them whole)
+    return rows
 
 
 def _in_place(transform: Callable[..., np.ndarray] | None, rows: np.ndarray) -> np.ndarray:
@@ -528,7 +549,7 @@ def default_search(
 
     if "C" in params or "C" not in estimator.get_params(deep=False):
         return None, None
-    if not in_memory or not (isinstance(X, np.ndarray) or sp.issparse(X)):  # streamed rows, a cluster's
+    if not in_memory or not (isinstance(X, np.ndarray) or sp.issparse(X) or is_column_blocks(X)):  # a cluster's
         _log.info(
             "C not given: the estimator's default C = %r is used (the rows are not in memory here, so "
             "cross-validating C would refit every fold; give --search C=... to choose it)",
@@ -945,10 +966,16 @@ def run_experiment(
         _log.info("experiment: split %d of %d (seed %d)", seed - first_seed + 1, repeats, seed)
         train, test = experiment_split(feature_set, seed)
         mirrored = augment.flip_train or (bool(search) and augment.mirrors)
-        X_train = _in_place(
-            combined,
-            rows_and_mirrors(feature_set, train, dtype) if mirrored else feature_set.pooled_rows(train, dtype=dtype),
+        X_train = (
+            rows_by_columns(feature_set, train, name, params, search, mirrored=mirrored) if combine is None else None
         )
+        if X_train is None:  # gathered: the one copy a fit needs
+            X_train = _in_place(
+                combined,
+                rows_and_mirrors(feature_set, train, dtype)
+                if mirrored
+                else feature_set.pooled_rows(train, dtype=dtype),
+            )
         training = train_classifier(
             name,
             params,
