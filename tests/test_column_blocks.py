@@ -136,21 +136,9 @@ def test_dequantized_columns_are_those_of_the_dequantized_rows(bits, d):
 @pytest.fixture(scope="module")
 def stored_builds(tmp_path_factory):
     """One Fisher-vector build with mirrors, its rows stored float32, float16, int8 and int4 (npy)."""
-    from classify_images.pipeline.extraction.build import build_feature_set
-    from classify_images.pipeline.settings.config import validate_config
+    from .test_scalar_rows import fisher_builds_with_mirrors
 
-    from ._encoder_helpers import small_config
-    from .conftest import FIXTURE_IMAGES
-    from .test_scalar_rows import FISHER
-
-    root = tmp_path_factory.mktemp("column-blocks")
-    raw = small_config(FISHER, {"levels": [1, "3x1"]}, "none").to_dict()
-    raw["augment"] = {"flip_train": True, "flip_test": "average"}
-    config = validate_config(raw)
-    return {
-        rows: build_feature_set(FIXTURE_IMAGES, root / rows, config, cache_dir=root / "cache", rows=rows).path
-        for rows in ("float32", "float16", "int8", "int4")
-    }
+    return fisher_builds_with_mirrors(tmp_path_factory.mktemp("column-blocks"), ("float32", "float16", "int8", "int4"))
 
 
 @pytest.mark.parametrize("rows", ["float32", "float16", "int8", "int4"])

@@ -83,23 +83,28 @@ def test_non_finite_rows_decode_to_nan_and_bad_steps_are_refused():
 FISHER = {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 30}
 
 
-@pytest.fixture(scope="module")
-def fisher_builds(tmp_path_factory):
-    """The same Fisher-vector build with mirrors, rows stored float32, int8 and int4 (npy layout)."""
+def fisher_builds_with_mirrors(root, encodings) -> dict:
+    """The same small Fisher-vector build with mirrors, its rows stored in each of ``encodings``
+    (npy layout), under ``root``: ``{encoding: feature-set path}``."""
     from classify_images.pipeline.extraction.build import build_feature_set
     from classify_images.pipeline.settings.config import validate_config
 
     from ._encoder_helpers import small_config
     from .conftest import FIXTURE_IMAGES
 
-    root = tmp_path_factory.mktemp("scalar-rows")
     raw = small_config(FISHER, {"levels": [1, "3x1"]}, "none").to_dict()
     raw["augment"] = {"flip_train": True, "flip_test": "average"}
     config = validate_config(raw)
     return {
         rows: build_feature_set(FIXTURE_IMAGES, root / rows, config, cache_dir=root / "cache", rows=rows).path
-        for rows in ("float32", "int8", "int4")
+        for rows in encodings
     }
+
+
+@pytest.fixture(scope="module")
+def fisher_builds(tmp_path_factory):
+    """The same Fisher-vector build with mirrors, rows stored float32, int8 and int4 (npy layout)."""
+    return fisher_builds_with_mirrors(tmp_path_factory.mktemp("scalar-rows"), ("float32", "int8", "int4"))
 
 
 @pytest.mark.parametrize("rows", ["int8", "int4"])
