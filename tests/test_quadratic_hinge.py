@@ -213,7 +213,7 @@ def test_eigen_and_feature_solvers_agree_when_d_exceeds_n():
     X[np.arange(40), y] += 3.0
     a = QuadraticHingeSVC(C=0.1, solver="features", tol=1e-8).fit(X, y)
     b = QuadraticHingeSVC(C=0.1, solver="eigen", tol=1e-8).fit(X, y)
-    assert QuadraticHingeSVC()._solver_for(X) == "span"  # "auto" picks the span of the rows here
+    assert QuadraticHingeSVC().solver_for(X) == "span"  # "auto" picks the span of the rows here
     assert a.objective_ == pytest.approx(b.objective_, rel=1e-9)
     np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), atol=1e-5)
     np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-5)

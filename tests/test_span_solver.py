@@ -76,19 +76,19 @@ def test_no_row_count_switches_to_a_slower_solver(monkeypatch):
     monkeypatch.setattr(quadratic_hinge, "span_memory_budget", lambda: 64 << 30)  # a 128 GiB machine
     model = QuadraticHingeSVC()
     for n in (5999, 6000, 6001, 6060, 20000, 40000):
-        assert model._solver_for(_Shape(n, 262_144)) == "span"
+        assert model.solver_for(_Shape(n, 262_144)) == "span"
 
 
 def test_auto_hands_over_to_the_feature_space_only_past_the_memory_budget(monkeypatch):
     monkeypatch.setattr(quadratic_hinge, "span_memory_budget", lambda: span_bytes(1000, 10**6))
     model = QuadraticHingeSVC()
-    assert model._solver_for(_Shape(1000, 10**6)) == "span"
-    assert model._solver_for(_Shape(1001, 10**6)) == "features"
-    assert model._solver_for(_Shape(10**6, 1000)) == "span"  # n > d: X^T X, d x d
+    assert model.solver_for(_Shape(1000, 10**6)) == "span"
+    assert model.solver_for(_Shape(1001, 10**6)) == "features"
+    assert model.solver_for(_Shape(10**6, 1000)) == "span"  # n > d: X^T X, d x d
 
 
 class _Shape:
-    """Only a shape, as ``_solver_for`` reads it."""
+    """Only a shape, as ``solver_for`` reads it."""
 
     def __init__(self, n, d):
         self.shape = (n, d)

@@ -356,7 +356,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             X, Y, cost, fit_intercept=self.fit_intercept, intercept_penalty=penalty, scale=scale
         )
 
-    def _solver_for(self, X) -> str:
+    def solver_for(self, X) -> str:
         """The solver ``fit`` uses on ``X``: ``solver``, or for ``"auto"`` ``"span"`` when its two
         ``min(n, d)`` square float64 matrices fit in :func:`span_memory_budget`, else ``"features"``."""
         if self.solver != "auto":
@@ -367,7 +367,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
         start = time.perf_counter()
         self.__dict__.pop("_sgd_state", None)  # a partial_fit after fit continues from its weights
         self.C_ = self._resolve_C(X, sample_weight)
-        solver = self._solver_for(X)
+        solver = self.solver_for(X)
         if solver == "span":
             self._fit_span(X, Y, weights, start)
             return

@@ -124,7 +124,7 @@ def run_point(data: Path, n: int, reference: bool, solver: str, timeout: float) 
     log.addHandler(Keep())
     log.setLevel(logging.DEBUG)
     model = QuadraticHingeSVC(solver=solver)
-    path = model._solver_for(X) if hasattr(model, "_solver_for") else None
+    path = model.solver_for(X) if hasattr(model, "solver_for") else None
     if path is None:  # the code before the change
         path = "eigen" if model._use_eigenbasis(X) else "features"
     record["path"] = path

@@ -230,7 +230,7 @@ def rows_by_columns(
     if isinstance(search, dict) and "solver" in search:
         return None
     rows = stored_columns(feature_set, indices, mirrored=mirrored)
-    if rows is None or rows.shape[0] > rows.shape[1] or make_classifier(name, params)._solver_for(rows) != "span":
+    if rows is None or rows.shape[0] > rows.shape[1] or make_classifier(name, params).solver_for(rows) != "span":
         return None  # (more rows than dimensions: the solver reads them whole)
     return rows
 
