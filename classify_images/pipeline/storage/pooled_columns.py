@@ -61,6 +61,8 @@ class StoredColumns(ColumnBlockRows):
             if positions.size:
                 order = np.argsort(self.row[positions], kind="stable")
                 self._reads.append((k, positions[order], self.row[positions[order]]))
+        # one source read in row order (e.g. a set's first rows): decoded straight into the block
+        self._in_order = len(self._reads) == 1 and np.array_equal(self._reads[0][1], np.arange(self.row.size))
         self._identity = None
 
     @property
@@ -81,15 +83,14 @@ class StoredColumns(ColumnBlockRows):
     def read_columns(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
             out = np.empty((self.row.size, stop - start), dtype=np.float32)
-        single = len(self._reads) == 1 and np.array_equal(self._reads[0][1], np.arange(self.row.size))
         for k, positions, rows in self._reads:
             stored = self.sources[k]
-            target = out if single else None  # rows already in order: decoded in place
+            target = out if self._in_order else None
             if isinstance(stored, CodedRows):
                 block = stored.codec.decode_columns(stored.stored, rows, start, stop, self.n_features, out=target)
             else:
                 block = as_float32(stored[rows, start:stop], target)
-            if not single:
+            if not self._in_order:
                 out[positions] = block
             release_mapped_pages(stored)
         return out
