@@ -256,6 +256,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow  # failure injection: a scheduler stopped mid-build (8 s); run by .ci/run
 def test_lost_scheduler_is_one_line_and_the_same_command_resumes(tmp_path, monkeypatch, capsys, reference):
     """The scheduler stops in the middle of encode + pool: one line, exit 2, the stage cache
     keeps what the workers finished, and the same command resumes against a new scheduler."""
@@ -341,6 +342,7 @@ def _cache_entries(cache) -> dict:
     return {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in cache.rglob("output.npz")}
 
 
+@pytest.mark.slow  # failure injection: workers killed by a task (8 s); run by .ci/run
 def test_a_task_that_kills_its_workers_is_one_line_and_the_same_command_resumes(
     tmp_path, monkeypatch, capsys, reference
 ):
