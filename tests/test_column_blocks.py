@@ -219,3 +219,23 @@ def test_an_experiment_by_columns_never_holds_the_training_rows(tmp_path, monkey
     run_experiment(fs, "linear", {"C": 1.0}, 1)  # compiled and imported before measuring
     peak = _peak_bytes(lambda: run_experiment(fs, "linear", {"C": 1.0}, 1))
     assert peak < 0.5 * stacked_bytes, f"peak {peak / 2**20:.1f} MiB for {stacked_bytes / 2**20:.1f} MiB of rows"
+
+
+def test_a_gram_matrix_held_for_a_selection_of_column_blocks_serves_its_fit():
+    """``reused_gram`` knows a row selection of a :class:`ColumnBlockRows` by its identity: the fit
+    on the images without their mirrors (the search's choice ``flip_train = False``) takes the
+    search's Gram matrix and reads the rows once only, for the weights."""
+    from classify_images.classifiers.eigenbasis import reused_gram
+
+    X, y = _problem(n=80)
+    lazy = ArrayColumns(X, checked=True)
+    K = gram_matrix(lazy)
+    images = lazy[:40]
+    assert images.identity == lazy[np.arange(40)].identity != lazy.identity
+    before = lazy.reads[0]
+    with reused_gram(images, np.ascontiguousarray(K[:40, :40])):
+        reused = QuadraticHingeSVC(C=1.0).fit(images, y[:40])
+    blocks = -(-X.shape[1] // 4096)
+    assert lazy.reads[0] - before == blocks + -(-X.shape[1] // span._COLUMNS)  # first row, weights: no Gram pass
+    fresh = QuadraticHingeSVC(C=1.0).fit(X[:40], y[:40])
+    np.testing.assert_allclose(reused.coef_, fresh.coef_, rtol=1e-5, atol=1e-7 * np.abs(fresh.coef_).max())
