@@ -356,7 +356,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             X, Y, cost, fit_intercept=self.fit_intercept, intercept_penalty=penalty, scale=scale
         )
 
-    def solver_for(self, X) -> str:
+    def solver_for(self, X: Any) -> str:
         """The solver ``fit`` uses on ``X``: ``solver``, or for ``"auto"`` ``"span"`` when its two
         ``min(n, d)`` square float64 matrices fit in :func:`span_memory_budget`, else ``"features"``."""
         if self.solver != "auto":
