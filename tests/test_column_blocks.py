@@ -89,7 +89,7 @@ def test_the_linear_svm_on_column_blocks_is_the_one_on_the_rows(solver):
     by_columns = QuadraticHingeSVC(**params).fit(lazy, y)
     if solver in ("auto", "span"):  # the span solver: two passes over the blocks (Gram, weights)
         blocks = -(-X.shape[1] // 4096)
-        assert lazy.reads[0] == blocks + blocks + -(-X.shape[1] // span._COLUMNS)  # (first: the first row)
+        assert lazy.reads[0] == blocks + -(-X.shape[1] // span._COLUMNS)
     np.testing.assert_allclose(by_columns.coef_, in_memory.coef_, rtol=1e-5, atol=1e-7 * np.abs(in_memory.coef_).max())
     np.testing.assert_allclose(by_columns.intercept_, in_memory.intercept_, rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(by_columns.predict(lazy), in_memory.predict(X))
@@ -235,7 +235,12 @@ def test_a_gram_matrix_held_for_a_selection_of_column_blocks_serves_its_fit():
     before = lazy.reads[0]
     with reused_gram(images, np.ascontiguousarray(K[:40, :40])):
         reused = QuadraticHingeSVC(C=1.0).fit(images, y[:40])
-    blocks = -(-X.shape[1] // 4096)
-    assert lazy.reads[0] - before == blocks + -(-X.shape[1] // span._COLUMNS)  # first row, weights: no Gram pass
+    assert lazy.reads[0] - before == -(-X.shape[1] // span._COLUMNS)  # the weights only: no Gram pass
     fresh = QuadraticHingeSVC(C=1.0).fit(X[:40], y[:40])
     np.testing.assert_allclose(reused.coef_, fresh.coef_, rtol=1e-5, atol=1e-7 * np.abs(fresh.coef_).max())
+
+
+def test_no_rows_by_columns_is_scikit_learns_one_line_error():
+    X, y = _problem(n=30, d=5000)
+    with pytest.raises(ValueError, match="0 sample"):
+        QuadraticHingeSVC(C=1.0).fit(ArrayColumns(X, rows=np.arange(0)), y[:0])

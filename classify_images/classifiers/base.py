@@ -388,9 +388,12 @@ class OneVsRestClassifierBase(ClassifierMixin, BaseEstimator):
 
     def _validate_column_blocks(self, X: ColumnBlockRows, y: Any):
         """:meth:`_validate_X` of rows read a block of columns at a time (``fit``), kept so: the
-        number of features set from the first row, finiteness through the rows' squared norms
-        (one pass over the blocks) unless the rows were checked when loaded (``checked_finite``)."""
-        validate_data(self, np.asarray(X[:1]), accept_sparse=False, dtype=list(self._input_dtypes), reset=True)
+        number of features set from their shape (a zero row stands for them: none is read here),
+        finiteness through the rows' squared norms (one pass over the blocks) unless the rows were
+        checked when loaded (``checked_finite``)."""
+        if X.shape[0] == 0:  # scikit-learn's one-line error for no rows
+            validate_data(self, np.zeros((0, X.shape[1]), dtype=np.float32), reset=True)
+        validate_data(self, np.zeros((1, X.shape[1]), dtype=np.float32), accept_sparse=False, reset=True)
         if not X.checked_finite and not np.all(np.isfinite(X.squared_norms())):
             raise ValueError("Input X contains NaN or infinity.")
         if y is None:

@@ -152,22 +152,8 @@ def dequantize_rows(
     """Float32 rows ``(n, d)`` of their stored form, into ``out`` (C-contiguous float32) when given."""
     if n_features is None and out is not None:
         n_features = out.shape[1]
-    n_features, code_bytes = _layout(stored, _check_bits(bits), n_features)
-    n = stored.shape[0]
-    if out is None:
-        out = np.empty((n, n_features), dtype=np.float32)
-    codes = stored[:, :code_bytes]
-    if bits == 8:
-        np.copyto(out, codes.view(np.int8), casting="unsafe")
-    else:
-        out[:, 0::2] = (codes & 0x0F)[:, : (n_features + 1) // 2]
-        out[:, 1::2] = (codes >> 4)[:, : n_features // 2]
-        out -= _NIBBLE_ZERO
-    steps = _steps(stored, code_bytes)
-    with np.errstate(invalid="ignore"):  # a NaN step (a non-finite row) decodes to NaN
-        for group in range(steps.shape[1]):
-            out[:, group * GROUP_VALUES : (group + 1) * GROUP_VALUES] *= steps[:, group : group + 1]
-    return out
+    n_features, _ = _layout(stored, _check_bits(bits), n_features)
+    return dequantize_columns(stored, bits, None, 0, n_features, n_features, out=out)
 
 
 def dequantize_columns(
@@ -179,17 +165,16 @@ def dequantize_columns(
     n_features: int,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Values ``start:stop`` of the stored rows ``rows``, float32 ``(len(rows), stop - start)``
-    (into ``out``, C-contiguous float32, when given): only their codes and the steps of their
-    groups are read, so a memory-mapped ``stored`` is read a block of columns at a time.
-
-    Equal to ``dequantize_rows(stored[rows], bits)[:, start:stop]`` bit for bit."""
+    """Values ``start:stop`` of the stored rows ``rows`` (an index array; None: every row),
+    float32 ``(n, stop - start)`` (into ``out``, C-contiguous float32, when given): only their
+    codes and the steps of their groups are read, so a memory-mapped ``stored`` is read a block
+    of columns at a time.  :func:`dequantize_rows` is this for every column."""
     n_features, code_bytes = _layout(stored, _check_bits(bits), n_features)
     if not 0 <= start <= stop <= n_features:
         raise ValueError(f"columns {start}:{stop} are not within the {n_features} values of a row")
-    rows = np.asarray(rows, dtype=np.intp)
+    rows = slice(None) if rows is None else np.asarray(rows, dtype=np.intp)
     if out is None:
-        out = np.empty((rows.size, stop - start), dtype=np.float32)
+        out = np.empty((len(stored[rows, :0]), stop - start), dtype=np.float32)
     if stop == start:
         return out
     if bits == 8:
@@ -197,10 +182,15 @@ def dequantize_columns(
     else:
         first, last = start // 2, (stop + 1) // 2  # the bytes holding values start … stop - 1
         packed = stored[rows, first:last]
-        values = np.empty((rows.size, 2 * (last - first)), dtype=np.float32)
-        values[:, 0::2] = packed & 0x0F
-        values[:, 1::2] = packed >> 4
-        np.subtract(values[:, start - 2 * first : stop - 2 * first], _NIBBLE_ZERO, out=out)
+        # value 2 j in the low nibble of byte j: written in place from an even start, else shifted by one
+        values = out if start % 2 == 0 else np.empty((packed.shape[0], 2 * (last - first)), dtype=np.float32)
+        width = values.shape[1]
+        values[:, 0::2] = (packed & 0x0F)[:, : (width + 1) // 2]
+        values[:, 1::2] = (packed >> 4)[:, : width // 2]
+        if values is out:
+            out -= _NIBBLE_ZERO
+        else:
+            np.subtract(values[:, 1 : 1 + stop - start], _NIBBLE_ZERO, out=out)
     first_group, last_group = start // GROUP_VALUES, (stop - 1) // GROUP_VALUES
     steps = np.ascontiguousarray(stored[rows, code_bytes + 4 * first_group : code_bytes + 4 * (last_group + 1)])
     steps = steps.view(np.float32)

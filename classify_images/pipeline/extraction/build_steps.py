@@ -214,20 +214,20 @@ def check_images(
     max_side, largest_patch, max_pixels = plan.max_side, plan.smallest_image_side, plan.max_pixels
     # one cache entry per group of images (stages.check_image_group), each image checked once
     # (its first path; an identical file elsewhere has the same result)
-    groups: dict[str, dict[str, str]] = {}
+    groups: dict[str, dict[str, str]] = {}  # group -> {fingerprint: its first path}
     for path, fingerprint in zip(images.paths, images.fingerprints, strict=True):
         groups.setdefault(check_group_of(fingerprint), {}).setdefault(fingerprint, path)
-    members = [sorted(groups[name]) for name in sorted(groups)]
+    members = [sorted(groups[name].items()) for name in sorted(groups)]  # (fingerprint, path), by fingerprint
     check = delayed(runner.cache.check_image_group)
     results = runner.map(
-        [check([groups[check_group_of(f[0])][g] for g in f], f, max_side, largest_patch, max_pixels) for f in members],
+        [check([p for _, p in m], [f for f, _ in m], max_side, largest_patch, max_pixels) for m in members],
         "check images",
-        sizes=[len(f) for f in members],
+        sizes=[len(m) for m in members],
         batch_size=1,
     )
     by_fingerprint = {}
-    for fingerprints, result in zip(members, results, strict=True):
-        by_fingerprint.update(zip(fingerprints, group_checks(result), strict=True))
+    for member, result in zip(members, results, strict=True):
+        by_fingerprint.update(zip((f for f, _ in member), group_checks(result), strict=True))
     checks = [by_fingerprint[f] for f in images.fingerprints]
     skipped = list(images.dataset.unusable)
     skipped += [{"path": images.dataset.paths[i], "reason": c["reason"]} for i, c in enumerate(checks) if not c["ok"]]
