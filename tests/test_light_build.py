@@ -228,8 +228,8 @@ def test_a_manifest_announcing_another_row_dtype_is_one_line(tmp_path, small_dat
     manifest = json.loads((tmp_path / "fs" / "manifest.json").read_text())
     assert manifest["rows"] == "int8"  # the default for Fisher vectors
     for value, message in (
-        ("float32", r"X_train.npy is uint8 \(\d+, 68\), the manifest announces float32 \(\d+, 64\)"),
-        ("int4", r"X_train.npy is uint8 \(\d+, 68\), the manifest announces uint8 \(\d+, 36\)"),
+        ("float32", r"X_train.npy is uint8 \(\d+, 88\), the manifest announces float32 \(\d+, 64\)"),
+        ("int4", r"X_train.npy is uint8 \(\d+, 88\), the manifest announces uint8 \(\d+, 36\)"),
         ("pq8", "'rows' must be one of"),
     ):
         (tmp_path / "fs" / "manifest.json").write_text(json.dumps({**manifest, "rows": value}))

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from classify_images.coding.packed_codes import pack_rows, packed_row_bytes
 from classify_images.coding.product_quantizer import RowCodecError
 from classify_images.coding.scalar_quantizer import (
     GROUP_VALUES,
@@ -119,7 +120,8 @@ def test_a_feature_set_stored_coded_reads_back_within_half_a_step(fisher_builds,
     d = reference.n_features
     for name in ("X_train", "X_test", "X_train_flip", "X_test_flip"):
         stored = np.load(fisher_builds[rows] / f"{name}.npy", mmap_mode="r")
-        assert stored.dtype == np.uint8 and stored.shape[1] == row_bytes(d, bits)
+        width = packed_row_bytes(d) if rows == "int8" else row_bytes(d, bits)  # int8: packed by blocks
+        assert stored.dtype == np.uint8 and stored.shape[1] == width
     for split in ("train", "test"):
         for got, want in ((fs._dense(split), reference._dense(split)), (fs.mirrors(split), reference.mirrors(split))):
             got, want = np.asarray(got), np.asarray(want)
@@ -167,7 +169,7 @@ def test_a_tampered_step_is_a_one_line_error(fisher_builds, tmp_path, name):
     copy = tmp_path / "fs"
     shutil.copytree(fisher_builds["int8"], copy)
     stored = np.load(copy / f"{name}.npy", mmap_mode="r+")
-    stored[0, -4:] = np.array([np.nan], np.float32).view(np.uint8)
+    stored[0, 4:8] = np.array([np.nan], np.float32).view(np.uint8)  # a packed row's first step
     stored.flush()
     del stored
     status, _, err = run_cli(["experiment", copy, "--repeats", "1", "--out", tmp_path / "e"])
@@ -179,7 +181,8 @@ def test_a_tampered_step_is_a_one_line_error(fisher_builds, tmp_path, name):
 def test_loading_coded_rows_checks_every_step_and_leaves_their_pages_unmapped(tmp_path):
     """The load reads each row's steps (their pages, and the kernel maps the pages around them)
     a few rows at a time and releases them: a whole row file mapped at once was 0.6 GB resident
-    on 15-Scenes."""
+    on 15-Scenes.  (Rows of one byte a code, the form of ``int8`` sets built before packing:
+    read as they are.)"""
     from classify_images.pipeline.storage import feature_store
     from classify_images.pipeline.storage.coded_rows import CodedRows
 
@@ -214,7 +217,7 @@ def test_the_build_checks_coded_rows_in_small_chunks_and_names_non_finite_images
     assert build_steps._chunk_rows(np.empty((10, 100))) == build_steps._NORMALISE_CHUNK
     rows = np.ones((70, 262144), np.float32)
     rows[66, 5] = np.nan
-    coded = CodedRows(quantize_rows(rows, 8), row_codec("int8"), 262144)
+    coded = CodedRows(pack_rows(rows), row_codec("int8"), 262144)
     images = SimpleNamespace(dataset=SimpleNamespace(paths=[f"img{i}.jpg" for i in range(70)]))
     split = SimpleNamespace(train=np.arange(70), test=np.arange(0))
     with pytest.raises(DatasetError, match=r"the features of 1 image\(s\) are not finite \(first: img66.jpg\)"):

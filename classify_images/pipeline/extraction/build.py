@@ -292,6 +292,7 @@ def _build(
         feature_set_bytes(n_rows, extractor.n_features, encoding, config.augment.mirrors),
         f"the feature set's {n_rows} rows{' and their mirrors' if config.augment.mirrors else ''} "
         f"({extractor.n_features} dims, {encoding})",
+        at_most=row_codec(encoding).writes_prefix,
     )
     # joblib's count: -1 every core, -2 all but one, ...; a cluster's workers are elsewhere
     workers = 0 if client is not None else (n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs))

@@ -23,12 +23,15 @@ Layout::
                                                re-split that moves a row moves its mirror with it
 
 The row files (``X_*.npy``) are float16 instead when the manifest says ``"rows": "float16"``,
-and ``uint8`` rows of 8- or 4-bit codes followed by their steps when it says ``"int8"`` (the
-default for Fisher vectors, :attr:`~classify_images.coding.encoders.Encoder.default_rows`: a
-quarter of float32's bytes, within 0.06 points of float16 at a fixed C on 15-Scenes and
-Flowers-17) or ``"int4"``
-(:mod:`~classify_images.coding.scalar_quantizer`, read through a
-:class:`~classify_images.pipeline.storage.coded_rows.CodedRows`); they are decoded to float32 as
+and ``uint8`` rows of 8- or 4-bit codes (:mod:`~classify_images.coding.scalar_quantizer`) when
+it says ``"int8"`` or ``"int4"``, read through a
+:class:`~classify_images.pipeline.storage.coded_rows.CodedRows`.  ``"int8"``, the default for
+Fisher vectors (:attr:`~classify_images.coding.encoders.Encoder.default_rows`; within 0.06
+points of float16 at a fixed C on 15-Scenes and Flowers-17), packs each block of 64 codes in
+the bits it needs (:mod:`~classify_images.coding.packed_codes`): a row's slot holds at most a
+byte a value and its header, the row uses its start, and the rest is a hole on disk (about
+4.4 bits a value of 15-Scenes Fisher vectors); an ``int8`` file of one byte a code (sets built
+before the packing) is read as it is.  ``"int4"`` holds two codes a byte and the steps.  They are decoded to float32 as
 they are read (:attr:`FeatureSet.X_train`, :meth:`FeatureSet.iter_row_blocks`,
 :meth:`FeatureSet.pooled_rows`).
 
@@ -48,7 +51,9 @@ they are decoded to float32 blocks as they are read.  Both load with :func:`load
 Writing.  The folder is assembled under a temporary name beside its destination
 (``.<name>.partial-<pid>``): the row files are allocated on the disk before they are
 memory-mapped (``posix_fallocate``), so a full disk is an ``ENOSPC`` error at allocation
-and not a ``SIGBUS`` while writing rows; every file is synced, the manifest is written
+and not a ``SIGBUS`` while writing rows (packed ``int8`` rows, which use a prefix of their
+slot, are written with ``pwrite`` into a file left unallocated: a full disk is an ``ENOSPC``
+of that write, and the slots' unused tails stay holes); every file is synced, the manifest is written
 last, and the folder takes the destination's place in one atomic exchange
 (:func:`~classify_images.pipeline.storage.atomic.replace_folder`).
 
@@ -660,6 +665,10 @@ def _npy_rows(folder: Path, manifest: dict, name: str, X: np.ndarray, n_rows: in
     codec = row_codec(manifest.get("rows", NPY_ROW_ENCODINGS[0]))
     n_features = manifest["n_features"]
     dtype, width = codec.stored_form(n_features, None)
+    if codec.earlier is not None and X.ndim == 2 and X.shape[1] != width:
+        earlier_dtype, earlier_width = codec.earlier.stored_form(n_features, None)
+        if X.dtype == earlier_dtype and X.shape == (n_rows, earlier_width):  # rows of an earlier stored form
+            codec, width = codec.earlier, earlier_width
     if X.ndim != 2 or X.dtype != dtype or X.shape != (n_rows, width):
         raise FeatureSetError(
             f"feature set {folder}: {name}.npy is {X.dtype} {X.shape}, the manifest announces "
@@ -691,6 +700,8 @@ def _store_codec(store: dict) -> RowCodec:
     if codec_of_format(store["format"]).sparse:
         return codec_for_rows(True, name)  # the rows as computed, never compressed
     codec = row_codec(name)
+    if codec.earlier is not None and codec.earlier.format == store["format"]:
+        return codec.earlier  # shards of an earlier stored form
     if codec.format != store["format"]:
         raise RowCodecError(f"store.rows {name!r} writes format {codec.format!r}, not {store['format']!r}")
     return codec
@@ -1022,7 +1033,9 @@ class FeatureSetWriter:
         """``(n_rows, n_cols)`` rows stored as ``encoding`` (a codec of :data:`NPY_ROW_ENCODINGS`) in a
         ``.npy`` file allocated on disk and memory-mapped for writing: the array itself for
         float32 and float16, a :class:`CodedRows` (float rows assigned are encoded) for ``int8``
-        and ``int4``."""
+        and ``int4``.  Packed ``int8`` rows use a prefix of their slot: their file is not
+        allocated (the slots' unused tails stay holes), the rows are written with ``pwrite``
+        and mapped read-only."""
         codec = row_codec(encoding)
         dtype, width = codec.stored_form(n_cols, None)
         dtype = np.dtype(dtype)
@@ -1032,12 +1045,19 @@ class FeatureSetWriter:
             np.lib.format.write_array_header_1_0(handle, header)
             offset = handle.tell()
             handle.flush()
-            _allocate(handle, offset + n_rows * width * dtype.itemsize)
+            if codec.writes_prefix:  # each row written is the prefix of its slot: the rest stays a hole
+                handle.truncate(offset + n_rows * width * dtype.itemsize)
+            else:
+                _allocate(handle, offset + n_rows * width * dtype.itemsize)
         if n_rows * width == 0:
             stored = np.zeros((n_rows, width), dtype=dtype)
         else:
-            stored = np.memmap(path, dtype=dtype, mode="r+", offset=offset, shape=(n_rows, width))
-        return CodedRows(stored, codec, n_cols) if _is_coded(codec) else stored
+            stored = np.memmap(
+                path, dtype=dtype, mode="r" if codec.writes_prefix else "r+", offset=offset, shape=(n_rows, width)
+            )
+        if not _is_coded(codec):
+            return stored
+        return CodedRows(stored, codec, n_cols, path if codec.writes_prefix and n_rows * width else None, offset)
 
     def save(self, name: str, array: np.ndarray) -> None:
         with open(self.tmp / f"{name}.npy", "wb") as handle:

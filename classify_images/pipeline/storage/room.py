@@ -5,7 +5,10 @@ A build learns its codebook, then encodes every image and writes its row.  The r
 allocated before the first row is written (:class:`~classify_images.pipeline.storage.feature_store.FeatureSetWriter`),
 so a full disk would stop the build there anyway, as an ``ENOSPC`` from the allocation; this
 module says so before the encoding starts, in one line giving the bytes needed and the bytes
-free, and the lighter choices (:func:`row_bytes`).
+free, and the lighter choices (:func:`row_bytes`).  Packed ``int8`` rows take what their codes
+need, known only once they are encoded (their file is not allocated; a full disk stops the
+build at a row's write, one line too): the check asks for the most they can take, one slot
+(a byte a value and the header) per row.
 
 Memory (:func:`build_memory_bytes`): the encoding runs in the building process and ``n_jobs``
 workers; each holds the libraries, the codebook and one image's descriptors and statistics
@@ -74,14 +77,15 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-def check_disk_room(out: str | os.PathLike, needed: int, what: str) -> None:
+def check_disk_room(out: str | os.PathLike, needed: int, what: str, *, at_most: bool = False) -> None:
     """Raise :class:`NotEnoughRoomError` unless ``needed`` bytes (plus :data:`DISK_MARGIN`) are free
-    on the disk of ``out`` (the nearest existing folder above it); ``what`` names the content."""
+    on the disk of ``out`` (the nearest existing folder above it); ``what`` names the content,
+    ``at_most`` says that ``needed`` is the most it can take."""
     where = _existing_ancestor(Path(out))
     free = shutil.disk_usage(where).free
     if needed + DISK_MARGIN > free:
         raise NotEnoughRoomError(
-            f"{out}: {what} needs {human_bytes(needed + DISK_MARGIN)} of disk and {where} has "
+            f"{out}: {what} needs {'up to ' if at_most else ''}{human_bytes(needed + DISK_MARGIN)} of disk and {where} has "
             f"{human_bytes(free)} free: free some space, choose another --out, or store lighter rows "
             "(--rows int4, pq8 or pq16)"
         )
