@@ -697,15 +697,15 @@ class FisherVectors(_AggregatesCells):
     item is the finished row, 1 MiB of float32 at K = 256, D = 64 and 8 cells, more than the
     image's share of anything a later build could re-use, and about 50 ms of CPU to recompute),
     and the feature set stores the rows as 8-bit codes unless told otherwise
-    (:attr:`~Encoder.default_rows`: a quarter of float32's bytes; at a fixed C, within 0.06
-    points of float16 rows on every 15-Scenes split and equal on every Flowers-17 split;
-    docs/light-pipeline.md)."""
+    (:attr:`~Encoder.default_rows`: at most a quarter of float32's bytes, packed by blocks of 64
+    codes to about 4.4 bits a value on 15-Scenes; at a fixed C, within 0.06 points of float16
+    rows on every 15-Scenes split and equal on every Flowers-17 split; docs/light-pipeline.md)."""
 
     kind = "fisher"
     Params = FisherVectorsParams
     #: 262 144 dimensions (the ``fisher`` configs) are 1 MiB a row in float32: 8-bit codes with one
-    #: step per 4 096 values take 256.25 KiB (relative L2 error 1.5e-2; 4-bit codes, 128.25 KiB, moved
-    #: 15-Scenes splits by up to 0.3 points; docs/light-pipeline.md).
+    #: step per 4 096 values take at most 258.5 KiB, packed by blocks (relative L2 error 1.5e-2; 4-bit
+    #: codes, 128.25 KiB, moved 15-Scenes splits by up to 0.3 points; docs/light-pipeline.md).
     default_rows = "int8"
 
     @property

@@ -11,8 +11,9 @@ Usage::
 row file (``X_*.npy``, mirrors included) is decoded and encoded again with the codec ``--rows``
 (``int8``, ``int4`` or ``float16``: what ``build-features --rows`` would have stored, since the
 codecs code each row on its own), block by block; the manifest's ``rows`` names the codec.
-Prints the bytes of the row files before and after and the relative L2 error of the decoded
-rows.
+Prints the bytes of the row files before and after (their sizes, and the bytes they take on
+disk: packed ``int8`` rows leave each slot's unused tail a hole) and the relative L2 error of the
+decoded rows.
 """
 
 from __future__ import annotations
@@ -38,22 +39,25 @@ def restore(feature_set: Path, out: Path, rows: str, rows_per_block: int = 256) 
     arrays = {"X_train": source.rows["train"], "X_test": source.rows["test"]}
     if source.has_mirrors:
         arrays |= {"X_train_flip": source.mirrors("train"), "X_test_flip": source.mirrors("test")}
-    before = after = 0
+    before = after = after_on_disk = 0
     squared_error = squared_norm = 0.0
     for name, stored_rows in arrays.items():
         before += (feature_set / f"{name}.npy").stat().st_size
         dtype, width = codec.stored_form(source.n_features, None)
         stored = np.lib.format.open_memmap(out / f"{name}.npy", mode="w+", dtype=dtype, shape=(len(stored_rows), width))
-        target = CodedRows(stored, codec, source.n_features)  # encodes what is assigned, as a build's rows
+        # encodes what is assigned and writes it as a build does (packed rows: their prefix, with pwrite)
+        target = CodedRows(stored, codec, source.n_features, out / f"{name}.npy", stored.offset)
         for start in range(0, len(stored_rows), rows_per_block):
             block = np.asarray(stored_rows[start : start + rows_per_block], dtype=np.float32)
             target[start : start + len(block)] = block
             decoded = np.asarray(target[start : start + len(block)], dtype=np.float64)
             squared_error += float(np.sum((decoded - block) ** 2))
             squared_norm += float(np.sum(block.astype(np.float64) ** 2))
+        target.flush()
         stored.flush()
         del target, stored
         after += (out / f"{name}.npy").stat().st_size
+        after_on_disk += (out / f"{name}.npy").stat().st_blocks * 512
     for path in feature_set.iterdir():
         if not (path.name.startswith("X_") or path.name == "manifest.json"):
             shutil.copy2(path, out / path.name)
@@ -63,6 +67,7 @@ def restore(feature_set: Path, out: Path, rows: str, rows_per_block: int = 256) 
         "from": source.row_encoding,
         "row_file_bytes_before": before,
         "row_file_bytes_after": after,
+        "row_file_bytes_on_disk_after": after_on_disk,
         "relative_l2_error": (squared_error / max(squared_norm, 1e-300)) ** 0.5,
     }
 
