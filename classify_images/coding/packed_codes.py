@@ -46,7 +46,7 @@ References
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import literal_unroll, njit
 
 from .product_quantizer import RowCodecError
 from .scalar_quantizer import GROUP_VALUES, quantize_rows, row_bytes
@@ -111,25 +111,19 @@ def _put_values(words, position, codes, low, count, width):  # pragma: no cover 
             words[word + 1] |= value >> np.uint64(64 - shift)
 
 
+#: The widths of a block holding a value (0: all zero).
+_WIDTHS = (2, 3, 4, 5, 6, 7, 8)
+
+
 @njit(cache=True, nogil=True)
 def _put_block(words, position, codes, low, count, width):  # pragma: no cover - compiled
-    if count == BLOCK_VALUES:
-        if width == 2:
-            _put_values(words, position, codes, low, BLOCK_VALUES, 2)
-        elif width == 3:
-            _put_values(words, position, codes, low, BLOCK_VALUES, 3)
-        elif width == 4:
-            _put_values(words, position, codes, low, BLOCK_VALUES, 4)
-        elif width == 5:
-            _put_values(words, position, codes, low, BLOCK_VALUES, 5)
-        elif width == 6:
-            _put_values(words, position, codes, low, BLOCK_VALUES, 6)
-        elif width == 7:
-            _put_values(words, position, codes, low, BLOCK_VALUES, 7)
-        elif width == 8:
-            _put_values(words, position, codes, low, BLOCK_VALUES, 8)
-    elif width:
-        _put_values(words, position, codes, low, count, width)
+    if count < BLOCK_VALUES:  # a row's last, partial block
+        if width:
+            _put_values(words, position, codes, low, count, width)
+        return
+    for constant in literal_unroll(_WIDTHS):  # one loop compiled per width, its shifts constants
+        if width == constant:
+            _put_values(words, position, codes, low, BLOCK_VALUES, constant)
 
 
 @njit(cache=True, nogil=True)
@@ -234,20 +228,9 @@ def _block_codes(words, position, width, codes):  # pragma: no cover - compiled
     """The 64 codes (as float32) of the block of ``width`` bits at word ``position``."""
     if width == 0:
         codes[:] = 0.0
-    elif width == 2:
-        _codes_of_width(words, position, 2, codes)
-    elif width == 3:
-        _codes_of_width(words, position, 3, codes)
-    elif width == 4:
-        _codes_of_width(words, position, 4, codes)
-    elif width == 5:
-        _codes_of_width(words, position, 5, codes)
-    elif width == 6:
-        _codes_of_width(words, position, 6, codes)
-    elif width == 7:
-        _codes_of_width(words, position, 7, codes)
-    else:
-        _codes_of_width(words, position, 8, codes)
+    for constant in literal_unroll(_WIDTHS):
+        if width == constant:
+            _codes_of_width(words, position, constant, codes)
 
 
 @njit(cache=True, nogil=True)
