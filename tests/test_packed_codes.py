@@ -170,3 +170,24 @@ def test_a_feature_set_of_one_byte_codes_is_still_read(tmp_path):
     assert codec_of_format("int8") is row_codec("int8").earlier  # shards of that form too
     with pytest.raises(feature_store.FeatureSetError, match=r"X_train.npy is uint8 \(5, 20\).*rebuild it"):
         feature_store._npy_rows(tmp_path, {"rows": "int8", "n_features": d}, "X_train", mapped[:, :20], n)
+
+
+def test_the_build_codes_a_row_before_its_workers_start_sending_rows():
+    """A cold numba cache compiles the packing in the building process at its first row; rows
+    arriving meanwhile wait in its memory, so the build codes a row of zeros first."""
+    from classify_images.pipeline.extraction.build_steps import warm_row_codec
+    from classify_images.pipeline.storage.coded_rows import CodedRows
+    from classify_images.pipeline.storage.row_codecs import row_codec
+
+    coded = []
+
+    class Recording(type(row_codec("int8"))):
+        def encode(self, rows, state):
+            coded.append(rows.copy())
+            return super().encode(rows, state)
+
+    d = 300
+    warm_row_codec(CodedRows(np.zeros((2, packed_row_bytes(d)), np.uint8), Recording(), d), d)
+    assert len(coded) == 1 and coded[0].shape == (1, d) and not coded[0].any()
+    warm_row_codec(np.zeros((2, d), np.float32), d)  # float rows: nothing to compile
+    assert len(coded) == 1

@@ -38,7 +38,7 @@ from ..settings.dataset import (
 )
 from ..settings.plan import FeaturePlan, feature_plan_of
 from ..settings.protocols import short_classes, small_classes
-from ..storage.coded_rows import stored_array
+from ..storage.coded_rows import CodedRows, stored_array
 from ..storage.feature_store import (
     FeatureSetWriter,
     load_feature_set,
@@ -344,6 +344,7 @@ def encode_and_pool(
     if runner.parallel_here:  # the workers load the kernels the parent compiled
         for channel in getattr(extractor, "extractors", [extractor]):  # (a multi-channel extractor: each channel)
             warm_encoding(channel)
+    warm_row_codec(X["train"], extractor.n_features)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
@@ -358,6 +359,15 @@ def encode_and_pool(
             release_written_rows(X)
     release_written_rows(X)
     return X
+
+
+def warm_row_codec(rows, n_features: int) -> None:
+    """Compile the kernels that code the rows (packed 8-bit codes: a few seconds the first time)
+    by coding one row of zeros, before the workers start: rows arriving while the building
+    process compiles wait in its memory (2 MB an image with its mirror; +0.6 GB measured on a
+    cold two-worker build)."""
+    if isinstance(rows, CodedRows):
+        rows.codec.encode(np.zeros((1, n_features), dtype=np.float32), None)
 
 
 #: Rows written into the memory-mapped row files between two :func:`release_written_rows`
