@@ -12,7 +12,7 @@ value (:func:`~classify_images.coding.scalar_quantizer.quantize_rows`) and packs
 columns of all the rows from either form (``dequantize_columns``, ``unpack_columns``).  Prints
 one JSON line: the bits a value of each form (packed: the bytes the rows use), the CPU seconds
 (``time.process_time``, the fastest repeat) and the decoded values per CPU second, the processor,
-and whether both forms decode to the same float32 bits.
+and whether both forms decode to the same float32 bits (after a first line naming the machine).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def _fitting(out: np.ndarray, width: int) -> np.ndarray | None:
     return out if out.shape[1] == width else None
 
 
-def measure(feature_set: Path, n_rows: int, repeats: int) -> dict:
-    """The JSON record of the module docstring."""
-    from _bench_utils import machine
+def measure(feature_set: Path, n_rows: int, repeats: int, machine: dict | None = None) -> dict:
+    """The JSON record of the module docstring (``machine``: the record of the machine, looked up when None)."""
+    from _bench_utils import machine as machine_record
 
     from classify_images.coding.packed_codes import pack_codes, unpack_columns, used_bytes
     from classify_images.coding.scalar_quantizer import GROUP_VALUES, dequantize_columns, quantize_rows
@@ -84,7 +84,7 @@ def measure(feature_set: Path, n_rows: int, repeats: int) -> dict:
             "packed": n * d / max(best["decode_packed"], 1e-12),
         },
         "same_float32_bits": same,
-        "machine": machine(),
+        "machine": machine if machine is not None else machine_record(),
     }
 
 
@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.feature_set, args.rows, args.repeats)))
+    from _bench_utils import announce_machine
+
+    machine = announce_machine()
+    print(json.dumps(measure(args.feature_set, args.rows, args.repeats, machine)))
 
 
 if __name__ == "__main__":
