@@ -698,7 +698,7 @@ class FisherVectors(_AggregatesCells):
     image's share of anything a later build could re-use, and about 50 ms of CPU to recompute),
     and the feature set stores the rows as 8-bit codes unless told otherwise
     (:attr:`~Encoder.default_rows`: at most a quarter of float32's bytes, packed by blocks of 64
-    codes to about 4.4 bits a value on 15-Scenes; at a fixed C, within 0.06 points of float16
+    codes to about 4.7 bits a value on 15-Scenes; at a fixed C, within 0.06 points of float16
     rows on every 15-Scenes split and equal on every Flowers-17 split; docs/light-pipeline.md)."""
 
     kind = "fisher"

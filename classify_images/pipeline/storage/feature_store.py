@@ -30,7 +30,7 @@ Fisher vectors (:attr:`~classify_images.coding.encoders.Encoder.default_rows`; w
 points of float16 at a fixed C on 15-Scenes and Flowers-17), packs each block of 64 codes in
 the bits it needs (:mod:`~classify_images.coding.packed_codes`): a row's slot holds at most a
 byte a value and its header, the row uses its start, and the rest is a hole on disk (about
-4.4 bits a value of 15-Scenes Fisher vectors); an ``int8`` file of one byte a code (sets built
+4.7 bits a value of 15-Scenes Fisher vectors); an ``int8`` file of one byte a code (sets built
 before the packing) is read as it is.  ``"int4"`` holds two codes a byte and the steps.  They are decoded to float32 as
 they are read (:attr:`FeatureSet.X_train`, :meth:`FeatureSet.iter_row_blocks`,
 :meth:`FeatureSet.pooled_rows`).

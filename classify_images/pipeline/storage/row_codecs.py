@@ -357,7 +357,7 @@ class ByteInt8Rows(ScalarQuantizedRows):
 class Int8Rows(ScalarQuantizedRows):
     """8-bit codes packed by blocks of 64 values in the bits each block needs
     (:mod:`~classify_images.coding.packed_codes`): the values of one-byte codes, bit for bit, in
-    the bytes they need (a Fisher vector's: about 4.4 bits a value on 15-Scenes)."""
+    the bytes they need (a Fisher vector's: about 4.7 bits a value on 15-Scenes)."""
 
     name, format, bits = "int8", "int8-packed", 8
     writes_prefix = True
