@@ -14,7 +14,7 @@ step is ``max |x| / 127``).  Packing each block of :data:`BLOCK_VALUES` consecut
 bits a value (``u_j = q_j + 2^{w-1} - 1 \\in [0, 2^w - 2]``) keeps every code: a row decodes
 to exactly the values of its 8-bit codes (``s q_j`` in float32), so nothing about accuracy
 changes, while the row shrinks to what its codes hold.  Measured: 4.7 bits a value on
-15-Scenes Fisher vectors (21 % of the blocks all zero), under one bit on the simulated images
+15-Scenes Fisher vectors (21 % of the blocks all zero), about one bit on the simulated images
 of ``scripts/benchmarks/simulate_scale.py`` (docs/light-pipeline.md).  This is frame-of-reference
 bit packing (the integer-list compression of search engines, e.g. Lemire and Boytsov [1]_)
 applied to the codes of one block.
