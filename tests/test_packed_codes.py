@@ -191,3 +191,30 @@ def test_the_build_codes_a_row_before_its_workers_start_sending_rows():
     assert len(coded) == 1 and coded[0].shape == (1, d) and not coded[0].any()
     warm_row_codec(np.zeros((2, d), np.float32), d)  # float rows: nothing to compile
     assert len(coded) == 1
+
+
+def test_a_sharded_build_stores_packed_shards_that_read_back_as_the_one_byte_values(tmp_path):
+    from classify_images.pipeline.extraction.build import build_feature_set
+    from classify_images.pipeline.storage.feature_store import load_feature_set
+
+    from ._encoder_helpers import small_config
+    from .conftest import FIXTURE_IMAGES
+
+    config = small_config(
+        {"kind": "fisher", "size": 4, "pca_dims": 8, "n_samples": 3000, "n_iter": 5}, {"levels": [1]}, "none"
+    )
+    exact = build_feature_set(FIXTURE_IMAGES, tmp_path / "exact", config, cache_dir=tmp_path / "cache", rows="float32")
+    packed = build_feature_set(
+        FIXTURE_IMAGES,
+        tmp_path / "packed",
+        config,
+        cache_dir=tmp_path / "cache",
+        store="sharded",
+        batch_size=5,
+        rows="int8",
+    )
+    fs, reference = load_feature_set(packed.path), load_feature_set(exact.path)
+    assert fs.layout == "sharded" and fs.row_encoding == "int8" and fs.manifest["store"]["format"] == "int8-packed"
+    for split in ("train", "test"):
+        want = np.asarray(reference._dense(split))
+        np.testing.assert_array_equal(np.asarray(fs._dense(split)), dequantize_rows(quantize_rows(want, 8), 8))
