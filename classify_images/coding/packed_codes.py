@@ -71,24 +71,22 @@ def _sizes(n_features: int) -> tuple[int, int, int]:
     """``(groups, blocks, payload start)`` of a row of ``n_features`` values."""
     groups = -(-n_features // GROUP_VALUES)
     blocks = -(-n_features // BLOCK_VALUES)
-    header = 4 + 4 * groups + 4 * (groups + 1) + (blocks + 1) // 2
+    header = _STEPS_AT + 4 * groups + 4 * (groups + 1) + (blocks + 1) // 2
     return groups, blocks, -(-header // 8) * 8
 
 
-# Byte positions in a slot: the steps, the group offsets, the widths (``G`` groups).
-@njit(cache=True, nogil=True)
-def _steps_at(groups):  # pragma: no cover - compiled
-    return 4
+# Byte positions in a slot of ``G`` groups: the steps (after the length), the group offsets, the widths.
+_STEPS_AT = 4
 
 
 @njit(cache=True, nogil=True)
 def _offsets_at(groups):  # pragma: no cover - compiled
-    return 4 + 4 * groups
+    return _STEPS_AT + 4 * groups
 
 
 @njit(cache=True, nogil=True)
 def _widths_at(groups):  # pragma: no cover - compiled
-    return 8 + 8 * groups
+    return _offsets_at(groups) + 4 * (groups + 1)
 
 
 def packed_row_bytes(n_features: int) -> int:
@@ -127,14 +125,14 @@ def _put_block(words, position, codes, low, count, width):  # pragma: no cover -
 
 
 @njit(cache=True, nogil=True)
-def _pack(stored8, n_features, groups, blocks, payload, out, used):  # pragma: no cover - compiled
+def _pack(stored8, n_features, groups, blocks, payload, out):  # pragma: no cover - compiled
     widths_at = _widths_at(groups)
     for i in range(stored8.shape[0]):
         source = stored8[i]
         codes = source[:n_features].view(np.int8)
         row = out[i]
         row[:4].view(np.uint32)[0] = n_features
-        row[4 : 4 + 4 * groups] = source[n_features : n_features + 4 * groups]
+        row[_STEPS_AT : _STEPS_AT + 4 * groups] = source[n_features : n_features + 4 * groups]
         offsets = row[_offsets_at(groups) : widths_at].view(np.uint32)
         words = row[payload:].view(np.uint64)
         position = 0  # in words of the payload
@@ -155,7 +153,6 @@ def _pack(stored8, n_features, groups, blocks, payload, out, used):  # pragma: n
             _put_block(words, position, codes, low, count, width)
             position += width
         offsets[groups] = 8 * position
-        used[i] = payload + 8 * position
 
 
 def pack_codes(stored8: np.ndarray, n_features: int) -> np.ndarray:
@@ -167,8 +164,7 @@ def pack_codes(stored8: np.ndarray, n_features: int) -> np.ndarray:
         raise RowCodecError(f"rows of {stored8.shape[-1]} bytes are not 8-bit rows of {n_features} values")
     groups, blocks, payload = _sizes(n_features)
     out = np.zeros((stored8.shape[0], packed_row_bytes(n_features)), dtype=np.uint8)
-    used = np.empty(stored8.shape[0], dtype=np.int64)
-    _pack(stored8, n_features, groups, blocks, payload, out, used)
+    _pack(stored8, n_features, groups, blocks, payload, out)
     return out
 
 
@@ -237,6 +233,7 @@ def _block_codes(words, position, width, codes):  # pragma: no cover - compiled
 def _unpack(stored, rows, steps, start, stop, groups, payload, out):  # pragma: no cover - compiled
     widths_at = _widths_at(groups)
     first_block = start // BLOCK_VALUES
+    first_group = first_block // _BLOCKS_PER_GROUP
     codes = np.empty(BLOCK_VALUES, dtype=np.float32)
     for i in range(rows.shape[0]):
         row = stored[rows[i]]
@@ -248,7 +245,7 @@ def _unpack(stored, rows, steps, start, stop, groups, payload, out):  # pragma: 
             position += _width(row, widths_at, skipped)
         column = block * BLOCK_VALUES
         while column < stop:
-            step = steps[i, block // _BLOCKS_PER_GROUP]
+            step = steps[i, block // _BLOCKS_PER_GROUP - first_group]
             width = _width(row, widths_at, block)
             _block_codes(words, position, width, codes)
             position += width
@@ -277,9 +274,8 @@ def unpack_columns(
     if out is None:
         out = np.empty((rows.size, stop - start), dtype=np.float32)
     if stop > start and rows.size:
-        first, last = start // GROUP_VALUES, (stop - 1) // GROUP_VALUES
-        steps = np.zeros((rows.size, groups), dtype=np.float32)  # only the groups of these columns read
-        steps[:, first : last + 1] = np.ascontiguousarray(stored[rows, 4 + 4 * first : 4 + 4 * (last + 1)]).view("<f4")
+        first, last = start // GROUP_VALUES, (stop - 1) // GROUP_VALUES  # the steps of these columns' groups
+        steps = np.ascontiguousarray(stored[rows, _STEPS_AT + 4 * first : _STEPS_AT + 4 * (last + 1)]).view("<f4")
         _unpack(stored, rows.astype(np.int64), steps, start, stop, groups, payload, out)
     return out
 
@@ -320,7 +316,7 @@ def check_packed(stored: np.ndarray, n_features: int, *, structure: bool = True)
         rows have another width.
     """
     groups, blocks, _ = _check_width(stored, n_features)
-    steps = np.ascontiguousarray(stored[:, 4 : 4 + 4 * groups]).view("<f4")
+    steps = np.ascontiguousarray(stored[:, _STEPS_AT : _STEPS_AT + 4 * groups]).view("<f4")
     if not (np.isfinite(steps).all() and (steps >= 0).all()):
         raise RowCodecError("holds NaN, infinite or negative quantisation steps")
     if structure and stored.shape[0]:

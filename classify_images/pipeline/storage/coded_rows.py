@@ -61,9 +61,10 @@ class CodedRows:
         return self.codec.decode(stored, None, out=out)
 
     def _decode_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The rows ``rows`` (an index array) decoded; a packed codec reads them in place (the
-        bytes they use), others from a copy of their stored rows."""
-        if not self.codec.writes_prefix:
+        """The rows ``rows`` (an index array) decoded: in place by a codec that decodes selected
+        rows (:meth:`decode_columns`; packed rows: only the bytes they use), else from a copy of
+        their stored rows."""
+        if not hasattr(self.codec, "decode_columns"):
             return self._decode(self.stored[rows])
         rows = np.arange(len(self))[rows]  # negative indices, masks: checked and made positions
         return self.codec.decode_columns(self.stored, rows, 0, self.n_features, self.n_features)
