@@ -254,6 +254,65 @@ def test_a_build_that_cannot_fit_the_disk_stops_before_encoding_in_one_line(tmp_
     assert not (tmp_path / "fs").exists()
 
 
+def test_packed_rows_short_of_their_slots_are_built_until_the_rows_written_project_past_the_free_disk(
+    tmp_path, small_dataset, monkeypatch, caplog
+):
+    """Packed 8-bit rows take what their codes need: a disk with less than the slots is not refused
+    before the encoding (a warning says so), and the build stops in one line once the rows
+    written, projected to all the rows, need more than is free."""
+    from collections import namedtuple
+
+    from classify_images.pipeline.extraction import build_steps
+    from classify_images.pipeline.storage import room
+    from classify_images.pipeline.storage.room import DISK_MARGIN, NotEnoughRoomError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(room.shutil, "disk_usage", lambda path: usage(10**12, 0, DISK_MARGIN + 1))
+    monkeypatch.setattr(build_steps, "DISK_CHECK_EVERY", 1)
+    config = small_config(FISHER, {"levels": [1]}, "none")
+    with (
+        caplog.at_level("WARNING"),
+        pytest.raises(
+            NotEnoughRoomError,
+            match=r"fs: the feature set's \d+ rows \(64 dims, int8\) need about .* of disk at the [0-9.]+ bits a value "
+            r"of the first 1 rows: .* more and 67.1 MB to spare, and .* has 67.1 MB free: free some space",
+        ),
+    ):
+        build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=None)
+    assert "take up to" in caplog.text and "checked again as the rows are written" in caplog.text
+    assert not (tmp_path / "fs").exists() and not list(tmp_path.glob(".fs.*"))
+    # Room for the projection: the same build completes.
+    monkeypatch.setattr(room.shutil, "disk_usage", lambda path: usage(10**12, 0, 10**10))
+    build_feature_set(small_dataset, tmp_path / "fs", config, cache_dir=None)
+    assert len(load_feature_set(tmp_path / "fs").y_train) > 0
+
+
+def test_written_rows_watch_projects_the_blocks_written_to_all_the_rows(tmp_path, monkeypatch):
+    """The projection is the file's occupied blocks times rows / rows written; the build stops
+    when the rest plus the margin exceeds the free disk, not before."""
+    from collections import namedtuple
+
+    from classify_images.pipeline.storage import room
+    from classify_images.pipeline.storage.room import DISK_MARGIN, NotEnoughRoomError, WrittenRowsWatch
+
+    path = tmp_path / "rows.npy"
+    with open(path, "wb") as handle:
+        handle.truncate(1 << 20)  # a slot file; only the rows written take blocks
+        os.pwrite(handle.fileno(), b"\x01" * 8192, 0)
+    written = os.stat(path).st_blocks * 512
+    assert written > 0
+    usage = namedtuple("usage", "total used free")
+    watch = WrittenRowsWatch(tmp_path / "fs", [path], n_rows=10, n_features=1024, what="the rows")
+    monkeypatch.setattr(room.shutil, "disk_usage", lambda p: usage(10**12, 0, DISK_MARGIN + 4 * written))
+    watch.check(2)  # 10 / 2 x written in all: 4 x written more, exactly what is free
+    watch.check(0)  # nothing written: nothing to project
+    monkeypatch.setattr(room.shutil, "disk_usage", lambda p: usage(10**12, 0, DISK_MARGIN + 4 * written - 1))
+    with pytest.raises(
+        NotEnoughRoomError, match=r"the rows need about .* at the [0-9.]+ bits a value of the first 2 rows"
+    ):
+        watch.check(2)
+
+
 def test_a_build_that_cannot_fit_the_memory_stops_before_encoding_in_one_line(tmp_path, small_dataset, monkeypatch):
     from classify_images.pipeline.storage import room
     from classify_images.pipeline.storage.room import NotEnoughRoomError, build_memory_bytes

@@ -54,3 +54,28 @@ def test_per_image_work_here_runs_on_one_blas_thread_and_the_pool_is_restored_af
         seen = Runner(1, StageCache(None), no_progress).map([delayed(_blas_threads)() for _ in range(3)], "probe")
         assert seen == [[1] * len(before)] * 3
         assert _blas_threads() == before == [2] * len(before)
+
+
+def _slow_square(x: int) -> int:
+    import time
+
+    time.sleep(0.05)
+    return x * x
+
+
+def test_a_pool_read_only_in_part_closes_without_joblib_warnings():
+    """A build stopped by an error (e.g. the disk) leaves tasks computed and unread: the error is
+    what the user reads, not joblib's warning about them."""
+    import gc
+    import warnings
+
+    from joblib import delayed
+
+    runner = Runner(2, StageCache(None), no_progress)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = runner.imap([delayed(_slow_square)(i) for i in range(40)], "squares")
+        assert next(results) == (0, 0)
+        del results
+        gc.collect()
+    assert [str(w.message) for w in caught] == []

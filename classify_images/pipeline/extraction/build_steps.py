@@ -47,6 +47,7 @@ from ..storage.feature_store import (
     rows_per_block,
 )
 from ..storage.provenance import library_versions
+from ..storage.room import WrittenRowsWatch
 from ..storage.row_codecs import RowCodec, codec_for_rows, row_codec
 from ..storage.shard_store import write_shard
 from .extractor import FeatureExtractor
@@ -345,6 +346,7 @@ def encode_and_pool(
         for channel in getattr(extractor, "extractors", [extractor]):  # (a multi-channel extractor: each channel)
             warm_encoding(channel)
     warm_row_codec(X["train"], extractor.n_features)
+    watch = written_rows_watch(writer, X, extractor.n_features, encoding)
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
@@ -357,8 +359,29 @@ def encode_and_pool(
             X[part][row] = vector
         if done % RELEASE_ROWS_EVERY == 0:
             release_written_rows(X)
+        if watch is not None and done % DISK_CHECK_EVERY == 0:
+            watch.check(done * (2 if mirrors else 1))
     release_written_rows(X)
     return X
+
+
+#: Images encoded between two checks of the disk that rows written as prefixes will need.
+DISK_CHECK_EVERY = 32
+
+
+def written_rows_watch(
+    writer: FeatureSetWriter, X: dict[str, Any], n_features: int, encoding: str
+) -> WrittenRowsWatch | None:
+    """A :class:`~classify_images.pipeline.storage.room.WrittenRowsWatch` of the row files whose
+    bytes are known only as their rows are written (packed 8-bit codes); None for the others
+    (their files are allocated before the first row, and checked before the encoding)."""
+    paths = [rows.path for rows in X.values() if isinstance(rows, CodedRows) and rows.path is not None]
+    if not paths:
+        return None
+    n_rows = sum(len(rows) for rows in X.values())
+    mirrored = " and their mirrors" if any(name.endswith("_flip") for name in X) else ""
+    what = f"the feature set's {n_rows // (2 if mirrored else 1)} rows{mirrored} ({n_features} dims, {encoding})"
+    return WrittenRowsWatch(writer.out, paths, n_rows, n_features, what)
 
 
 def warm_row_codec(rows, n_features: int) -> None:

@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -141,6 +142,22 @@ class Execution:
             yield Runner(self.n_jobs, cache, progress, client, self.batch_size)
 
 
+def _closed_quietly(results: Iterator) -> Iterator:
+    """``results`` (joblib's generator of a pool's results), closed without joblib's warning about
+    tasks computed and not used when the reader stops early (a build stopped by an error: the
+    error is what the user reads)."""
+    try:
+        # Not ``yield from``: it would close ``results`` (and joblib would warn) before ``finally``.
+        for result in results:  # noqa: UP028
+            yield result
+    finally:
+        with warnings.catch_warnings():
+            # joblib's "N tasks have been successfully executed but not used", "N tasks which were
+            # still being processed by the workers have been cancelled"
+            warnings.filterwarnings("ignore", message=r"\d+ tasks (have been|which were)", category=UserWarning)
+            results.close()
+
+
 def _on_one_blas_thread(results: Iterator) -> Iterator:
     """``results`` read with the BLAS pool limited to one thread.
 
@@ -204,7 +221,7 @@ class Runner:
         results = Parallel(n_jobs=self.n_jobs, return_as="generator", initializer=die_with_parent, **parallel_options)
         if self.n_jobs == 1:  # the tasks run here, as the generator is read
             return enumerate(_on_one_blas_thread(results(tasks)))
-        return enumerate(results(tasks))
+        return enumerate(_closed_quietly(results(tasks)))
 
     def map(self, tasks: list, description: str, *, sizes: list[int] | None = None, **options) -> list:
         """The results of ``tasks`` in order; the progress bar counts ``sizes[i]`` images for task ``i``."""

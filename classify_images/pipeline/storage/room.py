@@ -6,9 +6,13 @@ allocated before the first row is written (:class:`~classify_images.pipeline.sto
 so a full disk would stop the build there anyway, as an ``ENOSPC`` from the allocation; this
 module says so before the encoding starts, in one line giving the bytes needed and the bytes
 free, and the lighter choices (:func:`row_bytes`).  Packed ``int8`` rows take what their codes
-need, known only once they are encoded (their file is not allocated; a full disk stops the
-build at a row's write, one line too): the check asks for the most they can take, one slot
-(a byte a value and the header) per row.
+need, known only once they are encoded (their file is not allocated): before the encoding the
+build is refused only when the disk lacks even :data:`DISK_MARGIN`, and says so when it has less
+than the most the rows can take (one slot, a byte a value and the header, per row);
+:class:`WrittenRowsWatch` then projects the bytes of all the rows from those written so far
+(the blocks the row files occupy) and stops the build in one line, naming both numbers, as
+soon as the projection exceeds the free disk.  A full disk that the projection did not foresee
+stops the build at a row's write, one line too.
 
 Memory (:func:`build_memory_bytes`): the encoding runs in the building process and ``n_jobs``
 workers; each holds the libraries, the codebook and one image's descriptors and statistics
@@ -33,6 +37,8 @@ __all__ = [
     "feature_set_bytes",
     "build_memory_bytes",
     "check_disk_room",
+    "free_disk_bytes",
+    "WrittenRowsWatch",
     "check_memory_room",
     "available_memory",
     "human_bytes",
@@ -77,18 +83,78 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-def check_disk_room(out: str | os.PathLike, needed: int, what: str, *, at_most: bool = False) -> None:
-    """Raise :class:`NotEnoughRoomError` unless ``needed`` bytes (plus :data:`DISK_MARGIN`) are free
-    on the disk of ``out`` (the nearest existing folder above it); ``what`` names the content,
-    ``at_most`` says that ``needed`` is the most it can take."""
+#: What a refusal for lack of disk suggests.
+_LIGHTER = "free some space, choose another --out, or store lighter rows (--rows int4, pq8 or pq16)"
+
+
+def free_disk_bytes(out: str | os.PathLike) -> tuple[Path, int]:
+    """``(folder, bytes free)`` for the disk of ``out`` (the nearest existing folder above it)."""
     where = _existing_ancestor(Path(out))
-    free = shutil.disk_usage(where).free
+    return where, shutil.disk_usage(where).free
+
+
+def check_disk_room(out: str | os.PathLike, needed: int, what: str) -> None:
+    """Raise :class:`NotEnoughRoomError` unless ``needed`` bytes (plus :data:`DISK_MARGIN`) are free
+    on the disk of ``out`` (the nearest existing folder above it); ``what`` names the content."""
+    where, free = free_disk_bytes(out)
     if needed + DISK_MARGIN > free:
         raise NotEnoughRoomError(
-            f"{out}: {what} needs {'up to ' if at_most else ''}{human_bytes(needed + DISK_MARGIN)} of disk and {where} has "
-            f"{human_bytes(free)} free: free some space, choose another --out, or store lighter rows "
-            "(--rows int4, pq8 or pq16)"
+            f"{out}: {what} needs {human_bytes(needed + DISK_MARGIN)} of disk and {where} has "
+            f"{human_bytes(free)} free: {_LIGHTER}"
         )
+
+
+def _allocated_bytes(path: str | os.PathLike) -> int:
+    """Bytes of disk a file occupies (its blocks: a sparse file's holes take none); its size
+    where the file system does not report blocks."""
+    stat = os.stat(path)
+    blocks = getattr(stat, "st_blocks", None)
+    return stat.st_size if blocks is None else 512 * blocks
+
+
+class WrittenRowsWatch:
+    """Stops a build whose rows, at the bytes a row the rows written so far take, would not fit
+    the free disk: for row files whose size is known only as they are written (packed 8-bit
+    codes, each row the prefix of an unallocated slot).
+
+    :meth:`check` projects the disk the ``n_rows`` rows will take from the blocks the ``paths``
+    occupy after ``rows_written`` of them, linearly, and raises :class:`NotEnoughRoomError` when
+    the rest (plus :data:`DISK_MARGIN`) exceeds the free disk.  The projection assumes that the
+    rows still to come are like those written (a build writes its rows class by class: checked
+    again as it goes, the projection follows the classes met so far).
+
+    Parameters
+    ----------
+    out : path
+        The feature set being written (named by the error).
+    paths : sequence of paths
+        The row files.
+    n_rows : int
+        Rows the files will hold in all.
+    n_features : int
+        Values a row (for the bits a value the error states).
+    what : str
+        The content, as :func:`check_disk_room` names it.
+    """
+
+    def __init__(self, out: str | os.PathLike, paths, n_rows: int, n_features: int, what: str) -> None:
+        self.out, self.paths, self.n_rows, self.n_features, self.what = out, list(paths), n_rows, n_features, what
+
+    def check(self, rows_written: int) -> None:
+        """Raise :class:`NotEnoughRoomError` if the rows, projected from the first ``rows_written``,
+        need more disk than is free."""
+        if rows_written <= 0 or not self.paths:
+            return
+        written = sum(_allocated_bytes(path) for path in self.paths)
+        projected = written * self.n_rows / rows_written
+        where, free = free_disk_bytes(self.out)
+        if projected - written + DISK_MARGIN > free:
+            bits = 8 * written / max(rows_written * self.n_features, 1)
+            raise NotEnoughRoomError(
+                f"{self.out}: {self.what} need about {human_bytes(projected)} of disk at the {bits:.1f} bits a "
+                f"value of the first {rows_written} rows: {human_bytes(projected - written)} more and "
+                f"{human_bytes(DISK_MARGIN)} to spare, and {where} has {human_bytes(free)} free: {_LIGHTER}"
+            )
 
 
 def build_memory_bytes(n_jobs: int, n_features: int, rows_held: int) -> int:
