@@ -56,15 +56,7 @@ from ..settings.config import ConfigError, PipelineConfig, stage_hash
 from ..settings.plan import make_feature_plan
 from ..storage.cache_folder import default_cache_dir
 from ..storage.feature_store import NPY_ROW_ENCODINGS, STORE_LAYOUTS, FeatureSetWriter, check_destination
-from ..storage.room import (
-    DISK_MARGIN,
-    build_memory_bytes,
-    check_disk_room,
-    check_memory_room,
-    feature_set_bytes,
-    free_disk_bytes,
-    human_bytes,
-)
+from ..storage.room import build_memory_bytes, check_disk_room, check_memory_room, describe_rows, feature_set_bytes
 from ..storage.row_codecs import RowCodecError, codec_for_rows, row_codec
 from .build_steps import (
     RELEASE_ROWS_EVERY,
@@ -295,26 +287,14 @@ def _build(
             images.paths, images.fingerprints, split.train, plan, runner, timer=timer, encoded_next=split.test
         )
     n_rows = len(split.train) + len(split.test)
-    rows_bytes = feature_set_bytes(n_rows, extractor.n_features, encoding, config.augment.mirrors)
-    what = (
-        f"the feature set's {n_rows} rows{' and their mirrors' if config.augment.mirrors else ''} "
-        f"({extractor.n_features} dims, {encoding})"
+    warning = check_disk_room(
+        out,
+        feature_set_bytes(n_rows, extractor.n_features, encoding, config.augment.mirrors),
+        describe_rows(n_rows, extractor.n_features, encoding, config.augment.mirrors),
+        at_most=store == "npy" and row_codec(encoding).writes_prefix,  # their bytes are known as they are written
     )
-    if store == "npy" and row_codec(encoding).writes_prefix:  # their bytes are known as they are written
-        check_disk_room(out, 0, what)
-        where, free = free_disk_bytes(out)
-        if rows_bytes + DISK_MARGIN > free:
-            _log.warning(
-                "%s take up to %s of disk, with %s to spare, and %s has %s free; packed codes usually take "
-                "less: the disk is checked again as the rows are written",
-                what,
-                human_bytes(rows_bytes),
-                human_bytes(DISK_MARGIN),
-                where,
-                human_bytes(free),
-            )
-    else:
-        check_disk_room(out, rows_bytes, what)
+    if warning:
+        _log.warning("%s", warning)
     # joblib's count: -1 every core, -2 all but one, ...; a cluster's workers are elsewhere
     workers = 0 if client is not None else (n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs))
     check_memory_room(

@@ -47,7 +47,7 @@ from ..storage.feature_store import (
     rows_per_block,
 )
 from ..storage.provenance import library_versions
-from ..storage.room import WrittenRowsWatch
+from ..storage.room import WrittenRowsWatch, describe_rows
 from ..storage.row_codecs import RowCodec, codec_for_rows, row_codec
 from ..storage.shard_store import write_shard
 from .extractor import FeatureExtractor
@@ -346,7 +346,7 @@ def encode_and_pool(
         for channel in getattr(extractor, "extractors", [extractor]):  # (a multi-channel extractor: each channel)
             warm_encoding(channel)
     warm_row_codec(X["train"], extractor.n_features)
-    watch = written_rows_watch(writer, X, extractor.n_features, encoding)
+    watch = written_rows_watch(writer, X, describe_rows(len(order), extractor.n_features, encoding, mirrors))
     # The extractor (its codebook) goes to each worker once: shared with a cluster's workers,
     # memory-mapped by joblib (max_nbytes) on this machine.
     vectors = runner.imap(tasks, "encode + pool", shared={"extractor": extractor}, max_nbytes="100K")
@@ -369,19 +369,15 @@ def encode_and_pool(
 DISK_CHECK_EVERY = 32
 
 
-def written_rows_watch(
-    writer: FeatureSetWriter, X: dict[str, Any], n_features: int, encoding: str
-) -> WrittenRowsWatch | None:
+def written_rows_watch(writer: FeatureSetWriter, X: dict[str, Any], what: str) -> WrittenRowsWatch | None:
     """A :class:`~classify_images.pipeline.storage.room.WrittenRowsWatch` of the row files whose
     bytes are known only as their rows are written (packed 8-bit codes); None for the others
     (their files are allocated before the first row, and checked before the encoding)."""
-    paths = [rows.path for rows in X.values() if isinstance(rows, CodedRows) and rows.path is not None]
-    if not paths:
+    coded = [rows for rows in X.values() if isinstance(rows, CodedRows) and rows.path is not None]
+    if not coded:
         return None
     n_rows = sum(len(rows) for rows in X.values())
-    mirrored = " and their mirrors" if any(name.endswith("_flip") for name in X) else ""
-    what = f"the feature set's {n_rows // (2 if mirrored else 1)} rows{mirrored} ({n_features} dims, {encoding})"
-    return WrittenRowsWatch(writer.out, paths, n_rows, n_features, what)
+    return WrittenRowsWatch(writer.out, [rows.path for rows in coded], n_rows, coded[0].n_features, what)
 
 
 def warm_row_codec(rows, n_features: int) -> None:

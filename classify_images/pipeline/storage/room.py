@@ -37,6 +37,7 @@ __all__ = [
     "feature_set_bytes",
     "build_memory_bytes",
     "check_disk_room",
+    "describe_rows",
     "free_disk_bytes",
     "WrittenRowsWatch",
     "check_memory_room",
@@ -93,15 +94,32 @@ def free_disk_bytes(out: str | os.PathLike) -> tuple[Path, int]:
     return where, shutil.disk_usage(where).free
 
 
-def check_disk_room(out: str | os.PathLike, needed: int, what: str) -> None:
+def describe_rows(n_rows: int, n_features: int, encoding: str, mirrors: bool) -> str:
+    """How the disk checks name a feature set's rows ("the feature set's 4485 rows and their mirrors
+    (262144 dims, int8)")."""
+    return f"the feature set's {n_rows} rows{' and their mirrors' if mirrors else ''} ({n_features} dims, {encoding})"
+
+
+def check_disk_room(out: str | os.PathLike, needed: int, what: str, *, at_most: bool = False) -> str | None:
     """Raise :class:`NotEnoughRoomError` unless ``needed`` bytes (plus :data:`DISK_MARGIN`) are free
-    on the disk of ``out`` (the nearest existing folder above it); ``what`` names the content."""
+    on the disk of ``out`` (the nearest existing folder above it); ``what`` names the content.
+
+    ``at_most``: ``needed`` is the most the content can take, its bytes known only as it is written
+    (watched then by :class:`WrittenRowsWatch`): refused only when not even :data:`DISK_MARGIN` is
+    free, and the returned warning says so when less than ``needed`` is.  Otherwise None."""
     where, free = free_disk_bytes(out)
-    if needed + DISK_MARGIN > free:
+    if (0 if at_most else needed) + DISK_MARGIN > free:
         raise NotEnoughRoomError(
-            f"{out}: {what} needs {human_bytes(needed + DISK_MARGIN)} of disk and {where} has "
-            f"{human_bytes(free)} free: {_LIGHTER}"
+            f"{out}: {what} needs {'at least ' if at_most else ''}{human_bytes((0 if at_most else needed) + DISK_MARGIN)} "
+            f"of disk and {where} has {human_bytes(free)} free: {_LIGHTER}"
         )
+    if needed + DISK_MARGIN > free:
+        return (
+            f"{what} take up to {human_bytes(needed)} of disk, with {human_bytes(DISK_MARGIN)} to spare, and {where} "
+            f"has {human_bytes(free)} free; packed codes usually take less: the disk is checked again as the rows "
+            "are written"
+        )
+    return None
 
 
 def _allocated_bytes(path: str | os.PathLike) -> int:
