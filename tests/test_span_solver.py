@@ -187,3 +187,45 @@ def test_float32_rows_with_a_large_C_still_reach_the_optimum():
     reference = _reference(single.astype(np.float64), y, C=1e4)
     assert span.objective_ == pytest.approx(reference.objective_, rel=1e-5)
     np.testing.assert_array_equal(span.predict(single), reference.predict(single))
+
+
+def test_a_last_fit_factorises_the_given_gram_matrix_in_place_and_holds_less():
+    """``reused_gram(..., last_fit=True)`` (a search's final fit): the same model bit for bit as
+    with the Gram matrix kept for other fits, the factor written into the given matrix (no
+    ``n x n`` copy), nothing kept for a next fit, and a traced peak at least one float64 ``n x n``
+    matrix lower (a kept fit holds the copy, ``Z^T Z`` and, while forming the weights, ``Z`` and
+    ``R^{-1}``)."""
+    import tracemalloc
+
+    from classify_images.classifiers.eigenbasis import derived_from_gram
+
+    X, y = _rows(300, 1500)
+    X = X.astype(np.float32)
+    K = gram_matrix(X)
+    peaks, models = {}, {}
+    for last_fit in (False, True):
+        given = K.copy(order="F")
+        tracemalloc.start()
+        try:
+            with reused_gram(X, given, last_fit=last_fit):
+                assert (derived_from_gram(X) is None) == last_fit
+                models[last_fit] = QuadraticHingeSVC(C=1.0, solver="span").fit(X, y)
+            peaks[last_fit] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert np.array_equal(given, K) != last_fit  # written into only when given up
+    np.testing.assert_array_equal(models[True].coef_, models[False].coef_)
+    np.testing.assert_array_equal(models[True].intercept_, models[False].intercept_)
+    assert peaks[True] <= peaks[False] - 8 * 300 * 300, peaks
+
+
+def test_a_rank_far_below_the_rows_keeps_a_copy_of_its_factor_and_the_optimum():
+    """Rows of rank 20 repeated to 200 (``L_11`` copied out of the ``n x n`` factor): the optimum
+    of the feature-space solver, and of the full-rank path's view of the factor."""
+    base, y = _rows(20, 300)
+    X = np.repeat(base, 10, axis=0)
+    y = np.repeat(y, 10)
+    basis = SpanBasis(X)
+    assert basis.rank == 20 and basis._L11.flags.f_contiguous and basis._L11.shape == (20, 20)
+    span = QuadraticHingeSVC(solver="span", tol=1e-10, max_iter=20000).fit(X, y)
+    assert span.objective_ == pytest.approx(_reference(X, y).objective_, rel=1e-9)

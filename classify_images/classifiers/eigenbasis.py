@@ -49,6 +49,7 @@ __all__ = [
     "gram_of",
     "known_gram",
     "derived_from_gram",
+    "gram_may_be_overwritten",
     "second_moment_matrix",
     "reused_gram",
 ]
@@ -129,15 +130,21 @@ def _layout(X) -> tuple | None:
 
 
 @contextlib.contextmanager
-def reused_gram(X: np.ndarray, K: np.ndarray) -> Iterator[None]:
+def reused_gram(X: np.ndarray, K: np.ndarray, *, last_fit: bool = False) -> Iterator[None]:
     """Within the block, :class:`EigenBasis` and :class:`~classify_images.classifiers.span.SpanBasis`
     of the rows ``X`` (the same buffer, shape, strides and dtype) take ``K``, which must be
     ``gram_matrix(X)``, instead of computing it again (a grid search's Gram matrix reused by the
     final fit: the same bits, so the same model; several fits of one estimator with different ``C``
-    also share the factorisation of ``K``).  ``X`` must not change inside the block."""
+    also share the factorisation of ``K``).  ``X`` must not change inside the block.
+
+    ``last_fit``: the block holds the one fit left on these rows (a search's final fit) and the
+    caller does not read ``K`` afterwards, so a solver may factorise ``K`` in place
+    (:func:`gram_may_be_overwritten`) and keeps nothing for a next fit (:func:`derived_from_gram`
+    is None): an ``n x n`` matrix less in memory while it factorises, two or three less while it
+    forms the weights."""
     if _layout(X) is None or K.shape != (X.shape[0], X.shape[0]):
         raise ValueError(f"reused_gram: a dense X and its ({X.shape[0]}, {X.shape[0]}) Gram matrix, got {K.shape}")
-    token = _KNOWN_GRAM.set((_layout(X), K, {}))
+    token = _KNOWN_GRAM.set((_layout(X), K, None if last_fit else {}))
     try:
         yield
     finally:
@@ -163,9 +170,17 @@ def known_gram(X) -> np.ndarray | None:
     return None if known is None else known[1]
 
 
+def gram_may_be_overwritten(X) -> bool:
+    """Whether the Gram matrix :func:`reused_gram` holds for these rows was given up by its caller
+    (``last_fit``): a solver may then write into it."""
+    known = _known(X)
+    return known is not None and known[2] is None
+
+
 def derived_from_gram(X) -> dict | None:
     """A dict kept with the Gram matrix :func:`reused_gram` holds for these rows (None outside such a
-    block): where a solver keeps what it computed from ``K`` for the next fit on the same rows."""
+    block, or for its ``last_fit``): where a solver keeps what it computed from ``K`` for the next
+    fit on the same rows."""
     known = _known(X)
     return None if known is None else known[2]
 

@@ -412,10 +412,14 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             intercept_penalty=penalty,
             intercept_scale=intercept_scale if self.fit_intercept else None,
         )
+        del R  # (the objective holds R^{-1}, in R's memory)
         result, converged = minimize_lbfgs(
             problem, tol=float(self.tol), max_iter=int(self.max_iter), verbose=int(self.verbose)
         )
         B, b = problem.unpack(result.x)
+        if derived is None:  # kept for no other fit: the weights need only B and L_11
+            problem.release()
+            basis.release_coordinates()
         W = basis.weights(X, B)
         self._keep_solution(W, b, problem, result, converged, f"span of the rows (rank {basis.rank})", start)
 

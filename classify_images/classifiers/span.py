@@ -72,7 +72,7 @@ from threadpoolctl import threadpool_limits
 from . import eigenbasis
 from ._quadratic_hinge_objective import QuadraticHingeObjective
 from .column_blocks import ColumnBlockRows, float32_columns
-from .eigenbasis import known_gram, second_moment_matrix
+from .eigenbasis import gram_may_be_overwritten, known_gram, second_moment_matrix
 
 __all__ = ["SpanBasis", "SpanObjective", "span_bytes"]
 
@@ -83,9 +83,11 @@ _COLUMNS = 4096
 
 
 def span_bytes(n_samples: int, n_features: int) -> int:
-    """Peak memory of :class:`SpanBasis` and :class:`SpanObjective`, ``m = min(n, d)``: the float64
-    Gram matrix and its float32 partial sums (12 m^2 bytes), then ``L_11`` (float64), the coordinates
-    ``Z`` (float32 for float32 or float16 rows), ``R^{-1}`` (float64) and its float32 copy (24 m^2)."""
+    """Peak memory of :class:`SpanBasis` and :class:`SpanObjective`, ``m = min(n, d)``, bounded: the
+    float64 Gram matrix and its float32 partial sums (12 m^2 bytes), then the factor ``L_11``
+    (float64, in the Gram matrix's memory), the coordinates ``Z``, ``Z^T Z`` and ``R^{-1}`` (float32
+    for float32 or float16 rows; float64 ones, 32 m^2, only where ``R`` must be refactorised in
+    float64): 20 m^2, 24 m^2 with a Gram matrix given to be copied."""
     m = min(n_samples, n_features)
     return 24 * m * m
 
@@ -125,11 +127,13 @@ class SpanBasis:
             self._second_moment = second_moment_matrix(X)
             self._pivots = None
             return
+        given_up = False
         if gram is None:
             gram = known_gram(X)
+            given_up = gram is not None and gram_may_be_overwritten(X)  # a search's final fit
         owned = gram is None
         K = eigenbasis.gram_matrix(X) if owned else gram  # (the module's: counted by tests)
-        if not owned or K.dtype != np.float64 or not K.flags.f_contiguous:
+        if not (owned or given_up) or K.dtype != np.float64 or not K.flags.f_contiguous:
             K = np.array(K, dtype=np.float64, order="F")  # dpstrf writes its factor into it
         diagonal_max = float(np.max(np.diag(K), initial=0.0))
         if diagonal_max <= 0.0:  # X = 0: W = 0 is the only direction; keep one null coordinate
@@ -150,12 +154,14 @@ class SpanBasis:
             for start in range(0, rank, 1024):  # zeroed block by block (no index arrays of r^2 / 2 entries)
                 block = L[start : start + 1024, start:]
                 block[np.triu_indices(block.shape[0], 1, block.shape[1])] = 0.0
-            self._L11 = np.array(L[:rank], order="F")
+            # L_11 a view of the factor (no r x r copy; its leading dimension is n), unless the
+            # rank is far below n, where the copy frees the factor's other rows
+            self._L11 = L[:rank] if 2 * rank >= n else np.array(L[:rank], order="F")
             # C order (the objective multiplies blocks of rows, which BLAS takes only in C order),
             # float32 for float32 or float16 rows: products in the rows' own precision
             precision = np.float64 if X.dtype == np.float64 or sp.issparse(X) else np.float32
             self.Z = np.ascontiguousarray(L, dtype=precision)
-            del L, factor  # before Z^T Z: at most 20 n^2 bytes here, 24 n^2 with R^{-1} in float32 later
+            del L, factor  # before Z^T Z: 12 n^2 bytes here (L_11, Z), 20 n^2 with R^{-1} in float32 later
             # Z^T Z = L11^T L11 + L21^T L21 (r^3 / 3 + (n - r) r^2 multiply-adds, lower triangle; the
             # second term from Z's own rows: only the preconditioner uses it)
             if precision == np.float32:  # the preconditioner in float32 too: it needs to be close, not exact
@@ -215,6 +221,11 @@ class SpanBasis:
         if self.rank < self.Z.shape[0]:
             moment += blas.dsyrk(1.0, np.asarray(self.Z[self.rank :], dtype=np.float64).T, trans=0, lower=1)
         return moment
+
+    def release_coordinates(self) -> None:
+        """Drop ``Z`` and ``Z^T Z`` (``12 r^2`` bytes): the basis then serves :meth:`weights` only
+        (once the solution's ``B`` is known, for a basis kept for no other fit)."""
+        self.Z = self._second_moment = None
 
     def rows(self, A: np.ndarray) -> np.ndarray:
         """``A`` (one row per training row, original order) in the order of :attr:`Z`."""
@@ -277,6 +288,12 @@ class SpanObjective(QuadraticHingeObjective):
             raise np.linalg.LinAlgError(f"trtri: R is singular (info {info})")
         self._inverse = {inverse.dtype: inverse.T}
         self.intercept_scale = intercept_scale
+
+    def release(self) -> None:
+        """Drop ``R^{-1}`` and the coordinates (after :meth:`unpack` of the solution: what the
+        weights need is ``B``); the counters stay."""
+        self._inverse.clear()
+        self.X = None
 
     def _R_inverse(self) -> np.ndarray:
         dtype = np.dtype(np.float64 if self.exact else np.float32)

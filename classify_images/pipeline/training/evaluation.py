@@ -513,14 +513,17 @@ def train_classifier(
         _log.info("%s", _search_line(found))
         if result.flips is not None and not result.flips["flip_train"]:  # the images' rows alone
             X, mirrored = X[:n_images], False
-            gram = None if gram is None else np.ascontiguousarray(gram[:n_images, :n_images])
+            gram = (
+                None if gram is None else np.asfortranarray(gram[:n_images, :n_images])
+            )  # (F order: factorised in place)
     elif mirrored and choose_flips and not flip_train:  # loaded for a search that did not run
         X, mirrored = X[:n_images], False
     if mirrored:
         y = np.concatenate([y, y])
     start = time.perf_counter()
-    # The search's Gram matrix of these rows serves the final fit's eigenbasis (the same bits).
-    with reused_gram(X, gram) if gram is not None and wrapper is None else contextlib.nullcontext():
+    # The search's Gram matrix of these rows serves the final fit's eigenbasis (the same bits), and
+    # is not read again: the fit may factorise it in place.
+    with reused_gram(X, gram, last_fit=True) if gram is not None and wrapper is None else contextlib.nullcontext():
         estimator = estimator.fit(X, y) if wrapper is None else wrapper(estimator).fit(X, y).estimator_
     seconds = time.perf_counter() - start
     return TrainingResult(
