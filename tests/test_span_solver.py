@@ -229,3 +229,45 @@ def test_a_rank_far_below_the_rows_keeps_a_copy_of_its_factor_and_the_optimum():
     assert basis.rank == 20 and basis._L11.flags.f_contiguous and basis._L11.shape == (20, 20)
     span = QuadraticHingeSVC(solver="span", tol=1e-10, max_iter=20000).fit(X, y)
     assert span.objective_ == pytest.approx(_reference(X, y).objective_, rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_triangular_products_are_the_dense_ones(dtype):
+    """The span objective multiplies each block of rows of the lower trapezoidal ``Z`` by its
+    first columns only, and ``B = R^{-1} Theta``, ``R^{-T} grad`` by ``?trmm``: value and gradient
+    equal the dense products' (reference: ``Z`` marked not trapezoidal, ``np.linalg.inv(R)``)."""
+    from classify_images.classifiers.span import SpanObjective
+
+    X, y = _rows(90, 400)
+    X = X.astype(dtype)
+    basis = SpanBasis(X)
+    assert basis.lower_trapezoidal
+    np.testing.assert_array_equal(np.triu(basis.Z, 1), 0.0)  # rows in pivot order: zero beyond the diagonal
+    Y = np.where(y[:, None] == np.arange(4), 1.0, -1.0)
+    R = basis.preconditioner(0.5)
+    R_dense = np.array(R, dtype=np.float64)
+    objectives = {
+        trapezoidal: SpanObjective(
+            basis.Z,
+            basis.rows(Y),
+            1.0,
+            np.array(R),
+            fit_intercept=True,
+            intercept_penalty=0.0,
+            intercept_scale=np.full(4, 0.5),
+            lower_trapezoidal=trapezoidal,
+        )
+        for trapezoidal in (False, True)
+    }
+    theta = np.random.default_rng(2).standard_normal(basis.rank * 4 + 4)
+    rtol = 1e-12 if dtype == np.float64 else 2e-5
+    B, _ = objectives[True].unpack(theta)
+    np.testing.assert_allclose(
+        B, np.linalg.inv(R_dense) @ theta[:-4].reshape(-1, 4), rtol=rtol, atol=rtol * np.abs(B).max()
+    )
+    (value, grad), (value_t, grad_t) = objectives[False].flat(theta), objectives[True].flat(theta)
+    assert value_t == pytest.approx(value, rel=rtol)
+    np.testing.assert_allclose(grad_t, grad, rtol=rtol, atol=rtol * np.abs(grad).max())
+    for objective in objectives.values():
+        objective.block_bytes = 1  # one row a block: the first row's product has one column
+    assert objectives[True].flat(theta)[0] == pytest.approx(value, rel=rtol)

@@ -411,6 +411,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             fit_intercept=self.fit_intercept,
             intercept_penalty=penalty,
             intercept_scale=intercept_scale if self.fit_intercept else None,
+            lower_trapezoidal=basis.lower_trapezoidal,
         )
         del R  # (the objective holds R^{-1}, in R's memory)
         result, converged = minimize_lbfgs(
