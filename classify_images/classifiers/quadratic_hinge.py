@@ -413,7 +413,7 @@ class QuadraticHingeSVC(OneVsRestClassifierBase):
             intercept_scale=intercept_scale if self.fit_intercept else None,
             lower_trapezoidal=basis.lower_trapezoidal,
         )
-        del R  # (the objective holds R^{-1}, in R's memory)
+        del R  # (the objective holds R^{-T}, in R's memory)
         result, converged = minimize_lbfgs(
             problem, tol=float(self.tol), max_iter=int(self.max_iter), verbose=int(self.verbose)
         )

@@ -87,11 +87,11 @@ _COLUMNS = 4096
 
 
 def span_bytes(n_samples: int, n_features: int) -> int:
-    """Peak memory of :class:`SpanBasis` and :class:`SpanObjective`, ``m = min(n, d)``, bounded: the
-    float64 Gram matrix and its float32 partial sums (12 m^2 bytes), then the factor ``L_11``
-    (float64, in the Gram matrix's memory), the coordinates ``Z``, ``Z^T Z`` and ``R^{-1}`` (float32
-    for float32 or float16 rows; float64 ones, 32 m^2, only where ``R`` must be refactorised in
-    float64): 20 m^2, 24 m^2 with a Gram matrix given to be copied."""
+    """Peak memory of :class:`SpanBasis` and :class:`SpanObjective` on float32 or float16 rows (what
+    feature sets hold), ``m = min(n, d)``: the float64 Gram matrix and its float32 partial sums
+    (12 m^2 bytes), then the factor ``L_11`` (float64, in the Gram matrix's memory) and the float32
+    coordinates ``Z``, ``Z^T Z`` and ``R^{-T}``: 20 m^2, 24 m^2 with a given Gram matrix copied.
+    (Float64 rows take float64 coordinates: up to 32 m^2.)"""
     m = min(n_samples, n_features)
     return 24 * m * m
 
@@ -232,8 +232,8 @@ class SpanBasis:
         return moment
 
     def release_coordinates(self) -> None:
-        """Drop ``Z`` and ``Z^T Z`` (``12 r^2`` bytes): the basis then serves :meth:`weights` only
-        (once the solution's ``B`` is known, for a basis kept for no other fit)."""
+        """Drop ``Z`` and ``Z^T Z`` (``8 r^2`` bytes for float32 rows): the basis then serves
+        :meth:`weights` only (once the solution's ``B`` is known, for a basis kept for no other fit)."""
         self.Z = self._second_moment = None
 
     def rows(self, A: np.ndarray) -> np.ndarray:
@@ -305,6 +305,7 @@ class SpanObjective(QuadraticHingeObjective):
         weights need is ``B``); the counters stay."""
         self._inverse.clear()
         self.X = None
+        self.__dict__.pop("_buffers", None)
 
     def _R_inverse_T(self) -> np.ndarray:
         """``R^{-T}`` (lower triangular, Fortran order) in the products' precision."""
