@@ -185,6 +185,14 @@ class FeatureSetError(ClassifyImagesError, ValueError):
     """A feature-set folder is missing, incomplete or corrupt (user-facing, one line)."""
 
 
+#: What one page fault in a file mapping may map beside its page (Linux's ``fault_around_bytes``,
+#: 64 KiB by default: the neighbouring pages already in the page cache; a file cached in large
+#: folios may map more).  Reading a block of columns from each of 1 500 rows of a 15-Scenes split
+#: made 190 MB resident, about 128 KiB for the 2-4 KB read from each row, until the pages were
+#: dropped every few rows.
+FAULT_AROUND_BYTES = 64 * 1024
+
+
 def release_mapped_pages(rows, first: int | None = None, stop: int | None = None) -> None:
     """Drop from this process the pages of a memory-mapped array that reading it made resident.
 
@@ -207,14 +215,6 @@ def release_mapped_pages(rows, first: int | None = None, stop: int | None = None
     end = min(end, len(mapping))
     if end > begin:
         mapping.madvise(mmap.MADV_DONTNEED, begin, end - begin)
-
-
-#: What one page fault in a file mapping may map beside its page (Linux's ``fault_around_bytes``,
-#: 64 KiB by default: the neighbouring pages already in the page cache; a file cached in large
-#: folios may map more).  Reading a block of columns from each of 1 500 rows of a 15-Scenes split
-#: made 190 MB resident, about 128 KiB for the 2-4 KB read from each row, until the pages were
-#: dropped every few rows.
-FAULT_AROUND_BYTES = 64 * 1024
 
 
 @dataclass(init=False)

@@ -93,16 +93,15 @@ class StoredColumns(ColumnBlockRows):
             stored = self.sources[k]
             for chunk in range(0, rows.size, ROWS_PER_RELEASE):  # pages dropped every few rows
                 part = slice(chunk, chunk + ROWS_PER_RELEASE)
+                these = rows[part]
                 target = out[part] if self._in_order else None  # (in order: positions are 0 … n - 1)
                 if isinstance(stored, CodedRows):
-                    block = stored.codec.decode_columns(
-                        stored.stored, rows[part], start, stop, self.n_features, out=target
-                    )
+                    block = stored.codec.decode_columns(stored.stored, these, start, stop, self.n_features, out=target)
                 else:
-                    block = as_float32(stored[rows[part], start:stop], target)
+                    block = as_float32(stored[these, start:stop], target)
                 if not self._in_order:
                     out[positions[part]] = block
-                release_mapped_pages(stored, int(rows[part][0]), int(rows[part][-1]) + 1)
+                release_mapped_pages(stored, int(these[0]), int(these[-1]) + 1)
         return out
 
 
