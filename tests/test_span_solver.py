@@ -271,3 +271,29 @@ def test_triangular_products_are_the_dense_ones(dtype):
     for objective in objectives.values():
         objective.block_bytes = 1  # one row a block: the first row's product has one column
     assert objectives[True].flat(theta)[0] == pytest.approx(value, rel=rtol)
+
+
+def test_span_evaluations_run_on_one_blas_thread_and_feature_space_ones_on_the_callers(monkeypatch):
+    """The span objective's products are small (``n x r`` by ``r x P``): its evaluations run with
+    one BLAS thread (a second only spins between them); the feature-space objective's products
+    are the rows' and keep the caller's threads.  Recorded inside each evaluation."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from classify_images.classifiers import _quadratic_hinge_objective as objective_module
+
+    seen = {}
+    evaluate = objective_module.QuadraticHingeObjective.value_and_grad
+
+    def recording(self, W, b):
+        counts = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+        seen.setdefault(type(self).__name__, set()).update(counts)
+        return evaluate(self, W, b)
+
+    monkeypatch.setattr(objective_module.QuadraticHingeObjective, "value_and_grad", recording)
+    X, y = _rows(60, 300)
+    with threadpool_limits(2, user_api="blas"):
+        callers = {info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
+        QuadraticHingeSVC(solver="span").fit(X, y)
+        QuadraticHingeSVC(solver="features").fit(X, y)
+    assert seen["SpanObjective"] == {1}
+    assert seen["QuadraticHingeObjective"] == callers

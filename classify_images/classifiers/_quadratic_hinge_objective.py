@@ -130,6 +130,8 @@ class QuadraticHingeObjective:
     #: each block of rows is then multiplied by its first columns only, about half the products'
     #: work in :data:`_TRAPEZOID_BLOCKS` blocks.
     lower_trapezoidal = False
+    #: BLAS threads of an evaluation's products at most (None: the caller's).
+    evaluation_threads: int | None = None
 
     def __init__(
         self,
@@ -465,9 +467,12 @@ def minimize_lbfgs(
     theta = np.zeros(problem.n_params)
     # L-BFGS-B's own vector bookkeeping runs with one BLAS thread (waking
     # threads for O(m n) vector work only costs time, a lot on a loaded
-    # machine); the evaluations keep the caller's BLAS threads.
+    # machine); the evaluations keep the caller's BLAS threads unless the
+    # problem's products are too small for them (``evaluation_threads``).
     blas = ThreadpoolController().select(user_api="blas")
     caller_threads = {lib["prefix"]: lib["num_threads"] for lib in blas.info()}
+    if problem.evaluation_threads is not None:
+        caller_threads = {prefix: min(count, problem.evaluation_threads) for prefix, count in caller_threads.items()}
 
     def fun(theta: np.ndarray) -> tuple[float, np.ndarray]:
         with blas.limit(limits=caller_threads):

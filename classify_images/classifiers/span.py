@@ -277,6 +277,11 @@ class SpanObjective(QuadraticHingeObjective):
 
     #: Rows of ``Z`` are short (``r`` entries): 64 MiB blocks, a few large products per evaluation.
     block_bytes = 1 << 26
+    #: One BLAS thread per product: an evaluation is a few products of ``n x r`` by ``r x P``
+    #: (tens of milliseconds each) with NumPy work between them, during which a second
+    #: OpenBLAS thread only spins; on two cores it doubled the evaluation's CPU and did not
+    #: shorten its wall time (docs/linear-svm-scaling.md, "One BLAS thread in L-BFGS").
+    evaluation_threads = 1
 
     def __init__(
         self,
