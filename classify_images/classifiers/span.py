@@ -280,7 +280,7 @@ class SpanObjective(QuadraticHingeObjective):
     #: One BLAS thread per product: an evaluation is a few products of ``n x r`` by ``r x P``
     #: (tens of milliseconds each) with NumPy work between them, during which a second
     #: OpenBLAS thread only spins; on two cores it doubled the evaluation's CPU and did not
-    #: shorten its wall time (docs/linear-svm-scaling.md, "One BLAS thread in L-BFGS").
+    #: shorten its wall time (docs/linear-svm-scaling.md, "One BLAS thread in the span's L-BFGS").
     evaluation_threads = 1
 
     def __init__(
