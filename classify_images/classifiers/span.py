@@ -50,7 +50,10 @@ for float32 or float16 rows, :func:`~classify_images.classifiers.eigenbasis.gram
 ``2 r^3 / 3`` for (4) and ``R``, then L-BFGS.  ``n > d``: ``X^T X`` (``n d^2``), ``d^3 / 3``,
 then L-BFGS with products by ``X``.  Both grow smoothly with ``n``, and meet at ``n = d``.
 One Gram matrix serves any ``C``: :class:`SpanBasis` is built once, :meth:`SpanBasis.preconditioner`
-costs ``r^3 / 3`` per loss weight.
+costs ``r^3 / 3`` per loss weight.  The Gram matrix and the weights' pass over the rows use the
+caller's BLAS threads; the factorisations and L-BFGS's evaluations one
+(:attr:`SpanObjective.evaluation_threads`): their products are small, and a second thread spins
+between them more than it works.
 
 References
 ----------
