@@ -318,7 +318,7 @@ class SpanObjective(QuadraticHingeObjective):
     def _R_inverse_T(self) -> np.ndarray:
         """``R^{-T}`` (lower triangular, Fortran order) in the products' precision."""
         dtype = np.dtype(np.float64 if self.exact else np.float32)
-        if dtype not in self._inverse:  # (a float32 R^{-1} made float64 is the same change of variables)
+        if dtype not in self._inverse:  # (a float32 R^{-T} made float64 is the same change of variables)
             self._inverse[dtype] = next(iter(self._inverse.values())).astype(dtype)
         return self._inverse[dtype]
 

@@ -513,9 +513,8 @@ def train_classifier(
         _log.info("%s", _search_line(found))
         if result.flips is not None and not result.flips["flip_train"]:  # the images' rows alone
             X, mirrored = X[:n_images], False
-            gram = (
-                None if gram is None else np.asfortranarray(gram[:n_images, :n_images])
-            )  # (F order: factorised in place)
+            if gram is not None:  # F order: the final fit factorises it in place
+                gram = np.asfortranarray(gram[:n_images, :n_images])
     elif mirrored and choose_flips and not flip_train:  # loaded for a search that did not run
         X, mirrored = X[:n_images], False
     if mirrored:
